@@ -1,0 +1,40 @@
+# Lakeside build, test and demo entry points.
+#
+# `make test` installs what it needs on a fresh Debian machine (PostgreSQL 15) and runs every test.
+# `make demo` runs the agent against a throwaway PostgreSQL with a sample workload.
+
+GO        ?= go
+BIN       := $(CURDIR)/bin
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X github.com/lakeside/lakeside/cmd/lakeside.Version=$(VERSION)
+PG_BINDIR ?= $(shell ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+
+.PHONY: all build test demo bench deps vet fmt clean
+
+all: build
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/lakeside ./cmd/lakeside
+
+# deps installs the system packages the tests start for real: a PostgreSQL server.
+deps:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		echo "installing PostgreSQL"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 postgresql-client-15; \
+	fi
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+
+test: deps vet
+	$(GO) test -count=1 -timeout 30m ./...
+
+demo: deps build
+	$(BIN)/lakeside demo
+
+bench: deps build
+	$(GO) test -count=1 -tags bench -run '^TestBench' -timeout 60m -v ./cmd/lakeside
+
+clean:
+	rm -rf $(BIN) dist
