@@ -1,0 +1,338 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"time"
+)
+
+// Every record in the file is framed as
+//
+//	format version (1 byte) | payload | CRC-32C of version and payload (4 bytes, big endian)
+//
+// so that a torn or foreign value is reported as ErrCorrupt instead of being
+// misread, and a future format can be told apart from this one.
+const formatVersion = 1
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Record types inside the payload, so a value decoded under the wrong key is
+// caught as corrupt too.
+const (
+	recordTxnHeader byte = 'H'
+	recordChunk     byte = 'C'
+	recordRelation  byte = 'R'
+	recordSlotState byte = 'S'
+	recordMeta      byte = 'M'
+)
+
+// encoder appends to a byte slice.
+type encoder struct{ buf []byte }
+
+func newEncoder(record byte, sizeHint int) *encoder {
+	e := &encoder{buf: make([]byte, 0, sizeHint+8)}
+	e.buf = append(e.buf, formatVersion, record)
+	return e
+}
+
+func (e *encoder) uvarint(v uint64) { e.buf = binary.AppendUvarint(e.buf, v) }
+func (e *encoder) varint(v int64)   { e.buf = binary.AppendVarint(e.buf, v) }
+func (e *encoder) byte1(b byte)     { e.buf = append(e.buf, b) }
+func (e *encoder) bytes(b []byte)   { e.uvarint(uint64(len(b))); e.buf = append(e.buf, b...) }
+func (e *encoder) str(s string)     { e.uvarint(uint64(len(s))); e.buf = append(e.buf, s...) }
+
+// finish appends the checksum and returns the framed record.
+func (e *encoder) finish() []byte {
+	return binary.BigEndian.AppendUint32(e.buf, crc32.Checksum(e.buf, castagnoli))
+}
+
+// decoder reads a framed record. The first error sticks; later reads return
+// zero values, so callers check err once at the end.
+type decoder struct {
+	buf []byte
+	err error
+}
+
+func newDecoder(record byte, data []byte) *decoder {
+	d := &decoder{}
+	if len(data) < 6 {
+		d.err = fmt.Errorf("%w: record of %d bytes is too short", ErrCorrupt, len(data))
+		return d
+	}
+	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		d.err = fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+		return d
+	}
+	if body[0] != formatVersion {
+		d.err = fmt.Errorf("%w: record format %d, this build reads format %d", ErrUnsupportedFormat, body[0], formatVersion)
+		return d
+	}
+	if body[1] != record {
+		d.err = fmt.Errorf("%w: record type %q where %q was expected", ErrCorrupt, body[1], record)
+		return d
+	}
+	d.buf = body[2:]
+	return d
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: truncated %s", ErrCorrupt, what)
+	}
+	d.buf = nil
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.buf)
+	if n <= 0 {
+		d.fail("integer")
+		return 0
+	}
+	d.buf = d.buf[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.buf)
+	if n <= 0 {
+		d.fail("integer")
+		return 0
+	}
+	d.buf = d.buf[n:]
+	return v
+}
+
+func (d *decoder) byte1() byte {
+	if len(d.buf) < 1 {
+		d.fail("byte")
+		return 0
+	}
+	b := d.buf[0]
+	d.buf = d.buf[1:]
+	return b
+}
+
+// length reads a length and checks that at least min*length bytes remain, so
+// a corrupt length never causes a huge allocation.
+func (d *decoder) length(min int) int {
+	n := d.uvarint()
+	if n > uint64(len(d.buf)) || (min > 0 && n*uint64(min) > uint64(len(d.buf))) {
+		d.fail("length")
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.length(1)
+	if d.err != nil {
+		return nil
+	}
+	b := make([]byte, n)
+	copy(b, d.buf[:n])
+	d.buf = d.buf[n:]
+	return b
+}
+
+func (d *decoder) str() string { return string(d.bytes()) }
+
+// done reports an error if bytes are left over or a read failed.
+func (d *decoder) done() error {
+	if d.err == nil && len(d.buf) != 0 {
+		d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.buf))
+	}
+	return d.err
+}
+
+func (e *encoder) value(v *Value) {
+	e.byte1(byte(v.Kind))
+	switch v.Kind {
+	case KindNull, KindUnchanged:
+	case KindBool, KindInt16, KindInt32, KindInt64, KindDate, KindTimestamp, KindTime:
+		e.varint(v.Int)
+	case KindFloat32, KindFloat64:
+		e.buf = binary.BigEndian.AppendUint64(e.buf, uint64(v.Int))
+	case KindNumeric, KindString, KindBytes:
+		e.bytes(v.Bytes)
+	case KindArray:
+		e.uvarint(uint64(len(v.Elems)))
+		for i := range v.Elems {
+			e.value(&v.Elems[i])
+		}
+	}
+}
+
+func (d *decoder) value(v *Value) {
+	v.Kind = Kind(d.byte1())
+	switch v.Kind {
+	case KindNull, KindUnchanged:
+	case KindBool, KindInt16, KindInt32, KindInt64, KindDate, KindTimestamp, KindTime:
+		v.Int = d.varint()
+	case KindFloat32, KindFloat64:
+		if len(d.buf) < 8 {
+			d.fail("float")
+			return
+		}
+		v.Int = int64(binary.BigEndian.Uint64(d.buf))
+		d.buf = d.buf[8:]
+	case KindNumeric, KindString, KindBytes:
+		v.Bytes = d.bytes()
+	case KindArray:
+		n := d.length(1)
+		if n > 0 {
+			v.Elems = make([]Value, n)
+			for i := range v.Elems {
+				d.value(&v.Elems[i])
+			}
+		}
+	default:
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: unknown value kind %d", ErrCorrupt, v.Kind)
+		}
+		d.buf = nil
+	}
+}
+
+func (e *encoder) values(vs []Value) {
+	if vs == nil {
+		e.uvarint(0)
+		return
+	}
+	e.uvarint(uint64(len(vs)) + 1)
+	for i := range vs {
+		e.value(&vs[i])
+	}
+}
+
+func (d *decoder) values() []Value {
+	n := d.length(1)
+	if n == 0 || d.err != nil {
+		return nil
+	}
+	vs := make([]Value, n-1)
+	for i := range vs {
+		d.value(&vs[i])
+	}
+	return vs
+}
+
+// encodeChunk encodes a slice of changes. subXid is the subtransaction the
+// changes belong to (only meaningful in the spool; zero elsewhere).
+func encodeChunk(subXid uint32, changes []Change) []byte {
+	e := newEncoder(recordChunk, 64*len(changes))
+	e.uvarint(uint64(subXid))
+	e.uvarint(uint64(len(changes)))
+	for i := range changes {
+		c := &changes[i]
+		e.byte1(byte(c.Op))
+		e.uvarint(uint64(c.Relation.OID))
+		e.uvarint(uint64(c.Relation.LSN))
+		flags := byte(0)
+		if c.OldIsKey {
+			flags = 1
+		}
+		e.byte1(flags)
+		e.values(c.New)
+		e.values(c.Old)
+	}
+	return e.finish()
+}
+
+func decodeChunk(data []byte) (subXid uint32, changes []Change, err error) {
+	d := newDecoder(recordChunk, data)
+	subXid = uint32(d.uvarint())
+	n := d.length(4)
+	changes = make([]Change, n)
+	for i := range changes {
+		c := &changes[i]
+		c.Op = Op(d.byte1())
+		c.Relation.OID = uint32(d.uvarint())
+		c.Relation.LSN = LSN(d.uvarint())
+		c.OldIsKey = d.byte1() == 1
+		c.New = d.values()
+		c.Old = d.values()
+		if d.err == nil && (c.Op < OpInsert || c.Op > OpTruncate) {
+			d.err = fmt.Errorf("%w: unknown operation %d", ErrCorrupt, c.Op)
+		}
+	}
+	if err := d.done(); err != nil {
+		return 0, nil, fmt.Errorf("decode changes: %w", err)
+	}
+	return subXid, changes, nil
+}
+
+func encodeTxnHeader(h *TxnHeader) []byte {
+	e := newEncoder(recordTxnHeader, 40)
+	e.uvarint(uint64(h.Xid))
+	e.uvarint(uint64(h.CommitLSN))
+	e.uvarint(uint64(h.EndLSN))
+	e.varint(h.CommitTime.UnixMicro())
+	snap := byte(0)
+	if h.Snapshot {
+		snap = 1
+	}
+	e.byte1(snap)
+	e.varint(h.Changes)
+	return e.finish()
+}
+
+func decodeTxnHeader(data []byte) (TxnHeader, error) {
+	d := newDecoder(recordTxnHeader, data)
+	var h TxnHeader
+	h.Xid = uint32(d.uvarint())
+	h.CommitLSN = LSN(d.uvarint())
+	h.EndLSN = LSN(d.uvarint())
+	h.CommitTime = time.UnixMicro(d.varint()).UTC()
+	h.Snapshot = d.byte1() == 1
+	h.Changes = d.varint()
+	if err := d.done(); err != nil {
+		return TxnHeader{}, fmt.Errorf("decode transaction header: %w", err)
+	}
+	return h, nil
+}
+
+func encodeRelation(r *Relation) []byte {
+	e := newEncoder(recordRelation, 64+32*len(r.Columns))
+	e.uvarint(uint64(r.Key.OID))
+	e.uvarint(uint64(r.Key.LSN))
+	e.str(r.Schema)
+	e.str(r.Name)
+	e.byte1(r.ReplicaIdentity)
+	e.uvarint(uint64(len(r.Columns)))
+	for _, c := range r.Columns {
+		e.str(c.Name)
+		e.uvarint(uint64(c.TypeOID))
+		e.varint(int64(c.TypeMod))
+		key := byte(0)
+		if c.Key {
+			key = 1
+		}
+		e.byte1(key)
+	}
+	return e.finish()
+}
+
+func decodeRelation(data []byte) (*Relation, error) {
+	d := newDecoder(recordRelation, data)
+	r := &Relation{}
+	r.Key.OID = uint32(d.uvarint())
+	r.Key.LSN = LSN(d.uvarint())
+	r.Schema = d.str()
+	r.Name = d.str()
+	r.ReplicaIdentity = d.byte1()
+	n := d.length(4)
+	r.Columns = make([]Column, n)
+	for i := range r.Columns {
+		c := &r.Columns[i]
+		c.Name = d.str()
+		c.TypeOID = uint32(d.uvarint())
+		c.TypeMod = int32(d.varint())
+		c.Key = d.byte1() == 1
+	}
+	if err := d.done(); err != nil {
+		return nil, fmt.Errorf("decode relation: %w", err)
+	}
+	return r, nil
+}

@@ -1,0 +1,251 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// DefaultChunkSize is the number of changes stored per queue record.
+const DefaultChunkSize = 1024
+
+// headerKey is the key of a transaction's header (and of a spool's totals)
+// inside its bucket; chunks follow at 1, 2, ….
+var headerKey = []byte{0, 0, 0, 0}
+
+func lsnKey(l LSN) []byte { return binary.BigEndian.AppendUint64(nil, uint64(l)) }
+
+func ordinalKey(n uint64) []byte { return binary.BigEndian.AppendUint32(nil, uint32(n)) }
+
+// Reader reads the state inside one transaction.
+type Reader struct{ tx *bolt.Tx }
+
+// Writer changes the state inside one transaction.
+type Writer struct {
+	Reader
+	// touched holds the spools changed in this transaction.
+	touched map[SpoolID]bool
+}
+
+// AppendTxn adds a committed transaction to the queue, keyed by its end LSN,
+// in chunks of at most chunkSize changes. A transaction whose end LSN is
+// already queued is an error: the caller deduplicates against the checkpoint.
+func (w *Writer) AppendTxn(t *Txn, chunkSize int) error {
+	if chunkSize <= 0 {
+		chunkSize = DefaultChunkSize
+	}
+	q := w.tx.Bucket(bucketQueue)
+	b, err := q.CreateBucket(lsnKey(t.EndLSN))
+	if err != nil {
+		return fmt.Errorf("queue transaction at %s: %w", t.EndLSN, err)
+	}
+	var size int64
+	var ord uint64
+	for start := 0; start < len(t.Changes); start += chunkSize {
+		end := min(start+chunkSize, len(t.Changes))
+		ord++
+		data := encodeChunk(0, t.Changes[start:end])
+		size += int64(len(data))
+		if err := b.Put(ordinalKey(ord), data); err != nil {
+			return fmt.Errorf("queue transaction at %s: %w", t.EndLSN, err)
+		}
+	}
+	h := t.TxnHeader
+	h.Changes = int64(len(t.Changes))
+	return w.finishTxn(b, &h, size)
+}
+
+// finishTxn writes the header of a queued transaction and updates the totals.
+func (w *Writer) finishTxn(b *bolt.Bucket, h *TxnHeader, size int64) error {
+	hdr := encodeTxnHeader(h)
+	if err := b.Put(headerKey, hdr); err != nil {
+		return fmt.Errorf("queue transaction at %s: %w", h.EndLSN, err)
+	}
+	st, err := w.QueueStats()
+	if err != nil {
+		return err
+	}
+	st.Transactions++
+	st.Bytes += size + int64(len(hdr))
+	st.LastLSN = max(st.LastLSN, h.EndLSN)
+	return w.putQueueStats(st)
+}
+
+// QueueStats summarises the queue.
+type QueueStats struct {
+	Transactions int64
+	Bytes        int64
+	// LastLSN is the end LSN of the newest transaction ever queued.
+	LastLSN LSN
+}
+
+var keyQueueStats = []byte("queue_stats")
+
+// QueueStats returns the queue totals.
+func (r *Reader) QueueStats() (QueueStats, error) {
+	v := r.tx.Bucket(bucketMeta).Get(keyQueueStats)
+	if v == nil {
+		return QueueStats{}, nil
+	}
+	d := newDecoder(recordMeta, v)
+	st := QueueStats{Transactions: d.varint(), Bytes: d.varint(), LastLSN: LSN(d.uvarint())}
+	if err := d.done(); err != nil {
+		return QueueStats{}, fmt.Errorf("read queue totals: %w", err)
+	}
+	return st, nil
+}
+
+func (w *Writer) putQueueStats(st QueueStats) error {
+	e := newEncoder(recordMeta, 24)
+	e.varint(st.Transactions)
+	e.varint(st.Bytes)
+	e.uvarint(uint64(st.LastLSN))
+	return w.tx.Bucket(bucketMeta).Put(keyQueueStats, e.finish())
+}
+
+// Trim deletes every queued transaction whose end LSN is at or below upTo.
+// It returns how many were deleted.
+func (w *Writer) Trim(upTo LSN) (int, error) {
+	q := w.tx.Bucket(bucketQueue)
+	st, err := w.QueueStats()
+	if err != nil {
+		return 0, err
+	}
+	limit := lsnKey(upTo)
+	var doomed [][]byte
+	c := q.Cursor()
+	for k, _ := c.First(); k != nil && bytes.Compare(k, limit) <= 0; k, _ = c.Next() {
+		doomed = append(doomed, k)
+	}
+	for _, k := range doomed {
+		size := txnBytes(q.Bucket(k))
+		if err := q.DeleteBucket(k); err != nil {
+			return 0, fmt.Errorf("trim queue: %w", err)
+		}
+		st.Transactions--
+		st.Bytes -= size
+	}
+	if len(doomed) > 0 {
+		if err := w.putQueueStats(st); err != nil {
+			return 0, err
+		}
+	}
+	return len(doomed), nil
+}
+
+// txnBytes adds up the size of a queue entry's records.
+func txnBytes(b *bolt.Bucket) int64 {
+	var n int64
+	if b == nil {
+		return 0
+	}
+	_ = b.ForEach(func(k, v []byte) error {
+		if v == nil {
+			n += txnBytes(b.Bucket(k))
+		}
+		n += int64(len(v))
+		return nil
+	})
+	return n
+}
+
+// TxnCursor gives access to one queued transaction's changes.
+type TxnCursor struct {
+	b *bolt.Bucket
+}
+
+// Chunks calls fn with each chunk of the transaction's changes, in order.
+// The slices are owned by the callee. A transaction that was streamed holds
+// its chunks in the spool bucket that moved into it at commit.
+func (t *TxnCursor) Chunks(fn func(changes []Change) error) error {
+	return eachChunk(t.b, func(_ uint32, changes []Change) error { return fn(changes) })
+}
+
+// eachChunk decodes the chunks of a queue entry or spool in order, descending
+// into a nested spool bucket.
+func eachChunk(b *bolt.Bucket, fn func(subXid uint32, changes []Change) error) error {
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if bytes.Equal(k, headerKey) {
+			continue
+		}
+		if v == nil {
+			if err := eachChunk(b.Bucket(k), fn); err != nil {
+				return err
+			}
+			continue
+		}
+		subXid, changes, err := decodeChunk(v)
+		if err != nil {
+			return fmt.Errorf("chunk %x: %w", k, err)
+		}
+		if err := fn(subXid, changes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Changes returns all the transaction's changes in one slice.
+func (t *TxnCursor) Changes() ([]Change, error) {
+	var all []Change
+	err := t.Chunks(func(changes []Change) error {
+		all = append(all, changes...)
+		return nil
+	})
+	return all, err
+}
+
+// errStop ends a scan early without an error.
+var errStop = errors.New("stop")
+
+// Txns calls fn for each queued transaction with an end LSN above after, in
+// commit order. Returning ErrStopScan from fn ends the scan without error.
+func (r *Reader) Txns(after LSN, fn func(h *TxnHeader, t *TxnCursor) error) error {
+	q := r.tx.Bucket(bucketQueue)
+	c := q.Cursor()
+	for k, _ := c.Seek(lsnKey(after + 1)); k != nil; k, _ = c.Next() {
+		b := q.Bucket(k)
+		if b == nil {
+			return fmt.Errorf("queue entry %x: %w: not a transaction", k, ErrCorrupt)
+		}
+		h, err := decodeTxnHeader(b.Get(headerKey))
+		if err != nil {
+			return fmt.Errorf("queue entry %x: %w", k, err)
+		}
+		if uint64(h.EndLSN) != binary.BigEndian.Uint64(k) {
+			return fmt.Errorf("queue entry %x: %w: header says end LSN %s", k, ErrCorrupt, h.EndLSN)
+		}
+		if err := fn(&h, &TxnCursor{b: b}); err != nil {
+			if errors.Is(err, ErrStopScan) {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// ErrStopScan may be returned by a Txns callback to end the scan early.
+var ErrStopScan = errStop
+
+// ReadTxns loads up to limit queued transactions after the given LSN into
+// memory (limit <= 0 means all). Meant for tests and small reads.
+func (r *Reader) ReadTxns(after LSN, limit int) ([]*Txn, error) {
+	var out []*Txn
+	err := r.Txns(after, func(h *TxnHeader, c *TxnCursor) error {
+		changes, err := c.Changes()
+		if err != nil {
+			return err
+		}
+		out = append(out, &Txn{TxnHeader: *h, Changes: changes})
+		if limit > 0 && len(out) >= limit {
+			return ErrStopScan
+		}
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,299 @@
+package store
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func openTest(t *testing.T) *DB {
+	t.Helper()
+	db, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func sampleValues() []Value {
+	return []Value{
+		{Kind: KindNull},
+		{Kind: KindUnchanged},
+		{Kind: KindBool, Int: 1},
+		{Kind: KindInt16, Int: -32768},
+		{Kind: KindInt32, Int: math.MaxInt32},
+		{Kind: KindInt64, Int: math.MinInt64},
+		{Kind: KindFloat32, Int: int64(math.Float32bits(-1.5))},
+		{Kind: KindFloat64, Int: int64(math.Float64bits(math.NaN()))},
+		{Kind: KindNumeric, Bytes: []byte("-1234567890123456789012345678901234567890.5")},
+		{Kind: KindString, Bytes: []byte("grüße, 世界")},
+		{Kind: KindBytes, Bytes: []byte{0, 1, 255}},
+		{Kind: KindDate, Int: -719162},
+		{Kind: KindTimestamp, Int: InfinityInt},
+		{Kind: KindTime, Int: 86399999999},
+		{Kind: KindArray, Elems: []Value{{Kind: KindInt32, Int: 1}, {Kind: KindNull}}},
+		{Kind: KindArray},
+	}
+}
+
+func sampleTxn(end LSN, n int) *Txn {
+	t := &Txn{TxnHeader: TxnHeader{Xid: uint32(end), CommitLSN: end - 8, EndLSN: end, CommitTime: time.UnixMicro(1700000000123456).UTC()}}
+	for i := 0; i < n; i++ {
+		t.Changes = append(t.Changes, Change{
+			Op:       OpUpdate,
+			Relation: RelationKey{OID: 16384, LSN: 100},
+			New:      []Value{{Kind: KindInt64, Int: int64(i)}, {Kind: KindString, Bytes: []byte("x")}},
+			Old:      []Value{{Kind: KindInt64, Int: int64(i)}, {Kind: KindNull}},
+			OldIsKey: true,
+		})
+	}
+	t.Changes = append(t.Changes, Change{Op: OpInsert, Relation: RelationKey{OID: 1, LSN: 2}, New: sampleValues()})
+	return t
+}
+
+func TestChunkRoundTrip(t *testing.T) {
+	in := sampleTxn(1000, 3).Changes
+	sub, out, err := decodeChunk(encodeChunk(77, in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub != 77 {
+		t.Fatalf("subxid = %d", sub)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("round trip differs:\n in %+v\nout %+v", in, out)
+	}
+}
+
+func TestCorruptionIsDetected(t *testing.T) {
+	data := encodeChunk(0, sampleTxn(1000, 2).Changes)
+	for i := range data {
+		bad := append([]byte(nil), data...)
+		bad[i] ^= 0x40
+		if _, _, err := decodeChunk(bad); !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupportedFormat) {
+			t.Fatalf("flipping byte %d: err = %v, want ErrCorrupt", i, err)
+		}
+	}
+	if _, _, err := decodeChunk(data[:len(data)-1]); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("truncated: err = %v", err)
+	}
+	if _, err := decodeTxnHeader(data); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("chunk read as header: err = %v", err)
+	}
+}
+
+func FuzzDecodeChunk(f *testing.F) {
+	f.Add(encodeChunk(3, sampleTxn(10, 2).Changes))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, _, _ = decodeChunk(data) // must not panic or allocate without bound
+	})
+}
+
+func TestQueueOrderAndChunks(t *testing.T) {
+	db := openTest(t)
+	err := db.Update(func(w *Writer) error {
+		for _, end := range []LSN{300, 100, 200} {
+			if err := w.AppendTxn(sampleTxn(end, 5), 2); err != nil {
+				return err
+			}
+		}
+		return w.SetCheckpoint(300)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*Txn
+	err = db.View(func(r *Reader) error {
+		var err error
+		got, err = r.ReadTxns(0, 0)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].EndLSN != 100 || got[1].EndLSN != 200 || got[2].EndLSN != 300 {
+		t.Fatalf("order: %v", got)
+	}
+	want := sampleTxn(200, 5)
+	want.TxnHeader.Changes = 6
+	if !reflect.DeepEqual(got[1], want) {
+		t.Fatalf("txn differs:\n got %+v\nwant %+v", got[1], want)
+	}
+	if err := db.Update(func(w *Writer) error { return w.AppendTxn(sampleTxn(200, 1), 0) }); err == nil {
+		t.Fatal("appending a transaction twice succeeded")
+	}
+}
+
+func TestSpoolAbortAndCommit(t *testing.T) {
+	db := openTest(t)
+	const xid = 900
+	ins := func(i int64) Change {
+		return Change{Op: OpInsert, Relation: RelationKey{OID: 1, LSN: 1}, New: []Value{{Kind: KindInt64, Int: i}}}
+	}
+	err := db.Update(func(w *Writer) error {
+		for i, sub := range []uint32{xid, 901, xid, 902, 901} {
+			if err := w.SpoolAppend(xid, sub, []Change{ins(int64(i))}); err != nil {
+				return err
+			}
+		}
+		// A second, unrelated spool that is discarded later.
+		if err := w.SpoolAppend(5, 5, []Change{ins(99)}); err != nil {
+			return err
+		}
+		if err := w.SpoolAbort(xid, 901); err != nil {
+			return err
+		}
+		if err := w.SpoolCommit(xid, TxnHeader{}); !errors.Is(err, ErrSpoolBusy) {
+			t.Errorf("commit of a spool changed in the same transaction: err = %v, want ErrSpoolBusy", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(w *Writer) error {
+		return w.SpoolCommit(xid, TxnHeader{Xid: xid, CommitLSN: 40, EndLSN: 50})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var txns []*Txn
+	var discarded int
+	err = db.Update(func(w *Writer) error {
+		var err error
+		if discarded, err = w.DiscardSpools(); err != nil {
+			return err
+		}
+		txns, err = w.ReadTxns(0, 0)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if discarded != 1 {
+		t.Fatalf("discarded %d spools, want 1", discarded)
+	}
+	if len(txns) != 1 || txns[0].TxnHeader.Changes != 3 {
+		t.Fatalf("txns = %+v", txns)
+	}
+	var got []int64
+	for _, c := range txns[0].Changes {
+		got = append(got, c.New[0].Int)
+	}
+	if !reflect.DeepEqual(got, []int64{0, 2, 3}) {
+		t.Fatalf("changes after subtransaction abort = %v, want [0 2 3]", got)
+	}
+	// Aborting the top-level transaction drops the spool entirely.
+	err = db.Update(func(w *Writer) error {
+		if err := w.SpoolAppend(7, 7, []Change{ins(1)}); err != nil {
+			return err
+		}
+		return w.SpoolAbort(7, 7)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(w *Writer) error {
+		return w.SpoolCommit(7, TxnHeader{Xid: 7, EndLSN: 60})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.View(func(r *Reader) error {
+		txns, err = r.ReadTxns(50, 0)
+		return err
+	})
+	if len(txns) != 1 || len(txns[0].Changes) != 0 {
+		t.Fatalf("aborted spool left changes: %+v", txns)
+	}
+}
+
+func TestTrimAndStats(t *testing.T) {
+	db := openTest(t)
+	err := db.Update(func(w *Writer) error {
+		for end := LSN(10); end <= 50; end += 10 {
+			if err := w.AppendTxn(sampleTxn(end, 3), 2); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after QueueStats
+	db.View(func(r *Reader) error { before, err = r.QueueStats(); return err })
+	if before.Transactions != 5 || before.Bytes <= 0 || before.LastLSN != 50 {
+		t.Fatalf("stats before trim: %+v", before)
+	}
+	var n int
+	db.Update(func(w *Writer) error { n, err = w.Trim(30); return err })
+	if n != 3 {
+		t.Fatalf("trimmed %d, want 3", n)
+	}
+	db.View(func(r *Reader) error { after, err = r.QueueStats(); return err })
+	if after.Transactions != 2 || after.Bytes <= 0 || after.Bytes >= before.Bytes {
+		t.Fatalf("stats after trim: %+v", after)
+	}
+	db.Update(func(w *Writer) error { n, err = w.Trim(50); return err })
+	db.View(func(r *Reader) error { after, err = r.QueueStats(); return err })
+	if after.Transactions != 0 || after.Bytes != 0 {
+		t.Fatalf("stats after full trim: %+v", after)
+	}
+}
+
+func TestStatePersistsAndLocks(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := &SlotState{SystemID: "7300", Database: "shop", Slot: "lakeside", Publication: "pub", ConsistentPoint: 42}
+	rel := &Relation{Key: RelationKey{OID: 16384, LSN: 42}, Schema: "public", Name: "stock",
+		ReplicaIdentity: 'd', Columns: []Column{{Name: "id", TypeOID: 20, TypeMod: -1, Key: true}}}
+	err = db.Update(func(w *Writer) error {
+		if err := w.SetSlotState(slot); err != nil {
+			return err
+		}
+		if err := w.PutRelation(rel); err != nil {
+			return err
+		}
+		if err := w.SetCheckpoint(100); err != nil {
+			return err
+		}
+		return w.SetCheckpoint(90) // never backwards
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, Options{LockTimeout: 50 * time.Millisecond}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open: err = %v, want ErrLocked", err)
+	}
+	db.Close()
+	db, err = Open(dir, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.View(func(r *Reader) error {
+		cp, err := r.Checkpoint()
+		if err != nil || cp != 100 {
+			t.Errorf("checkpoint = %v, %v", cp, err)
+		}
+		s, err := r.SlotState()
+		if err != nil || !reflect.DeepEqual(s, slot) {
+			t.Errorf("slot = %+v, %v", s, err)
+		}
+		rels, err := r.Relations()
+		if err != nil || !reflect.DeepEqual(rels[rel.Key], rel) {
+			t.Errorf("relations = %+v, %v", rels, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
