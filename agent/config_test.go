@@ -1,0 +1,449 @@
+package agent
+
+import (
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+const configTestdata = "../testdata/config"
+
+// testPassword appears in the DSN of the bad DSN fixtures; no error may
+// contain it.
+const testPassword = "Sup3rS3cretPW"
+
+// setTestEnv sets the variables used by env.good.yml and makes sure the
+// one used by unset_var.bad.yml is unset.
+func setTestEnv(t *testing.T) {
+	t.Helper()
+	for k, v := range map[string]string{
+		"LAKESIDE_TEST_USER":     "branch7",
+		"LAKESIDE_TEST_PASSWORD": "s3cret",
+		"LAKESIDE_TEST_EMPTY":    "",
+		"LAKESIDE_TEST_SITE":     "site7",
+		"LAKESIDE_TEST_SCHEMA":   "inventory",
+		"LAKESIDE_TEST_TABLE":    "${LAKESIDE_TEST_SITE}",
+		"LAKESIDE_TEST_INTERVAL": "30s",
+		"LAKESIDE_TEST_HOME":     "/srv/lakeside/",
+		"LAKESIDE_TEST_LEVEL":    "warn",
+	} {
+		t.Setenv(k, v)
+	}
+	t.Setenv("LAKESIDE_TEST_UNSET_PASSWORD", "")
+	if err := os.Unsetenv("LAKESIDE_TEST_UNSET_PASSWORD"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// badConfig is a testdata/config/*.bad.yml file and the texts its error
+// must contain; the first always includes the file name and line.
+type badConfig struct {
+	file string
+	want []string
+}
+
+// badConfigs lists every bad config file.
+func badConfigs() []badConfig {
+	return []badConfig{
+		{"empty.bad.yml", []string{"empty.bad.yml:1: the file is empty"}},
+		{"not_yaml.bad.yml", []string{"not_yaml.bad.yml:1: invalid YAML: "}},
+		{"not_mapping.bad.yml", []string{"not_mapping.bad.yml:2: the document must be a mapping", "not a list"}},
+		{"bad_indent.bad.yml", []string{"bad_indent.bad.yml:3: invalid YAML: mapping values are not allowed"}},
+		{"tab_indent.bad.yml", []string{"tab_indent.bad.yml:", "invalid YAML: found a tab character"}},
+		{"two_documents.bad.yml", []string{"two_documents.bad.yml:5: only one YAML document is allowed"}},
+		{"unknown_key.bad.yml", []string{`unknown_key.bad.yml:3: unknown key "sorce"`, `did you mean "source"?`}},
+		{"unknown_nested_key.bad.yml", []string{`unknown_nested_key.bad.yml:4: source: unknown key "slott"`, `did you mean "slot"?`}},
+		{"unknown_log_key.bad.yml", []string{`unknown_log_key.bad.yml:7: log: unknown key "colour"`, "valid keys: level, format"}},
+		{"duplicate_key.bad.yml", []string{"duplicate_key.bad.yml:4: source.dsn: set twice (first at line 2)"}},
+		{"source_list.bad.yml", []string{"source_list.bad.yml:2: source: must be a mapping of keys", "not a list"}},
+		{"tables_string.bad.yml", []string{"tables_string.bad.yml:3: source.tables: must be a list of schema.table names, not a string"}},
+		{"tables_flow_string.bad.yml", []string{"tables_flow_string.bad.yml:2: source.tables: must be a list of schema.table names, not a string"}},
+		{"table_mapping.bad.yml", []string{"table_mapping.bad.yml:5: source.tables[1]: must be a schema.table name, not a mapping"}},
+		{"duration_list.bad.yml", []string{"duration_list.bad.yml:4: source.status_interval: must be a single value (a string), not a list"}},
+		{"missing_source.bad.yml", []string{"missing_source.bad.yml:1: source.dsn: a connection string is required"}},
+		{"missing_dsn.bad.yml", []string{"missing_dsn.bad.yml:2: source.dsn: a connection string is required"}},
+		{"bad_dsn.bad.yml", []string{"bad_dsn.bad.yml:3: source.dsn: invalid connection string: invalid port"}},
+		{"bad_dsn_keyword.bad.yml", []string{"bad_dsn_keyword.bad.yml:3: source.dsn: invalid connection string: ", "sslmode is invalid"}},
+		{"bad_slot.bad.yml", []string{`bad_slot.bad.yml:3: source.slot: "My-Slot" is not a valid replication slot name`, "lowercase letters, digits and underscores"}},
+		{"empty_publication.bad.yml", []string{"empty_publication.bad.yml:4: source.publication: must not be empty"}},
+		{"long_publication.bad.yml", []string{"long_publication.bad.yml:4: source.publication: ", "is longer than 63 bytes"}},
+		{"missing_tables.bad.yml", []string{"missing_tables.bad.yml:2: source.tables: at least one table is required (list them as schema.table)"}},
+		{"no_tables.bad.yml", []string{"no_tables.bad.yml:4: source.tables: at least one table is required (list them as schema.table)"}},
+		{"table_without_schema.bad.yml", []string{`table_without_schema.bad.yml:5: source.tables[1]: table name "orders": missing schema`, "public.orders"}},
+		{"table_two_dots.bad.yml", []string{`table_two_dots.bad.yml:4: source.tables[0]: table name "shop.public.stock": more than one "."`}},
+		{"table_empty_name.bad.yml", []string{`table_empty_name.bad.yml:4: source.tables[1]: table name "public.": empty table name`}},
+		{"duplicate_table.bad.yml", []string{`duplicate_table.bad.yml:6: source.tables[2]: table "public.stock" is listed twice (also at line 4)`}},
+		{"bad_snapshot.bad.yml", []string{`bad_snapshot.bad.yml:4: source.snapshot: "sometimes" is not a snapshot mode`, `"initial"`, `"never"`}},
+		{"bad_duration.bad.yml", []string{`bad_duration.bad.yml:5: source.status_interval: "10 parsecs" is not a duration`, "10s"}},
+		{"duration_without_unit.bad.yml", []string{`duration_without_unit.bad.yml:3: source.status_interval: "10" is not a duration`}},
+		{"zero_duration.bad.yml", []string{`zero_duration.bad.yml:4: source.status_interval: "0s" is out of range`, "greater than 0"}},
+		{"negative_duration.bad.yml", []string{`negative_duration.bad.yml:4: source.status_interval: "-5s" is out of range`}},
+		{"long_duration.bad.yml", []string{`long_duration.bad.yml:4: source.status_interval: "1h0m1s" is out of range`, "at most 1h"}},
+		{"missing_state_dir.bad.yml", []string{"missing_state_dir.bad.yml:1: state_dir: a directory is required"}},
+		{"unset_var.bad.yml", []string{"unset_var.bad.yml:2: source.dsn: environment variable LAKESIDE_TEST_UNSET_PASSWORD is not set"}},
+		{"bad_var_reference.bad.yml", []string{`bad_var_reference.bad.yml:4: state_dir: a "${" is not followed by a variable name`}},
+		{"bad_log_level.bad.yml", []string{`bad_log_level.bad.yml:6: log.level: "verbose" is not a log level (use debug, info, warn or error)`}},
+		{"bad_log_format.bad.yml", []string{`bad_log_format.bad.yml:6: log.format: "xml" is not a log format (use text or json)`}},
+	}
+}
+
+func TestLoadConfigBad(t *testing.T) {
+	setTestEnv(t)
+	for _, tc := range badConfigs() {
+		t.Run(tc.file, func(t *testing.T) {
+			path := filepath.Join(configTestdata, tc.file)
+			c, err := LoadConfig(path)
+			if err == nil {
+				t.Fatalf("LoadConfig(%s) = %+v, want an error", path, c)
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, path+":") {
+				t.Errorf("error %q does not start with %q", msg, path+":")
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(msg, want) {
+					t.Errorf("error %q does not contain %q", msg, want)
+				}
+			}
+			if strings.Contains(msg, "\n") {
+				t.Errorf("error %q has more than one line", msg)
+			}
+			if strings.Contains(msg, testPassword) {
+				t.Errorf("error %q reveals the password", msg)
+			}
+		})
+	}
+}
+
+// TestBadConfigsListed checks that every *.bad.yml file has an entry in
+// badConfigs, and every entry a file, so that none is forgotten.
+func TestBadConfigsListed(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(configTestdata, "*.bad.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := make(map[string]bool, len(badConfigs()))
+	for _, tc := range badConfigs() {
+		if listed[tc.file] {
+			t.Errorf("%s is listed twice in badConfigs", tc.file)
+		}
+		listed[tc.file] = true
+	}
+	onDisk := make(map[string]bool, len(files))
+	for _, f := range files {
+		base := filepath.Base(f)
+		onDisk[base] = true
+		if !listed[base] {
+			t.Errorf("%s has no entry in badConfigs", base)
+		}
+	}
+	for _, tc := range badConfigs() {
+		if !onDisk[tc.file] {
+			t.Errorf("badConfigs lists %s, which is not in %s", tc.file, configTestdata)
+		}
+	}
+	if len(files) < 14 {
+		t.Errorf("found %d bad configs, want at least 14", len(files))
+	}
+}
+
+// goodConfig is a testdata/config/*.good.yml file and its expected value.
+type goodConfig struct {
+	file string
+	want Config
+}
+
+// goodConfigs lists every good config file.
+func goodConfigs() []goodConfig {
+	return []goodConfig{
+		{"minimal.good.yml", Config{
+			Source: SourceConfig{
+				DSN:            "postgres://lakeside@localhost:5432/shop",
+				Slot:           "lakeside",
+				Publication:    "lakeside",
+				Tables:         []TableName{{"public", "stock"}},
+				Snapshot:       "initial",
+				StatusInterval: 10 * time.Second,
+			},
+			StateDir: "/var/lib/lakeside",
+			Log:      LogConfig{Level: "info", Format: "text"},
+		}},
+		{"full.good.yml", Config{
+			Source: SourceConfig{
+				DSN:            "host=db.branch.example port=5433 dbname=shop user=lakeside password=hunter22 sslmode=require",
+				Slot:           "lakeside_branch_7",
+				Publication:    "Lakeside-Pub",
+				Tables:         []TableName{{"public", "stock"}, {"sales", "Orders"}, {"odd schema", `odd "name"`}},
+				Snapshot:       "never",
+				StatusInterval: 150 * time.Second,
+			},
+			StateDir: "lakeside-state",
+			Log:      LogConfig{Level: "debug", Format: "json"},
+		}},
+		{"env.good.yml", Config{
+			Source: SourceConfig{
+				DSN:         "postgres://branch7:s3cret@db.example/shop",
+				Slot:        "lakeside_site7",
+				Publication: "pub${NOT_EXPANDED}_$$_$x",
+				// An expanded value is not expanded again.
+				Tables:         []TableName{{"inventory", "stock"}, {"public", "${LAKESIDE_TEST_SITE}"}},
+				Snapshot:       "initial",
+				StatusInterval: 30 * time.Second,
+			},
+			StateDir: "/srv/lakeside/state",
+			Log:      LogConfig{Level: "warn", Format: "text"},
+		}},
+		{"nulls.good.yml", Config{
+			Source: SourceConfig{
+				DSN:            "postgres://lakeside@localhost/shop",
+				Slot:           "lakeside",
+				Publication:    "lakeside",
+				Tables:         []TableName{{"public", "a"}, {"public", "b"}},
+				Snapshot:       "initial",
+				StatusInterval: 10 * time.Second,
+			},
+			StateDir: "relative/dir",
+			Log:      LogConfig{Level: "info", Format: "text"},
+		}},
+	}
+}
+
+func TestLoadConfigGood(t *testing.T) {
+	setTestEnv(t)
+	for _, tc := range goodConfigs() {
+		t.Run(tc.file, func(t *testing.T) {
+			got, err := LoadConfig(filepath.Join(configTestdata, tc.file))
+			if err != nil {
+				t.Fatalf("LoadConfig: %v", err)
+			}
+			if !reflect.DeepEqual(*got, tc.want) {
+				t.Errorf("LoadConfig:\n got %+v\nwant %+v", *got, tc.want)
+			}
+		})
+	}
+}
+
+// TestGoodConfigsListed checks that every *.good.yml file is tested.
+func TestGoodConfigsListed(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(configTestdata, "*.good.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := make(map[string]bool, len(goodConfigs()))
+	for _, tc := range goodConfigs() {
+		listed[tc.file] = true
+	}
+	for _, f := range files {
+		if !listed[filepath.Base(f)] {
+			t.Errorf("%s has no entry in goodConfigs", filepath.Base(f))
+		}
+	}
+	if len(files) < 3 {
+		t.Errorf("found %d good configs, want at least 3", len(files))
+	}
+}
+
+func TestLoadConfigMissingFile(t *testing.T) {
+	_, err := LoadConfig(filepath.Join(t.TempDir(), "nope.yaml"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("LoadConfig(missing file) = %v, want fs.ErrNotExist", err)
+	}
+	if err != nil && !strings.HasPrefix(err.Error(), "read config: ") {
+		t.Errorf("error %q lacks the \"read config: \" prefix", err)
+	}
+}
+
+// TestParseConfigMessages checks errors built from inline documents,
+// including the exact wording promised to operators.
+func TestParseConfigMessages(t *testing.T) {
+	const valid = "source:\n  dsn: postgres://lakeside@localhost/shop\n  tables: [public.stock]\nstate_dir: /tmp/x\n"
+	tests := []struct {
+		name, data, want string
+	}{
+		{"spec example tables", "state_dir: /tmp/x\nsource:\n  dsn: postgres://lakeside@localhost/shop\n  tables: []\n",
+			"lakeside.yaml:4: source.tables: at least one table is required (list them as schema.table)"},
+		{"spec example unknown key", "state_dir: /tmp/x\n\nsorce: {}\n",
+			`lakeside.yaml:3: unknown key "sorce"`},
+		{"scalar document", "just a string\n",
+			"lakeside.yaml:1: the document must be a mapping of keys (source, state_dir, log), not a string"},
+		{"null document", "~\n",
+			"lakeside.yaml:1: the document must be a mapping"},
+		{"comments only", "# nothing here\n",
+			"lakeside.yaml:1: the file is empty"},
+		{"unknown key in flow mapping", "source: {dsn: x, tabels: [a.b]}\n",
+			`lakeside.yaml:1: source: unknown key "tabels" (did you mean "tables"?`},
+		{"source as a string", "source: postgres://x\nstate_dir: /tmp/x\n",
+			"lakeside.yaml:1: source: must be a mapping of keys"},
+		{"log as a list", valid + "log: [debug]\n",
+			"lakeside.yaml:5: log: must be a mapping of keys (level, format), not a list"},
+		{"misspelled top-level key", valid + "source2: x\n",
+			`lakeside.yaml:5: unknown key "source2" (did you mean "source"?`},
+		{"uppercase log level", valid + "log: {level: INFO}\n",
+			`lakeside.yaml:5: log.level: "INFO" is not a log level`},
+		{"empty state_dir", "source:\n  dsn: postgres://lakeside@localhost/shop\n  tables: [public.stock]\nstate_dir: ''\n",
+			"lakeside.yaml:4: state_dir: a directory is required"},
+		{"slot of 64 bytes", strings.Replace(valid, "  tables", "  slot: "+strings.Repeat("a", 64)+"\n  tables", 1),
+			"lakeside.yaml:3: source.slot: "},
+		{"duplicate table after expansion", strings.Replace(valid, "[public.stock]", "[public.stock, '${LAKESIDE_TEST_SCHEMA}.stock']", 1),
+			`lakeside.yaml:3: source.tables[1]: table "public.stock" is listed twice (also at line 3)`},
+		{"bad reference in a table", strings.Replace(valid, "[public.stock]", "['public.${}']", 1),
+			`lakeside.yaml:3: source.tables[0]: a "${" is not followed by a variable name`},
+		{"unterminated reference", strings.Replace(valid, "/tmp/x", "/tmp/${HOME", 1),
+			`lakeside.yaml:4: state_dir: a "${" is not followed by a variable name`},
+	}
+	t.Setenv("LAKESIDE_TEST_SCHEMA", "public")
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseConfig("lakeside.yaml", []byte(tc.data))
+			if err == nil {
+				t.Fatalf("ParseConfig = %+v, want an error containing %q", c, tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not contain %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %q has more than one line", err)
+			}
+		})
+	}
+}
+
+// TestParseConfigDSNHidesPassword checks that no DSN error reveals the
+// password, in URL and keyword/value form, even when pgconn's own reason
+// would quote it.
+func TestParseConfigDSNHidesPassword(t *testing.T) {
+	tests := []struct {
+		dsn, password, want string
+	}{
+		{"postgres://lakeside:" + testPassword + "@db.example:port/shop", testPassword, "invalid port"},
+		{"postgres://lakeside:" + testPassword + "@db.example/shop?sslmode=maybe", testPassword, "sslmode is invalid"},
+		{"postgresql://lakeside:Pa%zzss@db.example/shop", "Pa%zzss", "invalid percent-encoded token in password"},
+		{"postgres://lakeside@db.example/shop?password=" + testPassword + "&connect_timeout=x", testPassword, "invalid connect_timeout"},
+		{"host=db.example password=" + testPassword + " sslmode=maybe", testPassword, "sslmode is invalid"},
+		{"host=db.example password='" + testPassword + " x' port", testPassword, "invalid keyword/value"},
+		// pgconn's reason quotes the bad connect_timeout, which is the password.
+		{"host=db.example password=hunter2 connect_timeout=hunter2", "hunter2", "details withheld"},
+		{"postgres://lakeside:hunter2@db.example/shop?connect_timeout=hunter2", "hunter2", "details withheld"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.want, func(t *testing.T) {
+			data := "source:\n  dsn: \"" + tc.dsn + "\"\n  tables: [public.stock]\nstate_dir: /tmp/x\n"
+			_, err := ParseConfig("lakeside.yaml", []byte(data))
+			if err == nil {
+				t.Fatalf("ParseConfig accepted DSN %q", tc.dsn)
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "lakeside.yaml:2: source.dsn: invalid connection string: ") {
+				t.Errorf("error %q lacks the file, line and key path", msg)
+			}
+			if !strings.Contains(msg, tc.want) {
+				t.Errorf("error %q does not contain %q", msg, tc.want)
+			}
+			if strings.Contains(msg, tc.password) {
+				t.Errorf("error %q reveals the password %q", msg, tc.password)
+			}
+		})
+	}
+}
+
+func TestExpand(t *testing.T) {
+	t.Setenv("LAKESIDE_TEST_A", "alpha")
+	t.Setenv("LAKESIDE_TEST_EMPTY", "")
+	t.Setenv("LAKESIDE_TEST_REF", "${LAKESIDE_TEST_A}")
+	tests := []struct {
+		in, want string
+		wantErr  string
+	}{
+		{in: "plain", want: "plain"},
+		{in: "${LAKESIDE_TEST_A}", want: "alpha"},
+		{in: "x${LAKESIDE_TEST_A}y${LAKESIDE_TEST_A}", want: "xalphayalpha"},
+		{in: "a${LAKESIDE_TEST_EMPTY}b", want: "ab"},
+		{in: "${LAKESIDE_TEST_REF}", want: "${LAKESIDE_TEST_A}"},
+		{in: "pa$$word$", want: "pa$$word$"},
+		{in: "$LAKESIDE_TEST_A", want: "$LAKESIDE_TEST_A"},
+		{in: "$${LAKESIDE_TEST_A}", want: "${LAKESIDE_TEST_A}"},
+		{in: "$$${LAKESIDE_TEST_A}", want: "$${LAKESIDE_TEST_A}"},
+		{in: "{}$", want: "{}$"},
+		{in: "${LAKESIDE_TEST_UNSET}", wantErr: "environment variable LAKESIDE_TEST_UNSET is not set"},
+		{in: "${}", wantErr: "is not followed by a variable name"},
+		{in: "${1A}", wantErr: "is not followed by a variable name"},
+		{in: "${A-B}", wantErr: "is not followed by a variable name"},
+		{in: "${LAKESIDE_TEST_A", wantErr: "is not followed by a variable name"},
+	}
+	if err := os.Unsetenv("LAKESIDE_TEST_UNSET"); err != nil {
+		t.Fatal(err)
+	}
+	p := &configParser{name: "x.yaml"}
+	for _, tc := range tests {
+		got, err := p.expand("state_dir", tc.in)
+		switch {
+		case tc.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("expand(%q) = %q, %v; want error containing %q", tc.in, got, err, tc.wantErr)
+			}
+		case err != nil || got != tc.want:
+			t.Errorf("expand(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestParseTableName(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    TableName
+		quoted  string
+		wantErr string
+	}{
+		{in: "public.stock", want: TableName{Schema: "public", Name: "stock"}, quoted: `"public"."stock"`},
+		{in: "Sales.Order Lines", want: TableName{Schema: "Sales", Name: "Order Lines"}, quoted: `"Sales"."Order Lines"`},
+		{in: `s.a"b`, want: TableName{"s", `a"b`}, quoted: `"s"."a""b"`},
+		{in: "stock", wantErr: "missing schema"},
+		{in: "a.b.c", wantErr: `more than one "."`},
+		{in: ".stock", wantErr: "empty schema"},
+		{in: "public.", wantErr: "empty table name"},
+		{in: ".", wantErr: "empty schema"},
+		{in: "", wantErr: "missing schema"},
+		{in: "public.a\x00b", wantErr: "NUL"},
+		{in: "public." + strings.Repeat("x", 64), wantErr: "at most 63 bytes"},
+	}
+	for _, tc := range tests {
+		got, err := ParseTableName(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ParseTableName(%q) = %v, %v; want error containing %q", tc.in, got, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ParseTableName(%q) = %#v, %v; want %#v", tc.in, got, err, tc.want)
+			continue
+		}
+		if got.String() != tc.in {
+			t.Errorf("%#v.String() = %q, want %q", got, got.String(), tc.in)
+		}
+		if got.Quoted() != tc.quoted {
+			t.Errorf("%#v.Quoted() = %q, want %q", got, got.Quoted(), tc.quoted)
+		}
+	}
+}
+
+func TestSlogLevel(t *testing.T) {
+	for level, want := range map[string]slog.Level{
+		"debug": slog.LevelDebug,
+		"info":  slog.LevelInfo,
+		"warn":  slog.LevelWarn,
+		"error": slog.LevelError,
+		"":      slog.LevelInfo,
+	} {
+		c := &Config{Log: LogConfig{Level: level}}
+		if got := c.SlogLevel(); got != want {
+			t.Errorf("SlogLevel() with level %q = %v, want %v", level, got, want)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package pgtest
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+func TestStartNewDatabaseConn(t *testing.T) {
+	c := Start(t, map[string]string{"max_connections": "30"}, map[string]string{"max_connections": "40"})
+
+	admin := Conn(t, c.DSN("postgres"))
+	var maxConns, walLevel string
+	if err := admin.QueryRow(t.Context(), "SELECT current_setting('max_connections'), current_setting('wal_level')").Scan(&maxConns, &walLevel); err != nil {
+		t.Fatal(err)
+	}
+	if maxConns != "40" || walLevel != "logical" {
+		t.Fatalf("max_connections=%s wal_level=%s, want 40 and logical", maxConns, walLevel)
+	}
+
+	db1, db2 := NewDatabase(t, c), NewDatabase(t, c)
+	if db1 == db2 {
+		t.Fatalf("NewDatabase returned %q twice", db1)
+	}
+	conn := Conn(t, c.TCPDSN(db1))
+	var got string
+	if err := conn.QueryRow(t.Context(), "SELECT current_database()").Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != db1 {
+		t.Fatalf("current_database = %q, want %q", got, db1)
+	}
+}
+
+func TestNewDatabaseCleanup(t *testing.T) {
+	c := Start(t)
+	admin := Conn(t, c.DSN("postgres"))
+
+	var db string
+	t.Run("with slots", func(t *testing.T) {
+		// Registered before NewDatabase so that it runs after the drop: the
+		// drop must cope with a walsender still streaming from a slot.
+		var repl *pgconn.PgConn
+		t.Cleanup(func() {
+			if repl != nil {
+				_ = repl.Close(context.Background())
+			}
+		})
+		db = NewDatabase(t, c)
+		if err := c.Exec(t.Context(), db, `
+			CREATE TABLE t (id int PRIMARY KEY);
+			CREATE PUBLICATION p FOR ALL TABLES;`); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Exec(t.Context(), db, `SELECT pg_create_logical_replication_slot('idle', 'pgoutput')`); err != nil {
+			t.Fatal(err)
+		}
+		// An active slot: a walsender streaming from it.
+		var err error
+		repl, err = pgconn.Connect(t.Context(), c.DSN(db)+" replication=database")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pglogrepl.CreateReplicationSlot(t.Context(), repl, "busy", "pgoutput", pglogrepl.CreateReplicationSlotOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := pglogrepl.StartReplication(t.Context(), repl, "busy", 0, pglogrepl.StartReplicationOptions{
+			PluginArgs: []string{"proto_version '1'", "publication_names 'p'"},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	var n int
+	if err := admin.QueryRow(t.Context(), "SELECT (SELECT count(*) FROM pg_database WHERE datname = $1) + (SELECT count(*) FROM pg_replication_slots)", db).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("database %s or its slots survived cleanup (%d left)", db, n)
+	}
+
+	t.Run("cluster gone", func(t *testing.T) {
+		NewDatabase(t, c)
+		if err := c.StopServer(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := c.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDatabaseName(t *testing.T) {
+	for in, prefix := range map[string]string{
+		"TestFoo":                             "testfoo_",
+		"TestFoo/sub case#01":                 "testfoo_sub_case_01_",
+		"123":                                 "db_123_",
+		"///":                                 "db_",
+		strings.Repeat("TestLong", 20):        strings.Repeat("testlong", 5) + "_",
+		"TestÜmlaut/Ä":                        "test_mlaut_",
+		"Test__Double--Sep":                   "test_double_sep_",
+		"TestTrailing/":                       "testtrailing_",
+		"TestCase/" + strings.Repeat("x", 50): "testcase_" + strings.Repeat("x", 31) + "_",
+	} {
+		got := databaseName(in)
+		if !strings.HasPrefix(got, prefix) || len(got) != len(prefix)+8 || len(got) > 63 {
+			t.Errorf("databaseName(%q) = %q, want prefix %q plus 8 hex digits", in, got, prefix)
+		}
+	}
+	if databaseName("TestX") == databaseName("TestX") {
+		t.Error("databaseName is not unique")
+	}
+}
