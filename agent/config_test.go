@@ -179,7 +179,7 @@ func goodConfigs() []goodConfig {
 				DSN:            "host=db.branch.example port=5433 dbname=shop user=lakeside password=hunter22 sslmode=require",
 				Slot:           "lakeside_branch_7",
 				Publication:    "Lakeside-Pub",
-				Tables:         []TableName{{Schema: "public", Name: "stock"}, {Schema: "sales", Name: "Orders"}, {"odd schema", `odd "name"`}},
+				Tables:         []TableName{{Schema: "public", Name: "stock"}, {Schema: "sales", Name: "Orders"}, {Schema: "odd schema", Name: `odd "name"`}},
 				Snapshot:       "never",
 				StatusInterval: 150 * time.Second,
 			},
