@@ -6,7 +6,7 @@
 GO        ?= go
 BIN       := $(CURDIR)/bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X github.com/lakeside/lakeside/cmd/lakeside.Version=$(VERSION)
+LDFLAGS   := -X main.Version=$(VERSION)
 PG_BINDIR ?= $(shell ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 
 .PHONY: all build test demo bench deps vet fmt clean

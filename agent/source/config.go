@@ -1,0 +1,95 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Table is a source table, by schema and name as they appear in pg_class.
+type Table struct{ Schema, Name string }
+
+// String returns "schema.name".
+func (t Table) String() string { return t.Schema + "." + t.Name }
+
+// Quoted returns the table as a safely quoted SQL identifier.
+func (t Table) Quoted() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
+
+// Config configures a Source.
+type Config struct {
+	// DSN is the PostgreSQL connection string (keyword/value or URL).
+	DSN string
+	// Slot and Publication name the replication slot and publication,
+	// created when missing.
+	Slot        string
+	Publication string
+	// Tables are the tables to capture.
+	Tables []Table
+	// Snapshot asks for an initial snapshot of the tables' existing rows.
+	Snapshot bool
+	// StatusInterval is the longest time between two standby status updates.
+	StatusInterval time.Duration
+	// Logger receives state changes; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// sessionParams are set on every connection so that the text form of values
+// is the one the decoders expect, whatever the server's defaults.
+var sessionParams = map[string]string{
+	"application_name":   "lakeside",
+	"DateStyle":          "ISO, MDY",
+	"IntervalStyle":      "postgres",
+	"TimeZone":           "UTC",
+	"extra_float_digits": "3",
+	"bytea_output":       "hex",
+}
+
+// connConfig parses the DSN and applies the session parameters.
+func (c Config) connConfig(replication bool) (*pgconn.Config, error) {
+	pc, err := pgconn.ParseConfig(c.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("parse dsn: %w", err)
+	}
+	for k, v := range sessionParams {
+		pc.RuntimeParams[k] = v
+	}
+	if replication {
+		pc.RuntimeParams["replication"] = "database"
+	}
+	return pc, nil
+}
+
+// Connect opens an ordinary SQL connection with the session parameters.
+func (c Config) Connect(ctx context.Context) (*pgx.Conn, error) {
+	pc, err := c.connConfig(false)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := pgx.ParseConfig("")
+	if err != nil {
+		return nil, err
+	}
+	cc.Config = *pc
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return conn, nil
+}
+
+// connectReplication opens a logical replication connection.
+func (c Config) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
+	pc, err := c.connConfig(true)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("connect for replication: %w", err)
+	}
+	return conn, nil
+}

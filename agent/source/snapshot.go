@@ -1,0 +1,260 @@
+package source
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lakeside/lakeside/store"
+)
+
+// snapshotChunk is the number of rows spooled per write during the snapshot.
+const snapshotChunk = 2048
+
+// relationFromCatalog describes a table's published columns the way a
+// pgoutput Relation message does, so that the snapshot's rows and the
+// stream's share one schema version when nothing changed.
+func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.LSN) (*store.Relation, error) {
+	rows, err := conn.Query(ctx, `
+		SELECT c.oid, c.relreplident::text, a.attname, a.atttypid, a.atttypmod,
+		       CASE c.relreplident
+		         WHEN 'f' THEN true
+		         WHEN 'd' THEN a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+		         WHEN 'i' THEN a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident)
+		         ELSE false END
+		FROM pg_class c
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+		WHERE n.nspname = $1 AND c.relname = $2
+		ORDER BY a.attnum`, t.Schema, t.Name)
+	if err != nil {
+		return nil, fmt.Errorf("describe %s: %w", t, err)
+	}
+	rel := &store.Relation{Schema: t.Schema, Name: t.Name}
+	for rows.Next() {
+		var col store.Column
+		var ident string
+		if err := rows.Scan(&rel.Key.OID, &ident, &col.Name, &col.TypeOID, &col.TypeMod, &col.Key); err != nil {
+			return nil, fmt.Errorf("describe %s: %w", t, err)
+		}
+		rel.ReplicaIdentity = ident[0]
+		rel.Columns = append(rel.Columns, col)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("describe %s: %w", t, err)
+	}
+	if len(rel.Columns) == 0 {
+		return nil, fatalf("describe %s: table not found or has no columns", t)
+	}
+	rel.Key.LSN = at
+	return rel, nil
+}
+
+// copySnapshot copies every configured table inside the exported snapshot
+// into the snapshot spool, then commits the spool as one transaction at the
+// slot's consistent point.
+func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName string, at store.LSN, decoders *typeDecoders, rels map[uint32]*relationDecoder) error {
+	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	if _, err := conn.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(snapshotName, "'", "''")+"'"); err != nil {
+		return fmt.Errorf("snapshot: use exported snapshot: %w", err)
+	}
+	var total int64
+	start := time.Now()
+	for _, t := range s.cfg.Tables {
+		rel, err := relationFromCatalog(ctx, conn, t, at)
+		if err != nil {
+			return err
+		}
+		if err := s.writer.send(writeOp{kind: opRelation, rel: rel}); err != nil {
+			return err
+		}
+		rd := decoders.forRelation(rel)
+		rels[rel.Key.OID] = rd
+		var estimate int64
+		_ = conn.QueryRow(ctx, `SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1`, rel.Key.OID).Scan(&estimate)
+		cols := make([]string, len(rel.Columns))
+		for i, c := range rel.Columns {
+			cols[i] = pgx.Identifier{c.Name}.Sanitize()
+		}
+		cp := &copyReader{src: s, rd: rd, log: s.log.With("table", t.String()), estimate: estimate, started: time.Now(), lastLog: time.Now()}
+		sql := "COPY " + t.Quoted() + " (" + strings.Join(cols, ", ") + ") TO STDOUT"
+		if _, err := conn.PgConn().CopyTo(ctx, cp, sql); err != nil {
+			return fmt.Errorf("snapshot %s: %w", t, err)
+		}
+		if err := cp.flush(); err != nil {
+			return err
+		}
+		if len(cp.partial) > 0 {
+			return fmt.Errorf("snapshot %s: COPY ended inside a row", t)
+		}
+		total += cp.rows
+		s.log.Info("snapshot copied table", "table", t.String(), "rows", cp.rows, "seconds", time.Since(cp.started).Round(time.Millisecond).Seconds())
+	}
+	h := store.TxnHeader{CommitLSN: at, EndLSN: at, CommitTime: time.Now(), Snapshot: true}
+	if err := s.writer.send(writeOp{kind: opSpoolCommit, spool: store.SnapshotSpool, header: h}); err != nil {
+		return err
+	}
+	s.log.Info("initial snapshot complete", "rows", total, "seconds", time.Since(start).Round(time.Millisecond).Seconds(), "lsn", at.String())
+	return nil
+}
+
+// copyReader receives COPY text output, decodes complete rows, and spools
+// them in chunks. It logs progress every few seconds.
+type copyReader struct {
+	src      *Source
+	rd       *relationDecoder
+	log      *slog.Logger
+	partial  []byte
+	batch    []store.Change
+	rows     int64
+	estimate int64
+	started  time.Time
+	lastLog  time.Time
+}
+
+func (c *copyReader) Write(p []byte) (int, error) {
+	data := p
+	if len(c.partial) > 0 {
+		c.partial = append(c.partial, p...)
+		data = c.partial
+	}
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		if err := c.row(data[:i]); err != nil {
+			return 0, err
+		}
+		data = data[i+1:]
+	}
+	c.partial = append(c.partial[:0], data...)
+	return len(p), nil
+}
+
+// row decodes one line of COPY text format.
+func (c *copyReader) row(line []byte) error {
+	ncols := len(c.rd.cols)
+	vals := make([]store.Value, ncols)
+	for i := 0; i < ncols; i++ {
+		field := line
+		if j := bytes.IndexByte(line, '\t'); j >= 0 {
+			field, line = line[:j], line[j+1:]
+		} else if i != ncols-1 {
+			return fmt.Errorf("snapshot %s: row with %d columns, want %d", c.rd.rel.QualifiedName(), i+1, ncols)
+		} else {
+			line = nil
+		}
+		if len(field) == 2 && field[0] == '\\' && field[1] == 'N' {
+			continue // NULL
+		}
+		v, err := c.rd.cols[i](unescapeCopy(field))
+		if err != nil {
+			return c.rd.columnError(i, field, err)
+		}
+		vals[i] = v
+	}
+	c.batch = append(c.batch, store.Change{Op: store.OpInsert, Relation: c.rd.rel.Key, New: vals})
+	c.rows++
+	if len(c.batch) >= snapshotChunk {
+		return c.flush()
+	}
+	return nil
+}
+
+func (c *copyReader) flush() error {
+	if len(c.batch) > 0 {
+		if err := c.src.writer.send(writeOp{kind: opSpoolAppend, spool: store.SnapshotSpool, changes: c.batch}); err != nil {
+			return err
+		}
+		c.batch = nil
+	}
+	if time.Since(c.lastLog) >= 5*time.Second {
+		c.lastLog = time.Now()
+		elapsed := time.Since(c.started).Seconds()
+		rate := float64(c.rows) / elapsed
+		attrs := []any{"rows", c.rows, "rows_per_second", int64(rate)}
+		if c.estimate > c.rows && rate > 0 {
+			attrs = append(attrs, "eta_seconds", int64(float64(c.estimate-c.rows)/rate))
+		}
+		c.log.Info("snapshot progress", attrs...)
+	}
+	return nil
+}
+
+// unescapeCopy undoes COPY's text-format escaping. Fields without a
+// backslash are returned as they are.
+func unescapeCopy(f []byte) []byte {
+	if bytes.IndexByte(f, '\\') < 0 {
+		return f
+	}
+	out := make([]byte, 0, len(f))
+	for i := 0; i < len(f); i++ {
+		b := f[i]
+		if b != '\\' || i+1 == len(f) {
+			out = append(out, b)
+			continue
+		}
+		i++
+		switch c := f[i]; c {
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'v':
+			out = append(out, '\v')
+		case 'x':
+			v, n := 0, 0
+			for n < 2 && i+1 < len(f) && isHex(f[i+1]) {
+				i++
+				v = v*16 + hexVal(f[i])
+				n++
+			}
+			if n == 0 {
+				out = append(out, 'x')
+			} else {
+				out = append(out, byte(v))
+			}
+		default:
+			if c >= '0' && c <= '7' {
+				v := int(c - '0')
+				for n := 1; n < 3 && i+1 < len(f) && f[i+1] >= '0' && f[i+1] <= '7'; n++ {
+					i++
+					v = v*8 + int(f[i]-'0')
+				}
+				out = append(out, byte(v))
+			} else {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+func isHex(b byte) bool {
+	return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F')
+}
+
+func hexVal(b byte) int {
+	switch {
+	case b >= '0' && b <= '9':
+		return int(b - '0')
+	case b >= 'a' && b <= 'f':
+		return int(b-'a') + 10
+	}
+	return int(b-'A') + 10
+}

@@ -1,0 +1,356 @@
+// Package source captures committed changes from PostgreSQL through logical
+// replication (pgoutput, protocol 2 with streaming) into the queue of the
+// state file, and acknowledges to PostgreSQL only what the queue has made
+// durable.
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lakeside/lakeside/store"
+)
+
+// Source is the replication source of one agent.
+type Source struct {
+	cfg    Config
+	db     *store.DB
+	log    *slog.Logger
+	writer *queueWriter
+
+	mu     sync.Mutex
+	status Status
+	ready  chan struct{}
+	once   sync.Once
+}
+
+// Status describes the source's connection and positions.
+type Status struct {
+	// State is "starting", "snapshot", "streaming" or "disconnected".
+	State string
+	// Since is when State last changed.
+	Since time.Time
+	// DurableLSN is the checkpoint fsync'd in the queue.
+	DurableLSN store.LSN
+	// ConfirmedLSN is the flush position last sent to PostgreSQL.
+	ConfirmedLSN store.LSN
+	// ReceivedLSN is the newest WAL position received.
+	ReceivedLSN store.LSN
+	// ServerWALEnd is the server's WAL end from its last message.
+	ServerWALEnd store.LSN
+	// LastError is the last connection error, if any.
+	LastError string
+}
+
+// New returns a source that writes into db.
+func New(cfg Config, db *store.DB) *Source {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.StatusInterval <= 0 {
+		cfg.StatusInterval = 10 * time.Second
+	}
+	return &Source{cfg: cfg, db: db, log: log, ready: make(chan struct{}),
+		status: Status{State: "starting", Since: time.Now()}}
+}
+
+// Status returns a copy of the current status.
+func (s *Source) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	if s.writer != nil {
+		st.DurableLSN = s.writer.Durable()
+	}
+	return st
+}
+
+// Ready is closed once the source streams from PostgreSQL for the first time.
+func (s *Source) Ready() <-chan struct{} { return s.ready }
+
+func (s *Source) setState(state string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.status.State != state {
+		s.status.State = state
+		s.status.Since = time.Now()
+	}
+	if state == "streaming" {
+		s.once.Do(func() { close(s.ready) })
+	}
+}
+
+func (s *Source) update(fn func(st *Status)) {
+	s.mu.Lock()
+	fn(&s.status)
+	s.mu.Unlock()
+}
+
+// Reconnect backoff bounds.
+const (
+	minBackoff = 200 * time.Millisecond
+	maxBackoff = 30 * time.Second
+)
+
+// Run captures until ctx is cancelled (a clean shutdown returns nil) or an
+// error needs the operator (a *FatalError, or a failure of the state file).
+// Lost connections are retried with capped exponential backoff; the log says
+// so once per change of state, not once per attempt.
+func (s *Source) Run(ctx context.Context) error {
+	var checkpoint store.LSN
+	if err := s.db.View(func(r *store.Reader) error {
+		var err error
+		checkpoint, err = r.Checkpoint()
+		return err
+	}); err != nil {
+		return fmt.Errorf("read checkpoint: %w", err)
+	}
+	w := newQueueWriter(s.db, s.log, checkpoint)
+	s.mu.Lock()
+	s.writer = w
+	s.mu.Unlock()
+	go w.run()
+
+	err := s.loop(ctx)
+	if cerr := w.close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return err
+}
+
+func (s *Source) loop(ctx context.Context) error {
+	backoff := minBackoff
+	var downSince time.Time
+	attempts := 0
+	for {
+		connected := false
+		err := s.session(ctx, func() {
+			connected = true
+			if !downSince.IsZero() {
+				s.log.Info("reconnected to PostgreSQL", "down_seconds", time.Since(downSince).Round(time.Millisecond).Seconds(), "attempts", attempts)
+				downSince = time.Time{}
+			}
+			attempts = 0
+			backoff = minBackoff
+		})
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			continue // the session asked to start over at once
+		}
+		if IsFatal(err) || s.writer.failureIfAny() != nil {
+			s.setState("stopped")
+			return err
+		}
+		s.update(func(st *Status) { st.LastError = err.Error() })
+		s.setState("disconnected")
+		attempts++
+		if downSince.IsZero() || connected {
+			downSince = time.Now()
+			s.log.Warn("lost PostgreSQL; retrying with backoff", "err", err, "max_backoff", maxBackoff.String())
+		}
+		// Full jitter keeps a fleet of branch agents from reconnecting in step.
+		sleep := minBackoff + rand.N(backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(sleep):
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+func (w *queueWriter) failureIfAny() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// session runs one connection's worth of capture: preflight, setup, the
+// initial snapshot when it is due, and streaming. onStreaming is called when
+// replication has started.
+func (s *Source) session(ctx context.Context, onStreaming func()) error {
+	conn, err := s.cfg.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	checks, err := Preflight(ctx, conn, s.cfg)
+	if err != nil {
+		return err
+	}
+	if bad := failed(checks); len(bad) > 0 {
+		return &FatalError{Err: &PreflightError{Failed: bad}}
+	}
+
+	repl, err := s.cfg.connectReplication(ctx)
+	if err != nil {
+		return err
+	}
+	defer repl.Close(context.WithoutCancel(ctx))
+
+	sys, err := pglogrepl.IdentifySystem(ctx, repl)
+	if err != nil {
+		return fmt.Errorf("identify system: %w", err)
+	}
+	var state *store.SlotState
+	if err := s.db.View(func(r *store.Reader) error {
+		state, err = r.SlotState()
+		return err
+	}); err != nil {
+		return err
+	}
+	if state != nil && (state.SystemID != sys.SystemID || state.Database != sys.DBName || state.Slot != s.cfg.Slot) {
+		return fatalf("state in %s belongs to slot %q of database %q on server %s, not slot %q of database %q on server %s; point state_dir at a new directory to start over",
+			s.db.Path(), state.Slot, state.Database, state.SystemID, s.cfg.Slot, sys.DBName, sys.SystemID)
+	}
+
+	created, added, err := ensurePublication(ctx, conn, s.cfg)
+	if err != nil {
+		return err
+	}
+	if created {
+		s.log.Info("created publication", "publication", s.cfg.Publication)
+	}
+	for _, t := range added {
+		s.log.Info("added table to publication", "publication", s.cfg.Publication, "table", t.String())
+	}
+
+	slot, err := readSlot(ctx, conn, s.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if state != nil && !state.SnapshotDone {
+		s.log.Warn("setup or initial snapshot was interrupted; starting it over", "slot", s.cfg.Slot)
+		if slot.exists {
+			if err := pglogrepl.DropReplicationSlot(ctx, repl, s.cfg.Slot, pglogrepl.DropReplicationSlotOptions{}); err != nil {
+				return fmt.Errorf("drop interrupted slot: %w", err)
+			}
+			slot = slotInfo{}
+		}
+		if err := s.writer.send(writeOp{kind: opClearState}); err != nil {
+			return err
+		}
+		if err := s.writer.sync(ctx); err != nil {
+			return err
+		}
+		state = nil
+	}
+
+	decoders := newTypeDecoders()
+	rels := map[uint32]*relationDecoder{}
+	if state == nil {
+		if slot.exists {
+			return fatalf("replication slot %q already exists, but %s has no record of it, so the changes it holds would be skipped; drop it if nothing else uses it: %s -- or use another source.slot",
+				s.cfg.Slot, s.db.Path(), dropSlotSQL(s.cfg.Slot))
+		}
+		if err := s.createSlot(ctx, conn, repl, sys, decoders, rels); err != nil {
+			return err
+		}
+	} else if err := s.checkSlot(slot, sys.DBName); err != nil {
+		return err
+	}
+
+	if err := s.writer.send(writeOp{kind: opDiscardSpools}); err != nil {
+		return err
+	}
+	if err := s.writer.sync(ctx); err != nil {
+		return err
+	}
+	start := s.writer.Durable()
+	pub := pgx.Identifier{s.cfg.Publication}.Sanitize()
+	err = pglogrepl.StartReplication(ctx, repl, s.cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{
+			"proto_version '2'",
+			"publication_names '" + strings.ReplaceAll(pub, "'", "''") + "'",
+			"streaming 'on'",
+			"messages 'false'",
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("start replication: %w", err)
+	}
+	s.log.Info("streaming from PostgreSQL", "slot", s.cfg.Slot, "from", start.String())
+	s.setState("streaming")
+	s.update(func(st *Status) { st.LastError = "" })
+	onStreaming()
+	st := &stream{s: s, conn: repl, decoders: decoders, rels: rels, lastQueued: start, open: map[uint32]bool{}}
+	return st.run(ctx)
+}
+
+// createSlot creates the replication slot and, when configured, copies the
+// initial snapshot from the slot's exported snapshot. The state records the
+// setup as pending first, so that a crash part-way starts it over cleanly.
+func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, repl replConn, sys pglogrepl.IdentifySystemResult, decoders *typeDecoders, rels map[uint32]*relationDecoder) error {
+	state := &store.SlotState{SystemID: sys.SystemID, Database: sys.DBName, Slot: s.cfg.Slot, Publication: s.cfg.Publication}
+	if err := s.writer.send(writeOp{kind: opSlotState, slot: state}); err != nil {
+		return err
+	}
+	if err := s.writer.sync(ctx); err != nil {
+		return err
+	}
+	action := "NOEXPORT_SNAPSHOT"
+	if s.cfg.Snapshot {
+		action = "EXPORT_SNAPSHOT"
+	}
+	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, s.cfg.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
+	if err != nil {
+		return fmt.Errorf("create replication slot %s: %w", s.cfg.Slot, err)
+	}
+	cp, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		return fmt.Errorf("create replication slot %s: %w", s.cfg.Slot, err)
+	}
+	s.log.Info("created replication slot", "slot", s.cfg.Slot, "consistent_point", res.ConsistentPoint)
+	state.ConsistentPoint = store.LSN(cp)
+	if s.cfg.Snapshot {
+		s.setState("snapshot")
+		if err := s.writer.send(writeOp{kind: opCheckpoint, lsn: state.ConsistentPoint}); err != nil {
+			return err
+		}
+		if err := s.copySnapshot(ctx, conn, res.SnapshotName, state.ConsistentPoint, decoders, rels); err != nil {
+			return err
+		}
+	}
+	done := *state
+	done.SnapshotDone = true
+	for _, op := range []writeOp{{kind: opCheckpoint, lsn: state.ConsistentPoint}, {kind: opSlotState, slot: &done}} {
+		if err := s.writer.send(op); err != nil {
+			return err
+		}
+	}
+	return s.writer.sync(ctx)
+}
+
+// checkSlot compares an existing slot with the state's checkpoint.
+func (s *Source) checkSlot(slot slotInfo, database string) error {
+	checkpoint := s.writer.Durable()
+	switch {
+	case !slot.exists:
+		return fatalf("replication slot %q no longer exists (dropped while the agent was stopped?); changes after %s cannot be captured any more. To start over with a new snapshot, stop the agent, move %s away, and start it again",
+			s.cfg.Slot, checkpoint, s.db.Path())
+	case slot.plugin != "pgoutput":
+		return fatalf("replication slot %q uses plugin %q, not pgoutput", s.cfg.Slot, slot.plugin)
+	case slot.database != database:
+		return fatalf("replication slot %q belongs to database %q, not %q", s.cfg.Slot, slot.database, database)
+	case slot.active:
+		return errors.New("replication slot " + s.cfg.Slot + " is in use by another connection (another agent on the same slot?)")
+	case slot.confirmedFlush > checkpoint:
+		return fatalf("replication slot %q has confirmed %s, beyond this agent's checkpoint %s: the slot was recreated or advanced by someone else, and the changes in between are not in the queue. To start over with a new snapshot, stop the agent, drop the slot (%s), move %s away, and start it again",
+			s.cfg.Slot, slot.confirmedFlush, checkpoint, dropSlotSQL(s.cfg.Slot), s.db.Path())
+	}
+	return nil
+}

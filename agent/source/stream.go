@@ -1,0 +1,393 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/lakeside/lakeside/store"
+)
+
+// replConn is a connection in logical replication mode.
+type replConn = *pgconn.PgConn
+
+// spillChanges is how many changes of a transaction are held in memory
+// before they go to the spool: no transaction, however large, is held whole.
+const spillChanges = 2048
+
+// ackEvery is the shortest time between two status updates sent because
+// the durable position moved.
+const ackEvery = 100 * time.Millisecond
+
+// stream is the state of one replication connection.
+type stream struct {
+	s        *Source
+	conn     replConn
+	decoders *typeDecoders
+	rels     map[uint32]*relationDecoder
+
+	// lastQueued is the end LSN of the newest transaction handed to the
+	// writer; a transaction PostgreSQL sends again at or below it is dropped.
+	lastQueued store.LSN
+	received   store.LSN
+	walEnd     store.LSN
+
+	// The transaction between Begin and Commit (not streamed).
+	inTxn   bool
+	txn     store.Txn
+	spilled bool // part of txn is in the spool under its xid
+
+	// Streamed transactions: the one whose block is being received and the
+	// open ones, whose changes are in the spool.
+	inStream  bool
+	streamXid uint32
+	open      map[uint32]bool
+	buf       []store.Change
+	bufSubXid uint32
+
+	lastStatus    time.Time
+	acked         store.LSN
+	checkpointAsk store.LSN
+}
+
+// run receives and handles messages until ctx is cancelled (then it shuts
+// down cleanly and returns nil) or the connection fails.
+func (st *stream) run(ctx context.Context) error {
+	interval := st.s.cfg.StatusInterval
+	for {
+		if ctx.Err() != nil {
+			return st.shutdown()
+		}
+		durable := st.s.writer.Durable()
+		if time.Since(st.lastStatus) >= interval || (durable != st.acked && time.Since(st.lastStatus) >= ackEvery) {
+			if err := st.sendStatus(ctx, false); err != nil {
+				return err
+			}
+		}
+		deadline := time.Now().Add(min(interval, ackEvery*5))
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		raw, err := st.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return st.shutdown()
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("receive: %w", err)
+		}
+		switch msg := raw.(type) {
+		case *pgproto3.CopyData:
+			if err := st.copyData(ctx, msg.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication: %w", pgconn.ErrorResponseToPgError(msg))
+		case *pgproto3.CopyDone:
+			return errors.New("replication: server ended the stream")
+		}
+	}
+}
+
+// shutdown makes everything received durable, acknowledges it, and returns.
+func (st *stream) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st.flushStream()
+	if err := st.s.writer.sync(ctx); err != nil {
+		return err
+	}
+	if err := st.sendStatus(ctx, false); err != nil {
+		st.s.log.Warn("final acknowledgement failed", "err", err)
+	}
+	st.s.log.Info("stopped streaming", "confirmed", st.acked.String())
+	return nil
+}
+
+// sendStatus sends a standby status update. Write, flush and apply are all
+// set explicitly: flush and apply are the durable checkpoint, write is the
+// newest position received.
+func (st *stream) sendStatus(ctx context.Context, replyRequested bool) error {
+	durable := st.s.writer.Durable()
+	write := max(st.received, durable)
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, st.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pglogrepl.LSN(write),
+		WALFlushPosition: pglogrepl.LSN(durable),
+		WALApplyPosition: pglogrepl.LSN(durable),
+		ClientTime:       time.Now(),
+		ReplyRequested:   replyRequested,
+	})
+	if err != nil {
+		return fmt.Errorf("send status: %w", err)
+	}
+	st.lastStatus = time.Now()
+	st.acked = durable
+	st.s.update(func(s *Status) { s.ConfirmedLSN = durable })
+	return nil
+}
+
+func (st *stream) copyData(ctx context.Context, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse keepalive: %w", err)
+		}
+		st.walEnd = store.LSN(pkm.ServerWALEnd)
+		st.s.update(func(s *Status) { s.ServerWALEnd = st.walEnd })
+		// With nothing in flight, the server's WAL end becomes the
+		// checkpoint once it is durable, so an idle slot holds no WAL.
+		if st.idle() && st.walEnd > st.s.writer.Durable() && st.walEnd > st.checkpointAsk {
+			st.checkpointAsk = st.walEnd
+			if err := st.s.writer.send(writeOp{kind: opCheckpoint, lsn: st.walEnd}); err != nil {
+				return err
+			}
+		}
+		if pkm.ReplyRequested {
+			return st.sendStatus(ctx, false)
+		}
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse xlogdata: %w", err)
+		}
+		if l := store.LSN(xld.WALStart); l > st.received {
+			st.received = l
+		}
+		st.walEnd = max(st.walEnd, store.LSN(xld.ServerWALEnd))
+		if err := st.handle(xld.WALData, store.LSN(xld.WALStart)); err != nil {
+			return err
+		}
+		st.s.update(func(s *Status) { s.ReceivedLSN = st.received; s.ServerWALEnd = st.walEnd })
+	}
+	return nil
+}
+
+// idle reports whether no transaction is in progress on this connection.
+func (st *stream) idle() bool { return !st.inTxn && !st.inStream && len(st.open) == 0 }
+
+// handle decodes one pgoutput message.
+func (st *stream) handle(data []byte, at store.LSN) error {
+	msg, err := pglogrepl.ParseV2(data, st.inStream)
+	if err != nil {
+		return fmt.Errorf("parse pgoutput message: %w", err)
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.RelationMessageV2:
+		return st.relation(&m.RelationMessage, at)
+	case *pglogrepl.BeginMessage:
+		st.inTxn, st.spilled = true, false
+		st.txn = store.Txn{TxnHeader: store.TxnHeader{Xid: m.Xid}}
+	case *pglogrepl.CommitMessage:
+		return st.commit(m)
+	case *pglogrepl.InsertMessageV2:
+		rd, err := st.relationFor(m.RelationID)
+		if err != nil {
+			return err
+		}
+		vals, err := rd.decodeTuple(m.Tuple)
+		if err != nil {
+			return err
+		}
+		return st.add(m.Xid, store.Change{Op: store.OpInsert, Relation: rd.rel.Key, New: vals})
+	case *pglogrepl.UpdateMessageV2:
+		rd, err := st.relationFor(m.RelationID)
+		if err != nil {
+			return err
+		}
+		newVals, err := rd.decodeTuple(m.NewTuple)
+		if err != nil {
+			return err
+		}
+		oldVals, err := rd.decodeTuple(m.OldTuple)
+		if err != nil {
+			return err
+		}
+		return st.add(m.Xid, store.Change{Op: store.OpUpdate, Relation: rd.rel.Key, New: newVals, Old: oldVals,
+			OldIsKey: m.OldTupleType == pglogrepl.UpdateMessageTupleTypeKey})
+	case *pglogrepl.DeleteMessageV2:
+		rd, err := st.relationFor(m.RelationID)
+		if err != nil {
+			return err
+		}
+		oldVals, err := rd.decodeTuple(m.OldTuple)
+		if err != nil {
+			return err
+		}
+		return st.add(m.Xid, store.Change{Op: store.OpDelete, Relation: rd.rel.Key, Old: oldVals,
+			OldIsKey: m.OldTupleType == pglogrepl.DeleteMessageTupleTypeKey})
+	case *pglogrepl.TruncateMessageV2:
+		for _, oid := range m.RelationIDs {
+			rd, err := st.relationFor(oid)
+			if err != nil {
+				return err
+			}
+			if err := st.add(m.Xid, store.Change{Op: store.OpTruncate, Relation: rd.rel.Key}); err != nil {
+				return err
+			}
+		}
+	case *pglogrepl.StreamStartMessageV2:
+		st.inStream, st.streamXid = true, m.Xid
+		st.open[m.Xid] = true
+	case *pglogrepl.StreamStopMessageV2:
+		if err := st.flushStream(); err != nil {
+			return err
+		}
+		st.inStream = false
+	case *pglogrepl.StreamCommitMessageV2:
+		return st.streamCommit(m)
+	case *pglogrepl.StreamAbortMessageV2:
+		if err := st.flushStream(); err != nil {
+			return err
+		}
+		if m.Xid == m.SubXid {
+			delete(st.open, m.Xid)
+		}
+		return st.s.writer.send(writeOp{kind: opSpoolAbort, spool: store.SpoolID(m.Xid), subXid: m.SubXid})
+	}
+	// Type, origin and logical decoding messages carry nothing to capture.
+	return nil
+}
+
+// relation records a Relation message, keeping a new schema version in the
+// schema history when the table's shape changed.
+func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
+	rel := &store.Relation{
+		Key:             store.RelationKey{OID: m.RelationID, LSN: at},
+		Schema:          m.Namespace,
+		Name:            m.RelationName,
+		ReplicaIdentity: m.ReplicaIdentity,
+		Columns:         make([]store.Column, len(m.Columns)),
+	}
+	for i, c := range m.Columns {
+		rel.Columns[i] = store.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 == 1}
+	}
+	if cur, ok := st.rels[m.RelationID]; ok && cur.rel.SameShape(rel) {
+		return nil
+	}
+	if cur := st.knownShape(rel); cur != nil {
+		st.rels[m.RelationID] = st.decoders.forRelation(cur)
+		return nil
+	}
+	if _, had := st.rels[m.RelationID]; had {
+		st.s.log.Info("table schema changed", "table", rel.QualifiedName(), "columns", len(rel.Columns), "lsn", at.String())
+	}
+	st.rels[m.RelationID] = st.decoders.forRelation(rel)
+	return st.s.writer.send(writeOp{kind: opRelation, rel: rel})
+}
+
+// knownShape returns the newest recorded schema version of the table when it
+// has the same shape, so that a reconnect does not record a duplicate.
+func (st *stream) knownShape(rel *store.Relation) *store.Relation {
+	var found *store.Relation
+	_ = st.s.db.View(func(r *store.Reader) error {
+		all, err := r.Relations()
+		if err != nil {
+			return err
+		}
+		for k, v := range all {
+			if k.OID == rel.Key.OID && (found == nil || k.LSN > found.Key.LSN) {
+				found = v
+			}
+		}
+		return nil
+	})
+	if found != nil && found.SameShape(rel) {
+		return found
+	}
+	return nil
+}
+
+func (st *stream) relationFor(oid uint32) (*relationDecoder, error) {
+	rd, ok := st.rels[oid]
+	if !ok {
+		return nil, fmt.Errorf("change for relation %d before its Relation message", oid)
+	}
+	return rd, nil
+}
+
+// add adds a change to the current transaction, or to the current stream
+// block's buffer when streaming.
+func (st *stream) add(subXid uint32, c store.Change) error {
+	if st.inStream {
+		if len(st.buf) > 0 && (subXid != st.bufSubXid || len(st.buf) >= spillChanges) {
+			if err := st.flushStream(); err != nil {
+				return err
+			}
+		}
+		st.bufSubXid = subXid
+		st.buf = append(st.buf, c)
+		return nil
+	}
+	if !st.inTxn {
+		return errors.New("change outside a transaction")
+	}
+	st.txn.Changes = append(st.txn.Changes, c)
+	if len(st.txn.Changes) >= spillChanges {
+		st.spilled = true
+		changes := st.txn.Changes
+		st.txn.Changes = nil
+		return st.s.writer.send(writeOp{kind: opSpoolAppend, spool: store.SpoolID(st.txn.Xid), subXid: st.txn.Xid, changes: changes})
+	}
+	return nil
+}
+
+// flushStream spools the buffered changes of the current stream block.
+func (st *stream) flushStream() error {
+	if len(st.buf) == 0 {
+		return nil
+	}
+	changes := st.buf
+	st.buf = nil
+	return st.s.writer.send(writeOp{kind: opSpoolAppend, spool: store.SpoolID(st.streamXid), subXid: st.bufSubXid, changes: changes})
+}
+
+// commit queues the transaction that just committed, unless it is at or
+// below what is already queued (PostgreSQL resending after a restart).
+func (st *stream) commit(m *pglogrepl.CommitMessage) error {
+	st.inTxn = false
+	h := st.txn.TxnHeader
+	h.CommitLSN, h.EndLSN, h.CommitTime = store.LSN(m.CommitLSN), store.LSN(m.TransactionEndLSN), m.CommitTime
+	id := store.SpoolID(h.Xid)
+	if h.EndLSN <= st.lastQueued {
+		st.txn = store.Txn{}
+		if st.spilled {
+			return st.s.writer.send(writeOp{kind: opSpoolAbort, spool: id, subXid: h.Xid})
+		}
+		return nil
+	}
+	st.lastQueued = h.EndLSN
+	if st.spilled {
+		if len(st.txn.Changes) > 0 {
+			if err := st.s.writer.send(writeOp{kind: opSpoolAppend, spool: id, subXid: h.Xid, changes: st.txn.Changes}); err != nil {
+				return err
+			}
+		}
+		st.txn = store.Txn{}
+		return st.s.writer.send(writeOp{kind: opSpoolCommit, spool: id, header: h})
+	}
+	txn := &store.Txn{TxnHeader: h, Changes: st.txn.Changes}
+	st.txn = store.Txn{}
+	return st.s.writer.send(writeOp{kind: opAppendTxn, txn: txn})
+}
+
+// streamCommit queues a streamed transaction from its spool.
+func (st *stream) streamCommit(m *pglogrepl.StreamCommitMessageV2) error {
+	delete(st.open, m.Xid)
+	id := store.SpoolID(m.Xid)
+	h := store.TxnHeader{Xid: m.Xid, CommitLSN: store.LSN(m.CommitLSN), EndLSN: store.LSN(m.TransactionEndLSN), CommitTime: m.CommitTime}
+	if h.EndLSN <= st.lastQueued {
+		return st.s.writer.send(writeOp{kind: opSpoolAbort, spool: id, subXid: m.Xid})
+	}
+	st.lastQueued = h.EndLSN
+	return st.s.writer.send(writeOp{kind: opSpoolCommit, spool: id, header: h})
+}

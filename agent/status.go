@@ -1,0 +1,156 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/lakeside/lakeside/store"
+)
+
+// Status is the object printed by `lakeside status --json` and served by the
+// control socket.
+type Status struct {
+	// Running tells whether an agent answered; otherwise the figures come
+	// from the state file alone.
+	Running bool `json:"running"`
+	// State is the source's state: starting, snapshot, streaming,
+	// disconnected or stopped.
+	State string `json:"state"`
+	Slot  string `json:"slot"`
+	// ConfirmedLSN is the flush position acknowledged to PostgreSQL (when
+	// no agent runs: the durable checkpoint, which the agent acknowledges
+	// on a clean stop).
+	ConfirmedLSN string `json:"confirmed_lsn"`
+	// CheckpointLSN is the position durable in the queue.
+	CheckpointLSN string `json:"checkpoint_lsn"`
+	ReceivedLSN   string `json:"received_lsn,omitempty"`
+	ServerWALEnd  string `json:"server_wal_end,omitempty"`
+	// LagBytes is the server's WAL end minus the confirmed position.
+	LagBytes  int64         `json:"lag_bytes"`
+	Queue     QueueStatus   `json:"queue"`
+	Tables    []TableStatus `json:"tables"`
+	LastError string        `json:"last_error,omitempty"`
+}
+
+// QueueStatus summarises the queue.
+type QueueStatus struct {
+	Entries int64 `json:"entries"`
+	Bytes   int64 `json:"bytes"`
+}
+
+// TableStatus describes one Delta table.
+type TableStatus struct {
+	Name          string `json:"name"`
+	Kind          string `json:"kind"`
+	Path          string `json:"path"`
+	Version       int64  `json:"version"`
+	AppliedLSN    string `json:"applied_lsn"`
+	RemoteVersion *int64 `json:"remote_version"`
+}
+
+// stateStatus fills the parts of the status that the state file holds.
+func stateStatus(r *store.Reader, st *Status) error {
+	cp, err := r.Checkpoint()
+	if err != nil {
+		return err
+	}
+	qs, err := r.QueueStats()
+	if err != nil {
+		return err
+	}
+	st.CheckpointLSN = cp.String()
+	st.Queue = QueueStatus{Entries: qs.Transactions, Bytes: qs.Bytes}
+	if st.Tables == nil {
+		st.Tables = []TableStatus{}
+	}
+	return nil
+}
+
+// Status reports on the running agent.
+func (a *Agent) Status() (*Status, error) {
+	src := a.src.Status()
+	st := &Status{
+		Running:      true,
+		State:        src.State,
+		Slot:         a.cfg.Source.Slot,
+		ConfirmedLSN: src.ConfirmedLSN.String(),
+		ReceivedLSN:  src.ReceivedLSN.String(),
+		ServerWALEnd: src.ServerWALEnd.String(),
+		LastError:    src.LastError,
+	}
+	if src.ServerWALEnd > src.ConfirmedLSN {
+		st.LagBytes = int64(src.ServerWALEnd - src.ConfirmedLSN)
+	}
+	if err := a.db.View(func(r *store.Reader) error { return stateStatus(r, st) }); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (a *Agent) controlHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		st, err := a.Status()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(st)
+	})
+	return mux
+}
+
+// ReadStatus asks the agent running on stateDir for its status through the
+// control socket, or, when none runs, reads the state file.
+func ReadStatus(ctx context.Context, cfg *Config) (*Status, error) {
+	sock := filepath.Join(cfg.StateDir, SocketName)
+	client := &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}},
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lakeside/status", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err == nil {
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return nil, fmt.Errorf("read status: %w", err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("agent status: %s", body)
+		}
+		var st Status
+		if err := json.Unmarshal(body, &st); err != nil {
+			return nil, fmt.Errorf("decode status: %w", err)
+		}
+		return &st, nil
+	}
+	db, err := store.Open(cfg.StateDir, store.Options{ReadOnly: true, LockTimeout: 2 * time.Second})
+	if errors.Is(err, store.ErrLocked) {
+		return nil, fmt.Errorf("an agent holds %s but does not answer on %s", cfg.StateDir, sock)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("no agent is running and the state cannot be read: %w", err)
+	}
+	defer db.Close()
+	st := &Status{State: "stopped", Slot: cfg.Source.Slot}
+	if err := db.View(func(r *store.Reader) error { return stateStatus(r, st) }); err != nil {
+		return nil, err
+	}
+	st.ConfirmedLSN = st.CheckpointLSN
+	return st, nil
+}

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/agent/pgcluster"
+	"github.com/lakeside/lakeside/agent/source"
+	"github.com/lakeside/lakeside/store"
+)
+
+// demoCommand runs the agent on a throwaway PostgreSQL with an inventory
+// workload and prints what it captures.
+type demoCommand struct {
+	stdout, stderr io.Writer
+	duration       time.Duration
+	stateDir       string
+}
+
+func (c *demoCommand) ParseFlags(args []string) error {
+	fs := flag.NewFlagSet("lakeside demo", flag.ContinueOnError)
+	fs.DurationVar(&c.duration, "duration", 0, "stop after this long (0: run until interrupted)")
+	fs.StringVar(&c.stateDir, "state-dir", "", "state directory (default: a temporary one)")
+	return fs.Parse(args)
+}
+
+const demoSchema = `
+CREATE TABLE products (
+	id         serial PRIMARY KEY,
+	sku        text NOT NULL UNIQUE,
+	name       text NOT NULL,
+	price      numeric(10,2) NOT NULL,
+	tags       text[] NOT NULL DEFAULT '{}',
+	updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE stock (
+	product_id int PRIMARY KEY REFERENCES products(id) ON DELETE CASCADE,
+	quantity   int NOT NULL,
+	location   text NOT NULL,
+	updated_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO products (sku, name, price, tags)
+SELECT 'SKU-' || g, 'Product ' || g, round((random() * 100)::numeric, 2), ARRAY['demo']
+FROM generate_series(1, 50) g;
+INSERT INTO stock (product_id, quantity, location)
+SELECT id, (random() * 100)::int, 'aisle ' || (id % 7 + 1) FROM products;
+`
+
+func (c *demoCommand) Run(ctx context.Context) error {
+	if c.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.duration)
+		defer cancel()
+	}
+	log := slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	fmt.Fprintln(c.stdout, "starting a throwaway PostgreSQL …")
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer cluster.Stop(context.WithoutCancel(ctx))
+	if err := cluster.CreateDatabase(ctx, "shop"); err != nil {
+		return err
+	}
+	if err := cluster.Exec(ctx, "shop", demoSchema); err != nil {
+		return fmt.Errorf("create demo schema: %w", err)
+	}
+
+	stateDir := c.stateDir
+	if stateDir == "" {
+		stateDir, err = os.MkdirTemp("", "lakeside-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(stateDir)
+	}
+	cfg := &agent.Config{
+		Source: agent.SourceConfig{
+			DSN:            cluster.DSN("shop"),
+			Slot:           agent.DefaultSlot,
+			Publication:    agent.DefaultPublication,
+			Tables:         []agent.TableName{{Schema: "public", Name: "products"}, {Schema: "public", Name: "stock"}},
+			Snapshot:       agent.SnapshotInitial,
+			StatusInterval: agent.DefaultStatusInterval,
+		},
+		StateDir: stateDir,
+		Log:      agent.LogConfig{Level: "info", Format: "text"},
+	}
+	fmt.Fprintf(c.stdout, "PostgreSQL at %s; state in %s\n", cluster.DSN("shop"), stateDir)
+	fmt.Fprintln(c.stdout, "capturing public.products and public.stock; press Ctrl-C to stop")
+
+	a := agent.New(cfg, log)
+	if err := a.Open(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+
+	go runDemoWorkload(ctx, cfg.SourceConfig(nil), log)
+	printer := &capturePrinter{w: c.stdout, db: a.DB()}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			printer.print()
+			return err
+		case <-tick.C:
+			printer.print()
+		}
+	}
+}
+
+// runDemoWorkload changes stock levels and prices steadily, with an
+// occasional new product, until ctx ends.
+func runDemoWorkload(ctx context.Context, cfg source.Config, log *slog.Logger) {
+	conn, err := cfg.Connect(ctx)
+	if err != nil {
+		log.Error("demo workload", "err", err)
+		return
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for n := 0; ctx.Err() == nil; n++ {
+		var err error
+		switch {
+		case n%20 == 19:
+			_, err = conn.Exec(ctx, `WITH p AS (INSERT INTO products (sku, name, price) VALUES ($1, $2, $3) RETURNING id)
+				INSERT INTO stock (product_id, quantity, location) SELECT id, 10, 'receiving' FROM p`,
+				fmt.Sprintf("SKU-N%d", n), fmt.Sprintf("New product %d", n), rand.IntN(10000)/100.0)
+		case n%7 == 6:
+			_, err = conn.Exec(ctx, `UPDATE products SET price = price * 1.05, updated_at = now() WHERE id = $1`, 1+rand.IntN(50))
+		default:
+			err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				for i := 0; i < 1+rand.IntN(3); i++ {
+					if _, err := tx.Exec(ctx, `UPDATE stock SET quantity = greatest(quantity + $2, 0), updated_at = now() WHERE product_id = $1`,
+						1+rand.IntN(50), rand.IntN(21)-10); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Warn("demo workload", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// capturePrinter prints the transactions that reached the queue.
+type capturePrinter struct {
+	w    io.Writer
+	db   *store.DB
+	last store.LSN
+	rels map[store.RelationKey]*store.Relation
+}
+
+func (p *capturePrinter) print() {
+	_ = p.db.View(func(r *store.Reader) error {
+		rels, err := r.Relations()
+		if err != nil {
+			return err
+		}
+		p.rels = rels
+		return r.Txns(p.last, func(h *store.TxnHeader, t *store.TxnCursor) error {
+			p.last = h.EndLSN
+			counts := map[string]int{}
+			var order []string
+			err := t.Chunks(func(changes []store.Change) error {
+				for _, ch := range changes {
+					name := "?"
+					if rel := p.rels[ch.Relation]; rel != nil {
+						name = rel.QualifiedName()
+					}
+					k := ch.Op.String() + " " + name
+					if counts[k] == 0 {
+						order = append(order, k)
+					}
+					counts[k]++
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			parts := make([]string, len(order))
+			for i, k := range order {
+				parts[i] = fmt.Sprintf("%d× %s", counts[k], k)
+			}
+			kind := "txn"
+			if h.Snapshot {
+				kind = "snapshot"
+			}
+			fmt.Fprintf(p.w, "captured %-8s xid=%-6d end_lsn=%-11s %s\n", kind, h.Xid, h.EndLSN, strings.Join(parts, ", "))
+			return nil
+		})
+	})
+}

@@ -1,0 +1,99 @@
+// Command lakeside is the Lakeside agent: it captures committed changes from
+// PostgreSQL into a crash-safe local queue.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/lakeside/lakeside/agent"
+)
+
+// Version is set at build time from git describe.
+var Version = "dev"
+
+// command is one subcommand.
+type command interface {
+	ParseFlags(args []string) error
+	Run(ctx context.Context) error
+}
+
+func main() {
+	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Main runs the command line and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	var cmd command
+	switch args[0] {
+	case "run":
+		cmd = &runCommand{stderr: stderr}
+	case "check":
+		cmd = &checkCommand{stdout: stdout}
+	case "status":
+		cmd = &statusCommand{stdout: stdout}
+	case "demo":
+		cmd = &demoCommand{stdout: stdout, stderr: stderr}
+	case "version":
+		cmd = &versionCommand{stdout: stdout}
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "lakeside: unknown command %q\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	if err := cmd.ParseFlags(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "lakeside %s: %v\n", args[0], err)
+		return 2
+	}
+	if err := cmd.Run(ctx); err != nil {
+		fmt.Fprintf(stderr, "lakeside %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `Lakeside captures PostgreSQL changes into a crash-safe local queue.
+
+Usage:
+  lakeside run     --config FILE   run the agent
+  lakeside check   --config FILE   check PostgreSQL prerequisites and exit
+  lakeside status  --config FILE   show the agent's positions and queue (--json)
+  lakeside demo                    run on a throwaway PostgreSQL with a sample workload
+  lakeside version                 print the version
+`)
+}
+
+// newLogger builds the logger the configuration asks for.
+func newLogger(cfg *agent.Config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.SlogLevel()}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// configFlag registers --config on fs.
+func configFlag(fs *flag.FlagSet) *string {
+	return fs.String("config", agent.DefaultConfigPath, "configuration `file`")
+}
