@@ -24,6 +24,9 @@ const spillChanges = 2048
 // the durable position moved.
 const ackEvery = 100 * time.Millisecond
 
+// idleProbe is how often an idle connection asks the server for its WAL end.
+const idleProbe = time.Second
+
 // stream is the state of one replication connection.
 type stream struct {
 	s        *Source
@@ -64,7 +67,15 @@ func (st *stream) run(ctx context.Context) error {
 			return st.shutdown()
 		}
 		durable := st.s.writer.Durable()
-		if time.Since(st.lastStatus) >= interval || (durable != st.acked && time.Since(st.lastStatus) >= ackEvery) {
+		sinceStatus := time.Since(st.lastStatus)
+		switch {
+		case st.idle() && sinceStatus >= idleProbe:
+			// Ask for a keepalive: its WAL end becomes the checkpoint, so
+			// an idle slot's confirmed position follows the server's WAL.
+			if err := st.sendStatus(ctx, true); err != nil {
+				return err
+			}
+		case sinceStatus >= interval || (durable != st.acked && sinceStatus >= ackEvery):
 			if err := st.sendStatus(ctx, false); err != nil {
 				return err
 			}

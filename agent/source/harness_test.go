@@ -1,0 +1,193 @@
+package source
+
+import (
+	"context"
+	"strconv"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lakeside/lakeside/agent/pgcluster"
+	"github.com/lakeside/lakeside/agent/pgtest"
+	"github.com/lakeside/lakeside/store"
+)
+
+// harness runs a Source in-process against a throwaway PostgreSQL.
+type harness struct {
+	t        *testing.T
+	cluster  *pgcluster.Cluster
+	dsn      string
+	conn     *pgx.Conn
+	stateDir string
+	cfg      Config
+
+	db     *store.DB
+	src    *Source
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func newHarness(t *testing.T, settings ...map[string]string) *harness {
+	t.Helper()
+	c := pgtest.Start(t, settings...)
+	name := pgtest.NewDatabase(t, c)
+	h := &harness{t: t, cluster: c, dsn: c.DSN(name), stateDir: t.TempDir()}
+	h.conn = pgtest.Conn(t, h.dsn)
+	h.cfg = Config{
+		DSN:            h.dsn,
+		Slot:           "lakeside_test",
+		Publication:    "lakeside_test",
+		Snapshot:       true,
+		StatusInterval: time.Second,
+		Logger:         slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+	t.Cleanup(func() {
+		if h.src != nil {
+			h.stop()
+		}
+	})
+	return h
+}
+
+func (h *harness) exec(sqls ...string) {
+	h.t.Helper()
+	for _, sql := range sqls {
+		if _, err := h.conn.Exec(context.Background(), sql); err != nil {
+			h.t.Fatalf("%s: %v", sql, err)
+		}
+	}
+}
+
+// xid runs sql in one transaction and returns the transaction's xid.
+func (h *harness) xid(sql string, args ...any) uint32 {
+	h.t.Helper()
+	ctx := context.Background()
+	var xid int64
+	err := pgx.BeginFunc(ctx, h.conn, func(tx pgx.Tx) error {
+		if sql != "" {
+			if _, err := tx.Exec(ctx, sql, args...); err != nil {
+				return err
+			}
+		}
+		return tx.QueryRow(ctx, "SELECT (pg_current_xact_id()::text::bigint % 4294967296)").Scan(&xid)
+	})
+	if err != nil {
+		h.t.Fatalf("%s: %v", sql, err)
+	}
+	return uint32(xid)
+}
+
+func (h *harness) start() {
+	h.t.Helper()
+	db, err := store.Open(h.stateDir, store.Options{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.db, h.cancel, h.done = db, cancel, make(chan error, 1)
+	h.src = New(h.cfg, db)
+	go func() { h.done <- h.src.Run(ctx) }()
+}
+
+// stop stops the source and returns what Run returned.
+func (h *harness) stop() error {
+	h.t.Helper()
+	h.cancel()
+	var err error
+	select {
+	case err = <-h.done:
+	case <-time.After(15 * time.Second):
+		h.t.Fatal("source did not stop within 15s")
+	}
+	h.db.Close()
+	h.src = nil
+	return err
+}
+
+// runUntilError starts the source and expects Run to fail by itself.
+func (h *harness) runUntilError() error {
+	h.t.Helper()
+	h.start()
+	select {
+	case err := <-h.done:
+		h.db.Close()
+		h.src = nil
+		if err == nil {
+			h.t.Fatal("Run returned nil, want an error")
+		}
+		return err
+	case <-time.After(30 * time.Second):
+		h.t.Fatal("Run did not fail within 30s")
+	}
+	return nil
+}
+
+// waitStreaming waits until the source streams.
+func (h *harness) waitStreaming() {
+	h.t.Helper()
+	select {
+	case <-h.src.Ready():
+	case err := <-h.done:
+		h.t.Fatalf("source stopped before streaming: %v", err)
+	case <-time.After(60 * time.Second):
+		h.t.Fatal("source did not start streaming within 60s")
+	}
+}
+
+// waitXid waits until the transaction with the given xid is in the queue.
+func (h *harness) waitXid(xid uint32) {
+	h.t.Helper()
+	h.waitFor("transaction "+strconv.FormatUint(uint64(xid), 10)+" queued", func(r *store.Reader) bool {
+		found := false
+		_ = r.Txns(0, func(hd *store.TxnHeader, _ *store.TxnCursor) error {
+			if hd.Xid == xid && !hd.Snapshot {
+				found = true
+				return store.ErrStopScan
+			}
+			return nil
+		})
+		return found
+	})
+}
+
+func (h *harness) waitFor(what string, cond func(r *store.Reader) bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		ok := false
+		if err := h.db.View(func(r *store.Reader) error { ok = cond(r); return nil }); err != nil {
+			h.t.Fatal(err)
+		}
+		if ok {
+			return
+		}
+		select {
+		case err := <-h.done:
+			h.t.Fatalf("source stopped while waiting for %s: %v", what, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	h.t.Fatalf("timed out waiting for %s", what)
+}
+
+// txns reads the whole queue.
+func (h *harness) txns() ([]*store.Txn, map[store.RelationKey]*store.Relation) {
+	h.t.Helper()
+	var txns []*store.Txn
+	var rels map[store.RelationKey]*store.Relation
+	err := h.db.View(func(r *store.Reader) error {
+		var err error
+		if txns, err = r.ReadTxns(0, 0); err != nil {
+			return err
+		}
+		rels, err = r.Relations()
+		return err
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return txns, rels
+}
+
