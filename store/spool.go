@@ -167,3 +167,10 @@ func (w *Writer) touch(id SpoolID) {
 // SpoolTouched reports whether the spool changed in this write transaction,
 // in which case SpoolCommit must wait for the next one.
 func (w *Writer) SpoolTouched(id SpoolID) bool { return w.touched[id] }
+
+// Spools returns how many spools are open.
+func (r *Reader) Spools() (int, error) {
+	n := 0
+	err := r.tx.Bucket(bucketSpool).ForEach(func(_, _ []byte) error { n++; return nil })
+	return n, err
+}

@@ -2,11 +2,14 @@ package source
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeside/lakeside/agent/pgcluster"
@@ -191,3 +194,86 @@ func (h *harness) txns() ([]*store.Txn, map[store.RelationKey]*store.Relation) {
 	return txns, rels
 }
 
+
+// waitCaughtUp waits until the checkpoint reaches the server's current WAL
+// position, i.e. everything committed so far is durable in the queue.
+func (h *harness) waitCaughtUp() {
+	h.t.Helper()
+	var lsnText string
+	if err := h.conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&lsnText); err != nil {
+		h.t.Fatal(err)
+	}
+	target, err := pglogrepl.ParseLSN(lsnText)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.waitFor("checkpoint at "+lsnText, func(r *store.Reader) bool {
+		cp, err := r.Checkpoint()
+		return err == nil && cp >= store.LSN(target)
+	})
+}
+
+// replica is the state of tables rebuilt from the queue, keyed by table and
+// by the text of the key columns.
+type replica map[string]map[string][]store.Value
+
+// replay applies queued transactions the way a mirror would.
+func replay(txns []*store.Txn, rels map[store.RelationKey]*store.Relation) (replica, error) {
+	out := replica{}
+	keyOf := func(rel *store.Relation, vals []store.Value) string {
+		var b strings.Builder
+		for i, c := range rel.Columns {
+			if c.Key {
+				fmt.Fprintf(&b, "%d:%s|", vals[i].Int, vals[i].Bytes)
+			}
+		}
+		return b.String()
+	}
+	for _, txn := range txns {
+		for _, c := range txn.Changes {
+			rel := rels[c.Relation]
+			if rel == nil {
+				return nil, fmt.Errorf("unknown relation %+v", c.Relation)
+			}
+			tbl := out[rel.QualifiedName()]
+			if tbl == nil {
+				tbl = map[string][]store.Value{}
+				out[rel.QualifiedName()] = tbl
+			}
+			switch c.Op {
+			case store.OpInsert:
+				k := keyOf(rel, c.New)
+				if _, dup := tbl[k]; dup {
+					return nil, fmt.Errorf("%s: insert of existing key %s at %s", rel.QualifiedName(), k, txn.EndLSN)
+				}
+				tbl[k] = c.New
+			case store.OpUpdate:
+				oldKey := keyOf(rel, c.New)
+				if c.Old != nil {
+					oldKey = keyOf(rel, c.Old)
+				}
+				prev, ok := tbl[oldKey]
+				if !ok {
+					return nil, fmt.Errorf("%s: update of missing key %s at %s", rel.QualifiedName(), oldKey, txn.EndLSN)
+				}
+				row := append([]store.Value(nil), c.New...)
+				for i := range row {
+					if row[i].Kind == store.KindUnchanged {
+						row[i] = prev[i]
+					}
+				}
+				delete(tbl, oldKey)
+				tbl[keyOf(rel, row)] = row
+			case store.OpDelete:
+				k := keyOf(rel, c.Old)
+				if _, ok := tbl[k]; !ok {
+					return nil, fmt.Errorf("%s: delete of missing key %s at %s", rel.QualifiedName(), k, txn.EndLSN)
+				}
+				delete(tbl, k)
+			case store.OpTruncate:
+				clear(tbl)
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,402 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lakeside/lakeside/agent/pgtest"
+	"github.com/lakeside/lakeside/store"
+)
+
+const itemsTable = `CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`
+
+// workload writes to items from its own connection until stopped: inserts,
+// updates and deletes in transactions of 1 to 20 statements, one in ten of
+// which is rolled back.
+type workload struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+	err  error
+	txns int
+}
+
+func startWorkload(t *testing.T, dsn string, firstID int64) *workload {
+	t.Helper()
+	w := &workload{stop: make(chan struct{})}
+	conn := pgtest.Conn(t, dsn)
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		ctx := context.Background()
+		next := firstID
+		for {
+			select {
+			case <-w.stop:
+				return
+			default:
+			}
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				w.err = err
+				return
+			}
+			for i := 0; i < 1+rand.IntN(20); i++ {
+				var sql string
+				var args []any
+				switch r := rand.IntN(10); {
+				case r < 5:
+					sql, args = `INSERT INTO items VALUES ($1, $2, $3)`, []any{next, rand.Int64N(1000), strings.Repeat("n", rand.IntN(50))}
+					next++
+				case r < 8:
+					sql, args = `UPDATE items SET v = v + 1, note = $2 WHERE id = $1`, []any{rand.Int64N(next), fmt.Sprint(rand.Int())}
+				default:
+					sql, args = `DELETE FROM items WHERE id = $1`, []any{rand.Int64N(next)}
+				}
+				if _, err := tx.Exec(ctx, sql, args...); err != nil {
+					w.err = err
+					tx.Rollback(ctx)
+					return
+				}
+			}
+			if rand.IntN(10) == 0 {
+				err = tx.Rollback(ctx)
+			} else {
+				err = tx.Commit(ctx)
+				w.txns++
+			}
+			if err != nil {
+				w.err = err
+				return
+			}
+		}
+	}()
+	return w
+}
+
+func (w *workload) finish(t *testing.T) {
+	t.Helper()
+	close(w.stop)
+	w.wg.Wait()
+	if w.err != nil {
+		t.Fatalf("workload: %v", w.err)
+	}
+}
+
+// checkItems compares the queue, replayed, with the items table row by row.
+func (h *harness) checkItems() {
+	h.t.Helper()
+	txns, rels := h.txns()
+	rep, err := replay(txns, rels)
+	if err != nil {
+		h.t.Fatalf("replay: %v", err)
+	}
+	got := rep["public.items"]
+	rows, err := h.conn.Query(context.Background(), `SELECT id, v, note FROM items`)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	want := map[string][3]any{}
+	for rows.Next() {
+		var id, v int64
+		var note *string
+		if err := rows.Scan(&id, &v, &note); err != nil {
+			h.t.Fatal(err)
+		}
+		want[fmt.Sprintf("%d:|", id)] = [3]any{id, v, note}
+	}
+	if len(got) != len(want) {
+		h.t.Errorf("queue replays to %d rows, table has %d", len(got), len(want))
+	}
+	bad := 0
+	for k, w := range want {
+		g, ok := got[k]
+		note := ""
+		if w[2].(*string) != nil {
+			note = *w[2].(*string)
+		}
+		if !ok || g[0].Int != w[0].(int64) || g[1].Int != w[1].(int64) || string(g[2].Bytes) != note {
+			if bad++; bad <= 5 {
+				h.t.Errorf("row %s: queue has %+v, table has %v", k, g, w)
+			}
+		}
+	}
+	if bad > 0 {
+		h.t.Fatalf("%d rows differ", bad)
+	}
+}
+
+func TestSnapshotPlusStreamEqualsTable(t *testing.T) {
+	h := newHarness(t)
+	h.exec(itemsTable, `INSERT INTO items SELECT g, g % 1000, 'seed' FROM generate_series(1, 100000) g`)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	w := startWorkload(t, h.dsn, 100001)
+	time.Sleep(200 * time.Millisecond)
+	h.start()
+	h.waitStreaming()
+	time.Sleep(time.Second)
+	w.finish(t)
+	h.waitCaughtUp()
+	txns, _ := h.txns()
+	if len(txns) == 0 || !txns[0].Snapshot || len(txns[0].Changes) < 100000 {
+		t.Fatalf("first queued transaction is not the snapshot of at least 100000 rows")
+	}
+	if w.txns < 10 {
+		t.Fatalf("workload committed only %d transactions", w.txns)
+	}
+	t.Logf("snapshot of %d rows, then %d transactions", len(txns[0].Changes), len(txns)-1)
+	h.checkItems()
+}
+
+func TestLargeTransactionsAreSpooled(t *testing.T) {
+	// A tiny decoding budget makes PostgreSQL stream transactions in
+	// progress; savepoints make it abort subtransactions inside them.
+	h := newHarness(t, map[string]string{"logical_decoding_work_mem": "64kB"})
+	h.exec(itemsTable)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	h.start()
+	h.waitStreaming()
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, h.conn, func(tx pgx.Tx) error {
+		stmts := []string{
+			`INSERT INTO items SELECT g, g, 'kept' FROM generate_series(1, 20000) g`,
+			`SAVEPOINT a`,
+			`INSERT INTO items SELECT g, g, 'rolled back' FROM generate_series(20001, 30000) g`,
+			`SAVEPOINT b`,
+			`UPDATE items SET note = 'nested, rolled back' WHERE id <= 5000`,
+			`ROLLBACK TO SAVEPOINT a`,
+			`SAVEPOINT c`,
+			`UPDATE items SET v = -v WHERE id % 2 = 0`,
+			`RELEASE SAVEPOINT c`,
+			`DELETE FROM items WHERE id % 3 = 0`,
+		}
+		for _, s := range stmts {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A large transaction that aborts as a whole leaves nothing.
+	tx, err := h.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO items SELECT g, g, 'aborted' FROM generate_series(100001, 130000) g`); err != nil {
+		t.Fatal(err)
+	}
+	tx.Rollback(ctx)
+	last := h.xid(`INSERT INTO items VALUES (1000000, 1, 'last')`)
+	h.waitXid(last)
+	var streamed int64
+	if err := h.conn.QueryRow(ctx, `SELECT coalesce(sum(stream_txns), 0) FROM pg_stat_replication_slots`).Scan(&streamed); err != nil {
+		t.Fatal(err)
+	}
+	if streamed == 0 {
+		t.Fatal("PostgreSQL streamed no transaction; the test did not exercise spooling")
+	}
+	txns, _ := h.txns()
+	for _, txn := range txns {
+		for _, c := range txn.Changes {
+			if c.Op == store.OpInsert && (string(c.New[2].Bytes) == "aborted" || string(c.New[2].Bytes) == "rolled back") {
+				t.Fatalf("captured a change of an aborted (sub)transaction: %+v", c)
+			}
+		}
+	}
+	var spools int
+	if err := h.db.View(func(r *store.Reader) (err error) { spools, err = r.Spools(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if spools != 0 {
+		t.Fatalf("%d spools left open after every transaction ended", spools)
+	}
+	t.Logf("%d transactions streamed by PostgreSQL", streamed)
+	h.checkItems()
+}
+
+func TestRestartResumesWithoutLossOrDuplicates(t *testing.T) {
+	h := newHarness(t, map[string]string{"logical_decoding_work_mem": "64kB"})
+	h.exec(itemsTable)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	w := startWorkload(t, h.dsn, 1)
+	for i := 0; i < 5; i++ {
+		h.start()
+		h.waitStreaming()
+		time.Sleep(time.Duration(200+rand.IntN(500)) * time.Millisecond)
+		if err := h.stop(); err != nil {
+			t.Fatalf("stop %d: %v", i, err)
+		}
+	}
+	w.finish(t)
+	h.start()
+	h.waitCaughtUp()
+	h.checkItems()
+}
+
+func TestReconnectsAfterConnectionLossAndServerCrash(t *testing.T) {
+	h := newHarness(t)
+	h.exec(itemsTable)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	h.start()
+	h.waitStreaming()
+	ctx := context.Background()
+
+	// The walsender is terminated by an administrator.
+	h.xid(`INSERT INTO items VALUES (1, 1, 'before terminate')`)
+	h.exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_replication`)
+	h.xid(`INSERT INTO items VALUES (2, 2, 'after terminate')`)
+
+	// The server crashes and comes back.
+	if err := h.cluster.Crash(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := h.cluster.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.conn = pgtest.Conn(t, h.dsn)
+	last := h.xid(`INSERT INTO items VALUES (3, 3, 'after crash')`)
+	h.waitXid(last)
+	h.checkItems()
+	if st := h.src.Status(); st.State != "streaming" {
+		t.Fatalf("state after reconnect = %q", st.State)
+	}
+}
+
+func TestSlotDroppedWhileStoppedIsFatal(t *testing.T) {
+	h := newHarness(t)
+	h.exec(itemsTable)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	h.start()
+	h.waitStreaming()
+	h.waitXid(h.xid(`INSERT INTO items VALUES (1, 1, NULL)`))
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	h.exec(`SELECT pg_drop_replication_slot('lakeside_test')`)
+	err := h.runUntilError()
+	if !IsFatal(err) || !strings.Contains(err.Error(), "no longer exists") {
+		t.Fatalf("err = %v, want a fatal error saying the slot no longer exists", err)
+	}
+}
+
+func TestSlotRecreatedWhileStoppedIsFatal(t *testing.T) {
+	h := newHarness(t)
+	h.exec(itemsTable)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	h.start()
+	h.waitStreaming()
+	h.waitXid(h.xid(`INSERT INTO items VALUES (1, 1, NULL)`))
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	h.exec(`SELECT pg_drop_replication_slot('lakeside_test')`)
+	h.exec(`INSERT INTO items VALUES (2, 2, 'lost to the slot')`)
+	h.exec(`SELECT pg_create_logical_replication_slot('lakeside_test', 'pgoutput')`)
+	err := h.runUntilError()
+	if !IsFatal(err) || !strings.Contains(err.Error(), "beyond this agent's checkpoint") {
+		t.Fatalf("err = %v, want a fatal error about the slot being ahead", err)
+	}
+}
+
+func TestExistingSlotWithoutStateIsFatal(t *testing.T) {
+	h := newHarness(t)
+	h.exec(itemsTable, `SELECT pg_create_logical_replication_slot('lakeside_test', 'pgoutput')`)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	err := h.runUntilError()
+	if !IsFatal(err) || !strings.Contains(err.Error(), "pg_drop_replication_slot('lakeside_test')") {
+		t.Fatalf("err = %v, want a fatal error naming the SQL to drop the slot", err)
+	}
+}
+
+func TestPreflightNamesTheFix(t *testing.T) {
+	h := newHarness(t, map[string]string{"wal_level": "replica"})
+	h.exec(itemsTable,
+		`CREATE TABLE nokey (a int)`,
+		`CREATE ROLE reader LOGIN`,
+		`GRANT SELECT ON items TO reader`)
+	cfg := h.cfg
+	cfg.Tables = []Table{{"public", "items"}, {"public", "nokey"}, {"public", "missing"}}
+	cfg.DSN = h.dsn + " user=reader"
+	conn, err := cfg.Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	checks, err := Preflight(context.Background(), conn, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFixes := map[string]string{
+		"wal_level is logical":                   "ALTER SYSTEM SET wal_level = logical;",
+		"role reader may replicate":              `ALTER ROLE "reader" WITH REPLICATION;`,
+		"table public.nokey identifies its rows": `ALTER TABLE "public"."nokey" REPLICA IDENTITY FULL;`,
+		"table public.nokey can be read":         `GRANT SELECT ON "public"."nokey" TO "reader";`,
+		"table public.missing exists":            "create the table",
+	}
+	for _, c := range checks {
+		fix, ok := wantFixes[c.Name]
+		if !ok {
+			if !c.OK {
+				t.Errorf("unexpected failed check: %s", c)
+			}
+			continue
+		}
+		delete(wantFixes, c.Name)
+		if c.OK || !strings.Contains(c.Fix, fix) {
+			t.Errorf("check %q: ok=%v fix=%q, want failure with fix containing %q", c.Name, c.OK, c.Fix, fix)
+		}
+	}
+	for name := range wantFixes {
+		t.Errorf("no check %q", name)
+	}
+	// The source refuses to start, with the same checks in its error.
+	h.cfg = cfg
+	err = h.runUntilError()
+	var pe *PreflightError
+	if !errors.As(err, &pe) || !IsFatal(err) || !strings.Contains(err.Error(), "wal_level = logical") {
+		t.Fatalf("err = %v, want a fatal preflight error", err)
+	}
+}
+
+func TestIdleSlotConfirmsServerWALEnd(t *testing.T) {
+	h := newHarness(t)
+	h.exec(itemsTable, `CREATE TABLE other (a int)`)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	h.start()
+	h.waitStreaming()
+	h.waitXid(h.xid(`INSERT INTO items VALUES (1, 1, NULL)`))
+	// Write WAL that the publication does not include.
+	h.exec(`INSERT INTO other SELECT generate_series(1, 10000)`)
+	var target string
+	if err := h.conn.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&target); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var caughtUp bool
+		err := h.conn.QueryRow(context.Background(),
+			`SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = 'lakeside_test'`, target).Scan(&caughtUp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if caughtUp {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("confirmed_flush_lsn did not reach %s while idle", target)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.checkItems()
+}
