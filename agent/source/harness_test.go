@@ -3,9 +3,9 @@ package source
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -193,7 +193,6 @@ func (h *harness) txns() ([]*store.Txn, map[store.RelationKey]*store.Relation) {
 	}
 	return txns, rels
 }
-
 
 // waitCaughtUp waits until the checkpoint reaches the server's current WAL
 // position, i.e. everything committed so far is durable in the queue.
