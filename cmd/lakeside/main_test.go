@@ -1,0 +1,244 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/agent/pgcluster"
+	"github.com/lakeside/lakeside/agent/pgtest"
+	"github.com/lakeside/lakeside/store"
+)
+
+// The end-to-end tests run this test binary as the real agent: with
+// LAKESIDE_TEST_MAIN=1 it behaves exactly like the lakeside command.
+func TestMain(m *testing.M) {
+	if os.Getenv("LAKESIDE_TEST_MAIN") == "1" {
+		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// daemon is the agent running as a child process.
+type daemon struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	exited chan struct{}
+}
+
+// e2e is a throwaway PostgreSQL plus a configuration file for the agent.
+type e2e struct {
+	t          *testing.T
+	cluster    *pgcluster.Cluster
+	dsn        string
+	conn       *pgx.Conn
+	stateDir   string
+	configPath string
+}
+
+func newE2E(t *testing.T, tables []string, settings ...map[string]string) *e2e {
+	t.Helper()
+	c := pgtest.Start(t, settings...)
+	db := pgtest.NewDatabase(t, c)
+	e := &e2e{t: t, cluster: c, dsn: c.DSN(db), stateDir: filepath.Join(t.TempDir(), "state")}
+	e.conn = pgtest.Conn(t, e.dsn)
+	e.configPath = filepath.Join(t.TempDir(), "lakeside.yaml")
+	cfg := fmt.Sprintf(`source:
+  dsn: "%s"
+  slot: e2e
+  publication: e2e
+  tables: [%s]
+  status_interval: 1s
+state_dir: %s
+log:
+  level: info
+`, e.dsn, strings.Join(tables, ", "), e.stateDir)
+	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *e2e) exec(sqls ...string) {
+	e.t.Helper()
+	for _, s := range sqls {
+		if _, err := e.conn.Exec(context.Background(), s); err != nil {
+			e.t.Fatalf("%s: %v", s, err)
+		}
+	}
+}
+
+// lakeside runs a subcommand to completion and returns its output and exit code.
+func (e *e2e) lakeside(args ...string) (stdout, stderr string, code int) {
+	e.t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "LAKESIDE_TEST_MAIN=1")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return out.String(), errb.String(), ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatal(err)
+	}
+	return out.String(), errb.String(), 0
+}
+
+// start starts `lakeside run` as a child process.
+func (e *e2e) start() *daemon {
+	e.t.Helper()
+	cmd := exec.Command(os.Args[0], "run", "--config", e.configPath)
+	cmd.Env = append(os.Environ(), "LAKESIDE_TEST_MAIN=1")
+	d := &daemon{cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
+	cmd.Stderr = &lockedWriter{w: d.stderr}
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { cmd.Wait(); close(d.exited) }()
+	e.t.Cleanup(func() { d.kill() })
+	return d
+}
+
+func (d *daemon) kill() {
+	select {
+	case <-d.exited:
+	default:
+		d.cmd.Process.Signal(syscall.SIGKILL)
+		<-d.exited
+	}
+}
+
+// stop sends SIGTERM and returns how long the agent took to exit.
+func (e *e2e) stop(d *daemon) time.Duration {
+	e.t.Helper()
+	start := time.Now()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(20 * time.Second):
+		d.kill()
+		e.t.Fatalf("agent ignored SIGTERM for 20s; log:\n%s", d.stderr)
+	}
+	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+		e.t.Fatalf("agent exited with %d after SIGTERM; log:\n%s", code, d.stderr)
+	}
+	return time.Since(start)
+}
+
+// status asks the running (or stopped) agent for its status.
+func (e *e2e) status() *agent.Status {
+	e.t.Helper()
+	cfg, err := agent.LoadConfig(e.configPath)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	st, err := agent.ReadStatus(context.Background(), cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st
+}
+
+// waitCaughtUp waits until the agent's checkpoint reaches the server's WAL
+// position at the time of the call.
+func (e *e2e) waitCaughtUp(d *daemon) {
+	e.t.Helper()
+	var text string
+	if err := e.conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&text); err != nil {
+		e.t.Fatal(err)
+	}
+	target, _ := pglogrepl.ParseLSN(text)
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case <-d.exited:
+			e.t.Fatalf("agent exited while catching up; log:\n%s", d.stderr)
+		default:
+		}
+		cfg, _ := agent.LoadConfig(e.configPath)
+		if st, err := agent.ReadStatus(context.Background(), cfg); err == nil && st.Running {
+			if cp, err := pglogrepl.ParseLSN(st.CheckpointLSN); err == nil && cp >= target {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.t.Fatalf("agent did not reach %s in 3 minutes; log:\n%s", text, d.stderr)
+}
+
+// queue reads the stopped agent's queue.
+func (e *e2e) queue() ([]*store.Txn, map[store.RelationKey]*store.Relation, store.LSN) {
+	e.t.Helper()
+	db, err := store.Open(e.stateDir, store.Options{ReadOnly: true})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer db.Close()
+	var txns []*store.Txn
+	var rels map[store.RelationKey]*store.Relation
+	var cp store.LSN
+	err = db.View(func(r *store.Reader) error {
+		var err error
+		if txns, err = r.ReadTxns(0, 0); err != nil {
+			return err
+		}
+		if cp, err = r.Checkpoint(); err != nil {
+			return err
+		}
+		rels, err = r.Relations()
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return txns, rels, cp
+}
+
+// slotConfirmed returns the slot's confirmed_flush_lsn.
+func (e *e2e) slotConfirmed() store.LSN {
+	e.t.Helper()
+	var text string
+	if err := e.conn.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'e2e'`).Scan(&text); err != nil {
+		e.t.Fatal(err)
+	}
+	l, err := pglogrepl.ParseLSN(text)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return store.LSN(l)
+}
+
+// peakRSS returns the peak resident set size of a process in bytes.
+func peakRSS(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
