@@ -1,0 +1,369 @@
+package delta
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/parquet-go/parquet-go"
+)
+
+// checkpointSchema is the schema of classic (V1) checkpoint files written by
+// this package, in the order of the protocol specification's example.
+func checkpointSchema() *StructType {
+	str := func(n string) *StructField { return NewField(n, TypeString, true) }
+	long := func(n string) *StructField { return NewField(n, TypeLong, true) }
+	boolean := func(n string) *StructField { return NewField(n, TypeBoolean, true) }
+	strMap := func(n string) *StructField {
+		return NewField(n, &MapType{KeyType: TypeString, ValueType: TypeString, ValueContainsNull: true}, true)
+	}
+	strList := func(n string) *StructField {
+		return NewField(n, &ArrayType{ElementType: TypeString, ContainsNull: true}, true)
+	}
+	return NewStructType(
+		NewField("txn", NewStructType(str("appId"), long("version"), long("lastUpdated")), true),
+		NewField("add", NewStructType(str("path"), strMap("partitionValues"), long("size"),
+			long("modificationTime"), boolean("dataChange"), str("stats"), strMap("tags")), true),
+		NewField("remove", NewStructType(str("path"), long("deletionTimestamp"), boolean("dataChange"),
+			boolean("extendedFileMetadata"), strMap("partitionValues"), long("size")), true),
+		NewField("metaData", NewStructType(str("id"), str("name"), str("description"),
+			NewField("format", NewStructType(str("provider"), strMap("options")), true),
+			str("schemaString"), strList("partitionColumns"), strMap("configuration"), long("createdTime")), true),
+		NewField("protocol", NewStructType(NewField("minReaderVersion", TypeInteger, true),
+			NewField("minWriterVersion", TypeInteger, true), strList("readerFeatures"), strList("writerFeatures")), true),
+	)
+}
+
+// checkpointReadSchema is checkpointSchema plus the fields a reader must see
+// in checkpoints written by other engines.
+func checkpointReadSchema() *StructType {
+	st := checkpointSchema()
+	add, _ := st.Field("add")
+	addType := add.Type.(*StructType)
+	addType.Fields = append(addType.Fields,
+		NewField("deletionVector", NewStructType(NewField("storageType", TypeString, true)), true))
+	return st
+}
+
+// Checkpoint writes a classic single-file checkpoint of the given version and
+// then points _last_checkpoint at it (unless it already names a newer one).
+// The checkpoint is written to a temporary file and renamed, so a crash
+// leaves either no checkpoint or a complete one, and _last_checkpoint is
+// written last.
+func (t *Table) Checkpoint(ctx context.Context, version int64) error {
+	snap, err := t.SnapshotAt(ctx, version)
+	if err != nil {
+		return fmt.Errorf("checkpoint %d: %w", version, err)
+	}
+	rows, numAdds := checkpointRows(snap, t.now().UnixMilli())
+	st := checkpointSchema()
+	id, err := newUUID()
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(t.logDir, "."+CheckpointFileName(version)+"."+id+".tmp")
+	if err := writeParquetFile(tmp, st, rows); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("checkpoint %d: %w", version, err)
+	}
+	final := filepath.Join(t.logDir, CheckpointFileName(version))
+	if err := os.Rename(tmp, final); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("checkpoint %d: %w", version, err)
+	}
+	if err := fsyncDir(t.logDir); err != nil {
+		return fmt.Errorf("checkpoint %d: %w", version, err)
+	}
+	info, err := os.Stat(final)
+	if err != nil {
+		return fmt.Errorf("checkpoint %d: %w", version, err)
+	}
+	if lc, err := readLastCheckpoint(t.logDir); err == nil && lc != nil && lc.Version > version {
+		return nil
+	}
+	size, nAdds := info.Size(), int64(numAdds)
+	data, err := json.Marshal(lastCheckpoint{Version: version, Size: int64(len(rows)), SizeInBytes: &size, NumOfAddFiles: &nAdds})
+	if err != nil {
+		return err
+	}
+	tmpLC := filepath.Join(t.logDir, "."+LastCheckpointName+"."+id+".tmp")
+	if err := writeFileSync(tmpLC, data); err != nil {
+		os.Remove(tmpLC)
+		return fmt.Errorf("checkpoint %d: write %s: %w", version, LastCheckpointName, err)
+	}
+	if err := os.Rename(tmpLC, filepath.Join(t.logDir, LastCheckpointName)); err != nil {
+		os.Remove(tmpLC)
+		return fmt.Errorf("checkpoint %d: write %s: %w", version, LastCheckpointName, err)
+	}
+	if err := fsyncDir(t.logDir); err != nil {
+		return fmt.Errorf("checkpoint %d: %w", version, err)
+	}
+	return nil
+}
+
+// checkpointRows returns the rows of a checkpoint of the snapshot: protocol,
+// metaData, txns, adds and the tombstones that have not expired at nowMillis.
+func checkpointRows(s *Snapshot, nowMillis int64) ([]Row, int) {
+	var rows []Row
+	p := s.protocol
+	var rf, wf any
+	if p.MinReaderVersion >= 3 {
+		rf = stringsToAny(p.ReaderFeatures)
+	}
+	if p.MinWriterVersion >= 7 {
+		wf = stringsToAny(p.WriterFeatures)
+	}
+	rows = append(rows, Row{nil, nil, nil, nil, Row{int32(p.MinReaderVersion), int32(p.MinWriterVersion), rf, wf}})
+
+	m := s.metadata
+	var created any
+	if m.CreatedTime != nil {
+		created = *m.CreatedTime
+	}
+	rows = append(rows, Row{nil, nil, nil, Row{m.ID, nilIfEmpty(m.Name), nilIfEmpty(m.Description),
+		Row{m.Format.Provider, nonNilMap(m.Format.Options)}, m.SchemaString, stringsToAny(m.PartitionColumns),
+		nonNilMap(m.Configuration), created}, nil})
+
+	for _, t := range s.Transactions() {
+		var lu any
+		if t.LastUpdated != nil {
+			lu = *t.LastUpdated
+		}
+		rows = append(rows, Row{Row{t.AppID, t.Version, lu}, nil, nil, nil, nil})
+	}
+	files := s.Files()
+	for _, a := range files {
+		pv := a.PartitionValues
+		if pv == nil {
+			pv = map[string]*string{}
+		}
+		var tags any
+		if a.Tags != nil {
+			tags = a.Tags
+		}
+		rows = append(rows, Row{nil, Row{a.Path, pv, a.Size, a.ModificationTime, a.DataChange, nilIfEmpty(a.Stats), tags}, nil, nil, nil})
+	}
+	retention := 7 * 24 * 3600 * int64(1000)
+	if v, ok := m.Configuration["delta.deletedFileRetentionDuration"]; ok {
+		if d, err := parseInterval(v); err == nil {
+			retention = d.Milliseconds()
+		}
+	}
+	for _, r := range s.Tombstones() {
+		if r.DeletionTimestamp != nil && *r.DeletionTimestamp < nowMillis-retention {
+			continue
+		}
+		var ts, size, pv any
+		if r.DeletionTimestamp != nil {
+			ts = *r.DeletionTimestamp
+		}
+		if r.Size != nil {
+			size = *r.Size
+		}
+		if r.PartitionValues != nil {
+			pv = r.PartitionValues
+		}
+		rows = append(rows, Row{nil, nil, Row{r.Path, ts, r.DataChange, r.ExtendedFileMetadata, pv, size}, nil, nil})
+	}
+	return rows, len(files)
+}
+
+func stringsToAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func nonNilMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// writeParquetFile writes rows of st to a new snappy Parquet file with
+// parquet-go and flushes it to stable storage.
+func writeParquetFile(path string, st *StructType, rows []Row) error {
+	ps, err := parquetSchema("spark_schema", st)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w := parquet.NewWriter(f, ps, parquet.Compression(&parquet.Snappy), parquet.DataPageVersion(1))
+	sh := newShredder(st)
+	batch := make([]parquet.Row, 0, len(rows))
+	for _, r := range rows {
+		nv, err := normalizeValue(st, r)
+		if err != nil {
+			return err
+		}
+		pr, err := sh.row(nv.(Row))
+		if err != nil {
+			return err
+		}
+		batch = append(batch, pr)
+	}
+	if _, err := w.WriteRows(batch); err != nil {
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// readCheckpoint reads the actions of a checkpoint into a replay state.
+func (t *Table) readCheckpoint(ctx context.Context, ref checkpointRef) (*replayState, error) {
+	st := newReplayState()
+	schema := checkpointReadSchema()
+	for _, p := range ref.paths {
+		rows, err := ReadParquetFile(ctx, p, schema)
+		if err != nil {
+			return nil, fmt.Errorf("read checkpoint %d: %w", ref.version, err)
+		}
+		acts, err := checkpointActions(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read checkpoint %d: %w", ref.version, err)
+		}
+		st.apply(acts)
+	}
+	if st.protocol == nil || st.metadata == nil {
+		return nil, fmt.Errorf("read checkpoint %d: %w: no protocol or metaData", ref.version, ErrCorruptLog)
+	}
+	return st, nil
+}
+
+// checkpointActions converts checkpoint rows (read with checkpointReadSchema)
+// into actions.
+func checkpointActions(rows []Row) ([]Action, error) {
+	var out []Action
+	for _, r := range rows {
+		if v, ok := r[0].(Row); ok {
+			out = append(out, &Txn{AppID: asString(v[0]), Version: asInt64(v[1]), LastUpdated: asInt64Ptr(v[2])})
+		}
+		if v, ok := r[1].(Row); ok {
+			a := &Add{Path: asString(v[0]), PartitionValues: asNullableStringMap(v[1]), Size: asInt64(v[2]),
+				ModificationTime: asInt64(v[3]), DataChange: asBool(v[4]), Stats: asString(v[5]), Tags: asStringMap(v[6])}
+			if a.PartitionValues == nil {
+				a.PartitionValues = map[string]*string{}
+			}
+			if len(v) > 7 && v[7] != nil {
+				a.DeletionVector = json.RawMessage(`{}`)
+			}
+			out = append(out, a)
+		}
+		if v, ok := r[2].(Row); ok {
+			var size *int64
+			if v[5] != nil {
+				s := asInt64(v[5])
+				size = &s
+			}
+			out = append(out, &Remove{Path: asString(v[0]), DeletionTimestamp: asInt64Ptr(v[1]), DataChange: asBool(v[2]),
+				ExtendedFileMetadata: asBool(v[3]), PartitionValues: asNullableStringMap(v[4]), Size: size})
+		}
+		if v, ok := r[3].(Row); ok {
+			md := &Metadata{ID: asString(v[0]), Name: asString(v[1]), Description: asString(v[2]),
+				SchemaString: asString(v[4]), Configuration: asStringMap(v[6]), CreatedTime: asInt64Ptr(v[7])}
+			if f, ok := v[3].(Row); ok {
+				md.Format = Format{Provider: asString(f[0]), Options: asStringMap(f[1])}
+			}
+			if l, ok := v[5].([]any); ok {
+				for _, e := range l {
+					md.PartitionColumns = append(md.PartitionColumns, asString(e))
+				}
+			}
+			if md.PartitionColumns == nil {
+				md.PartitionColumns = []string{}
+			}
+			if md.Configuration == nil {
+				md.Configuration = map[string]string{}
+			}
+			out = append(out, md)
+		}
+		if v, ok := r[4].(Row); ok {
+			p := &Protocol{MinReaderVersion: int(asInt64(v[0])), MinWriterVersion: int(asInt64(v[1]))}
+			for _, e := range asAnySlice(v[2]) {
+				p.ReaderFeatures = append(p.ReaderFeatures, asString(e))
+			}
+			for _, e := range asAnySlice(v[3]) {
+				p.WriterFeatures = append(p.WriterFeatures, asString(e))
+			}
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func asString(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func asBool(v any) bool {
+	b, _ := v.(bool)
+	return b
+}
+
+func asInt64(v any) int64 {
+	n, _ := toInt64(v)
+	return n
+}
+
+func asInt64Ptr(v any) *int64 {
+	if v == nil {
+		return nil
+	}
+	n := asInt64(v)
+	return &n
+}
+
+func asAnySlice(v any) []any {
+	s, _ := v.([]any)
+	return s
+}
+
+func asStringMap(v any) map[string]string {
+	entries, ok := v.([]MapEntry)
+	if !ok {
+		return nil
+	}
+	m := make(map[string]string, len(entries))
+	for _, e := range entries {
+		m[asString(e.Key)] = asString(e.Value)
+	}
+	return m
+}
+
+func asNullableStringMap(v any) map[string]*string {
+	entries, ok := v.([]MapEntry)
+	if !ok {
+		return nil
+	}
+	m := make(map[string]*string, len(entries))
+	for _, e := range entries {
+		if s, ok := e.Value.(string); ok {
+			m[asString(e.Key)] = &s
+		} else {
+			m[asString(e.Key)] = nil
+		}
+	}
+	return m
+}

@@ -1,0 +1,43 @@
+// Package delta implements the parts of the Delta Lake transaction protocol
+// that Lakeside needs: the schema and action model, atomic commits, log replay
+// into snapshots (with checkpoints and time travel), classic single-file
+// checkpoints, and reading and writing Parquet data files.
+//
+// The package knows nothing about PostgreSQL. It writes tables that use
+// protocol version {"minReaderVersion":1,"minWriterVersion":2} by default,
+// and it reads tables written by other engines as long as they use no reader
+// feature it does not support (see ErrUnsupportedFeature).
+//
+// Parquet files are written with github.com/parquet-go/parquet-go and read
+// with the Parquet reader of github.com/apache/arrow-go; each library has one
+// job only.
+//
+// # Go values
+//
+// Rows are passed as Row values ([]any in schema field order). The Go types
+// used for each Delta type are the same on the write and on the read path:
+//
+//	Delta type        Go type returned by readers   also accepted by writers
+//	null (any type)   nil
+//	boolean           bool
+//	byte              int8                          any Go integer in range
+//	short             int16                         any Go integer in range
+//	integer           int32                         any Go integer in range
+//	long              int64                         any Go integer in range
+//	float             float32                       float64
+//	double            float64                       float32
+//	decimal(p,s)      Decimal                       string ("-12.34"), *big.Int (unscaled)
+//	string            string                        []byte
+//	binary            []byte                        string
+//	date              time.Time (UTC midnight)      int32 days since 1970-01-01
+//	timestamp         time.Time (UTC, µs)           int64 µs since the epoch
+//	timestamp_ntz     time.Time (UTC wall clock)    int64 µs since the epoch
+//	array             []any                         any slice type
+//	struct            Row                           []any
+//	map               []MapEntry                    map[string]string, map[string]any
+//
+// A time.Time written to a date column contributes its calendar date in its
+// own location; a time.Time written to a timestamp column is an instant, and
+// one written to a timestamp_ntz column contributes its wall clock reading in
+// its own location. Values are truncated to microseconds.
+package delta

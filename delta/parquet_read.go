@@ -1,0 +1,476 @@
+package delta
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"os"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+)
+
+// ReadParquetFile reads the columns of st from a Parquet file with arrow-go
+// and returns its rows in st's field order, using the Go types listed in the
+// package documentation. Columns are matched by name (exactly, else ignoring
+// case); columns of st missing from the file read as null.
+func ReadParquetFile(ctx context.Context, path string, st *StructType) ([]Row, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("read parquet: %w", err)
+	}
+	pr, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		return nil, fmt.Errorf("read parquet %s: %w", path, err)
+	}
+	defer pr.Close()
+	numRows := pr.NumRows()
+	rows := make([]Row, numRows)
+	for i := range rows {
+		rows[i] = make(Row, len(st.Fields))
+	}
+
+	psch := pr.MetaData().Schema
+	var leaves []int
+	for i := 0; i < psch.NumColumns(); i++ {
+		if _, idx := matchField(st, psch.ColumnRoot(i).Name()); idx >= 0 {
+			leaves = append(leaves, i)
+		}
+	}
+	if len(leaves) == 0 || numRows == 0 {
+		return rows, nil
+	}
+	rgs := make([]int, pr.NumRowGroups())
+	for i := range rgs {
+		rgs[i] = i
+	}
+	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: 64 * 1024}, memory.DefaultAllocator)
+	if err != nil {
+		return nil, fmt.Errorf("read parquet %s: %w", path, err)
+	}
+	tbl, err := fr.ReadRowGroups(ctx, leaves, rgs)
+	if err != nil {
+		return nil, fmt.Errorf("read parquet %s: %w", path, err)
+	}
+	defer tbl.Release()
+	for c := 0; c < int(tbl.NumCols()); c++ {
+		col := tbl.Column(c)
+		f, idx := matchField(st, col.Name())
+		if idx < 0 {
+			continue
+		}
+		conv, err := makeConverter(f.Type, col.DataType())
+		if err != nil {
+			return nil, fmt.Errorf("read parquet %s: column %q: %w", path, f.Name, err)
+		}
+		r := 0
+		for _, chunk := range col.Data().Chunks() {
+			get := conv(chunk)
+			for i := 0; i < chunk.Len(); i++ {
+				rows[r][idx] = get(i)
+				r++
+			}
+		}
+	}
+	return rows, nil
+}
+
+// matchField finds the field of st named name, exactly or else ignoring case.
+func matchField(st *StructType, name string) (*StructField, int) {
+	if f, i := st.Field(name); f != nil {
+		return f, i
+	}
+	for i, f := range st.Fields {
+		if strings.EqualFold(f.Name, name) {
+			return f, i
+		}
+	}
+	return nil, -1
+}
+
+// converter binds to one arrow array and returns the Go value of row i.
+type converter func(arr arrow.Array) func(i int) any
+
+func withNulls(arr arrow.Array, get func(i int) any) func(i int) any {
+	if arr.NullN() == 0 {
+		return get
+	}
+	return func(i int) any {
+		if arr.IsNull(i) {
+			return nil
+		}
+		return get(i)
+	}
+}
+
+// makeConverter returns a converter from arrow values of type at to Go values
+// of the Delta type dt.
+func makeConverter(dt DataType, at arrow.DataType) (converter, error) {
+	mismatch := fmt.Errorf("%w: file type %s does not match %s", ErrInvalidSchema, at, dt)
+	switch t := dt.(type) {
+	case PrimitiveType:
+		return primitiveConverter(t, at, mismatch)
+	case DecimalType:
+		scale := int32(t.Scale)
+		switch a := at.(type) {
+		case *arrow.Decimal128Type:
+			fileScale := a.Scale
+			return func(arr arrow.Array) func(int) any {
+				d := arr.(*array.Decimal128)
+				return withNulls(arr, func(i int) any {
+					return rescaleOrKeep(Decimal{Unscaled: d.Value(i).BigInt(), Scale: fileScale}, scale)
+				})
+			}, nil
+		case *arrow.Decimal256Type:
+			fileScale := a.Scale
+			return func(arr arrow.Array) func(int) any {
+				d := arr.(*array.Decimal256)
+				return withNulls(arr, func(i int) any {
+					return rescaleOrKeep(Decimal{Unscaled: d.Value(i).BigInt(), Scale: fileScale}, scale)
+				})
+			}, nil
+		case *arrow.Int32Type, *arrow.Int64Type:
+			return func(arr arrow.Array) func(int) any {
+				return withNulls(arr, func(i int) any {
+					return Decimal{Unscaled: big.NewInt(intAt(arr, i)), Scale: scale}
+				})
+			}, nil
+		}
+		return nil, mismatch
+	case *ArrayType:
+		var values arrow.DataType
+		switch a := at.(type) {
+		case *arrow.ListType:
+			values = a.Elem()
+		case *arrow.LargeListType:
+			values = a.Elem()
+		default:
+			return nil, mismatch
+		}
+		el, err := makeConverter(t.ElementType, values)
+		if err != nil {
+			return nil, err
+		}
+		return func(arr arrow.Array) func(int) any {
+			l := arr.(array.ListLike)
+			get := el(l.ListValues())
+			return withNulls(arr, func(i int) any {
+				start, end := l.ValueOffsets(i)
+				out := make([]any, 0, end-start)
+				for j := start; j < end; j++ {
+					out = append(out, get(int(j)))
+				}
+				return out
+			})
+		}, nil
+	case *MapType:
+		mt, ok := at.(*arrow.MapType)
+		if !ok {
+			return nil, mismatch
+		}
+		kc, err := makeConverter(t.KeyType, mt.KeyType())
+		if err != nil {
+			return nil, err
+		}
+		vc, err := makeConverter(t.ValueType, mt.ItemType())
+		if err != nil {
+			return nil, err
+		}
+		return func(arr arrow.Array) func(int) any {
+			m := arr.(*array.Map)
+			keys, items := kc(m.Keys()), vc(m.Items())
+			return withNulls(arr, func(i int) any {
+				start, end := m.ValueOffsets(i)
+				out := make([]MapEntry, 0, end-start)
+				for j := start; j < end; j++ {
+					out = append(out, MapEntry{Key: keys(int(j)), Value: items(int(j))})
+				}
+				return out
+			})
+		}, nil
+	case *StructType:
+		stt, ok := at.(*arrow.StructType)
+		if !ok {
+			return nil, mismatch
+		}
+		type sub struct {
+			idx  int
+			conv converter
+		}
+		var subs []sub
+		for j, af := range stt.Fields() {
+			f, idx := matchField(t, af.Name)
+			if idx < 0 {
+				continue
+			}
+			c, err := makeConverter(f.Type, af.Type)
+			if err != nil {
+				return nil, fmt.Errorf("field %q: %w", f.Name, err)
+			}
+			subs = append(subs, sub{idx: idx, conv: func(arr arrow.Array) func(int) any {
+				return c(arr.(*array.Struct).Field(j))
+			}})
+		}
+		n := len(t.Fields)
+		return func(arr arrow.Array) func(int) any {
+			gets := make([]func(int) any, len(subs))
+			for k, s := range subs {
+				gets[k] = s.conv(arr)
+			}
+			return withNulls(arr, func(i int) any {
+				r := make(Row, n)
+				for k, s := range subs {
+					r[s.idx] = gets[k](i)
+				}
+				return r
+			})
+		}, nil
+	}
+	return nil, fmt.Errorf("%w: data type %v", ErrUnsupportedFeature, dt)
+}
+
+func rescaleOrKeep(d Decimal, scale int32) Decimal {
+	if r, err := d.Rescale(scale); err == nil {
+		return r
+	}
+	return d
+}
+
+// intAt returns an integer array value as int64.
+func intAt(arr arrow.Array, i int) int64 {
+	switch a := arr.(type) {
+	case *array.Int8:
+		return int64(a.Value(i))
+	case *array.Int16:
+		return int64(a.Value(i))
+	case *array.Int32:
+		return int64(a.Value(i))
+	case *array.Int64:
+		return a.Value(i)
+	case *array.Uint8:
+		return int64(a.Value(i))
+	case *array.Uint16:
+		return int64(a.Value(i))
+	case *array.Uint32:
+		return int64(a.Value(i))
+	case *array.Uint64:
+		return int64(a.Value(i))
+	}
+	return 0
+}
+
+func isIntType(at arrow.DataType) bool {
+	switch at.ID() {
+	case arrow.INT8, arrow.INT16, arrow.INT32, arrow.INT64, arrow.UINT8, arrow.UINT16, arrow.UINT32, arrow.UINT64:
+		return true
+	}
+	return false
+}
+
+func primitiveConverter(t PrimitiveType, at arrow.DataType, mismatch error) (converter, error) {
+	switch t {
+	case TypeBoolean:
+		if at.ID() != arrow.BOOL {
+			return nil, mismatch
+		}
+		return func(arr arrow.Array) func(int) any {
+			b := arr.(*array.Boolean)
+			return withNulls(arr, func(i int) any { return b.Value(i) })
+		}, nil
+	case TypeByte, TypeShort, TypeInteger, TypeLong:
+		if !isIntType(at) {
+			return nil, mismatch
+		}
+		return func(arr arrow.Array) func(int) any {
+			return withNulls(arr, func(i int) any {
+				n := intAt(arr, i)
+				switch t {
+				case TypeByte:
+					return int8(n)
+				case TypeShort:
+					return int16(n)
+				case TypeInteger:
+					return int32(n)
+				}
+				return n
+			})
+		}, nil
+	case TypeFloat, TypeDouble:
+		switch at.ID() {
+		case arrow.FLOAT32:
+			return func(arr arrow.Array) func(int) any {
+				a := arr.(*array.Float32)
+				return withNulls(arr, func(i int) any {
+					if t == TypeFloat {
+						return a.Value(i)
+					}
+					return float64(a.Value(i))
+				})
+			}, nil
+		case arrow.FLOAT64:
+			return func(arr arrow.Array) func(int) any {
+				a := arr.(*array.Float64)
+				return withNulls(arr, func(i int) any {
+					if t == TypeFloat {
+						return float32(a.Value(i))
+					}
+					return a.Value(i)
+				})
+			}, nil
+		}
+		return nil, mismatch
+	case TypeString, TypeBinary:
+		asString := t == TypeString
+		switch at.ID() {
+		case arrow.STRING, arrow.LARGE_STRING, arrow.BINARY, arrow.LARGE_BINARY, arrow.FIXED_SIZE_BINARY, arrow.STRING_VIEW, arrow.BINARY_VIEW:
+		default:
+			return nil, mismatch
+		}
+		return func(arr arrow.Array) func(int) any {
+			var raw func(int) []byte
+			var str func(int) string
+			switch a := arr.(type) {
+			case *array.String:
+				str = a.Value
+			case *array.LargeString:
+				str = a.Value
+			case *array.StringView:
+				str = a.Value
+			case *array.Binary:
+				raw = a.Value
+			case *array.LargeBinary:
+				raw = a.Value
+			case *array.BinaryView:
+				raw = a.Value
+			case *array.FixedSizeBinary:
+				raw = a.Value
+			}
+			return withNulls(arr, func(i int) any {
+				if asString {
+					if str != nil {
+						return str(i)
+					}
+					return string(raw(i))
+				}
+				if str != nil {
+					return []byte(str(i))
+				}
+				return append([]byte{}, raw(i)...)
+			})
+		}, nil
+	case TypeDate:
+		switch at.ID() {
+		case arrow.DATE32:
+			return func(arr arrow.Array) func(int) any {
+				a := arr.(*array.Date32)
+				return withNulls(arr, func(i int) any { return DateFromDays(int32(a.Value(i))) })
+			}, nil
+		case arrow.DATE64:
+			return func(arr arrow.Array) func(int) any {
+				a := arr.(*array.Date64)
+				return withNulls(arr, func(i int) any { return DateFromDays(int32(floorDiv(int64(a.Value(i)), 86400000))) })
+			}, nil
+		}
+		return nil, mismatch
+	case TypeTimestamp, TypeTimestampNTZ:
+		tt, ok := at.(*arrow.TimestampType)
+		if !ok {
+			return nil, mismatch
+		}
+		toMicros := func(v int64) int64 { return v }
+		switch tt.Unit {
+		case arrow.Second:
+			toMicros = func(v int64) int64 { return v * 1_000_000 }
+		case arrow.Millisecond:
+			toMicros = func(v int64) int64 { return v * 1000 }
+		case arrow.Nanosecond:
+			toMicros = func(v int64) int64 { return floorDiv(v, 1000) }
+		}
+		return func(arr arrow.Array) func(int) any {
+			a := arr.(*array.Timestamp)
+			return withNulls(arr, func(i int) any { return TimeFromMicros(toMicros(int64(a.Value(i)))) })
+		}, nil
+	}
+	return nil, fmt.Errorf("%w: column type %q", ErrUnsupportedFeature, string(t))
+}
+
+// ReadRows reads every row of the snapshot: the data files' columns plus the
+// partition columns filled from each file's partition values, in schema
+// order. A data file that is gone (for example vacuumed) makes it fail with
+// an error wrapping fs.ErrNotExist.
+func (s *Snapshot) ReadRows(ctx context.Context) ([]Row, error) {
+	var out []Row
+	err := s.ScanFiles(ctx, func(add *Add, rows []Row) error {
+		out = append(out, rows...)
+		return nil
+	})
+	return out, err
+}
+
+// ScanFiles reads the data files of the snapshot one at a time, in path
+// order, and calls fn with each file's add action and rows (in schema order,
+// partition columns filled in).
+func (s *Snapshot) ScanFiles(ctx context.Context, fn func(add *Add, rows []Row) error) error {
+	part := map[string]bool{}
+	for _, pc := range s.metadata.PartitionColumns {
+		part[strings.ToLower(pc)] = true
+	}
+	data := &StructType{}
+	var dataIdx, partIdx []int
+	for i, f := range s.schema.Fields {
+		if part[strings.ToLower(f.Name)] {
+			partIdx = append(partIdx, i)
+			continue
+		}
+		data.Fields = append(data.Fields, f)
+		dataIdx = append(dataIdx, i)
+	}
+	for _, add := range s.Files() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		path, err := ResolvePath(s.table.root, add.Path)
+		if err != nil {
+			return err
+		}
+		pvals := make([]any, len(partIdx))
+		for j, idx := range partIdx {
+			f := s.schema.Fields[idx]
+			raw, ok := add.PartitionValues[f.Name]
+			if !ok {
+				for k, v := range add.PartitionValues {
+					if strings.EqualFold(k, f.Name) {
+						raw = v
+					}
+				}
+			}
+			v, err := ParsePartitionValue(f.Type, raw)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", add.Path, err)
+			}
+			pvals[j] = v
+		}
+		drows, err := ReadParquetFile(ctx, path, data)
+		if err != nil {
+			return fmt.Errorf("read data file %s: %w", add.Path, err)
+		}
+		rows := make([]Row, len(drows))
+		for r, dr := range drows {
+			row := make(Row, len(s.schema.Fields))
+			for j, idx := range dataIdx {
+				row[idx] = dr[j]
+			}
+			for j, idx := range partIdx {
+				row[idx] = pvals[j]
+			}
+			rows[r] = row
+		}
+		if err := fn(add, rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,257 @@
+package delta
+
+import (
+	"fmt"
+	"math/big"
+	"reflect"
+	"strconv"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/compress"
+	"github.com/parquet-go/parquet-go/deprecated"
+	"github.com/parquet-go/parquet-go/encoding"
+	"github.com/parquet-go/parquet-go/format"
+)
+
+// parquetSchema returns the Parquet schema parquet-go writes for a Delta
+// struct type (the table schema without its partition columns, or the
+// checkpoint schema). Field order is kept, unlike parquet.Group which sorts
+// fields by name.
+func parquetSchema(name string, st *StructType) (*parquet.Schema, error) {
+	root, err := parquetGroup(st)
+	if err != nil {
+		return nil, err
+	}
+	return parquet.NewSchema(name, root), nil
+}
+
+func parquetGroup(st *StructType) (*groupNode, error) {
+	g := &groupNode{fields: make([]parquet.Field, len(st.Fields))}
+	for i, f := range st.Fields {
+		n, err := parquetNode(f.Type, f.Nullable)
+		if err != nil {
+			return nil, fmt.Errorf("column %q: %w", f.Name, err)
+		}
+		g.fields[i] = &namedField{Node: n, name: f.Name, index: i}
+	}
+	return g, nil
+}
+
+// parquetNode maps a Delta type to a parquet-go node:
+//
+//	boolean        BOOLEAN
+//	byte, short    INT32 with INT(8|16, signed)
+//	integer, long  INT32, INT64
+//	float, double  FLOAT, DOUBLE
+//	decimal(p,s)   INT32 (p<=9), INT64 (p<=18) or FIXED_LEN_BYTE_ARRAY with DECIMAL(p,s)
+//	string         BYTE_ARRAY with STRING
+//	binary         BYTE_ARRAY
+//	date           INT32 with DATE
+//	timestamp      INT64 with TIMESTAMP(MICROS, isAdjustedToUTC=true)
+//	timestamp_ntz  INT64 with TIMESTAMP(MICROS, isAdjustedToUTC=false)
+//	array          3-level LIST: <name> (LIST) { repeated group list { <element> } }
+//	map            MAP: <name> (MAP) { repeated group key_value { required key; value } }
+//	struct         group
+func parquetNode(dt DataType, nullable bool) (parquet.Node, error) {
+	var n parquet.Node
+	switch t := dt.(type) {
+	case PrimitiveType:
+		switch t {
+		case TypeBoolean:
+			n = parquet.Leaf(parquet.BooleanType)
+		case TypeByte:
+			n = parquet.Int(8)
+		case TypeShort:
+			n = parquet.Int(16)
+		case TypeInteger:
+			n = parquet.Leaf(parquet.Int32Type)
+		case TypeLong:
+			n = parquet.Leaf(parquet.Int64Type)
+		case TypeFloat:
+			n = parquet.Leaf(parquet.FloatType)
+		case TypeDouble:
+			n = parquet.Leaf(parquet.DoubleType)
+		case TypeString:
+			n = parquet.String()
+		case TypeBinary:
+			n = parquet.Leaf(parquet.ByteArrayType)
+		case TypeDate:
+			n = parquet.Date()
+		case TypeTimestamp:
+			n = parquet.TimestampAdjusted(parquet.Microsecond, true)
+		case TypeTimestampNTZ:
+			n = parquet.Leaf(ntzType{parquet.TimestampAdjusted(parquet.Microsecond, false).Type()})
+		default:
+			return nil, fmt.Errorf("%w: column type %q", ErrUnsupportedFeature, string(t))
+		}
+	case DecimalType:
+		switch {
+		case t.Precision <= 9:
+			n = parquet.Decimal(t.Scale, t.Precision, parquet.Int32Type)
+		case t.Precision <= 18:
+			n = parquet.Decimal(t.Scale, t.Precision, parquet.Int64Type)
+		default:
+			size := decimalByteLen(t.Precision)
+			inner := parquet.Decimal(t.Scale, t.Precision, parquet.FixedLenByteArrayType(size)).Type()
+			n = parquet.Leaf(flbaDecimalType{Type: inner, size: size})
+		}
+	case *ArrayType:
+		el, err := parquetNode(t.ElementType, t.ContainsNull)
+		if err != nil {
+			return nil, err
+		}
+		n = parquet.List(el)
+	case *MapType:
+		k, err := parquetNode(t.KeyType, false)
+		if err != nil {
+			return nil, err
+		}
+		v, err := parquetNode(t.ValueType, t.ValueContainsNull)
+		if err != nil {
+			return nil, err
+		}
+		n = parquet.Map(k, v)
+	case *StructType:
+		g, err := parquetGroup(t)
+		if err != nil {
+			return nil, err
+		}
+		n = g
+	default:
+		return nil, fmt.Errorf("%w: data type %v", ErrUnsupportedFeature, dt)
+	}
+	if nullable {
+		n = parquet.Optional(n)
+	}
+	return n, nil
+}
+
+// decimalByteLen returns the fewest bytes holding any two's complement
+// unscaled value of the given precision: 10^p - 1 plus a sign bit.
+func decimalByteLen(precision int) int {
+	maxUnscaled := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(precision)), nil)
+	maxUnscaled.Sub(maxUnscaled, big.NewInt(1))
+	return (maxUnscaled.BitLen() + 1 + 7) / 8
+}
+
+// groupNode is a Parquet group whose fields keep their order.
+type groupNode struct {
+	fields []parquet.Field
+}
+
+func (g *groupNode) ID() int                                 { return 0 }
+func (g *groupNode) String() string                          { return "group" }
+func (g *groupNode) Type() parquet.Type                      { return parquet.Group{}.Type() }
+func (g *groupNode) Optional() bool                          { return false }
+func (g *groupNode) Repeated() bool                          { return false }
+func (g *groupNode) Required() bool                          { return true }
+func (g *groupNode) Leaf() bool                              { return false }
+func (g *groupNode) Fields() []parquet.Field                 { return g.fields }
+func (g *groupNode) Encoding() encoding.Encoding             { return nil }
+func (g *groupNode) Compression() compress.Codec             { return nil }
+func (g *groupNode) GoType() reflect.Type                    { return goStructOf(g.fields) }
+func (f *namedField) Name() string                           { return f.name }
+func (f *namedField) Value(base reflect.Value) reflect.Value { return base.Field(f.index) }
+
+// namedField is a field of a groupNode.
+type namedField struct {
+	parquet.Node
+	name  string
+	index int
+}
+
+func goStructOf(fields []parquet.Field) reflect.Type {
+	sf := make([]reflect.StructField, len(fields))
+	for i, f := range fields {
+		sf[i] = reflect.StructField{
+			Name: "F" + strconv.Itoa(i),
+			Type: f.GoType(),
+			Tag:  reflect.StructTag(`parquet:` + strconv.Quote(f.Name())),
+		}
+	}
+	return reflect.StructOf(sf)
+}
+
+// ntzType is TIMESTAMP(MICROS, isAdjustedToUTC=false) without the legacy
+// TIMESTAMP_MICROS converted type, which would claim UTC adjustment.
+type ntzType struct{ parquet.Type }
+
+func (ntzType) ConvertedType() *deprecated.ConvertedType { return nil }
+
+// flbaDecimalType is a DECIMAL stored as FIXED_LEN_BYTE_ARRAY. parquet-go
+// orders such values as unsigned bytes, which is wrong for negative numbers,
+// so the writer skips their statistics and this type writes a page index
+// whose bounds are the full range of the type: correct, if not selective.
+type flbaDecimalType struct {
+	parquet.Type
+	size int
+}
+
+func (t flbaDecimalType) NewColumnIndexer(int) parquet.ColumnIndexer {
+	return &wideIndexer{size: t.size}
+}
+
+type wideIndexer struct {
+	size       int
+	nullPages  []bool
+	nullCounts []int64
+}
+
+func (w *wideIndexer) Reset() { w.nullPages, w.nullCounts = w.nullPages[:0], w.nullCounts[:0] }
+
+func (w *wideIndexer) IndexPage(numValues, numNulls int64, _, _ parquet.Value) {
+	w.nullPages = append(w.nullPages, numValues == numNulls)
+	w.nullCounts = append(w.nullCounts, numNulls)
+}
+
+func (w *wideIndexer) ColumnIndex() format.ColumnIndex {
+	lo := make([]byte, w.size)
+	hi := make([]byte, w.size)
+	lo[0] = 0x80
+	hi[0] = 0x7f
+	for i := 1; i < w.size; i++ {
+		hi[i] = 0xff
+	}
+	mins := make([][]byte, len(w.nullPages))
+	maxs := make([][]byte, len(w.nullPages))
+	for i, null := range w.nullPages {
+		if null {
+			mins[i], maxs[i] = []byte{}, []byte{}
+		} else {
+			mins[i], maxs[i] = lo, hi
+		}
+	}
+	return format.ColumnIndex{
+		NullPages:     append([]bool(nil), w.nullPages...),
+		MinValues:     mins,
+		MaxValues:     maxs,
+		BoundaryOrder: format.Unordered,
+		NullCounts:    append([]int64(nil), w.nullCounts...),
+	}
+}
+
+// flbaDecimalPaths returns the column paths of FIXED_LEN_BYTE_ARRAY decimals
+// in a schema, whose statistics parquet-go would get wrong.
+func flbaDecimalPaths(st *StructType) [][]string {
+	var out [][]string
+	var walk func(dt DataType, path []string)
+	walk = func(dt DataType, path []string) {
+		switch t := dt.(type) {
+		case DecimalType:
+			if t.Precision > 18 {
+				out = append(out, append([]string(nil), path...))
+			}
+		case *StructType:
+			for _, f := range t.Fields {
+				walk(f.Type, append(path, f.Name))
+			}
+		case *ArrayType:
+			walk(t.ElementType, append(path, "list", "element"))
+		case *MapType:
+			walk(t.KeyType, append(path, "key_value", "key"))
+			walk(t.ValueType, append(path, "key_value", "value"))
+		}
+	}
+	walk(st, nil)
+	return out
+}

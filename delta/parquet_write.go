@@ -1,0 +1,486 @@
+package delta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/compress"
+)
+
+// Compression codecs for data files.
+const (
+	CompressionSnappy = "snappy"
+	CompressionZstd   = "zstd"
+)
+
+// DefaultRowGroupRows is the default maximum number of rows in a row group.
+const DefaultRowGroupRows = 128 * 1024
+
+// WriteOptions configure a data file writer. The zero value writes snappy
+// files with row groups of DefaultRowGroupRows rows.
+type WriteOptions struct {
+	// Compression is CompressionSnappy (the default) or CompressionZstd.
+	Compression string
+	// RowGroupRows is the maximum number of rows per row group.
+	RowGroupRows int64
+	// CreatedBy names the writer in the Parquet footer, such as
+	// "lakeside version 1.2.0".
+	CreatedBy string
+}
+
+// DataWriter writes one Parquet data file of a table with parquet-go and
+// computes its add action. Rows are given in table schema order; the values
+// of partition columns are not stored in the file (they must be nil or equal
+// to the writer's partition values). A DataWriter is not safe for concurrent
+// use.
+type DataWriter struct {
+	root        string
+	relPath     string
+	absPath     string
+	file        *os.File
+	writer      *parquet.Writer
+	full        *StructType
+	data        *StructType
+	dataIdx     []int
+	partIdx     []int
+	partStrings []*string
+	partValues  map[string]*string
+	stats       *statsCollector
+	shred       *shredder
+	batch       []parquet.Row
+	scratch     []any
+	closed      bool
+}
+
+// NewDataWriter creates a data file under the table root for rows of schema.
+// partitionValues maps each partition column to its Go value (a missing key
+// is null); the file goes in the hive-style directory of those values.
+func NewDataWriter(root string, schema *StructType, partitionColumns []string, partitionValues map[string]any, opts WriteOptions) (*DataWriter, error) {
+	w := &DataWriter{root: root, full: schema, partValues: map[string]*string{}}
+	isPart := map[string]bool{}
+	for _, pc := range partitionColumns {
+		f, idx := schema.Field(pc)
+		if f == nil {
+			return nil, fmt.Errorf("new data writer: %w: partition column %q not in schema", ErrInvalidSchema, pc)
+		}
+		s, err := SerializePartitionValue(f.Type, partitionValues[pc])
+		if err != nil {
+			return nil, fmt.Errorf("new data writer: partition %q: %w", pc, err)
+		}
+		if s == nil && !f.Nullable {
+			return nil, fmt.Errorf("new data writer: %w: null partition value for non-nullable %q", ErrInvalidValue, pc)
+		}
+		w.partValues[pc] = s
+		w.partIdx = append(w.partIdx, idx)
+		w.partStrings = append(w.partStrings, s)
+		isPart[pc] = true
+	}
+	for k := range partitionValues {
+		if !isPart[k] {
+			return nil, fmt.Errorf("new data writer: %w: %q is not a partition column", ErrInvalidSchema, k)
+		}
+	}
+	w.data = &StructType{}
+	for i, f := range schema.Fields {
+		if !isPart[f.Name] {
+			w.data.Fields = append(w.data.Fields, f)
+			w.dataIdx = append(w.dataIdx, i)
+		}
+	}
+	if len(w.data.Fields) == 0 {
+		return nil, fmt.Errorf("new data writer: %w: no data columns besides partition columns", ErrInvalidSchema)
+	}
+
+	var codec compress.Codec
+	ext := "snappy"
+	switch strings.ToLower(opts.Compression) {
+	case "", CompressionSnappy:
+		codec = &parquet.Snappy
+	case CompressionZstd:
+		codec, ext = &parquet.Zstd, "zstd"
+	default:
+		return nil, fmt.Errorf("new data writer: unknown compression %q", opts.Compression)
+	}
+	rg := opts.RowGroupRows
+	if rg <= 0 {
+		rg = DefaultRowGroupRows
+	}
+	pschema, err := parquetSchema("spark_schema", w.data)
+	if err != nil {
+		return nil, fmt.Errorf("new data writer: %w", err)
+	}
+	id, err := newUUID()
+	if err != nil {
+		return nil, err
+	}
+	name := fmt.Sprintf("part-00000-%s-c000.%s.parquet", id, ext)
+	if len(partitionColumns) > 0 {
+		w.relPath = partitionDir(partitionColumns, w.partValues) + "/" + name
+	} else {
+		w.relPath = name
+	}
+	w.absPath = filepath.Join(root, filepath.FromSlash(w.relPath))
+	if err := mkdirAllSync(filepath.Dir(w.absPath)); err != nil {
+		return nil, fmt.Errorf("new data writer: %w", err)
+	}
+	f, err := os.OpenFile(w.absPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("new data writer: %w", err)
+	}
+	w.file = f
+	options := []parquet.WriterOption{
+		pschema,
+		parquet.Compression(codec),
+		parquet.MaxRowsPerRowGroup(rg),
+		parquet.DataPageVersion(1),
+	}
+	if opts.CreatedBy != "" {
+		options = append(options, parquet.CreatedBy(opts.CreatedBy, "", ""))
+	}
+	for _, p := range flbaDecimalPaths(w.data) {
+		options = append(options, parquet.SkipPageBounds(p...), parquet.SkipPageStatistics(p...))
+	}
+	w.writer = parquet.NewWriter(f, options...)
+	w.stats = newStatsCollector(w.data)
+	w.shred = newShredder(w.data)
+	w.scratch = make([]any, len(w.data.Fields))
+	return w, nil
+}
+
+// Path returns the path of the file relative to the table root.
+func (w *DataWriter) Path() string { return w.relPath }
+
+// NumRows returns the number of rows written so far.
+func (w *DataWriter) NumRows() int64 { return w.stats.numRecords }
+
+// Write appends rows. On error the writer should be aborted.
+func (w *DataWriter) Write(rows []Row) error {
+	if w.closed {
+		return errors.New("write rows: writer is closed")
+	}
+	for _, r := range rows {
+		if len(r) != len(w.full.Fields) {
+			return fmt.Errorf("write rows: %w: row has %d values, schema has %d columns", ErrInvalidValue, len(r), len(w.full.Fields))
+		}
+		for j, idx := range w.partIdx {
+			if r[idx] == nil {
+				continue
+			}
+			s, err := SerializePartitionValue(w.full.Fields[idx].Type, r[idx])
+			if err != nil {
+				return fmt.Errorf("write rows: column %q: %w", w.full.Fields[idx].Name, err)
+			}
+			if want := w.partStrings[j]; (s == nil) != (want == nil) || s != nil && *s != *want {
+				return fmt.Errorf("write rows: %w: partition column %q differs from the file's partition value",
+					ErrInvalidValue, w.full.Fields[idx].Name)
+			}
+		}
+		for i, idx := range w.dataIdx {
+			f := w.full.Fields[idx]
+			v, err := normalizeValue(f.Type, r[idx])
+			if err != nil {
+				return fmt.Errorf("write rows: column %q: %w", f.Name, err)
+			}
+			if v == nil && !f.Nullable {
+				return fmt.Errorf("write rows: %w: null in non-nullable column %q", ErrInvalidValue, f.Name)
+			}
+			w.scratch[i] = v
+		}
+		prow, err := w.shred.row(w.scratch)
+		if err != nil {
+			return fmt.Errorf("write rows: %w", err)
+		}
+		w.stats.add(w.scratch)
+		w.batch = append(w.batch, prow)
+		if len(w.batch) >= 1024 {
+			if err := w.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (w *DataWriter) flush() error {
+	if len(w.batch) == 0 {
+		return nil
+	}
+	if _, err := w.writer.WriteRows(w.batch); err != nil {
+		return fmt.Errorf("write rows: %w", err)
+	}
+	w.batch = w.batch[:0]
+	return nil
+}
+
+// Close finishes the file, flushes it to stable storage and returns its add
+// action (dataChange true, with stats).
+func (w *DataWriter) Close() (*Add, error) {
+	if w.closed {
+		return nil, errors.New("close data writer: already closed")
+	}
+	w.closed = true
+	if err := w.flush(); err != nil {
+		w.abort()
+		return nil, err
+	}
+	if err := w.writer.Close(); err != nil {
+		w.abort()
+		return nil, fmt.Errorf("close data writer: %w", err)
+	}
+	if err := w.file.Sync(); err != nil {
+		w.abort()
+		return nil, fmt.Errorf("close data writer: %w", err)
+	}
+	if err := w.file.Close(); err != nil {
+		os.Remove(w.absPath)
+		return nil, fmt.Errorf("close data writer: %w", err)
+	}
+	if err := fsyncDir(filepath.Dir(w.absPath)); err != nil {
+		return nil, fmt.Errorf("close data writer: %w", err)
+	}
+	info, err := os.Stat(w.absPath)
+	if err != nil {
+		return nil, fmt.Errorf("close data writer: %w", err)
+	}
+	stats, err := w.stats.JSON()
+	if err != nil {
+		return nil, err
+	}
+	return &Add{
+		Path:             encodeLogPath(w.relPath),
+		PartitionValues:  w.partValues,
+		Size:             info.Size(),
+		ModificationTime: info.ModTime().UnixMilli(),
+		DataChange:       true,
+		Stats:            stats,
+	}, nil
+}
+
+// Abort closes the writer and deletes the file.
+func (w *DataWriter) Abort() {
+	if w.closed {
+		return
+	}
+	w.closed = true
+	w.abort()
+}
+
+func (w *DataWriter) abort() {
+	w.file.Close()
+	os.Remove(w.absPath)
+}
+
+// WriteDataFile writes rows (in schema order) to one new data file of the
+// table at root and returns its add action. See NewDataWriter.
+func WriteDataFile(ctx context.Context, root string, schema *StructType, partitionColumns []string,
+	partitionValues map[string]any, rows []Row, opts WriteOptions) (*Add, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	w, err := NewDataWriter(root, schema, partitionColumns, partitionValues, opts)
+	if err != nil {
+		return nil, err
+	}
+	const chunk = 4096
+	for i := 0; i < len(rows); i += chunk {
+		if err := ctx.Err(); err != nil {
+			w.Abort()
+			return nil, err
+		}
+		if err := w.Write(rows[i:min(i+chunk, len(rows))]); err != nil {
+			w.Abort()
+			return nil, err
+		}
+	}
+	return w.Close()
+}
+
+// WriteFile writes rows to a new data file using the snapshot's schema and
+// partition columns, and returns its add action.
+func (s *Snapshot) WriteFile(ctx context.Context, partitionValues map[string]any, rows []Row, opts WriteOptions) (*Add, error) {
+	return WriteDataFile(ctx, s.table.root, s.schema, s.metadata.PartitionColumns, partitionValues, rows, opts)
+}
+
+// shredder turns nested rows into Parquet column values with repetition and
+// definition levels (Dremel encoding).
+type shredder struct {
+	schema *StructType
+	cols   [][]parquet.Value
+}
+
+func newShredder(st *StructType) *shredder {
+	return &shredder{schema: st, cols: make([][]parquet.Value, numLeaves(st))}
+}
+
+func numLeaves(dt DataType) int {
+	switch t := dt.(type) {
+	case *StructType:
+		n := 0
+		for _, f := range t.Fields {
+			n += numLeaves(f.Type)
+		}
+		return n
+	case *ArrayType:
+		return numLeaves(t.ElementType)
+	case *MapType:
+		return numLeaves(t.KeyType) + numLeaves(t.ValueType)
+	}
+	return 1
+}
+
+// row shreds one row of normalised values.
+func (s *shredder) row(values []any) (parquet.Row, error) {
+	for i := range s.cols {
+		s.cols[i] = s.cols[i][:0]
+	}
+	col := 0
+	for i, f := range s.schema.Fields {
+		if err := s.write(f.Type, values[i], f.Nullable, col, 0, 0, 0); err != nil {
+			return nil, fmt.Errorf("column %q: %w", f.Name, err)
+		}
+		col += numLeaves(f.Type)
+	}
+	n := 0
+	for _, c := range s.cols {
+		n += len(c)
+	}
+	out := make(parquet.Row, 0, n)
+	for _, c := range s.cols {
+		out = append(out, c...)
+	}
+	return out, nil
+}
+
+func (s *shredder) nulls(dt DataType, col, rep, def int) {
+	for c := col; c < col+numLeaves(dt); c++ {
+		s.cols[c] = append(s.cols[c], parquet.NullValue().Level(rep, def, c))
+	}
+}
+
+func (s *shredder) write(dt DataType, v any, nullable bool, col, rep, def, depth int) error {
+	if v == nil {
+		if !nullable {
+			return fmt.Errorf("%w: null for a non-nullable %s", ErrInvalidValue, dt)
+		}
+		s.nulls(dt, col, rep, def)
+		return nil
+	}
+	if nullable {
+		def++
+	}
+	switch t := dt.(type) {
+	case *StructType:
+		r := v.(Row)
+		c := col
+		for i, f := range t.Fields {
+			if err := s.write(f.Type, r[i], f.Nullable, c, rep, def, depth); err != nil {
+				return err
+			}
+			c += numLeaves(f.Type)
+		}
+	case *ArrayType:
+		elems := v.([]any)
+		if len(elems) == 0 {
+			s.nulls(t.ElementType, col, rep, def)
+			return nil
+		}
+		for i, e := range elems {
+			r := rep
+			if i > 0 {
+				r = depth + 1
+			}
+			if err := s.write(t.ElementType, e, t.ContainsNull, col, r, def+1, depth+1); err != nil {
+				return err
+			}
+		}
+	case *MapType:
+		entries := v.([]MapEntry)
+		if len(entries) == 0 {
+			s.nulls(t, col, rep, def)
+			return nil
+		}
+		kl := numLeaves(t.KeyType)
+		for i, e := range entries {
+			r := rep
+			if i > 0 {
+				r = depth + 1
+			}
+			if err := s.write(t.KeyType, e.Key, false, col, r, def+1, depth+1); err != nil {
+				return err
+			}
+			if err := s.write(t.ValueType, e.Value, t.ValueContainsNull, col+kl, r, def+1, depth+1); err != nil {
+				return err
+			}
+		}
+	default:
+		pv, err := leafValue(dt, v)
+		if err != nil {
+			return err
+		}
+		s.cols[col] = append(s.cols[col], pv.Level(rep, def, col))
+	}
+	return nil
+}
+
+// leafValue converts a normalised Go value to a Parquet value of the column's
+// physical type.
+func leafValue(dt DataType, v any) (parquet.Value, error) {
+	switch x := v.(type) {
+	case bool:
+		return parquet.BooleanValue(x), nil
+	case int8:
+		return parquet.Int32Value(int32(x)), nil
+	case int16:
+		return parquet.Int32Value(int32(x)), nil
+	case int32:
+		return parquet.Int32Value(x), nil
+	case int64:
+		return parquet.Int64Value(x), nil
+	case float32:
+		return parquet.FloatValue(x), nil
+	case float64:
+		return parquet.DoubleValue(x), nil
+	case string:
+		return parquet.ByteArrayValue([]byte(x)), nil
+	case []byte:
+		return parquet.ByteArrayValue(x), nil
+	case time.Time:
+		if dt == TypeDate {
+			return parquet.Int32Value(DaysSinceEpoch(x)), nil
+		}
+		return parquet.Int64Value(x.UnixMicro()), nil
+	case Decimal:
+		t, ok := dt.(DecimalType)
+		if !ok {
+			break
+		}
+		switch {
+		case t.Precision <= 9:
+			return parquet.Int32Value(int32(x.Unscaled.Int64())), nil
+		case t.Precision <= 18:
+			return parquet.Int64Value(x.Unscaled.Int64()), nil
+		default:
+			return parquet.FixedLenByteArrayValue(twosComplement(x.Unscaled, decimalByteLen(t.Precision))), nil
+		}
+	}
+	return parquet.Value{}, fmt.Errorf("%w: %T for %s", ErrInvalidValue, v, dt)
+}
+
+// twosComplement returns the big-endian two's complement of u in n bytes.
+func twosComplement(u *big.Int, n int) []byte {
+	buf := make([]byte, n)
+	if u.Sign() >= 0 {
+		u.FillBytes(buf)
+		return buf
+	}
+	mod := new(big.Int).Lsh(big.NewInt(1), uint(8*n))
+	new(big.Int).Add(mod, u).FillBytes(buf)
+	return buf
+}

@@ -1,0 +1,285 @@
+package delta
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// StringStatsPrefixLength is the number of characters kept of string values
+// in minValues and maxValues, as Spark does.
+const StringStatsPrefixLength = 32
+
+// maxRune is appended to a truncated maximum string so that it stays an
+// upper bound of the values it stands for.
+const maxRune = utf8.MaxRune
+
+// Stats are the per-file statistics of an add action, decoded from its stats
+// string. Values are decoded JSON (numbers as json.Number).
+type Stats struct {
+	NumRecords int64          `json:"numRecords"`
+	MinValues  map[string]any `json:"minValues,omitempty"`
+	MaxValues  map[string]any `json:"maxValues,omitempty"`
+	NullCount  map[string]any `json:"nullCount,omitempty"`
+}
+
+// ParseStats decodes an add action's stats string.
+func ParseStats(s string) (*Stats, error) {
+	var st Stats
+	d := json.NewDecoder(bytes.NewReader([]byte(s)))
+	d.UseNumber()
+	if err := d.Decode(&st); err != nil {
+		return nil, fmt.Errorf("parse stats: %w", err)
+	}
+	return &st, nil
+}
+
+// statsCollector computes Spark-compatible statistics for the rows of one
+// file: numRecords; minValues and maxValues for numbers, decimals, strings,
+// dates and timestamps outside arrays and maps; nullCount for every column
+// (nested struct fields get nested objects).
+type statsCollector struct {
+	numRecords int64
+	cols       []*colStats
+}
+
+type colStats struct {
+	name      string
+	typ       DataType
+	children  []*colStats // struct fields
+	nullCount int64
+	min, max  any
+	noBounds  bool // a value (NaN, ±Inf) that JSON cannot bound
+}
+
+func newStatsCollector(st *StructType) *statsCollector {
+	return &statsCollector{cols: newColStats(st)}
+}
+
+func newColStats(st *StructType) []*colStats {
+	out := make([]*colStats, len(st.Fields))
+	for i, f := range st.Fields {
+		c := &colStats{name: f.Name, typ: f.Type}
+		if sub, ok := f.Type.(*StructType); ok {
+			c.children = newColStats(sub)
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// add records one row of normalised values, in field order.
+func (s *statsCollector) add(row []any) {
+	s.numRecords++
+	for i, c := range s.cols {
+		c.observe(row[i])
+	}
+}
+
+func (c *colStats) observe(v any) {
+	if _, ok := c.typ.(*StructType); ok {
+		if v == nil {
+			for _, ch := range c.children {
+				ch.observe(nil)
+			}
+			return
+		}
+		r := v.(Row)
+		for i, ch := range c.children {
+			ch.observe(r[i])
+		}
+		return
+	}
+	if v == nil {
+		c.nullCount++
+		return
+	}
+	if !hasBounds(c.typ) || c.noBounds {
+		return
+	}
+	switch x := v.(type) {
+	case float32:
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			c.noBounds, c.min, c.max = true, nil, nil
+			return
+		}
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			c.noBounds, c.min, c.max = true, nil, nil
+			return
+		}
+	case string:
+		if !utf8.ValidString(x) {
+			c.noBounds, c.min, c.max = true, nil, nil
+			return
+		}
+	}
+	if c.min == nil || compareValues(v, c.min) < 0 {
+		c.min = v
+	}
+	if c.max == nil || compareValues(v, c.max) > 0 {
+		c.max = v
+	}
+}
+
+// hasBounds reports whether Spark records minValues and maxValues for a type.
+func hasBounds(dt DataType) bool {
+	switch t := dt.(type) {
+	case DecimalType:
+		return true
+	case PrimitiveType:
+		switch t {
+		case TypeByte, TypeShort, TypeInteger, TypeLong, TypeFloat, TypeDouble,
+			TypeString, TypeDate, TypeTimestamp, TypeTimestampNTZ:
+			return true
+		}
+	}
+	return false
+}
+
+// compareValues orders two non-null normalised values of the same type.
+func compareValues(a, b any) int {
+	switch x := a.(type) {
+	case int8:
+		return cmpOrdered(x, b.(int8))
+	case int16:
+		return cmpOrdered(x, b.(int16))
+	case int32:
+		return cmpOrdered(x, b.(int32))
+	case int64:
+		return cmpOrdered(x, b.(int64))
+	case float32:
+		return cmpOrdered(x, b.(float32))
+	case float64:
+		return cmpOrdered(x, b.(float64))
+	case string:
+		return cmpOrdered(x, b.(string))
+	case Decimal:
+		return x.Cmp(b.(Decimal))
+	case time.Time:
+		return x.Compare(b.(time.Time))
+	}
+	return 0
+}
+
+func cmpOrdered[T int8 | int16 | int32 | int64 | float32 | float64 | string](a, b T) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// JSON returns the stats string.
+func (s *statsCollector) JSON() (string, error) {
+	var o orderedObject
+	o.add("numRecords", s.numRecords)
+	mins, maxs, nulls := statsObjects(s.cols)
+	o.add("minValues", mins)
+	o.add("maxValues", maxs)
+	o.add("nullCount", nulls)
+	b, err := o.MarshalJSON()
+	if err != nil {
+		return "", fmt.Errorf("marshal stats: %w", err)
+	}
+	return string(b), nil
+}
+
+func statsObjects(cols []*colStats) (mins, maxs, nulls *orderedObject) {
+	mins, maxs, nulls = &orderedObject{}, &orderedObject{}, &orderedObject{}
+	for _, c := range cols {
+		if c.children != nil {
+			cmin, cmax, cnull := statsObjects(c.children)
+			if cmin.len() > 0 {
+				mins.add(c.name, cmin)
+			}
+			if cmax.len() > 0 {
+				maxs.add(c.name, cmax)
+			}
+			nulls.add(c.name, cnull)
+			continue
+		}
+		nulls.add(c.name, c.nullCount)
+		if c.min != nil && !c.noBounds {
+			mins.add(c.name, statsValue(c.typ, c.min, false))
+			if mx := statsValue(c.typ, c.max, true); mx != nil {
+				maxs.add(c.name, mx)
+			}
+		}
+	}
+	return mins, maxs, nulls
+}
+
+// statsValue formats a bound the way Spark writes it in stats JSON. It
+// returns nil when no valid bound can be written.
+func statsValue(dt DataType, v any, isMax bool) any {
+	switch x := v.(type) {
+	case float32:
+		return json.Number(strconv.FormatFloat(float64(x), 'g', -1, 32))
+	case float64:
+		return json.Number(strconv.FormatFloat(x, 'g', -1, 64))
+	case Decimal:
+		return json.Number(x.String())
+	case string:
+		if isMax {
+			s, ok := truncateMaxString(x, StringStatsPrefixLength)
+			if !ok {
+				return nil
+			}
+			return s
+		}
+		return truncateString(x, StringStatsPrefixLength)
+	case time.Time:
+		switch dt {
+		case TypeDate:
+			return x.Format("2006-01-02")
+		case TypeTimestamp:
+			ms := floorDiv(x.UnixMicro(), 1000)
+			return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
+		default:
+			ms := floorDiv(x.UnixMicro(), 1000)
+			return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000")
+		}
+	}
+	return v
+}
+
+// truncateString returns the first n characters of s.
+func truncateString(s string, n int) string {
+	i := 0
+	for pos := range s {
+		if i == n {
+			return s[:pos]
+		}
+		i++
+	}
+	return s
+}
+
+// truncateMaxString returns a string of about n characters that is greater
+// than or equal to s in byte order: s itself when short enough, else a prefix
+// followed by U+10FFFF. It reports false when no such string exists.
+func truncateMaxString(s string, n int) (string, bool) {
+	prefix := truncateString(s, n)
+	if len(prefix) == len(s) {
+		return s, true
+	}
+	// The prefix plus the largest character beats s unless s continues with
+	// that character; extend the prefix past any such characters.
+	rest := s[len(prefix):]
+	for len(rest) > 0 {
+		r, size := utf8.DecodeRuneInString(rest)
+		if r != maxRune {
+			return prefix + string(maxRune), true
+		}
+		prefix += rest[:size]
+		rest = rest[size:]
+	}
+	return s, true
+}
