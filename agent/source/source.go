@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -26,6 +27,9 @@ type Source struct {
 	db     *store.DB
 	log    *slog.Logger
 	writer *queueWriter
+
+	// Positions, updated per message without a lock.
+	confirmedLSN, receivedLSN, serverWALEnd atomic.Uint64
 
 	mu     sync.Mutex
 	status Status
@@ -72,6 +76,9 @@ func (s *Source) Status() Status {
 	if s.writer != nil {
 		st.DurableLSN = s.writer.Durable()
 	}
+	st.ConfirmedLSN = store.LSN(s.confirmedLSN.Load())
+	st.ReceivedLSN = store.LSN(s.receivedLSN.Load())
+	st.ServerWALEnd = store.LSN(s.serverWALEnd.Load())
 	return st
 }
 

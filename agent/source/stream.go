@@ -80,10 +80,13 @@ func (st *stream) run(ctx context.Context) error {
 				return err
 			}
 		}
-		deadline := time.Now().Add(min(interval, ackEvery*5))
-		rctx, cancel := context.WithDeadline(ctx, deadline)
-		raw, err := st.conn.ReceiveMessage(rctx)
-		cancel()
+		// A read deadline on the socket, rather than a context per message,
+		// bounds the wait: it is far cheaper at hundreds of thousands of
+		// messages a second, and a timeout leaves the connection usable.
+		if err := st.conn.Conn().SetReadDeadline(time.Now().Add(min(interval, ackEvery*5))); err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		raw, err := st.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
 				return st.shutdown()
@@ -139,7 +142,7 @@ func (st *stream) sendStatus(ctx context.Context, replyRequested bool) error {
 	}
 	st.lastStatus = time.Now()
 	st.acked = durable
-	st.s.update(func(s *Status) { s.ConfirmedLSN = durable })
+	st.s.confirmedLSN.Store(uint64(durable))
 	return nil
 }
 
@@ -154,7 +157,7 @@ func (st *stream) copyData(ctx context.Context, data []byte) error {
 			return fmt.Errorf("parse keepalive: %w", err)
 		}
 		st.walEnd = store.LSN(pkm.ServerWALEnd)
-		st.s.update(func(s *Status) { s.ServerWALEnd = st.walEnd })
+		st.s.serverWALEnd.Store(uint64(st.walEnd))
 		// With nothing in flight, the server's WAL end becomes the
 		// checkpoint once it is durable, so an idle slot holds no WAL.
 		if st.idle() && st.walEnd > st.s.writer.Durable() && st.walEnd > st.checkpointAsk {
@@ -178,7 +181,8 @@ func (st *stream) copyData(ctx context.Context, data []byte) error {
 		if err := st.handle(xld.WALData, store.LSN(xld.WALStart)); err != nil {
 			return err
 		}
-		st.s.update(func(s *Status) { s.ReceivedLSN = st.received; s.ServerWALEnd = st.walEnd })
+		st.s.receivedLSN.Store(uint64(st.received))
+		st.s.serverWALEnd.Store(uint64(st.walEnd))
 	}
 	return nil
 }

@@ -1,0 +1,96 @@
+//go:build bench
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/agent/pgtest"
+)
+
+// TestBenchCapture measures the agent draining a backlog into its durable
+// queue against pg_recvlogical draining the same backlog to /dev/null, in the
+// same run, on the same server. Run it with `make bench`.
+func TestBenchCapture(t *testing.T) {
+	e := newE2E(t, []string{"public.bench"})
+	e.exec(`CREATE TABLE bench (id int8 PRIMARY KEY, label text NOT NULL, qty int NOT NULL, at timestamptz NOT NULL DEFAULT now())`)
+	// Create the agent's slot (no snapshot) and the baseline's slot at the
+	// same point, so both see exactly the same backlog.
+	d := e.start()
+	waitState(t, e, d, "streaming")
+	e.stop(d)
+	e.exec(`SELECT pg_create_logical_replication_slot('baseline', 'pgoutput')`)
+
+	workloads := []struct {
+		name string
+		rows int64
+		run  func()
+	}{
+		{"1M rows in one transaction", 1000000, func() {
+			e.exec(`INSERT INTO bench (id, label, qty) SELECT g, md5(g::text), g % 1000 FROM generate_series(1, 1000000) g`)
+		}},
+		{"100k single-row transactions from 4 clients", 100000, func() {
+			var wg sync.WaitGroup
+			for c := 0; c < 4; c++ {
+				conn := pgtest.Conn(t, e.dsn)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 25000; i++ {
+						id := int64(2000000 + c*25000 + i)
+						if _, err := conn.Exec(context.Background(), `INSERT INTO bench (id, label, qty) VALUES ($1, 'single', 1)`, id); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		}},
+	}
+	fmt.Println()
+	fmt.Printf("%-46s %14s %14s %8s\n", "capture workload", "pg_recvlogical", "lakeside", "ratio")
+	for _, w := range workloads {
+		w.run()
+		var text string
+		if err := e.conn.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&text); err != nil {
+			t.Fatal(err)
+		}
+		end, _ := pglogrepl.ParseLSN(text)
+
+		start := time.Now()
+		cmd := exec.Command(filepath.Join(e.cluster.BinDir(), "pg_recvlogical"), "--dbname", e.dsn, "--slot", "baseline", "--start",
+			"--option", "proto_version=2", "--option", "publication_names=e2e", "--option", "streaming=on",
+			"--endpos", text, "--no-loop", "--file", "/dev/null")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("pg_recvlogical: %v\n%s", err, out)
+		}
+		baseline := time.Since(start)
+
+		start = time.Now()
+		d := e.start()
+		for {
+			cfg, _ := agent.LoadConfig(e.configPath)
+			if st, err := agent.ReadStatus(context.Background(), cfg); err == nil && st.Running {
+				if cp, err := pglogrepl.ParseLSN(st.CheckpointLSN); err == nil && cp >= end {
+					break
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		ours := time.Since(start)
+		e.stop(d)
+		rate := func(d time.Duration) string { return fmt.Sprintf("%.0f rows/s", float64(w.rows)/d.Seconds()) }
+		fmt.Printf("%-46s %14s %14s %8.2f\n", w.name, rate(baseline), rate(ours), baseline.Seconds()/ours.Seconds())
+	}
+	fmt.Println("ratio = lakeside rows/s ÷ pg_recvlogical rows/s (lakeside: durable in the fsync'd queue and acknowledged; target ≥ 0.9)")
+}
