@@ -11,7 +11,8 @@ import (
 	"github.com/lakeside/lakeside/store"
 )
 
-// decodeFunc turns one column's text output into a typed value.
+// decodeFunc turns one column's text output into a typed value. It may keep
+// src: callers pass bytes that nothing else uses afterwards.
 type decodeFunc func(src []byte) (store.Value, error)
 
 // typeDecoders builds decoders for column types from PostgreSQL's text
@@ -39,11 +40,11 @@ func scanner[T any](m *pgtype.Map, oid uint32, conv func(T) store.Value) decodeF
 }
 
 func textValue(src []byte) (store.Value, error) {
-	return store.Value{Kind: store.KindString, Bytes: append([]byte(nil), src...)}, nil
+	return store.Value{Kind: store.KindString, Bytes: src}, nil
 }
 
 func numericValue(src []byte) (store.Value, error) {
-	return store.Value{Kind: store.KindNumeric, Bytes: append([]byte(nil), src...)}, nil
+	return store.Value{Kind: store.KindNumeric, Bytes: src}, nil
 }
 
 func infinityInt(m pgtype.InfinityModifier, finite int64) int64 {
@@ -166,15 +167,28 @@ func (d *typeDecoders) forRelation(rel *store.Relation) *relationDecoder {
 	return rd
 }
 
+// valueSlab hands out value slices carved from larger allocations: one
+// allocation serves thousands of rows instead of one per row.
+type valueSlab struct{ buf []store.Value }
+
+func (s *valueSlab) take(n int) []store.Value {
+	if len(s.buf) < n {
+		s.buf = make([]store.Value, max(n, 4096))
+	}
+	v := s.buf[:n:n]
+	s.buf = s.buf[n:]
+	return v
+}
+
 // decodeTuple decodes a pgoutput tuple.
-func (rd *relationDecoder) decodeTuple(t *pglogrepl.TupleData) ([]store.Value, error) {
+func (rd *relationDecoder) decodeTuple(t *pglogrepl.TupleData, slab *valueSlab) ([]store.Value, error) {
 	if t == nil {
 		return nil, nil
 	}
 	if len(t.Columns) != len(rd.cols) {
 		return nil, fmt.Errorf("%s: tuple has %d columns, relation has %d", rd.rel.QualifiedName(), len(t.Columns), len(rd.cols))
 	}
-	vals := make([]store.Value, len(t.Columns))
+	vals := slab.take(len(t.Columns))
 	for i, c := range t.Columns {
 		switch c.DataType {
 		case pglogrepl.TupleDataTypeNull:

@@ -113,6 +113,7 @@ type copyReader struct {
 	rd       *relationDecoder
 	log      *slog.Logger
 	partial  []byte
+	slab     valueSlab
 	batch    []store.Change
 	rows     int64
 	estimate int64
@@ -142,8 +143,11 @@ func (c *copyReader) Write(p []byte) (int, error) {
 
 // row decodes one line of COPY text format.
 func (c *copyReader) row(line []byte) error {
+	// The decoders may keep what they are given: give them a copy of the
+	// row, not the COPY buffer.
+	line = bytes.Clone(line)
 	ncols := len(c.rd.cols)
-	vals := make([]store.Value, ncols)
+	vals := c.slab.take(ncols)
 	for i := 0; i < ncols; i++ {
 		field := line
 		if j := bytes.IndexByte(line, '\t'); j >= 0 {

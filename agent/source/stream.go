@@ -53,7 +53,10 @@ type stream struct {
 	buf       []store.Change
 	bufSubXid uint32
 
+	slab valueSlab
+
 	lastStatus    time.Time
+	deadlineSet   time.Time
 	acked         store.LSN
 	checkpointAsk store.LSN
 }
@@ -83,8 +86,11 @@ func (st *stream) run(ctx context.Context) error {
 		// A read deadline on the socket, rather than a context per message,
 		// bounds the wait: it is far cheaper at hundreds of thousands of
 		// messages a second, and a timeout leaves the connection usable.
-		if err := st.conn.Conn().SetReadDeadline(time.Now().Add(min(interval, ackEvery*5))); err != nil {
-			return fmt.Errorf("receive: %w", err)
+		if now := time.Now(); now.Sub(st.deadlineSet) >= ackEvery/2 {
+			if err := st.conn.Conn().SetReadDeadline(now.Add(min(interval, ackEvery*5))); err != nil {
+				return fmt.Errorf("receive: %w", err)
+			}
+			st.deadlineSet = now
 		}
 		raw, err := st.conn.ReceiveMessage(context.Background())
 		if err != nil {
@@ -209,7 +215,7 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 		if err != nil {
 			return err
 		}
-		vals, err := rd.decodeTuple(m.Tuple)
+		vals, err := rd.decodeTuple(m.Tuple, &st.slab)
 		if err != nil {
 			return err
 		}
@@ -219,11 +225,11 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 		if err != nil {
 			return err
 		}
-		newVals, err := rd.decodeTuple(m.NewTuple)
+		newVals, err := rd.decodeTuple(m.NewTuple, &st.slab)
 		if err != nil {
 			return err
 		}
-		oldVals, err := rd.decodeTuple(m.OldTuple)
+		oldVals, err := rd.decodeTuple(m.OldTuple, &st.slab)
 		if err != nil {
 			return err
 		}
@@ -234,7 +240,7 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 		if err != nil {
 			return err
 		}
-		oldVals, err := rd.decodeTuple(m.OldTuple)
+		oldVals, err := rd.decodeTuple(m.OldTuple, &st.slab)
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"io"
+	"os"
+	"runtime"
 
 	"github.com/lakeside/lakeside/agent"
 )
@@ -30,5 +32,12 @@ func (c *runCommand) Run(ctx context.Context) error {
 		return err
 	}
 	log := newLogger(cfg, c.stderr).With("version", Version)
+	if os.Getenv("GOMAXPROCS") == "" {
+		// The agent shares a small machine with PostgreSQL, whose walsender
+		// is the other half of every capture: leave it CPUs of its own.
+		// Measured on 2 cores, one scheduler thread captures about a fifth
+		// faster than two. GOMAXPROCS in the environment overrides this.
+		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/2))
+	}
 	return agent.New(cfg, log).Run(ctx)
 }
