@@ -107,6 +107,7 @@ func (w *Writer) ClearSlotState() error {
 			return fmt.Errorf("clear %s: %w", k, err)
 		}
 	}
+	w.stats, w.statsDirty = QueueStats{}, false
 	return nil
 }
 

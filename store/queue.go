@@ -28,6 +28,9 @@ type Writer struct {
 	Reader
 	// touched holds the spools changed in this transaction.
 	touched map[SpoolID]bool
+	// stats are the queue totals as this transaction changes them.
+	stats      QueueStats
+	statsDirty bool
 }
 
 // AppendTxn adds a committed transaction to the queue, keyed by its end LSN,
@@ -58,20 +61,49 @@ func (w *Writer) AppendTxn(t *Txn, chunkSize int) error {
 	return w.finishTxn(b, &h, size)
 }
 
-// finishTxn writes the header of a queued transaction and updates the totals.
+// finishTxn writes the header of a queued transaction and counts it in the
+// totals, which are written once when the write transaction commits.
 func (w *Writer) finishTxn(b *bolt.Bucket, h *TxnHeader, size int64) error {
 	hdr := encodeTxnHeader(h)
 	if err := b.Put(headerKey, hdr); err != nil {
 		return fmt.Errorf("queue transaction at %s: %w", h.EndLSN, err)
 	}
-	st, err := w.QueueStats()
+	if err := w.loadStats(); err != nil {
+		return err
+	}
+	w.stats.Transactions++
+	w.stats.Bytes += size + int64(len(hdr))
+	w.stats.LastLSN = max(w.stats.LastLSN, h.EndLSN)
+	return nil
+}
+
+// loadStats reads the totals into the writer once per write transaction.
+func (w *Writer) loadStats() error {
+	if w.statsDirty {
+		return nil
+	}
+	st, err := w.Reader.QueueStats()
 	if err != nil {
 		return err
 	}
-	st.Transactions++
-	st.Bytes += size + int64(len(hdr))
-	st.LastLSN = max(st.LastLSN, h.EndLSN)
-	return w.putQueueStats(st)
+	w.stats, w.statsDirty = st, true
+	return nil
+}
+
+// flush writes what the writer kept in memory; Update calls it before commit.
+func (w *Writer) flush() error {
+	if !w.statsDirty {
+		return nil
+	}
+	return w.putQueueStats(w.stats)
+}
+
+// QueueStats returns the queue totals, including this transaction's changes.
+func (w *Writer) QueueStats() (QueueStats, error) {
+	if w.statsDirty {
+		return w.stats, nil
+	}
+	return w.Reader.QueueStats()
 }
 
 // QueueStats summarises the queue.
@@ -110,8 +142,7 @@ func (w *Writer) putQueueStats(st QueueStats) error {
 // It returns how many were deleted.
 func (w *Writer) Trim(upTo LSN) (int, error) {
 	q := w.tx.Bucket(bucketQueue)
-	st, err := w.QueueStats()
-	if err != nil {
+	if err := w.loadStats(); err != nil {
 		return 0, err
 	}
 	limit := lsnKey(upTo)
@@ -125,13 +156,8 @@ func (w *Writer) Trim(upTo LSN) (int, error) {
 		if err := q.DeleteBucket(k); err != nil {
 			return 0, fmt.Errorf("trim queue: %w", err)
 		}
-		st.Transactions--
-		st.Bytes -= size
-	}
-	if len(doomed) > 0 {
-		if err := w.putQueueStats(st); err != nil {
-			return 0, err
-		}
+		w.stats.Transactions--
+		w.stats.Bytes -= size
 	}
 	return len(doomed), nil
 }

@@ -105,7 +105,10 @@ func (db *DB) Close() error { return db.bolt.Close() }
 func (db *DB) Update(fn func(w *Writer) error) error {
 	return db.bolt.Update(func(tx *bolt.Tx) error {
 		w := &Writer{Reader: Reader{tx: tx}}
-		return fn(w)
+		if err := fn(w); err != nil {
+			return err
+		}
+		return w.flush()
 	})
 }
 

@@ -5,7 +5,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/lakeside/lakeside/store"
@@ -178,33 +177,6 @@ func (s *valueSlab) take(n int) []store.Value {
 	v := s.buf[:n:n]
 	s.buf = s.buf[n:]
 	return v
-}
-
-// decodeTuple decodes a pgoutput tuple.
-func (rd *relationDecoder) decodeTuple(t *pglogrepl.TupleData, slab *valueSlab) ([]store.Value, error) {
-	if t == nil {
-		return nil, nil
-	}
-	if len(t.Columns) != len(rd.cols) {
-		return nil, fmt.Errorf("%s: tuple has %d columns, relation has %d", rd.rel.QualifiedName(), len(t.Columns), len(rd.cols))
-	}
-	vals := slab.take(len(t.Columns))
-	for i, c := range t.Columns {
-		switch c.DataType {
-		case pglogrepl.TupleDataTypeNull:
-		case pglogrepl.TupleDataTypeToast:
-			vals[i].Kind = store.KindUnchanged
-		case pglogrepl.TupleDataTypeText:
-			v, err := rd.cols[i](c.Data)
-			if err != nil {
-				return nil, rd.columnError(i, c.Data, err)
-			}
-			vals[i] = v
-		default:
-			return nil, fmt.Errorf("%s.%s: unexpected tuple data type %q", rd.rel.QualifiedName(), rd.rel.Columns[i].Name, c.DataType)
-		}
-	}
-	return vals, nil
 }
 
 func (rd *relationDecoder) columnError(i int, src []byte, err error) error {

@@ -20,9 +20,15 @@ type replConn = *pgconn.PgConn
 // before they go to the spool: no transaction, however large, is held whole.
 const spillChanges = 2048
 
-// ackEvery is the shortest time between two status updates sent because
-// the durable position moved.
-const ackEvery = 100 * time.Millisecond
+// ackEvery is the shortest time between two status updates sent because the
+// durable position moved. Each update costs the walsender work (it may save
+// the slot), so a busy stream is acknowledged about once a second, as
+// PostgreSQL's own tools do at most.
+const ackEvery = time.Second
+
+// readTimeout bounds a wait for the next message, so that status updates and
+// shutdown are never held up by a quiet stream.
+const readTimeout = 200 * time.Millisecond
 
 // idleProbe is how often an idle connection asks the server for its WAL end.
 const idleProbe = time.Second
@@ -86,8 +92,8 @@ func (st *stream) run(ctx context.Context) error {
 		// A read deadline on the socket, rather than a context per message,
 		// bounds the wait: it is far cheaper at hundreds of thousands of
 		// messages a second, and a timeout leaves the connection usable.
-		if now := time.Now(); now.Sub(st.deadlineSet) >= ackEvery/2 {
-			if err := st.conn.Conn().SetReadDeadline(now.Add(min(interval, ackEvery*5))); err != nil {
+		if now := time.Now(); now.Sub(st.deadlineSet) >= readTimeout/4 {
+			if err := st.conn.Conn().SetReadDeadline(now.Add(readTimeout)); err != nil {
 				return fmt.Errorf("receive: %w", err)
 			}
 			st.deadlineSet = now
@@ -198,6 +204,14 @@ func (st *stream) idle() bool { return !st.inTxn && !st.inStream && len(st.open)
 
 // handle decodes one pgoutput message.
 func (st *stream) handle(data []byte, at store.LSN) error {
+	switch data[0] {
+	case 'I', 'U', 'D':
+		xid, c, err := st.rowChangeOf(data)
+		if err != nil {
+			return err
+		}
+		return st.add(xid, c)
+	}
 	msg, err := pglogrepl.ParseV2(data, st.inStream)
 	if err != nil {
 		return fmt.Errorf("parse pgoutput message: %w", err)
@@ -210,42 +224,6 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 		st.txn = store.Txn{TxnHeader: store.TxnHeader{Xid: m.Xid}}
 	case *pglogrepl.CommitMessage:
 		return st.commit(m)
-	case *pglogrepl.InsertMessageV2:
-		rd, err := st.relationFor(m.RelationID)
-		if err != nil {
-			return err
-		}
-		vals, err := rd.decodeTuple(m.Tuple, &st.slab)
-		if err != nil {
-			return err
-		}
-		return st.add(m.Xid, store.Change{Op: store.OpInsert, Relation: rd.rel.Key, New: vals})
-	case *pglogrepl.UpdateMessageV2:
-		rd, err := st.relationFor(m.RelationID)
-		if err != nil {
-			return err
-		}
-		newVals, err := rd.decodeTuple(m.NewTuple, &st.slab)
-		if err != nil {
-			return err
-		}
-		oldVals, err := rd.decodeTuple(m.OldTuple, &st.slab)
-		if err != nil {
-			return err
-		}
-		return st.add(m.Xid, store.Change{Op: store.OpUpdate, Relation: rd.rel.Key, New: newVals, Old: oldVals,
-			OldIsKey: m.OldTupleType == pglogrepl.UpdateMessageTupleTypeKey})
-	case *pglogrepl.DeleteMessageV2:
-		rd, err := st.relationFor(m.RelationID)
-		if err != nil {
-			return err
-		}
-		oldVals, err := rd.decodeTuple(m.OldTuple, &st.slab)
-		if err != nil {
-			return err
-		}
-		return st.add(m.Xid, store.Change{Op: store.OpDelete, Relation: rd.rel.Key, Old: oldVals,
-			OldIsKey: m.OldTupleType == pglogrepl.DeleteMessageTupleTypeKey})
 	case *pglogrepl.TruncateMessageV2:
 		for _, oid := range m.RelationIDs {
 			rd, err := st.relationFor(oid)
