@@ -447,3 +447,16 @@ func TestSlogLevel(t *testing.T) {
 		}
 	}
 }
+
+// TestPackagedConfigLoads keeps the configuration shipped in the package
+// valid: it must load with only PGPASSWORD set.
+func TestPackagedConfigLoads(t *testing.T) {
+	t.Setenv("PGPASSWORD", "secret")
+	cfg, err := LoadConfig("../packaging/lakeside.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.StateDir != "/var/lib/lakeside" || len(cfg.Source.Tables) == 0 || cfg.Source.Snapshot != SnapshotInitial {
+		t.Fatalf("packaged config loaded as %+v", cfg)
+	}
+}
