@@ -306,3 +306,59 @@ func TestStatusCheckAndRestartErrors(t *testing.T) {
 		t.Fatalf("run with a bad config: exit %d\n%s", code, stderr)
 	}
 }
+
+// TestKillDuringSnapshot kills the agent while it copies the initial
+// snapshot; the next start begins the snapshot again on a new slot, and the
+// queue ends up with exactly one complete snapshot.
+func TestKillDuringSnapshot(t *testing.T) {
+	e := newE2E(t, []string{"public.stock"})
+	e.exec(`CREATE TABLE stock (id int8 PRIMARY KEY, qty int NOT NULL)`,
+		`INSERT INTO stock SELECT g, g % 100 FROM generate_series(1, 400000) g`)
+	d := e.start()
+	waitState(t, e, d, "snapshot")
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-d.exited
+	e.exec(`UPDATE stock SET qty = -1 WHERE id <= 10`)
+
+	d = e.start()
+	waitState(t, e, d, "streaming")
+	e.exec(`DELETE FROM stock WHERE id = 400000`)
+	e.waitCaughtUp(d)
+	e.stop(d)
+	if !strings.Contains(d.stderr.String(), "starting it over") {
+		t.Errorf("the restarted agent did not say it started the snapshot over; log:\n%s", d.stderr)
+	}
+
+	txns, rels, _ := e.queue()
+	var snapshots int
+	ids := map[int64]int64{}
+	for _, txn := range txns {
+		for _, c := range txn.Changes {
+			if rels[c.Relation].Name != "stock" {
+				t.Fatalf("change of unknown table %+v", c.Relation)
+			}
+			switch c.Op {
+			case store.OpInsert:
+				if _, dup := ids[c.New[0].Int]; dup {
+					t.Fatalf("row %d inserted twice", c.New[0].Int)
+				}
+				ids[c.New[0].Int] = c.New[1].Int
+			case store.OpDelete:
+				delete(ids, c.Old[0].Int)
+			case store.OpUpdate:
+				ids[c.New[0].Int] = c.New[1].Int
+			}
+		}
+		if txn.Snapshot {
+			snapshots++
+		}
+	}
+	if snapshots != 1 {
+		t.Fatalf("queue holds %d snapshots, want 1", snapshots)
+	}
+	if len(ids) != 399999 || ids[5] != -1 || ids[11] != 11 {
+		t.Fatalf("queue replays to %d rows (id 5 → %d, id 11 → %d), want 399999 rows with ids 1-10 at -1", len(ids), ids[5], ids[11])
+	}
+}
