@@ -7,7 +7,8 @@ GO        ?= go
 BIN       := $(CURDIR)/bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.Version=$(VERSION)
-PG_BINDIR ?= $(shell ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+VERSITYGW := $(BIN)/versitygw
+VERSITYGW_VERSION := v1.8.0
 
 .PHONY: all build test demo bench deps vet fmt clean
 
@@ -16,12 +17,19 @@ all: build
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/lakeside ./cmd/lakeside
 
-# deps installs the system packages the tests start for real: a PostgreSQL server.
-deps:
-	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
-		echo "installing PostgreSQL"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 postgresql-client-15; \
+# deps installs what the tests start for real: a PostgreSQL server and headless
+# Chromium (Debian packages), and the versitygw S3 server (built once into bin/).
+deps: $(VERSITYGW)
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql-15 postgresql-client-15"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
+
+$(VERSITYGW):
+	GOBIN=$(BIN) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
 
 vet:
 	$(GO) vet ./...
