@@ -1,0 +1,226 @@
+package live
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/lakeside/lakeside/delta"
+)
+
+const (
+	defaultRowLimit = 100
+	maxRowLimit     = 10000
+)
+
+func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
+	if err := s.agent.Ready(); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) serveStatus(w http.ResponseWriter, _ *http.Request) {
+	st, err := s.agent.Status()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// tableListing is one entry of GET /api/v1/tables.
+type tableListing struct {
+	TableInfo
+	Versions map[string]*int64 `json:"versions"`
+}
+
+func (s *Server) serveTables(w http.ResponseWriter, r *http.Request) {
+	infos := s.hub.TableInfos()
+	out := make([]tableListing, len(infos))
+	for i, ti := range infos {
+		out[i] = tableListing{TableInfo: ti, Versions: map[string]*int64{
+			"mirror":    s.deltaVersion(r, ti.Name),
+			"changelog": s.deltaVersion(r, ti.Name+"_changes"),
+		}}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tables": out})
+}
+
+// deltaVersion returns the latest version of a local Delta table, or nil.
+func (s *Server) deltaVersion(r *http.Request, name string) *int64 {
+	if s.cfg.TablesDir == "" {
+		return nil
+	}
+	t, err := delta.Open(r.Context(), filepath.Join(s.cfg.TablesDir, name))
+	if err != nil {
+		return nil
+	}
+	v, err := t.LatestVersion(r.Context())
+	if err != nil {
+		return nil
+	}
+	return &v
+}
+
+// timeTravel reads ?version= and ?as_of=; ok is false when neither is set.
+func timeTravel(r *http.Request) (version int64, asOf time.Time, ok bool, err error) {
+	q := r.URL.Query()
+	if v := q.Get("version"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return 0, time.Time{}, false, fmt.Errorf("version must be a non-negative integer, not %q", v)
+		}
+		if q.Get("as_of") != "" {
+			return 0, time.Time{}, false, errors.New("give version or as_of, not both")
+		}
+		return n, time.Time{}, true, nil
+	}
+	if v := q.Get("as_of"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return 0, time.Time{}, false, fmt.Errorf("as_of must be an RFC 3339 time, not %q", v)
+		}
+		return -1, t, true, nil
+	}
+	return 0, time.Time{}, false, nil
+}
+
+func (s *Server) serveRows(w http.ResponseWriter, r *http.Request) {
+	table := r.PathValue("table")
+	limit := defaultRowLimit
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 || n > maxRowLimit {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit must be an integer from 1 to %d", maxRowLimit))
+			return
+		}
+		limit = n
+	}
+	after := r.URL.Query().Get("after")
+	version, asOf, travel, err := timeTravel(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var rows []Row
+	var next string
+	var at any
+	if travel {
+		var tr *travelRows
+		tr, err = s.readMirror(r, table, version, asOf)
+		if err == nil {
+			rows, next, err = tr.page(after, limit)
+			at = tr.version
+		}
+	} else {
+		rows, next, err = s.hub.rowsPage(table, after, limit)
+	}
+	if err != nil {
+		s.writeLookupError(w, err)
+		return
+	}
+	resp := map[string]any{"table": table, "rows": rows}
+	if next != "" {
+		resp["next"] = next
+	}
+	if at != nil {
+		resp["version"] = at
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) serveRow(w http.ResponseWriter, r *http.Request) {
+	table, key := r.PathValue("table"), r.PathValue("key")
+	version, asOf, travel, err := timeTravel(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var row Row
+	var found bool
+	if travel {
+		var tr *travelRows
+		if tr, err = s.readMirror(r, table, version, asOf); err == nil {
+			row, found, err = tr.find(key)
+		}
+	} else {
+		row, found, err = s.hub.row(table, key)
+	}
+	if err != nil {
+		s.writeLookupError(w, err)
+		return
+	}
+	if !found {
+		writeError(w, http.StatusNotFound, "no row with key "+key+" in "+table)
+		return
+	}
+	writeJSON(w, http.StatusOK, row)
+}
+
+// historyEntry is one Delta version of a mirror.
+type historyEntry struct {
+	Version   int64          `json:"version"`
+	Timestamp string         `json:"timestamp"`
+	Operation string         `json:"operation"`
+	Metrics   map[string]any `json:"metrics,omitempty"`
+	LSNRange  any            `json:"lsn_range,omitempty"`
+}
+
+func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
+	table := r.PathValue("table")
+	if !s.hub.knows(table) {
+		writeError(w, http.StatusNotFound, "unknown table "+table)
+		return
+	}
+	t, err := delta.Open(r.Context(), filepath.Join(s.cfg.TablesDir, table))
+	if err != nil {
+		writeError(w, http.StatusNotFound, "no Delta mirror of "+table+" yet")
+		return
+	}
+	latest, err := t.LatestVersion(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	var out []historyEntry
+	for v := int64(0); v <= latest; v++ {
+		actions, err := t.ReadCommit(r.Context(), v)
+		if err != nil {
+			continue // an expired or vacuumed version
+		}
+		e := historyEntry{Version: v}
+		for _, a := range actions {
+			if ci, ok := a.(*delta.CommitInfo); ok {
+				e.Timestamp = time.UnixMilli(ci.Timestamp).UTC().Format(time.RFC3339Nano)
+				e.Operation = ci.Operation
+				e.Metrics = ci.OperationMetrics
+				for _, k := range []string{"lsnRange", "lsn_range", "lakesideLsnRange"} {
+					if lr, ok := ci.Extra[k]; ok {
+						e.LSNRange = lr
+					}
+				}
+			}
+		}
+		out = append(out, e)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"table": table, "history": out})
+}
+
+func (s *Server) writeLookupError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, errUnknownTable):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, delta.ErrVersionNotFound), errors.Is(err, errNoMirror):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, errBadKey):
+		writeError(w, http.StatusBadRequest, err.Error())
+	default:
+		s.log.Warn("live view: request failed", "err", err)
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}

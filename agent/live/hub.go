@@ -1,0 +1,521 @@
+package live
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/lakeside/lakeside/store"
+)
+
+// Retention of the hub: how many recent transactions a reconnecting client
+// can resume from, and how many changes one message carries at most.
+const (
+	defaultRetainTxns   = 100000
+	maxChangesPerSend   = 5000
+	maxBytesPerSend     = 1 << 20
+	defaultPollInterval = 200 * time.Millisecond
+	// hugeTxnChanges: a transaction with more changes than this is not
+	// streamed row by row; clients refetch the tables' rows instead, so
+	// neither the hub nor a client holds it whole.
+	hugeTxnChanges = 10000
+)
+
+// Hub follows the queue: it applies each durable transaction to its copy of
+// the current rows, keeps the recent transactions for clients that resume,
+// and fans the changes out to subscribers. It reads only what the queue has
+// made durable (invariant 7).
+type Hub struct {
+	db  *store.DB
+	log *slog.Logger
+
+	notify chan struct{}
+	types  *pgtype.Map
+
+	mu       sync.Mutex
+	epoch    string
+	offset   store.LSN // end LSN of the last transaction applied
+	tables   map[string]*tableState
+	rels     map[store.RelationKey]*store.Relation
+	retained []retainedTxn // oldest first
+	// retainedSince is the offset after which every transaction is retained.
+	retainedSince store.LSN
+	retain        int
+	subs          map[*subscriber]struct{}
+}
+
+// retainedTxn is a transaction kept for resuming clients. A refetch marker
+// stands for a transaction too large to stream (or the initial snapshot):
+// clients past it reload the rows.
+type retainedTxn struct {
+	lsn     store.LSN
+	txn     Txn
+	refetch bool
+}
+
+// NewHub returns a hub over db. Run feeds it.
+func NewHub(db *store.DB, log *slog.Logger) *Hub {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Hub{
+		db:     db,
+		log:    log,
+		notify: make(chan struct{}, 1),
+		types:  pgtype.NewMap(),
+		tables: map[string]*tableState{},
+		rels:   map[store.RelationKey]*store.Relation{},
+		retain: defaultRetainTxns,
+		subs:   map[*subscriber]struct{}{},
+	}
+}
+
+// Notify tells the hub that the queue changed; it never blocks.
+func (h *Hub) Notify() {
+	select {
+	case h.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Offset returns the queue position the hub has applied: the queue may be
+// trimmed up to it without the hub missing anything.
+func (h *Hub) Offset() store.LSN {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.offset
+}
+
+// Clients returns the number of connected stream clients.
+func (h *Hub) Clients() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
+}
+
+// Run follows the queue until ctx ends.
+func (h *Hub) Run(ctx context.Context) error {
+	tick := time.NewTicker(defaultPollInterval)
+	defer tick.Stop()
+	for {
+		if err := h.poll(); err != nil {
+			return fmt.Errorf("live view: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			h.closeAll()
+			return nil
+		case <-h.notify:
+		case <-tick.C:
+		}
+	}
+}
+
+// epochOf names the state's lifetime: a new slot means a new epoch.
+func epochOf(s *store.SlotState) string {
+	if s == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%s.%x", s.SystemID, uint64(s.ConsistentPoint))
+}
+
+// poll applies the transactions queued since the last poll and sends them.
+func (h *Hub) poll() error {
+	var batch []retainedTxn
+	err := h.db.View(func(r *store.Reader) error {
+		slot, err := r.SlotState()
+		if err != nil {
+			return err
+		}
+		h.mu.Lock()
+		if epoch := epochOf(slot); epoch != h.epoch {
+			h.resetLocked(epoch)
+		}
+		after := h.offset
+		h.mu.Unlock()
+		rels, err := r.Relations()
+		if err != nil {
+			return err
+		}
+		var batchBytes, batchChanges int
+		return r.Txns(after, func(hd *store.TxnHeader, c *store.TxnCursor) error {
+			txn := Txn{LSN: hd.EndLSN.String(), Xid: hd.Xid, CommitTime: hd.CommitTime.UTC().Format(time.RFC3339Nano)}
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			for k, v := range rels {
+				h.rels[k] = v
+			}
+			huge := hd.Snapshot || hd.Changes > hugeTxnChanges
+			var size int
+			err := c.Chunks(func(changes []store.Change) error {
+				for i := range changes {
+					ch := &changes[i]
+					rel := h.rels[ch.Relation]
+					if rel == nil {
+						return fmt.Errorf("change of unknown schema version %+v", ch.Relation)
+					}
+					t := h.tables[rel.QualifiedName()]
+					if t == nil {
+						t = newTableState(rel)
+						h.tables[t.name] = t
+					}
+					if out, ok := t.apply(rel, ch); ok && !huge {
+						txn.Changes = append(txn.Changes, out)
+						for _, v := range out.Row {
+							size += len(v)
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			h.offset = hd.EndLSN
+			if huge {
+				// Send what came before, then the marker on its own.
+				if len(batch) > 0 {
+					h.publishLocked(batch)
+				}
+				h.publishLocked([]retainedTxn{{lsn: hd.EndLSN, refetch: true}})
+				batch, batchBytes, batchChanges = nil, 0, 0
+				return nil
+			}
+			batch = append(batch, retainedTxn{lsn: hd.EndLSN, txn: txn})
+			batchBytes += size
+			batchChanges += len(txn.Changes)
+			if batchBytes >= maxBytesPerSend || batchChanges >= maxChangesPerSend {
+				h.publishLocked(batch)
+				batch, batchBytes, batchChanges = nil, 0, 0
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	if len(batch) > 0 {
+		h.mu.Lock()
+		h.publishLocked(batch)
+		h.mu.Unlock()
+	}
+	return nil
+}
+
+// resetLocked forgets everything: the state belongs to a new epoch. Every
+// client is told to refetch.
+func (h *Hub) resetLocked(epoch string) {
+	if h.epoch != "" {
+		h.log.Info("live view: state was reset; clients will refetch", "epoch", epoch)
+	}
+	h.epoch = epoch
+	h.offset = 0
+	h.tables = map[string]*tableState{}
+	h.rels = map[store.RelationKey]*store.Relation{}
+	h.retained, h.retainedSince = nil, 0
+	for s := range h.subs {
+		s.refetch()
+	}
+}
+
+// publishLocked retains transactions and sends each subscriber the changes
+// of its tables, as one message.
+func (h *Hub) publishLocked(batch []retainedTxn) {
+	h.retained = append(h.retained, batch...)
+	if over := len(h.retained) - h.retain; over > 0 {
+		h.retainedSince = h.retained[over-1].lsn
+		h.retained = append([]retainedTxn(nil), h.retained[over:]...)
+	}
+	offset := h.offsetString(batch[len(batch)-1].lsn)
+	if batch[0].refetch {
+		for s := range h.subs {
+			s.enqueue(Refetch{Type: TypeRefetch, Reason: "a transaction too large to stream"})
+			for _, m := range h.snapshotLocked(s.tableNames()) {
+				s.enqueue(m)
+			}
+		}
+		return
+	}
+	for s := range h.subs {
+		s.sendTxns(offset, batch)
+	}
+}
+
+func (h *Hub) offsetString(l store.LSN) string {
+	return h.epoch + ":" + strconv.FormatUint(uint64(l), 10)
+}
+
+// parseOffset splits "<epoch>:<lsn>".
+func parseOffset(s string) (epoch string, lsn store.LSN, err error) {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return "", 0, errors.New("offset must be <epoch>:<lsn>")
+	}
+	n, err := strconv.ParseUint(s[i+1:], 10, 64)
+	if err != nil {
+		return "", 0, errors.New("offset must be <epoch>:<lsn>")
+	}
+	return s[:i], store.LSN(n), nil
+}
+
+// TableInfos describes the tables the hub knows, sorted by name.
+func (h *Hub) TableInfos() []TableInfo {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.tableInfosLocked(nil)
+}
+
+func (h *Hub) tableInfosLocked(names []string) []TableInfo {
+	if names == nil {
+		for n := range h.tables {
+			names = append(names, n)
+		}
+	}
+	out := make([]TableInfo, 0, len(names))
+	for _, n := range sortedStrings(names) {
+		t := h.tables[n]
+		if t == nil {
+			continue
+		}
+		out = append(out, h.tableInfo(t.rel))
+	}
+	return out
+}
+
+// subscribe registers a client for the given tables (nil: all) and returns
+// what it must be sent first: a hello, then either the transactions it
+// missed since offset or snapshots of the current rows. Registration and
+// the snapshot happen under one lock, so the client's queue holds exactly
+// the changes after what it is sent here.
+func (h *Hub) subscribe(s *subscriber, tables []string, offset string) ([]any, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range tables {
+		if h.tables[n] == nil {
+			return nil, fmt.Errorf("unknown table %q", n)
+		}
+	}
+	if tables == nil {
+		for n := range h.tables {
+			tables = append(tables, n)
+		}
+	}
+	s.tables = map[string]bool{}
+	for _, n := range tables {
+		s.tables[n] = true
+	}
+	first := []any{Hello{Type: TypeHello, Epoch: h.epoch, Offset: h.offsetString(h.offset), Tables: h.tableInfosLocked(tables)}}
+	if offset != "" {
+		epoch, lsn, err := parseOffset(offset)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case epoch == h.epoch && lsn == h.offset:
+			h.subs[s] = struct{}{}
+			return first, nil
+		case epoch == h.epoch && lsn < h.offset && lsn >= h.retainedSince && !h.refetchAfter(lsn):
+			var missed []retainedTxn
+			for _, rt := range h.retained {
+				if rt.lsn > lsn {
+					missed = append(missed, rt)
+				}
+			}
+			h.subs[s] = struct{}{}
+			for len(missed) > 0 {
+				n, bytes := 0, 0
+				for n < len(missed) && n < maxChangesPerSend && bytes < maxBytesPerSend {
+					bytes += missed[n].size()
+					n++
+				}
+				part := missed[:n]
+				missed = missed[n:]
+				if m, ok := s.changesFor(h.offsetString(part[len(part)-1].lsn), part); ok {
+					first = append(first, m)
+				}
+			}
+			return first, nil
+		default:
+			first = append(first, Refetch{Type: TypeRefetch, Reason: "offset " + offset + " is not retained"})
+		}
+	}
+	h.subs[s] = struct{}{}
+	return append(first, h.snapshotLocked(tables)...), nil
+}
+
+func (h *Hub) snapshotLocked(tables []string) []any {
+	const page = 1000
+	offset := h.offsetString(h.offset)
+	var out []any
+	for _, n := range sortedStrings(tables) {
+		t := h.tables[n]
+		keys := t.sortedKeys()
+		for start := 0; start == 0 || start < len(keys); start += page {
+			part := keys[start:min(start+page, len(keys))]
+			rows := make([]Row, len(part))
+			for i, k := range part {
+				rows[i] = Row{Key: k, Values: t.rows[k].json}
+			}
+			out = append(out, Snapshot{Type: TypeSnapshot, Offset: offset, Table: n, Rows: rows, Last: start+page >= len(keys)})
+		}
+	}
+	return out
+}
+
+func (h *Hub) unsubscribe(s *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.subs, s)
+}
+
+func (h *Hub) closeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs {
+		s.close(1001, "agent stopping")
+	}
+}
+
+// rowsPage returns up to limit current rows of a table after the given key,
+// in key order, and the key to continue from ("" at the end).
+func (h *Hub) rowsPage(table string, after string, limit int) ([]Row, string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.tables[table]
+	if t == nil {
+		return nil, "", fmt.Errorf("%w %q", errUnknownTable, table)
+	}
+	keys := t.sortedKeys()
+	start := 0
+	if after != "" {
+		var afterKey []store.Value
+		if r := t.rows[after]; r != nil {
+			afterKey = r.key
+		} else {
+			v, err := keyValues(t.rel, after)
+			if err != nil {
+				return nil, "", fmt.Errorf("%w: %v", errBadKey, err)
+			}
+			afterKey = v
+		}
+		for start < len(keys) && compareKeys(t.rows[keys[start]].key, afterKey) <= 0 {
+			start++
+		}
+	}
+	end := min(start+limit, len(keys))
+	rows := make([]Row, 0, end-start)
+	for _, k := range keys[start:end] {
+		rows = append(rows, Row{Key: k, Values: t.rows[k].json})
+	}
+	next := ""
+	if end < len(keys) {
+		next = keys[end-1]
+	}
+	return rows, next, nil
+}
+
+// row returns one current row by key.
+func (h *Hub) row(table, key string) (Row, bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.tables[table]
+	if t == nil {
+		return Row{}, false, fmt.Errorf("%w %q", errUnknownTable, table)
+	}
+	if r := t.rows[key]; r != nil {
+		return Row{Key: key, Values: r.json}, true, nil
+	}
+	// Accept the key's text form as well as its JSON form.
+	want, err := keyValues(t.rel, key)
+	if err != nil {
+		return Row{}, false, fmt.Errorf("%w: %v", errBadKey, err)
+	}
+	for k, r := range t.rows {
+		if compareKeys(r.key, want) == 0 {
+			return Row{Key: k, Values: r.json}, true, nil
+		}
+	}
+	return Row{}, false, nil
+}
+
+var errUnknownTable = errors.New("unknown table")
+
+// keyValues parses a key given by a client: a JSON array of the key values
+// (as the API returns them), or for a one-column key the plain text.
+func keyValues(rel *store.Relation, s string) ([]store.Value, error) {
+	var keyCols []int
+	for i, c := range rel.Columns {
+		if c.Key {
+			keyCols = append(keyCols, i)
+		}
+	}
+	var parts []json.RawMessage
+	if err := json.Unmarshal([]byte(s), &parts); err != nil || len(parts) != len(keyCols) {
+		if len(keyCols) != 1 {
+			return nil, fmt.Errorf("key must be a JSON array of %d values", len(keyCols))
+		}
+		parts = []json.RawMessage{quote(s)}
+	}
+	out := make([]store.Value, len(keyCols))
+	for i, ci := range keyCols {
+		var text string
+		if err := json.Unmarshal(parts[i], &text); err != nil {
+			text = string(parts[i])
+		}
+		v, err := parseKeyText(rel.Columns[ci].TypeOID, text)
+		if err != nil {
+			return nil, fmt.Errorf("key column %s: %w", rel.Columns[ci].Name, err)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+func sortedStrings(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
+}
+
+// tableInfo describes a table's newest schema version.
+func (h *Hub) tableInfo(rel *store.Relation) TableInfo {
+	ti := TableInfo{Name: rel.QualifiedName(), Columns: make([]ColumnInfo, len(rel.Columns)), Key: []string{}}
+	for i, c := range rel.Columns {
+		ti.Columns[i] = ColumnInfo{Name: c.Name, Type: typeName(h.types, c.TypeOID)}
+		if c.Key {
+			ti.Key = append(ti.Key, c.Name)
+		}
+	}
+	return ti
+}
+
+// refetchAfter reports whether a refetch marker follows lsn.
+func (h *Hub) refetchAfter(lsn store.LSN) bool {
+	for _, rt := range h.retained {
+		if rt.lsn > lsn && rt.refetch {
+			return true
+		}
+	}
+	return false
+}
+
+// size estimates a retained transaction's encoded size.
+func (rt *retainedTxn) size() int {
+	n := 64
+	for _, c := range rt.txn.Changes {
+		n += 32 + len(c.Key)
+		for _, v := range c.Row {
+			n += len(v) + 8
+		}
+	}
+	return n
+}

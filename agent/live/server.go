@@ -1,0 +1,186 @@
+package live
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Config configures the HTTP server.
+type Config struct {
+	// Listen is the address, e.g. "127.0.0.1:8080".
+	Listen string
+	// Token, when set, is required as a bearer token or ?token= on every
+	// request but /healthz. It must be set when Listen is not loopback.
+	Token string
+	// MaxClients caps the stream clients.
+	MaxClients int
+	// ClientQueueBytes bounds what may wait for one stream client; a client
+	// that falls further behind is closed as slow. Default 16 MiB.
+	ClientQueueBytes int
+	// TablesDir holds the local Delta tables, for time travel and history.
+	TablesDir string
+	Logger    *slog.Logger
+}
+
+// Agent is what the server needs from the running agent.
+type Agent interface {
+	// Status returns the object of `lakeside status --json`.
+	Status() (any, error)
+	// Ready returns nil when the agent is connected and streaming.
+	Ready() error
+}
+
+// Server is the live view's HTTP server.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	hub      *Hub
+	agent    Agent
+	metrics  http.Handler
+	web      http.Handler
+	upgrader websocket.Upgrader
+}
+
+// ErrTokenRequired means a non-loopback listen address has no token.
+var ErrTokenRequired = errors.New("http.token is required when http.listen is not a loopback address")
+
+// CheckListen reports whether cfg may serve: a non-loopback address needs a
+// token.
+func CheckListen(cfg Config) error {
+	host, _, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("http.listen %q: %w", cfg.Listen, err)
+	}
+	if cfg.Token != "" {
+		return nil
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%w (http.listen is %q)", ErrTokenRequired, cfg.Listen)
+}
+
+// NewServer returns the server. metrics serves /metrics; web serves the
+// page (nil: no page).
+func NewServer(cfg Config, hub *Hub, agent Agent, metrics, web http.Handler) *Server {
+	if cfg.MaxClients <= 0 {
+		cfg.MaxClients = 64
+	}
+	if cfg.ClientQueueBytes <= 0 {
+		cfg.ClientQueueBytes = 16 << 20
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: log, hub: hub, agent: agent, metrics: metrics, web: web}
+	s.upgrader = websocket.Upgrader{
+		HandshakeTimeout: 10 * time.Second,
+		CheckOrigin:      sameOrigin,
+	}
+	return s
+}
+
+// sameOrigin accepts requests without an Origin (tools) and browsers on the
+// page's own origin; any other site is refused.
+func sameOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	return err == nil && strings.EqualFold(u.Host, r.Host)
+}
+
+// Handler returns the routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", s.auth(s.serveReady))
+	if s.metrics != nil {
+		mux.Handle("GET /metrics", s.auth(s.metrics.ServeHTTP))
+	}
+	mux.HandleFunc("GET /api/v1/status", s.auth(s.serveStatus))
+	mux.HandleFunc("GET /api/v1/tables", s.auth(s.serveTables))
+	mux.HandleFunc("GET /api/v1/tables/{table}/rows", s.auth(s.serveRows))
+	mux.HandleFunc("GET /api/v1/tables/{table}/rows/{key}", s.auth(s.serveRow))
+	mux.HandleFunc("GET /api/v1/tables/{table}/history", s.auth(s.serveHistory))
+	mux.HandleFunc("GET /api/v1/stream", s.auth(s.serveStream))
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+	})
+	if s.web != nil {
+		mux.Handle("GET /", s.web)
+	}
+	return mux
+}
+
+// auth checks the token when one is configured.
+func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Token != "" {
+			got := r.URL.Query().Get("token")
+			if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+				got = strings.TrimPrefix(h, "Bearer ")
+			}
+			if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="lakeside"`)
+				writeError(w, http.StatusUnauthorized, "a valid token is required")
+				return
+			}
+		}
+		next(w, r)
+	}
+}
+
+// Serve listens and serves until ctx ends.
+func (s *Server) Serve(ctx context.Context) error {
+	if err := CheckListen(s.cfg); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("http listen: %w", err)
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.log.Info("live view listening", "address", ln.Addr().String())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.Encode(v)
+}
+
+// writeError answers with {"error": message}.
+func writeError(w http.ResponseWriter, status int, message string) {
+	writeJSON(w, status, map[string]string{"error": message})
+}

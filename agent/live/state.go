@@ -1,0 +1,167 @@
+package live
+
+import (
+	"encoding/json"
+	"math"
+	"math/big"
+	"slices"
+
+	"github.com/lakeside/lakeside/store"
+)
+
+// tableState holds a table's current rows, as of the hub's offset.
+type tableState struct {
+	name string
+	rel  *store.Relation // the newest schema version seen
+	rows map[string]*rowState
+}
+
+// rowState is one current row.
+type rowState struct {
+	key  []store.Value
+	vals map[string]store.Value
+	json map[string]json.RawMessage
+}
+
+func newTableState(rel *store.Relation) *tableState {
+	return &tableState{name: rel.QualifiedName(), rel: rel, rows: map[string]*rowState{}}
+}
+
+// keyOf returns the key values of a row laid out per rel, and their string
+// form: the JSON array of the key values.
+func keyOf(rel *store.Relation, vals []store.Value) ([]store.Value, string) {
+	var key []store.Value
+	b := []byte{'['}
+	for i, c := range rel.Columns {
+		if !c.Key || i >= len(vals) {
+			continue
+		}
+		if len(key) > 0 {
+			b = append(b, ',')
+		}
+		key = append(key, vals[i])
+		b = append(b, jsonValue(vals[i])...)
+	}
+	return key, string(append(b, ']'))
+}
+
+// apply applies one change and describes it for clients. ok is false for a
+// change that does not alter the visible state.
+func (t *tableState) apply(rel *store.Relation, c *store.Change) (out Change, ok bool) {
+	t.rel = rel
+	out.Table = t.name
+	out.Op = c.Op.String()
+	switch c.Op {
+	case store.OpTruncate:
+		clear(t.rows)
+		return out, true
+	case store.OpDelete:
+		_, k := keyOf(rel, c.Old)
+		delete(t.rows, k)
+		out.Key = k
+		return out, true
+	}
+	key, k := keyOf(rel, c.New)
+	var prev *rowState
+	if c.Op == store.OpUpdate && c.Old != nil {
+		if _, oldKey := keyOf(rel, c.Old); oldKey != k {
+			prev = t.rows[oldKey]
+			delete(t.rows, oldKey)
+			out.OldKey = oldKey
+		}
+	}
+	if prev == nil {
+		prev = t.rows[k]
+	}
+	row := &rowState{key: key, vals: make(map[string]store.Value, len(rel.Columns)), json: make(map[string]json.RawMessage, len(rel.Columns))}
+	for i, col := range rel.Columns {
+		v := c.New[i]
+		if v.Kind == store.KindUnchanged && prev != nil {
+			// An unchanged TOASTed value keeps the value the row had.
+			v = prev.vals[col.Name]
+		}
+		row.vals[col.Name] = v
+		row.json[col.Name] = jsonValue(v)
+	}
+	t.rows[k] = row
+	out.Key, out.Row = k, row.json
+	return out, true
+}
+
+// sortedKeys returns the keys of the current rows in primary-key order.
+func (t *tableState) sortedKeys() []string {
+	keys := make([]string, 0, len(t.rows))
+	for k := range t.rows {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return compareKeys(t.rows[a].key, t.rows[b].key) })
+	return keys
+}
+
+// compareKeys orders key values as PostgreSQL's default operators would for
+// the mapped types: numbers by value, text by bytes, NULL first.
+func compareKeys(a, b []store.Value) int {
+	for i := range min(len(a), len(b)) {
+		if c := compareValue(a[i], b[i]); c != 0 {
+			return c
+		}
+	}
+	return len(a) - len(b)
+}
+
+func compareValue(a, b store.Value) int {
+	if a.Kind == store.KindNull || b.Kind == store.KindNull {
+		switch {
+		case a.Kind == b.Kind:
+			return 0
+		case a.Kind == store.KindNull:
+			return -1
+		}
+		return 1
+	}
+	switch a.Kind {
+	case store.KindBool, store.KindInt16, store.KindInt32, store.KindInt64, store.KindDate, store.KindTimestamp, store.KindTime:
+		switch {
+		case a.Int < b.Int:
+			return -1
+		case a.Int > b.Int:
+			return 1
+		}
+		return 0
+	case store.KindFloat32, store.KindFloat64:
+		fa, fb := floatOf(a), floatOf(b)
+		switch {
+		case fa < fb:
+			return -1
+		case fa > fb:
+			return 1
+		}
+		return 0
+	case store.KindNumeric:
+		return compareNumericText(string(a.Bytes), string(b.Bytes))
+	}
+	return slices.Compare(a.Bytes, b.Bytes)
+}
+
+func floatOf(v store.Value) float64 {
+	if v.Kind == store.KindFloat32 {
+		return float64(math.Float32frombits(uint32(v.Int)))
+	}
+	return math.Float64frombits(uint64(v.Int))
+}
+
+// compareNumericText compares two numerics printed by PostgreSQL; NaN sorts
+// after every number, as in PostgreSQL.
+func compareNumericText(a, b string) int {
+	ra, okA := new(big.Rat).SetString(a)
+	rb, okB := new(big.Rat).SetString(b)
+	switch {
+	case okA && okB:
+		return ra.Cmp(rb)
+	case okA:
+		return -1
+	case okB:
+		return 1
+	}
+	return 0
+}

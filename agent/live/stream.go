@@ -1,0 +1,214 @@
+package live
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Limits of one stream client. Its queue of messages not yet written is
+// bounded by count here and by size in Config.ClientQueueBytes.
+const (
+	sendQueueLen   = 1024
+	pingInterval   = 20 * time.Second
+	pongWait       = 40 * time.Second
+	writeWait      = 10 * time.Second
+	maxClientBytes = 4096
+)
+
+// subscriber is one stream client: a bounded queue of encoded messages
+// drained by its own writer, so a slow client never slows the hub.
+type subscriber struct {
+	tables map[string]bool
+	send   chan []byte
+
+	limit int // bytes the queue may hold
+
+	mu     sync.Mutex
+	queued int // bytes in send
+	closed bool
+	code   int
+	reason string
+	done   chan struct{}
+}
+
+func newSubscriber(limit int) *subscriber {
+	return &subscriber{send: make(chan []byte, sendQueueLen), done: make(chan struct{}), limit: limit}
+}
+
+// enqueue queues a message; a full queue closes the client as slow.
+func (s *subscriber) enqueue(m any) {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if s.queued+len(data) > s.limit {
+		s.closeLocked(CloseSlowClient, "slow client: send queue full")
+		return
+	}
+	select {
+	case s.send <- data:
+		s.queued += len(data)
+	default:
+		s.closeLocked(CloseSlowClient, "slow client: send queue full")
+	}
+}
+
+// sent accounts for a message the writer took from the queue.
+func (s *subscriber) sent(data []byte) {
+	s.mu.Lock()
+	s.queued -= len(data)
+	s.mu.Unlock()
+}
+
+func (s *subscriber) close(code int, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closeLocked(code, reason)
+}
+
+func (s *subscriber) closeLocked(code int, reason string) {
+	if s.closed {
+		return
+	}
+	s.closed, s.code, s.reason = true, code, reason
+	close(s.done)
+}
+
+// changesFor filters transactions down to the subscriber's tables.
+func (s *subscriber) changesFor(offset string, batch []retainedTxn) (Changes, bool) {
+	m := Changes{Type: TypeChanges, Offset: offset}
+	for _, rt := range batch {
+		t := Txn{LSN: rt.txn.LSN, Xid: rt.txn.Xid, CommitTime: rt.txn.CommitTime}
+		for _, c := range rt.txn.Changes {
+			if s.tables[c.Table] {
+				t.Changes = append(t.Changes, c)
+			}
+		}
+		if len(t.Changes) > 0 {
+			m.Txns = append(m.Txns, t)
+		}
+	}
+	return m, len(m.Txns) > 0
+}
+
+func (s *subscriber) sendTxns(offset string, batch []retainedTxn) {
+	if m, ok := s.changesFor(offset, batch); ok {
+		s.enqueue(m)
+	}
+}
+
+// refetch tells the client its rows belong to a reset state; it reconnects.
+func (s *subscriber) refetch() {
+	s.enqueue(Refetch{Type: TypeRefetch, Reason: "the agent's state was reset"})
+	s.close(websocket.CloseNormalClosure, "state reset")
+}
+
+// serveStream upgrades the request and streams to it.
+func (srv *Server) serveStream(w http.ResponseWriter, r *http.Request) {
+	var tables []string
+	if t := r.URL.Query().Get("tables"); t != "" {
+		tables = strings.Split(t, ",")
+	}
+	offset := r.URL.Query().Get("offset")
+	if srv.hub.Clients() >= srv.cfg.MaxClients {
+		writeError(w, http.StatusServiceUnavailable, "too many stream clients")
+		return
+	}
+	conn, err := srv.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader answered
+	}
+	defer conn.Close()
+	conn.SetReadLimit(maxClientBytes)
+
+	sub := newSubscriber(srv.cfg.ClientQueueBytes)
+	first, err := srv.hub.subscribe(sub, tables, offset)
+	if err != nil {
+		conn.SetWriteDeadline(time.Now().Add(writeWait))
+		conn.WriteJSON(ErrorMessage{Type: TypeError, Message: err.Error()})
+		conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseBadRequest, err.Error()), time.Now().Add(writeWait))
+		return
+	}
+	defer srv.hub.unsubscribe(sub)
+
+	// The reader only keeps the connection's pongs and close coming.
+	conn.SetReadDeadline(time.Now().Add(pongWait))
+	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(pongWait)) })
+	go func() {
+		for {
+			if _, _, err := conn.ReadMessage(); err != nil {
+				sub.close(websocket.CloseNormalClosure, "")
+				return
+			}
+		}
+	}()
+
+	write := func(data []byte) bool {
+		conn.SetWriteDeadline(time.Now().Add(writeWait))
+		return conn.WriteMessage(websocket.TextMessage, data) == nil
+	}
+	for _, m := range first {
+		data, err := json.Marshal(m)
+		if err != nil || !write(data) {
+			return
+		}
+	}
+	ping := time.NewTicker(pingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case data := <-sub.send:
+			sub.sent(data)
+			if !write(data) {
+				return
+			}
+		case <-ping.C:
+			if err := conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)); err != nil {
+				return
+			}
+		case <-sub.done:
+			sub.mu.Lock()
+			code, reason := sub.code, sub.reason
+			sub.mu.Unlock()
+			if code == CloseSlowClient {
+				conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(writeWait))
+				return
+			}
+			// Send what is queued, then say why the connection ends.
+			for {
+				select {
+				case data := <-sub.send:
+					if !write(data) {
+						return
+					}
+					continue
+				default:
+				}
+				break
+			}
+			if code != 0 {
+				conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(writeWait))
+			}
+			return
+		}
+	}
+}
+
+// tableNames returns the subscriber's tables.
+func (s *subscriber) tableNames() []string {
+	out := make([]string, 0, len(s.tables))
+	for n := range s.tables {
+		out = append(out, n)
+	}
+	return out
+}

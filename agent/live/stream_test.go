@@ -1,0 +1,254 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// writeStock runs n random changes on stock, one per transaction.
+func (f *fixture) writeStock(n int, firstID int64) {
+	f.t.Helper()
+	for i := 0; i < n; i++ {
+		id := firstID + int64(rand.IntN(200))
+		switch rand.IntN(4) {
+		case 0:
+			f.exec(`DELETE FROM stock WHERE id = $1`, id)
+		default:
+			f.exec(`INSERT INTO stock VALUES ($1, $2, $3) ON CONFLICT (id) DO UPDATE SET qty = stock.qty + 1, label = EXCLUDED.label`,
+				id, rand.IntN(100), "item "+strings.Repeat("x", rand.IntN(5)))
+		}
+	}
+}
+
+func TestStreamSnapshotThenChangesEqualsTable(t *testing.T) {
+	f := newFixture(t, Config{}, stockSchema, `INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 500) g`)
+	f.waitHub()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); f.writeStock(300, 1) }()
+	c := f.dial("?tables=public.stock")
+	if c.read() != TypeHello {
+		t.Fatal("first message is not hello")
+	}
+	wg.Wait()
+	f.waitHub()
+	c.readUntil(f.hub)
+	equalRows(t, "snapshot + stream", c.rows, f.tableRows())
+	if c.received == 0 {
+		t.Fatal("the client received no change after its snapshot")
+	}
+}
+
+func TestStreamResumeGetsExactlyWhatWasMissed(t *testing.T) {
+	f := newFixture(t, Config{}, stockSchema)
+	f.exec(`INSERT INTO stock SELECT g, 0, 'seed' FROM generate_series(1, 100) g`)
+	f.waitHub()
+	c := f.dial("?tables=public.stock")
+	c.read()
+	c.readUntil(f.hub)
+	offset := c.offset
+	rows := c.rows
+	c.ws.Close()
+
+	// 500 changes while the client is away.
+	for i := 0; i < 500; i++ {
+		f.exec(`UPDATE stock SET qty = qty + 1 WHERE id = $1`, 1+i%100)
+	}
+	f.waitHub()
+	c2 := f.dial("?tables=public.stock&offset=" + offset)
+	c2.rows = rows
+	c2.offset = offset
+	if c2.read() != TypeHello {
+		t.Fatal("first message is not hello")
+	}
+	c2.readUntil(f.hub)
+	if c2.refetch {
+		t.Fatal("a retained offset was answered with refetch")
+	}
+	if c2.received != 500 {
+		t.Fatalf("the resumed client received %d changes, want exactly 500", c2.received)
+	}
+	equalRows(t, "resumed client", c2.rows, f.tableRows())
+}
+
+func TestStreamStaleOffsetGetsRefetch(t *testing.T) {
+	f := newFixture(t, Config{}, stockSchema)
+	f.hub.mu.Lock()
+	f.hub.retain = 10
+	f.hub.mu.Unlock()
+	f.exec(`INSERT INTO stock VALUES (1, 1, 'a')`)
+	f.waitHub()
+	c := f.dial("")
+	c.read()
+	c.readUntil(f.hub)
+	offset := c.offset
+	c.ws.Close()
+	for i := 0; i < 50; i++ {
+		f.exec(`UPDATE stock SET qty = qty + 1 WHERE id = 1`)
+	}
+	f.waitHub()
+	for _, stale := range []string{offset, "another-epoch:1"} {
+		c2 := f.dial("?offset=" + stale)
+		c2.read() // hello
+		if c2.read() != TypeRefetch {
+			t.Fatalf("offset %s: no refetch", stale)
+		}
+		c2.readUntil(f.hub)
+		equalRows(t, "after refetch", c2.rows, f.tableRows())
+	}
+}
+
+func TestSlowClientIsDroppedOthersKeepReceiving(t *testing.T) {
+	f := newFixture(t, Config{ClientQueueBytes: 8 << 20}, stockSchema)
+	f.exec(`INSERT INTO stock VALUES (1, 1, 'a')`)
+	f.waitHub()
+	// A client that never reads: its send queue fills and it is closed.
+	stuck := f.dialWith(smallBufferDialer, "")
+	good := f.dial("")
+	good.read()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	stop := make(chan struct{})
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			good.read()
+		}
+	}()
+	payload := strings.Repeat("p", 3000)
+	start := time.Now()
+	for i := 0; i < 40; i++ {
+		f.exec(`INSERT INTO stock SELECT g, g, $1 FROM generate_series($2::int8, $2::int8 + 199) g`, payload, 1000+i*200)
+	}
+	capture := time.Since(start)
+	// The stuck client now reads what reached it, and finds its connection
+	// closed as slow.
+	stuck.ws.SetReadDeadline(time.Now().Add(20 * time.Second))
+	var closeErr *websocket.CloseError
+	for {
+		_, _, err := stuck.ws.ReadMessage()
+		if err == nil {
+			continue
+		}
+		if !errors.As(err, &closeErr) || closeErr.Code != CloseSlowClient {
+			t.Fatalf("stuck client: %v, want close code %d", err, CloseSlowClient)
+		}
+		break
+	}
+	f.waitHub()
+	good.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	close(stop)
+	wg.Wait()
+	good.readUntil(f.hub)
+	equalRows(t, "reading client", good.rows, f.tableRows())
+	if f.hub.Clients() != 1 {
+		t.Fatalf("%d clients registered, want 1", f.hub.Clients())
+	}
+	t.Logf("8000 rows (24 MB) captured and streamed in %v with a stuck client attached", capture)
+}
+
+func TestAPIRowsAndErrors(t *testing.T) {
+	f := newFixture(t, Config{}, stockSchema)
+	f.exec(`INSERT INTO stock SELECT g, g * 10, 'item ' || g FROM generate_series(1, 25) g`)
+	f.exec(`DELETE FROM stock WHERE id = 7`)
+	f.waitHub()
+
+	var got []string
+	after := ""
+	for {
+		var page struct {
+			Rows []Row
+			Next string
+		}
+		if code := f.get("/api/v1/tables/public.stock/rows?limit=10&after="+url.QueryEscape(after), &page); code != http.StatusOK {
+			t.Fatalf("rows: status %d", code)
+		}
+		for _, r := range page.Rows {
+			got = append(got, r.Key)
+		}
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	if len(got) != 24 || got[0] != `["1"]` || got[6] != `["8"]` || got[23] != `["25"]` {
+		t.Fatalf("paged rows in key order = %v", got)
+	}
+	var row Row
+	if code := f.get("/api/v1/tables/public.stock/rows/12", &row); code != http.StatusOK || string(row.Values["qty"]) != "120" || string(row.Values["id"]) != `"12"` {
+		t.Fatalf("row 12: status %d, %+v", code, row)
+	}
+	var tables struct{ Tables []tableListing }
+	if code := f.get("/api/v1/tables", &tables); code != http.StatusOK || len(tables.Tables) != 1 || tables.Tables[0].Key[0] != "id" {
+		t.Fatalf("tables: %d %+v", code, tables)
+	}
+	var e struct{ Error string }
+	for path, want := range map[string]int{
+		"/api/v1/tables/public.stock/rows/7":               http.StatusNotFound,
+		"/api/v1/tables/public.nope/rows":                  http.StatusNotFound,
+		"/api/v1/tables/public.nope/rows/1":                http.StatusNotFound,
+		"/api/v1/tables/public.stock/rows?limit=0":         http.StatusBadRequest,
+		"/api/v1/tables/public.stock/rows?limit=x":         http.StatusBadRequest,
+		"/api/v1/tables/public.stock/rows/abc":             http.StatusBadRequest,
+		"/api/v1/tables/public.stock/rows?version=-1":      http.StatusBadRequest,
+		"/api/v1/tables/public.stock/rows?as_of=yesterday": http.StatusBadRequest,
+		"/api/v1/tables/public.stock/rows?version=0":       http.StatusNotFound, // no Delta mirror yet
+		"/api/v1/nothing":                                  http.StatusNotFound,
+	} {
+		e.Error = ""
+		if code := f.get(path, &e); code != want || e.Error == "" {
+			t.Errorf("GET %s: status %d (error %q), want %d with a JSON error", path, code, e.Error, want)
+		}
+	}
+	var ready map[string]string
+	if code := f.get("/readyz", &ready); code != http.StatusOK {
+		t.Fatalf("readyz: %d %v", code, ready)
+	}
+}
+
+func TestTokenAndOrigin(t *testing.T) {
+	if err := CheckListen(Config{Listen: "0.0.0.0:8080"}); !errors.Is(err, ErrTokenRequired) {
+		t.Fatalf("non-loopback without token: %v", err)
+	}
+	for _, ok := range []string{"127.0.0.1:8080", "[::1]:8080", "localhost:8080"} {
+		if err := CheckListen(Config{Listen: ok}); err != nil {
+			t.Fatalf("%s: %v", ok, err)
+		}
+	}
+	f := newFixture(t, Config{Token: "s3cret"}, stockSchema)
+	resp, err := http.Get(f.http.URL + "/api/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("status without token: %d", resp.StatusCode)
+	}
+	if code := f.get("/api/v1/status", nil); code != http.StatusOK {
+		t.Fatalf("status with token: %d", code)
+	}
+	u := "ws" + strings.TrimPrefix(f.http.URL, "http") + "/api/v1/stream?token=s3cret"
+	hdr := http.Header{"Origin": {"http://evil.example"}}
+	if _, resp, err := websocket.DefaultDialer.Dial(u, hdr); err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("cross-origin stream: err %v", err)
+	}
+	ws, _, err := websocket.DefaultDialer.DialContext(context.Background(), u, nil)
+	if err != nil {
+		t.Fatalf("stream with token: %v", err)
+	}
+	ws.Close()
+}

@@ -1,0 +1,210 @@
+package live
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
+)
+
+var (
+	errNoMirror = errors.New("no Delta mirror of the table yet")
+	errBadKey   = errors.New("bad key")
+)
+
+// softDeleteColumn marks deleted rows in a mirror written with soft deletes.
+const softDeleteColumn = "_deleted"
+
+// travelRows are a mirror's rows at one version, in key order.
+type travelRows struct {
+	version int64
+	keys    []string
+	rows    map[string]Row
+	keyVals map[string][]store.Value
+	rel     *store.Relation
+}
+
+// knows reports whether the hub has seen the table.
+func (h *Hub) knows(table string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.tables[table] != nil
+}
+
+// relation returns the newest schema version of a table.
+func (h *Hub) relation(table string) *store.Relation {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t := h.tables[table]; t != nil {
+		return t.rel
+	}
+	return nil
+}
+
+// readMirror reads the local Delta mirror of table at a version (or, with
+// version < 0, as of a time). Values are rendered exactly as the live rows
+// are, so a client sees one format.
+func (s *Server) readMirror(r *http.Request, table string, version int64, asOf time.Time) (*travelRows, error) {
+	rel := s.hub.relation(table)
+	if rel == nil {
+		return nil, fmt.Errorf("%w %q", errUnknownTable, table)
+	}
+	t, err := delta.Open(r.Context(), filepath.Join(s.cfg.TablesDir, table))
+	if err != nil {
+		return nil, errNoMirror
+	}
+	var snap *delta.Snapshot
+	if version >= 0 {
+		snap, err = t.SnapshotAt(r.Context(), version)
+	} else {
+		snap, err = t.SnapshotAsOf(r.Context(), asOf)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rows, err := snap.ReadRows(r.Context())
+	if err != nil {
+		return nil, fmt.Errorf("read %s at version %d: %w", table, snap.Version(), err)
+	}
+	oids := map[string]uint32{}
+	for _, c := range rel.Columns {
+		oids[c.Name] = c.TypeOID
+	}
+	fields := snap.Schema().Fields
+	tr := &travelRows{version: snap.Version(), rows: map[string]Row{}, keyVals: map[string][]store.Value{}, rel: rel}
+	for _, row := range rows {
+		byName := map[string]store.Value{}
+		values := map[string]json.RawMessage{}
+		deleted := false
+		for i, f := range fields {
+			if f.Name == softDeleteColumn {
+				deleted, _ = row[i].(bool)
+				continue
+			}
+			v := storeValue(row[i], f.Type, oids[f.Name])
+			byName[f.Name] = v
+			values[f.Name] = jsonValue(v)
+		}
+		if deleted {
+			continue
+		}
+		var ordered []store.Value
+		for _, c := range rel.Columns {
+			ordered = append(ordered, byName[c.Name])
+		}
+		keyVals, key := keyOf(rel, ordered)
+		tr.rows[key] = Row{Key: key, Values: values}
+		tr.keyVals[key] = keyVals
+		tr.keys = append(tr.keys, key)
+	}
+	slices.SortFunc(tr.keys, func(a, b string) int { return compareKeys(tr.keyVals[a], tr.keyVals[b]) })
+	return tr, nil
+}
+
+// page returns up to limit rows after the given key.
+func (tr *travelRows) page(after string, limit int) ([]Row, string, error) {
+	start := 0
+	if after != "" {
+		afterKey, ok := tr.keyVals[after]
+		if !ok {
+			v, err := keyValues(tr.rel, after)
+			if err != nil {
+				return nil, "", fmt.Errorf("%w: %v", errBadKey, err)
+			}
+			afterKey = v
+		}
+		for start < len(tr.keys) && compareKeys(tr.keyVals[tr.keys[start]], afterKey) <= 0 {
+			start++
+		}
+	}
+	end := min(start+limit, len(tr.keys))
+	out := make([]Row, 0, end-start)
+	for _, k := range tr.keys[start:end] {
+		out = append(out, tr.rows[k])
+	}
+	next := ""
+	if end < len(tr.keys) {
+		next = tr.keys[end-1]
+	}
+	return out, next, nil
+}
+
+// find returns the row with the given key.
+func (tr *travelRows) find(key string) (Row, bool, error) {
+	if r, ok := tr.rows[key]; ok {
+		return r, true, nil
+	}
+	want, err := keyValues(tr.rel, key)
+	if err != nil {
+		return Row{}, false, fmt.Errorf("%w: %v", errBadKey, err)
+	}
+	for k, kv := range tr.keyVals {
+		if compareKeys(kv, want) == 0 {
+			return tr.rows[k], true, nil
+		}
+	}
+	return Row{}, false, nil
+}
+
+// storeValue converts a value read from a Delta table back to the captured
+// form, given the Delta type and the PostgreSQL column type.
+func storeValue(v any, dt delta.DataType, oid uint32) store.Value {
+	switch x := v.(type) {
+	case nil:
+		return store.Value{}
+	case bool:
+		if x {
+			return store.Value{Kind: store.KindBool, Int: 1}
+		}
+		return store.Value{Kind: store.KindBool}
+	case int8:
+		return store.Value{Kind: store.KindInt16, Int: int64(x)}
+	case int16:
+		return store.Value{Kind: store.KindInt16, Int: int64(x)}
+	case int32:
+		return store.Value{Kind: store.KindInt32, Int: int64(x)}
+	case int64:
+		if oid == pgtype.TimeOID {
+			return store.Value{Kind: store.KindTime, Int: x}
+		}
+		return store.Value{Kind: store.KindInt64, Int: x}
+	case float32:
+		return store.Value{Kind: store.KindFloat32, Int: int64(math.Float32bits(x))}
+	case float64:
+		return store.Value{Kind: store.KindFloat64, Int: int64(math.Float64bits(x))}
+	case delta.Decimal:
+		return store.Value{Kind: store.KindNumeric, Bytes: []byte(x.String())}
+	case string:
+		if oid == pgtype.NumericOID {
+			return store.Value{Kind: store.KindNumeric, Bytes: []byte(x)}
+		}
+		return store.Value{Kind: store.KindString, Bytes: []byte(x)}
+	case []byte:
+		return store.Value{Kind: store.KindBytes, Bytes: x}
+	case time.Time:
+		if dt == delta.TypeDate {
+			return store.Value{Kind: store.KindDate, Int: x.Unix() / 86400}
+		}
+		return store.Value{Kind: store.KindTimestamp, Int: x.UnixMicro()}
+	case []any:
+		var elem delta.DataType
+		if at, ok := dt.(*delta.ArrayType); ok {
+			elem = at.ElementType
+		}
+		out := store.Value{Kind: store.KindArray, Elems: make([]store.Value, len(x))}
+		for i, e := range x {
+			out.Elems[i] = storeValue(e, elem, 0)
+		}
+		return out
+	}
+	return store.Value{Kind: store.KindString, Bytes: []byte(fmt.Sprint(v))}
+}
