@@ -1,0 +1,374 @@
+// Package applier turns the queue of captured transactions into Delta tables
+// on local disk: for every source table an append-only changelog
+// "<schema>.<table>_changes" and a mirror "<schema>.<table>" of the current
+// rows (see changelog.go and mirror.go).
+//
+// Exactly once. Every Delta commit carries a txn action whose appId is fixed
+// per slot, table and kind (Config.AppIDPrefix + "/" + table + "/" + kind)
+// and whose version is the end LSN of the last source transaction in the
+// commit. A source transaction is never split: a flush applies whole
+// transactions, at most one commit per Delta table. On start the applier
+// reads every table's txn version back and skips the queued transactions at
+// or below it, so a table that committed a flush before a crash is not
+// written twice. Once every table's commit of a flush succeeded, the flush's
+// last end LSN is recorded in the state file (store.Writer.SetApplied) and
+// the queue is trimmed up to it in the same write transaction: a queue entry
+// is deleted only after every table applied it. Data files get unique names,
+// so files orphaned by a crash before their commit are never referenced.
+package applier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
+)
+
+// Config configures an Applier. Zero values get the defaults listed.
+type Config struct {
+	// TablesDir holds the Delta tables, one directory per table.
+	TablesDir string
+	// FlushInterval is the longest time a queued change waits before it is
+	// applied (default 1s).
+	FlushInterval time.Duration
+	// FlushChanges applies at once when that many changes are pending
+	// (default 100000). A transaction is never split, so a flush holds at
+	// least one whole transaction, whatever its size.
+	FlushChanges int
+	// SoftDelete keeps deleted rows in the mirror with _deleted = true.
+	SoftDelete bool
+	// AppIDPrefix starts the appId of the txn actions, for example
+	// "lakeside-<slot>" (default "lakeside").
+	AppIDPrefix string
+	// EngineInfo is written in commitInfo, for example "lakeside/1.2.0".
+	EngineInfo string
+	// TargetFileRows is the number of rows at which data files are split
+	// (default 100000).
+	TargetFileRows int64
+	// MergeMemoryKeys is the number of changed keys per mirror held in
+	// memory during a flush before they are spilled to disk (default 100000).
+	MergeMemoryKeys int
+	// CheckpointInterval is the number of versions between checkpoints
+	// (default 10).
+	CheckpointInterval int64
+	// Compression is delta.CompressionSnappy (default) or CompressionZstd.
+	Compression string
+	// PollInterval is how often the queue is looked at when Notify is not
+	// called (default 200ms).
+	PollInterval time.Duration
+	// Logger receives progress and problems; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.FlushInterval <= 0 {
+		c.FlushInterval = time.Second
+	}
+	if c.FlushChanges <= 0 {
+		c.FlushChanges = 100_000
+	}
+	if c.AppIDPrefix == "" {
+		c.AppIDPrefix = "lakeside"
+	}
+	if c.EngineInfo == "" {
+		c.EngineInfo = "lakeside"
+	}
+	if c.TargetFileRows <= 0 {
+		c.TargetFileRows = 100_000
+	}
+	if c.MergeMemoryKeys <= 0 {
+		c.MergeMemoryKeys = 100_000
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = delta.DefaultCheckpointInterval
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 200 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// TableStatus describes one Delta table.
+type TableStatus struct {
+	// Name is the table's directory name, e.g. "public.orders_changes".
+	Name string
+	// Kind is KindMirror or KindChangelog.
+	Kind    string
+	Path    string
+	Version int64
+	// AppliedLSN is the txn version of the table: the end LSN of the last
+	// source transaction it holds.
+	AppliedLSN store.LSN
+}
+
+// Applier applies the queue to the Delta tables.
+type Applier struct {
+	cfg    Config
+	db     *store.DB
+	log    *slog.Logger
+	notify chan struct{}
+	tm     *typeMapper
+
+	// clock, when set, replaces time.Now in commits (tests).
+	clock func() time.Time
+	// failpoint, when set, is called at the points a crash is simulated at
+	// in tests; an error (or a panic) there stops the flush.
+	failpoint func(point, table string) error
+
+	// tables holds the source tables loaded so far, by qualified name. It
+	// is dropped after a failed flush and loaded again from disk.
+	tables map[string]*sourceTable
+	// warnings counts values that could not be represented in this flush.
+	warnings map[string]int
+
+	mu      sync.Mutex
+	status  map[string]TableStatus
+	applied store.LSN
+}
+
+// sourceTable is the state of one source table's two Delta tables.
+type sourceTable struct {
+	name      string
+	cols      *columns
+	changelog *changelog
+	mirror    *mirror
+	// Per flush: what each Delta table received.
+	clFlush, mrFlush flushStats
+}
+
+// flushStats counts what a flush gives one Delta table.
+type flushStats struct {
+	ci      commitInfo
+	lastTxn store.LSN
+}
+
+func (f *flushStats) note(h *store.TxnHeader) {
+	if f.lastTxn != h.EndLSN {
+		f.lastTxn = h.EndLSN
+		f.ci.txns++
+		if f.ci.first == 0 {
+			f.ci.first = h.CommitLSN
+		}
+	}
+	f.ci.changes++
+	f.ci.last = h.EndLSN
+}
+
+// New returns an applier that reads the queue of db.
+func New(cfg Config, db *store.DB) *Applier {
+	cfg.defaults()
+	return &Applier{
+		cfg:    cfg,
+		db:     db,
+		log:    cfg.Logger,
+		notify: make(chan struct{}, 1),
+		tm:     newTypeMapper(),
+		status: map[string]TableStatus{},
+	}
+}
+
+// Notify tells the applier that new transactions are durable in the queue.
+// It never blocks; without it the applier polls.
+func (a *Applier) Notify() {
+	select {
+	case a.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Applied returns the position up to which every table applied the queue.
+func (a *Applier) Applied() store.LSN {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.applied
+}
+
+// Tables returns the status of the Delta tables, sorted by name.
+func (a *Applier) Tables() []TableStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]TableStatus, 0, len(a.status))
+	for _, s := range a.status {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (a *Applier) setStatus(dt *deltaTable) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.status[dt.name] = TableStatus{Name: dt.name, Kind: dt.kind, Path: dt.t.Path(), Version: dt.version, AppliedLSN: dt.applied}
+}
+
+// Run applies the queue until ctx ends, and returns nil then. A failed
+// flush is logged and retried with backoff, starting again from what the
+// Delta tables and the state file say; Run returns an error only when the
+// state file cannot be read.
+func (a *Applier) Run(ctx context.Context) error {
+	if err := a.start(ctx); err != nil {
+		return err
+	}
+	var firstSeen time.Time
+	backoff := time.Duration(0)
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		upTo, changes, err := a.nextBatch()
+		if err != nil {
+			return err
+		}
+		wait := a.cfg.PollInterval
+		if upTo != 0 {
+			if firstSeen.IsZero() {
+				firstSeen = time.Now()
+			}
+			due := firstSeen.Add(a.cfg.FlushInterval)
+			if changes >= int64(a.cfg.FlushChanges) || !time.Now().Before(due) {
+				err := a.flush(ctx, upTo)
+				switch {
+				case err == nil:
+					firstSeen, backoff = time.Time{}, 0
+					continue
+				case ctx.Err() != nil:
+					return nil
+				}
+				backoff = min(max(2*backoff, time.Second), 30*time.Second)
+				a.log.Error("apply failed; retrying", "err", err, "retry_in", backoff)
+				wait = backoff
+			} else {
+				wait = min(wait, time.Until(due))
+			}
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-a.notify:
+			if backoff > 0 {
+				<-timer.C
+			}
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// start reads the applied position and the status of existing tables, and
+// removes spill files left by a crash.
+func (a *Applier) start(ctx context.Context) error {
+	if err := os.MkdirAll(a.cfg.TablesDir, 0o750); err != nil {
+		return fmt.Errorf("applier: %w", err)
+	}
+	os.RemoveAll(filepath.Join(a.cfg.TablesDir, ".spill"))
+	var applied store.LSN
+	if err := a.db.View(func(r *store.Reader) (err error) { applied, err = r.Applied(); return err }); err != nil {
+		return fmt.Errorf("applier: %w", err)
+	}
+	a.mu.Lock()
+	a.applied = applied
+	a.mu.Unlock()
+	entries, err := os.ReadDir(a.cfg.TablesDir)
+	if err != nil {
+		return fmt.Errorf("applier: %w", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		t, err := delta.Open(ctx, filepath.Join(a.cfg.TablesDir, e.Name()))
+		if err != nil {
+			continue
+		}
+		snap, err := t.Snapshot(ctx)
+		if err != nil {
+			a.log.Warn("unreadable table", "table", e.Name(), "err", err)
+			continue
+		}
+		for _, kind := range []string{KindMirror, KindChangelog} {
+			if v, ok := snap.AppTransactionVersion(a.cfg.AppIDPrefix + "/" + e.Name() + "/" + kind); ok {
+				a.setStatus(&deltaTable{name: e.Name(), kind: kind, t: t, version: snap.Version(), applied: store.LSN(v)})
+			}
+		}
+	}
+	return nil
+}
+
+// nextBatch returns the end LSN of the last transaction of the next flush
+// (zero when the queue holds nothing after the applied position) and the
+// number of changes up to it.
+func (a *Applier) nextBatch() (upTo store.LSN, changes int64, err error) {
+	err = a.db.View(func(r *store.Reader) error {
+		applied, err := r.Applied()
+		if err != nil {
+			return err
+		}
+		return r.Txns(applied, func(h *store.TxnHeader, _ *store.TxnCursor) error {
+			if upTo != 0 && changes+h.Changes > int64(a.cfg.FlushChanges) {
+				return store.ErrStopScan
+			}
+			upTo = h.EndLSN
+			changes += h.Changes
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("applier: read queue: %w", err)
+	}
+	return upTo, changes, nil
+}
+
+// applyAll applies everything queued now, in flushes of at most
+// FlushChanges changes.
+func (a *Applier) applyAll(ctx context.Context) error {
+	for {
+		upTo, _, err := a.nextBatch()
+		if err != nil || upTo == 0 {
+			return err
+		}
+		if err := a.flush(ctx, upTo); err != nil {
+			return err
+		}
+	}
+}
+
+// fail calls the failpoint, if any.
+func (a *Applier) fail(point, table string) error {
+	if a.failpoint == nil {
+		return nil
+	}
+	return a.failpoint(point, table)
+}
+
+// warn counts a value problem; flush logs the counts once per flush.
+func (a *Applier) warn(where, problem string) {
+	if a.warnings == nil {
+		a.log.Warn(problem, "where", where)
+		return
+	}
+	a.warnings[where+": "+problem]++
+}
+
+func (a *Applier) writeOptions() delta.WriteOptions {
+	return delta.WriteOptions{Compression: a.cfg.Compression, CreatedBy: a.cfg.EngineInfo}
+}
+
+// errNoRelation reports a change whose schema version is not in the history.
+var errNoRelation = errors.New("change refers to an unknown schema version")
+
+// errSchemaMismatch reports a change whose values do not match its schema
+// version: the schema history is wrong, and nothing is guessed.
+var errSchemaMismatch = errors.New("change does not match its schema version")

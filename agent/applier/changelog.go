@@ -1,0 +1,240 @@
+package applier
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
+)
+
+// The changelog table "<schema>.<table>_changes" is an append-only record of
+// every change. Its columns are the table's data columns (the row after the
+// change; the row before it for a delete) followed by:
+//
+//	_op          string     insert, update, delete or truncate (snapshot rows are inserts)
+//	_lsn         long       end LSN of the source transaction
+//	_xid         long       source transaction id
+//	_commit_ts   timestamp  commit time of the source transaction
+//	_seq         long       position of the change in its transaction, from 1
+//	_before      struct     the row before an update or delete, as far as the
+//	                        replica identity gives it (key columns only by
+//	                        default, every column with REPLICA IDENTITY FULL);
+//	                        null when PostgreSQL sent no old row
+//	_unchanged   array<string>  the columns of an update whose unchanged TOAST
+//	                        value PostgreSQL did not send: they are null in
+//	                        this row but not null in the table
+//	_commit_date date       the UTC date of _commit_ts, the partition column
+//
+// A truncate is one row with null data columns. Columns added later (new
+// source columns) are appended to the schema and to _before.
+var changelogMeta = []*delta.StructField{
+	delta.NewField(colOp, delta.TypeString, false),
+	delta.NewField(colLSN, delta.TypeLong, false),
+	delta.NewField(colXid, delta.TypeLong, false),
+	delta.NewField(colCommitTS, delta.TypeTimestamp, false),
+	delta.NewField(colSeq, delta.TypeLong, false),
+}
+
+// changelog writes one source table's changelog.
+type changelog struct {
+	*deltaTable
+	cols *columns
+
+	// Positions of the columns in the schema and in _before.
+	dataPos, beforePos                                                []int
+	opIdx, lsnIdx, xidIdx, tsIdx, seqIdx, beforeIdx, unchIdx, dateIdx int
+
+	// The open writers of this flush, by partition (days since the epoch),
+	// their buffered rows and the files already closed.
+	writers map[int32]*clWriter
+	adds    []delta.Action
+	rows    int64
+}
+
+type clWriter struct {
+	w    *delta.DataWriter
+	rows []delta.Row
+}
+
+func changelogSchema(cols *columns) *delta.StructType {
+	st := delta.NewStructType(cols.fields()...)
+	st.Fields = append(st.Fields, changelogMeta...)
+	st.Fields = append(st.Fields,
+		delta.NewField(colBefore, delta.NewStructType(cols.fields()...), true),
+		delta.NewField(colUnchanged, &delta.ArrayType{ElementType: delta.TypeString, ContainsNull: false}, true),
+		delta.NewField(colCommitDate, delta.TypeDate, true))
+	return st
+}
+
+func (a *Applier) openChangelog(ctx context.Context, name string, cols *columns) (*changelog, error) {
+	dt, _, err := a.openTable(ctx, name+"_changes", KindChangelog, func() (*delta.StructType, []string, map[string]string) {
+		return changelogSchema(cols), []string{colCommitDate}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	cols.addExisting(dt.schema)
+	if f, _ := dt.schema.Field(colBefore); f != nil {
+		if st, ok := f.Type.(*delta.StructType); ok {
+			cols.addExisting(st)
+		}
+	}
+	c := &changelog{deltaTable: dt, cols: cols, writers: map[int32]*clWriter{}}
+	c.layout()
+	return c, nil
+}
+
+// layout extends the schema with new data columns and computes positions.
+func (c *changelog) layout() {
+	if extend(c.schema, c.cols.cols) {
+		c.schemaDirty = true
+	}
+	f, idx := c.schema.Field(colBefore)
+	before := f.Type.(*delta.StructType)
+	if extend(before, c.cols.cols) {
+		c.schemaDirty = true
+	}
+	c.dataPos = positions(c.schema, c.cols.cols)
+	c.beforePos = positions(before, c.cols.cols)
+	c.beforeIdx = idx
+	_, c.opIdx = c.schema.Field(colOp)
+	_, c.lsnIdx = c.schema.Field(colLSN)
+	_, c.xidIdx = c.schema.Field(colXid)
+	_, c.tsIdx = c.schema.Field(colCommitTS)
+	_, c.seqIdx = c.schema.Field(colSeq)
+	_, c.unchIdx = c.schema.Field(colUnchanged)
+	_, c.dateIdx = c.schema.Field(colCommitDate)
+}
+
+// ensureColumns closes the open writers and extends the schema when the data
+// columns grew since the writers were opened.
+func (c *changelog) ensureColumns(a *Applier) error {
+	if len(c.dataPos) == len(c.cols.cols) {
+		return nil
+	}
+	if err := c.closeWriters(a); err != nil {
+		return err
+	}
+	c.layout()
+	return nil
+}
+
+// add appends one change.
+func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, ch *store.Change, m *relMapping) error {
+	if err := c.ensureColumns(a); err != nil {
+		return err
+	}
+	row := make(delta.Row, len(c.schema.Fields))
+	image := ch.New
+	if ch.Op == store.OpDelete {
+		image = ch.Old
+	}
+	var unch []any
+	if vals := c.cols.convert(m, image); vals != nil {
+		for i, v := range vals {
+			if v == unchanged {
+				unch = append(unch, c.cols.cols[i].name)
+				v = nil
+			}
+			row[c.dataPos[i]] = v
+		}
+	}
+	if unch != nil {
+		row[c.unchIdx] = unch
+	}
+	if ch.Old != nil && ch.Op != store.OpInsert {
+		before := make(delta.Row, len(c.beforePos))
+		for i, v := range c.cols.convert(m, ch.Old) {
+			if v == unchanged {
+				v = nil
+			}
+			before[c.beforePos[i]] = v
+		}
+		row[c.beforeIdx] = before
+	}
+	row[c.opIdx] = ch.Op.String()
+	row[c.lsnIdx] = int64(h.EndLSN)
+	row[c.xidIdx] = int64(h.Xid)
+	row[c.tsIdx] = h.CommitTime
+	row[c.seqIdx] = seq
+	day := delta.DaysSinceEpoch(h.CommitTime.UTC())
+	row[c.dateIdx] = delta.DateFromDays(day)
+
+	w := c.writers[day]
+	if w == nil {
+		dw, err := delta.NewDataWriter(c.t.Path(), c.schema, []string{colCommitDate},
+			map[string]any{colCommitDate: delta.DateFromDays(day)}, a.writeOptions())
+		if err != nil {
+			return fmt.Errorf("changelog %s: %w", c.name, err)
+		}
+		w = &clWriter{w: dw}
+		c.writers[day] = w
+	}
+	w.rows = append(w.rows, row)
+	c.rows++
+	if len(w.rows) >= 1024 {
+		if err := w.w.Write(w.rows); err != nil {
+			return fmt.Errorf("changelog %s: %w", c.name, err)
+		}
+		w.rows = w.rows[:0]
+		if w.w.NumRows() >= a.cfg.TargetFileRows {
+			if err := c.closeWriter(day); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (c *changelog) closeWriter(day int32) error {
+	w := c.writers[day]
+	delete(c.writers, day)
+	if len(w.rows) > 0 {
+		if err := w.w.Write(w.rows); err != nil {
+			w.w.Abort()
+			return fmt.Errorf("changelog %s: %w", c.name, err)
+		}
+	}
+	add, err := w.w.Close()
+	if err != nil {
+		return fmt.Errorf("changelog %s: %w", c.name, err)
+	}
+	c.adds = append(c.adds, add)
+	return nil
+}
+
+func (c *changelog) closeWriters(a *Applier) error {
+	for day := range c.writers {
+		if err := c.closeWriter(day); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// abort discards the writers of a failed flush.
+func (c *changelog) abort() {
+	for day, w := range c.writers {
+		w.w.Abort()
+		delete(c.writers, day)
+	}
+	c.adds, c.rows = nil, 0
+}
+
+// finish closes the writers and commits the flush's files.
+func (c *changelog) finish(ctx context.Context, a *Applier, ci commitInfo) error {
+	if err := c.ensureColumns(a); err != nil {
+		return err
+	}
+	if err := c.closeWriters(a); err != nil {
+		return err
+	}
+	if err := a.fail("data-written", c.name); err != nil {
+		return err
+	}
+	ci.operation = "WRITE"
+	err := a.commit(ctx, c.deltaTable, c.adds, ci)
+	c.adds, c.rows = nil, 0
+	return err
+}

@@ -1,0 +1,591 @@
+package applier
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
+)
+
+// The mirror table "<schema>.<table>" holds the current rows. It is merged
+// copy-on-write: a flush removes the data files its changes touch and adds
+// their rewritten contents.
+//
+// Clustering. Every data file holds a contiguous, sorted range of row keys
+// (see keys.go), recorded in the add action's tags lakeside.minKey and
+// lakeside.maxKey (hex); ranges of different files never overlap. A changed
+// key belongs to the file with the greatest minKey at or below it (the
+// first file for keys below every range). Keys above the last file's range
+// go to the last file while it holds less than half of TargetFileRows rows,
+// and to new files otherwise, so an append-only workload neither rewrites
+// big files nor creates one file per key. Rewritten files are split at
+// TargetFileRows rows, never inside a run of equal keys.
+//
+// Memory. A flush collects the net effect of its changes per key in a
+// pending set (pending.go) that spills sorted runs to disk past
+// MergeMemoryKeys keys. The merge then walks the pending keys in order
+// (a k-way merge of the runs) and the touched files in order, holding at
+// most one existing data file in memory, and streams the result into Parquet
+// writers. Memory is bounded by MergeMemoryKeys entries plus one data file
+// (TargetFileRows rows), whatever the size of the flush, so the 1M-row
+// initial snapshot is applied like any other transaction.
+//
+// Keys. The key is the replica identity's columns as the first schema
+// version names them, stored in the table configuration lakeside.key. A
+// table whose replica identity is FULL, or that has none, is a multiset:
+// the key is every column, the mirror keeps as many copies of a row as
+// PostgreSQL has, a delete removes one copy, and an update removes one copy
+// of the old row and adds the new one.
+//
+// Soft delete. With SoftDelete the mirror has a boolean _deleted column: a
+// deleted row stays, with its last values and _deleted = true; an insert of
+// the same key brings it back. TRUNCATE removes every file either way.
+type mirror struct {
+	*deltaTable
+	cols     *columns
+	keyNames []string
+	multiset bool
+	soft     bool
+
+	files    []*mirrorFile
+	dataPos  []int
+	delIdx   int
+	keyIdx   []int
+	pend     *pending
+	spillDir string
+	// nextFiles are the files after the merge, in effect once committed.
+	nextFiles []*mirrorFile
+}
+
+type mirrorFile struct {
+	add            *delta.Add
+	minKey, maxKey []byte
+	rows           int64
+}
+
+const (
+	confKey      = "lakeside.key"
+	confMultiset = "lakeside.multiset"
+	tagMinKey    = "lakeside.minKey"
+	tagMaxKey    = "lakeside.maxKey"
+)
+
+func (a *Applier) openMirror(ctx context.Context, name string, cols *columns, rel *store.Relation) (*mirror, error) {
+	dt, snap, err := a.openTable(ctx, name, KindMirror, func() (*delta.StructType, []string, map[string]string) {
+		st := delta.NewStructType(cols.fields()...)
+		if a.cfg.SoftDelete {
+			st.Fields = append(st.Fields, delta.NewField(colDeleted, delta.TypeBoolean, true))
+		}
+		first := cols.mapping(rel)
+		conf := map[string]string{}
+		if first.rel.ReplicaIdentity == 'f' || len(first.keyNames) == 0 {
+			conf[confMultiset] = "true"
+		} else {
+			k, _ := json.Marshal(first.keyNames)
+			conf[confKey] = string(k)
+		}
+		return st, nil, conf
+	})
+	if err != nil {
+		return nil, err
+	}
+	cols.addExisting(dt.schema)
+	m := &mirror{deltaTable: dt, cols: cols, soft: a.cfg.SoftDelete, spillDir: spillDir(a.cfg.TablesDir, name)}
+	conf := dt.meta.Configuration
+	if conf[confMultiset] == "true" {
+		m.multiset = true
+	} else if err := json.Unmarshal([]byte(conf[confKey]), &m.keyNames); err != nil {
+		return nil, fmt.Errorf("open %s: bad %s: %w", name, confKey, err)
+	}
+	for _, add := range snap.Files() {
+		f := &mirrorFile{add: add}
+		f.minKey, _ = hex.DecodeString(add.Tags[tagMinKey])
+		f.maxKey, _ = hex.DecodeString(add.Tags[tagMaxKey])
+		if st, err := delta.ParseStats(add.Stats); err == nil {
+			f.rows = st.NumRecords
+		}
+		m.files = append(m.files, f)
+	}
+	sortFiles(m.files)
+	m.layout()
+	return m, nil
+}
+
+func sortFiles(files []*mirrorFile) {
+	sort.SliceStable(files, func(i, j int) bool { return bytes.Compare(files[i].minKey, files[j].minKey) < 0 })
+}
+
+func (m *mirror) layout() {
+	if extend(m.schema, m.cols.cols) {
+		m.schemaDirty = true
+	}
+	if m.soft {
+		if f, _ := m.schema.Field(colDeleted); f == nil {
+			m.schema.Fields = append(m.schema.Fields, delta.NewField(colDeleted, delta.TypeBoolean, true))
+			m.schemaDirty = true
+		}
+	}
+	m.dataPos = positions(m.schema, m.cols.cols)
+	_, m.delIdx = m.schema.Field(colDeleted)
+	m.keyIdx = m.keyIdx[:0]
+	for _, n := range m.keyNames {
+		i, ok := m.cols.idx[n]
+		if !ok {
+			i = -1
+		}
+		m.keyIdx = append(m.keyIdx, i)
+	}
+}
+
+// key returns the key of a row of data column values.
+func (m *mirror) key(row []any) string {
+	if m.multiset {
+		n := len(row)
+		for n > 0 && row[n-1] == nil {
+			n--
+		}
+		return string(appendKey(nil, row[:n]))
+	}
+	var b []byte
+	for _, i := range m.keyIdx {
+		var v any
+		if i >= 0 && i < len(row) {
+			v = row[i]
+		}
+		b = appendKeyValue(b, v)
+	}
+	return string(b)
+}
+
+// begin prepares the pending set of a flush.
+func (m *mirror) begin(a *Applier) {
+	if m.pend == nil {
+		m.pend = newPending(m.spillDir, a.cfg.MergeMemoryKeys, m.multiset)
+	}
+}
+
+// abort forgets a failed flush.
+func (m *mirror) abort() {
+	if m.pend != nil {
+		m.pend.close()
+		m.pend = nil
+	}
+}
+
+// add records one change.
+func (m *mirror) add(ctx context.Context, a *Applier, ch *store.Change, mp *relMapping) error {
+	m.begin(a)
+	p := m.pend
+	switch ch.Op {
+	case store.OpTruncate:
+		p.truncate()
+		return nil
+	case store.OpInsert:
+		row := m.cols.convert(mp, ch.New)
+		if m.multiset {
+			return p.add(m.key(row), &entry{row: row, count: 1})
+		}
+		return p.add(m.key(row), &entry{row: row})
+	case store.OpDelete:
+		old := m.cols.convert(mp, ch.Old)
+		if old == nil {
+			a.warn(m.name, "delete without an old row; ignored")
+			return nil
+		}
+		if m.multiset {
+			return p.add(m.key(old), &entry{row: old, count: -1})
+		}
+		e := &entry{deleted: true}
+		if !ch.OldIsKey {
+			e.row = old
+		}
+		return p.add(m.key(old), e)
+	case store.OpUpdate:
+		row := m.cols.convert(mp, ch.New)
+		old := m.cols.convert(mp, ch.Old)
+		if old != nil && !ch.OldIsKey {
+			row = fillUnchanged(row, old)
+		}
+		if m.multiset {
+			if old == nil || ch.OldIsKey {
+				a.warn(m.name, "update without the old row in a multiset mirror; treated as an insert")
+				return p.add(m.key(row), &entry{row: row, count: 1})
+			}
+			if err := p.add(m.key(old), &entry{row: old, count: -1}); err != nil {
+				return err
+			}
+			return p.add(m.key(row), &entry{row: row, count: 1})
+		}
+		newKey := m.key(row)
+		if old == nil {
+			return p.add(newKey, &entry{row: row})
+		}
+		oldKey := m.key(old)
+		if oldKey == newKey {
+			return p.add(newKey, &entry{row: row})
+		}
+		// The key changed: the old key is deleted, and unchanged values of
+		// the new row come from the old key's row.
+		if slices.Contains(row, unchanged) {
+			base, err := m.lookup(ctx, a, oldKey)
+			if err != nil {
+				return err
+			}
+			row = fillUnchanged(row, base)
+		}
+		if err := p.add(oldKey, &entry{deleted: true}); err != nil {
+			return err
+		}
+		return p.add(newKey, &entry{row: row})
+	}
+	return nil
+}
+
+// lookup returns the current row of key: from the pending set when it is
+// held in memory, else from the committed mirror. (A key whose newest
+// version was spilled to a run file is looked up in the committed mirror:
+// this only matters for a key change with unchanged TOAST values inside a
+// flush of more than MergeMemoryKeys keys.)
+func (m *mirror) lookup(ctx context.Context, a *Applier, key string) ([]any, error) {
+	e := m.pend.get(key)
+	if e != nil && (e.deleted || !e.partial()) {
+		if e.deleted {
+			return nil, nil
+		}
+		return e.row, nil
+	}
+	var base []any
+	if i := m.assign([]byte(key)); i >= 0 && !m.pend.truncated {
+		rows, err := m.readFile(ctx, m.files[i])
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			if r.key == key && !r.deleted {
+				base = r.data
+				break
+			}
+		}
+	}
+	if e != nil && base != nil {
+		return fillUnchanged(e.row, base), nil
+	}
+	if e != nil {
+		return e.row, nil
+	}
+	return base, nil
+}
+
+// assign returns the index of the file a key belongs to, or -1 for a new
+// file.
+func (m *mirror) assign(key []byte) int {
+	return assignFile(m.files, key, -1)
+}
+
+// assignFile implements the clustering rule; tailLimit is the row count from
+// which keys above the last file's range open a new file (-1: never).
+func assignFile(files []*mirrorFile, key []byte, tailLimit int64) int {
+	if len(files) == 0 {
+		return -1
+	}
+	i := sort.Search(len(files), func(i int) bool { return bytes.Compare(files[i].minKey, key) > 0 }) - 1
+	if i < 0 {
+		return 0
+	}
+	last := len(files) - 1
+	if i == last && tailLimit >= 0 && bytes.Compare(key, files[last].maxKey) > 0 && files[last].rows >= tailLimit {
+		return -1
+	}
+	return i
+}
+
+// baseRow is a row of an existing data file.
+type baseRow struct {
+	key     string
+	data    []any
+	deleted bool
+}
+
+func (m *mirror) readFile(ctx context.Context, f *mirrorFile) ([]baseRow, error) {
+	path, err := delta.ResolvePath(m.t.Path(), f.add.Path)
+	if err != nil {
+		return nil, fmt.Errorf("mirror %s: %w", m.name, err)
+	}
+	rows, err := delta.ReadParquetFile(ctx, path, m.schema)
+	if err != nil {
+		return nil, fmt.Errorf("mirror %s: read %s: %w", m.name, f.add.Path, err)
+	}
+	out := make([]baseRow, len(rows))
+	for i, r := range rows {
+		data := make([]any, len(m.dataPos))
+		for j, p := range m.dataPos {
+			if p >= 0 {
+				data[j] = r[p]
+			}
+		}
+		out[i] = baseRow{data: data, key: m.key(data)}
+		if m.delIdx >= 0 {
+			out[i].deleted = r[m.delIdx] == true
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out, nil
+}
+
+// mergeWriter writes the rewritten rows of one group into files of at most
+// TargetFileRows rows, never splitting equal keys.
+type mergeWriter struct {
+	m       *mirror
+	a       *Applier
+	w       *delta.DataWriter
+	buf     []delta.Row
+	min     []byte
+	lastKey string
+	files   []*mirrorFile
+	written int64
+}
+
+func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
+	m := w.m
+	if w.w != nil && w.w.NumRows()+int64(len(w.buf)) >= w.a.cfg.TargetFileRows && key != w.lastKey {
+		if err := w.close(); err != nil {
+			return err
+		}
+	}
+	if w.w == nil {
+		dw, err := delta.NewDataWriter(m.t.Path(), m.schema, nil, nil, w.a.writeOptions())
+		if err != nil {
+			return fmt.Errorf("mirror %s: %w", m.name, err)
+		}
+		w.w, w.min = dw, []byte(key)
+	}
+	row := make(delta.Row, len(m.schema.Fields))
+	for i, v := range data {
+		if i < len(m.dataPos) && m.dataPos[i] >= 0 {
+			if v == unchanged {
+				w.a.warn(m.name, "unchanged TOAST value without an existing row; written as null")
+				v = nil
+			}
+			row[m.dataPos[i]] = v
+		}
+	}
+	if m.delIdx >= 0 {
+		row[m.delIdx] = deleted
+	}
+	w.buf = append(w.buf, row)
+	w.lastKey = key
+	w.written++
+	if len(w.buf) >= 1024 {
+		if err := w.w.Write(w.buf); err != nil {
+			return fmt.Errorf("mirror %s: %w", m.name, err)
+		}
+		w.buf = w.buf[:0]
+	}
+	return nil
+}
+
+func (w *mergeWriter) close() error {
+	if w.w == nil {
+		return nil
+	}
+	if len(w.buf) > 0 {
+		if err := w.w.Write(w.buf); err != nil {
+			w.w.Abort()
+			w.w = nil
+			return fmt.Errorf("mirror %s: %w", w.m.name, err)
+		}
+		w.buf = w.buf[:0]
+	}
+	rows := w.w.NumRows()
+	add, err := w.w.Close()
+	w.w = nil
+	if err != nil {
+		return fmt.Errorf("mirror %s: %w", w.m.name, err)
+	}
+	add.Tags = map[string]string{tagMinKey: hex.EncodeToString(w.min), tagMaxKey: hex.EncodeToString([]byte(w.lastKey))}
+	w.files = append(w.files, &mirrorFile{add: add, minKey: w.min, maxKey: []byte(w.lastKey), rows: rows})
+	return nil
+}
+
+func (w *mergeWriter) abort() {
+	if w.w != nil {
+		w.w.Abort()
+		w.w = nil
+	}
+}
+
+// apply writes the result of an entry over the existing rows of its key.
+func (w *mergeWriter) apply(key string, e *entry, base []baseRow) error {
+	m := w.m
+	var live []baseRow
+	for _, b := range base {
+		if b.deleted {
+			// Soft-deleted rows stay unless the key comes back.
+			if m.multiset || e.deleted {
+				if err := w.emit(key, b.data, true); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		live = append(live, b)
+	}
+	if m.multiset {
+		n := len(live) + e.count
+		if n < 0 {
+			w.a.warn(m.name, "delete of a row the mirror does not hold; ignored")
+			n = 0
+		}
+		for i := 0; i < n; i++ {
+			data := e.row
+			if i < len(live) {
+				data = live[i].data
+			}
+			if err := w.emit(key, data, false); err != nil {
+				return err
+			}
+		}
+		if m.soft {
+			for i := n; i < len(live); i++ {
+				if err := w.emit(key, live[i].data, true); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	var cur []any
+	if len(live) > 0 {
+		cur = live[0].data
+	}
+	row := e.row
+	if row == nil {
+		row = cur
+	} else if cur != nil && e.partial() {
+		row = fillUnchanged(row, cur)
+	}
+	if e.deleted {
+		if m.soft && row != nil {
+			return w.emit(key, row, true)
+		}
+		return nil
+	}
+	return w.emit(key, row, false)
+}
+
+// merge applies the flush's pending set and returns the actions to commit.
+func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action, operation string, err error) {
+	p := m.pend
+	files := m.files
+	var removed []*mirrorFile
+	operation = "WRITE"
+	if p.truncated {
+		removed, files = files, nil
+		operation = "TRUNCATE"
+	}
+	w := &mergeWriter{m: m, a: a}
+	defer w.abort()
+	group := -2
+	var base []baseRow
+	bi := 0
+	endGroup := func() error {
+		for ; bi < len(base); bi++ {
+			if err := w.emit(base[bi].key, base[bi].data, base[bi].deleted); err != nil {
+				return err
+			}
+		}
+		base, bi = nil, 0
+		return w.close()
+	}
+	tailLimit := a.cfg.TargetFileRows / 2
+	err = p.iterate(func(k []byte, e *entry) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		g := assignFile(files, k, tailLimit)
+		if g != group {
+			if group != -2 {
+				if err := endGroup(); err != nil {
+					return err
+				}
+			}
+			group = g
+			if g >= 0 {
+				rows, err := m.readFile(ctx, files[g])
+				if err != nil {
+					return err
+				}
+				base = rows
+				removed = append(removed, files[g])
+			}
+		}
+		key := string(k)
+		for bi < len(base) && base[bi].key < key {
+			if err := w.emit(base[bi].key, base[bi].data, base[bi].deleted); err != nil {
+				return err
+			}
+			bi++
+		}
+		start := bi
+		for bi < len(base) && base[bi].key == key {
+			bi++
+		}
+		return w.apply(key, e, base[start:bi])
+	})
+	if err == nil && group != -2 {
+		err = endGroup()
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	if len(removed) > 0 && operation == "WRITE" {
+		operation = "MERGE"
+	}
+	now := nowMillis(a.clock)
+	gone := map[*mirrorFile]bool{}
+	for _, f := range removed {
+		gone[f] = true
+		actions = append(actions, delta.RemoveOf(f.add, now, true))
+	}
+	kept := make([]*mirrorFile, 0, len(m.files))
+	for _, f := range m.files {
+		if !gone[f] {
+			kept = append(kept, f)
+		}
+	}
+	for _, f := range w.files {
+		actions = append(actions, f.add)
+		kept = append(kept, f)
+	}
+	sortFiles(kept)
+	m.nextFiles = kept
+	return actions, operation, nil
+}
+
+// finish merges the flush's changes and commits them.
+func (m *mirror) finish(ctx context.Context, a *Applier, ci commitInfo) error {
+	if len(m.dataPos) != len(m.cols.cols) {
+		m.layout()
+	}
+	m.begin(a)
+	actions, op, err := m.merge(ctx, a)
+	if err != nil {
+		return err
+	}
+	if err := a.fail("data-written", m.name); err != nil {
+		return err
+	}
+	ci.operation = op
+	if err := a.commit(ctx, m.deltaTable, actions, ci); err != nil {
+		return err
+	}
+	m.files, m.nextFiles = m.nextFiles, nil
+	m.abort()
+	return nil
+}

@@ -1,0 +1,189 @@
+package applier
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
+)
+
+// Names of the columns the applier adds to the source table's columns.
+const (
+	colOp         = "_op"
+	colLSN        = "_lsn"
+	colXid        = "_xid"
+	colCommitTS   = "_commit_ts"
+	colSeq        = "_seq"
+	colBefore     = "_before"
+	colUnchanged  = "_unchanged"
+	colCommitDate = "_commit_date"
+	colDeleted    = "_deleted"
+)
+
+// reserved reports whether a column name is one the applier adds. A source
+// column with such a name is renamed with the suffix "__col".
+func reserved(name string) bool {
+	switch name {
+	case colOp, colLSN, colXid, colCommitTS, colSeq, colBefore, colUnchanged, colCommitDate, colDeleted:
+		return true
+	}
+	return false
+}
+
+// dataCol is one column of a source table as the Delta tables store it.
+type dataCol struct {
+	name string
+	typ  delta.DataType
+}
+
+// columns is the list of data columns of a source table shared by its two
+// Delta tables: the union of every schema version's columns, in order of
+// first appearance. Columns are never removed (a dropped column stays and is
+// null from then on). When a column's type changes to one with another Delta
+// type, the values go to a new column "<name>__<type>" (for example
+// "price__string"), and the old column is null from then on; the change is
+// logged.
+type columns struct {
+	cols []dataCol
+	idx  map[string]int
+	tm   *typeMapper
+	log  *slog.Logger
+	w    warner
+	// rels caches the mapping of each schema version.
+	rels map[store.RelationKey]*relMapping
+}
+
+// relMapping converts the values of one schema version into a row of data
+// columns.
+type relMapping struct {
+	rel  *store.Relation
+	dst  []int
+	conv []converter
+	// keyNames are the replica identity's columns, by data column name.
+	keyNames []string
+}
+
+func newColumns(tm *typeMapper, log *slog.Logger, w warner) *columns {
+	return &columns{idx: map[string]int{}, tm: tm, log: log, w: w, rels: map[store.RelationKey]*relMapping{}}
+}
+
+// addExisting adds the data columns of an existing Delta table's schema.
+func (c *columns) addExisting(st *delta.StructType) {
+	for _, f := range st.Fields {
+		if reserved(f.Name) {
+			continue
+		}
+		if _, ok := c.idx[f.Name]; !ok {
+			c.idx[f.Name] = len(c.cols)
+			c.cols = append(c.cols, dataCol{name: f.Name, typ: f.Type})
+		}
+	}
+}
+
+// mapping returns the mapping of a schema version, adding columns as needed.
+func (c *columns) mapping(rel *store.Relation) *relMapping {
+	if m := c.rels[rel.Key]; m != nil && (m.rel == rel || m.rel.SameShape(rel)) {
+		m.rel = rel
+		return m
+	}
+	m := &relMapping{rel: rel, dst: make([]int, len(rel.Columns)), conv: make([]converter, len(rel.Columns))}
+	for i, col := range rel.Columns {
+		dt := c.tm.deltaType(col.TypeOID, col.TypeMod)
+		name := col.Name
+		if reserved(name) {
+			name += "__col"
+		}
+		if j, ok := c.idx[name]; ok && c.cols[j].typ.String() != dt.String() {
+			alt := name + "__" + typeSuffix(dt)
+			if _, seen := c.idx[alt]; !seen {
+				c.log.Warn("column type changed; new values go to a new column",
+					"table", rel.QualifiedName(), "column", name, "old_type", c.cols[j].typ.String(),
+					"new_type", dt.String(), "new_column", alt)
+			}
+			name = alt
+		}
+		j, ok := c.idx[name]
+		if !ok {
+			j = len(c.cols)
+			c.idx[name] = j
+			c.cols = append(c.cols, dataCol{name: name, typ: dt})
+		}
+		m.dst[i] = j
+		m.conv[i] = converterFor(dt, rel.QualifiedName()+"."+name, c.w)
+		if col.Key {
+			m.keyNames = append(m.keyNames, name)
+		}
+	}
+	c.rels[rel.Key] = m
+	return m
+}
+
+// convert turns a queued row into data column values (nil for a nil row).
+func (c *columns) convert(m *relMapping, vals []store.Value) []any {
+	if vals == nil {
+		return nil
+	}
+	out := make([]any, len(c.cols))
+	for i := range vals {
+		if i < len(m.dst) {
+			out[m.dst[i]] = m.conv[i](&vals[i])
+		}
+	}
+	return out
+}
+
+// fields returns the data columns as Delta fields (all nullable).
+func (c *columns) fields() []*delta.StructField {
+	out := make([]*delta.StructField, len(c.cols))
+	for i, col := range c.cols {
+		out[i] = delta.NewField(col.name, col.typ, true)
+	}
+	return out
+}
+
+// extend appends to st every data column it lacks, and reports whether it
+// added any.
+func extend(st *delta.StructType, cols []dataCol) bool {
+	added := false
+	for _, col := range cols {
+		if f, _ := st.Field(col.name); f == nil {
+			st.Fields = append(st.Fields, delta.NewField(col.name, col.typ, true))
+			added = true
+		}
+	}
+	return added
+}
+
+// positions returns, for each data column, its index in st (-1 if absent).
+func positions(st *delta.StructType, cols []dataCol) []int {
+	out := make([]int, len(cols))
+	for i, col := range cols {
+		_, out[i] = st.Field(col.name)
+	}
+	return out
+}
+
+// updatedMetadata returns md with a new schema, or an error.
+func updatedMetadata(md *delta.Metadata, st *delta.StructType) (*delta.Metadata, error) {
+	s, err := st.SchemaString()
+	if err != nil {
+		return nil, fmt.Errorf("schema: %w", err)
+	}
+	out := *md
+	out.SchemaString = s
+	return &out, nil
+}
+
+// cloneStruct returns a copy of st that can be extended without changing st.
+func cloneStruct(st *delta.StructType) *delta.StructType {
+	out := &delta.StructType{Fields: make([]*delta.StructField, len(st.Fields))}
+	for i, f := range st.Fields {
+		g := *f
+		if s, ok := f.Type.(*delta.StructType); ok {
+			g.Type = cloneStruct(s)
+		}
+		out.Fields[i] = &g
+	}
+	return out
+}

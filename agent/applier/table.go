@@ -1,0 +1,134 @@
+package applier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
+)
+
+// Kinds of Delta tables.
+const (
+	KindMirror    = "mirror"
+	KindChangelog = "changelog"
+)
+
+// deltaTable is what the changelog and the mirror share: the Delta table,
+// its version, the txn version read back from it, and its schema.
+type deltaTable struct {
+	name  string // directory name, e.g. "public.orders_changes"
+	kind  string
+	appID string
+	t     *delta.Table
+	// version is the newest version; applied the txn version of appID.
+	version int64
+	applied store.LSN
+	// schema is the table schema, possibly extended in this flush; meta is
+	// the committed metaData. schemaDirty says schema differs from meta.
+	schema      *delta.StructType
+	meta        *delta.Metadata
+	schemaDirty bool
+}
+
+// openTable opens the table at path, or creates it with the schema,
+// partition columns and configuration init returns.
+func (a *Applier) openTable(ctx context.Context, name, kind string,
+	init func() (*delta.StructType, []string, map[string]string)) (*deltaTable, *delta.Snapshot, error) {
+	path := filepath.Join(a.cfg.TablesDir, name)
+	opts := []delta.Option{delta.WithCheckpointInterval(0), delta.WithLogger(a.log)}
+	if a.clock != nil {
+		opts = append(opts, delta.WithClock(a.clock))
+	}
+	t, err := delta.Open(ctx, path, opts...)
+	if errors.Is(err, delta.ErrNotATable) {
+		st, parts, conf := init()
+		info := &delta.CommitInfo{Operation: "CREATE TABLE", EngineInfo: a.cfg.EngineInfo}
+		if err := os.MkdirAll(path, 0o750); err != nil {
+			return nil, nil, fmt.Errorf("create %s: %w", name, err)
+		}
+		t, err = delta.Create(ctx, path, st, parts, conf, info, opts...)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	snap, err := t.Snapshot(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	dt := &deltaTable{name: name, kind: kind, appID: a.cfg.AppIDPrefix + "/" + name + "/" + kind, t: t,
+		version: snap.Version(), schema: cloneStruct(snap.Schema()), meta: snap.Metadata()}
+	if v, ok := snap.AppTransactionVersion(dt.appID); ok {
+		dt.applied = store.LSN(v)
+	}
+	a.setStatus(dt)
+	return dt, snap, nil
+}
+
+// commitInfo describes one commit of a flush.
+type commitInfo struct {
+	operation string
+	first     store.LSN // commit LSN of the first transaction
+	last      store.LSN // end LSN of the last transaction
+	txns      int
+	changes   int
+}
+
+// commit writes actions plus the metaData (when the schema grew), the txn
+// action and the commitInfo as the next version, then checkpoints every
+// CheckpointInterval versions.
+func (a *Applier) commit(ctx context.Context, dt *deltaTable, actions []delta.Action, ci commitInfo) error {
+	var md *delta.Metadata
+	if dt.schemaDirty {
+		var err error
+		if md, err = updatedMetadata(dt.meta, dt.schema); err != nil {
+			return fmt.Errorf("commit %s: %w", dt.name, err)
+		}
+		actions = append(actions, md)
+	}
+	actions = append(actions,
+		&delta.Txn{AppID: dt.appID, Version: int64(ci.last)},
+		&delta.CommitInfo{
+			Operation:  ci.operation,
+			EngineInfo: a.cfg.EngineInfo,
+			Extra: map[string]any{"lakeside": map[string]any{
+				"firstLSN":     ci.first.String(),
+				"lastLSN":      ci.last.String(),
+				"transactions": ci.txns,
+				"changes":      ci.changes,
+			}},
+		})
+	if err := a.fail("before-commit", dt.name); err != nil {
+		return err
+	}
+	v, err := dt.t.Commit(ctx, dt.version, actions)
+	if err != nil {
+		return fmt.Errorf("commit %s: %w", dt.name, err)
+	}
+	dt.version, dt.applied = v, ci.last
+	if md != nil {
+		dt.meta, dt.schemaDirty = md, false
+	}
+	a.setStatus(dt)
+	if a.cfg.CheckpointInterval > 0 && v%a.cfg.CheckpointInterval == 0 {
+		if err := a.fail("before-checkpoint", dt.name); err != nil {
+			return err
+		}
+		if err := dt.t.Checkpoint(ctx, v); err != nil {
+			// The commit is durable; the next checkpoint covers this one.
+			a.log.Warn("checkpoint failed", "table", dt.name, "version", v, "err", err)
+		}
+	}
+	return a.fail("after-commit", dt.name)
+}
+
+func nowMillis(clock func() time.Time) int64 {
+	if clock != nil {
+		return clock().UnixMilli()
+	}
+	return time.Now().UnixMilli()
+}

@@ -1,0 +1,285 @@
+package applier
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
+)
+
+// unchangedValue marks an unchanged TOAST value inside a converted row. It
+// never reaches a data file: the mirror fills it from the existing row, the
+// changelog writes null and lists the column in _unchanged.
+type unchangedValue struct{}
+
+// unchanged is the one value of unchangedValue.
+var unchanged any = unchangedValue{}
+
+// The clamps for infinite dates and timestamps: the extreme values Spark
+// accepts (0001-01-01 and 9999-12-31, 23:59:59.999999 for timestamps).
+var (
+	maxDate      = delta.DaysSinceEpoch(time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC))
+	minDate      = delta.DaysSinceEpoch(time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC))
+	maxTimestamp = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC).UnixMicro()
+	minTimestamp = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+)
+
+// Type OIDs of the mapped PostgreSQL types.
+const (
+	oidBool        = 16
+	oidBytea       = 17
+	oidInt8        = 20
+	oidInt2        = 21
+	oidInt4        = 23
+	oidFloat4      = 700
+	oidFloat8      = 701
+	oidDate        = 1082
+	oidTime        = 1083
+	oidTimestamp   = 1114
+	oidTimestamptz = 1184
+	oidNumeric     = 1700
+)
+
+// typeMapper maps PostgreSQL column types to Delta types as DESIGN.md says.
+type typeMapper struct{ m *pgtype.Map }
+
+func newTypeMapper() *typeMapper { return &typeMapper{m: pgtype.NewMap()} }
+
+// deltaType returns the Delta type of a column of the given PostgreSQL type
+// and type modifier. Every type without a mapping becomes a string (its text
+// form), so a new type never stops the pipeline.
+func (tm *typeMapper) deltaType(oid uint32, typmod int32) delta.DataType {
+	switch oid {
+	case oidBool:
+		return delta.TypeBoolean
+	case oidInt2:
+		return delta.TypeShort
+	case oidInt4:
+		return delta.TypeInteger
+	case oidInt8:
+		return delta.TypeLong
+	case oidFloat4:
+		return delta.TypeFloat
+	case oidFloat8:
+		return delta.TypeDouble
+	case oidNumeric:
+		if p, s, ok := numericTypmod(typmod); ok {
+			return delta.DecimalType{Precision: p, Scale: s}
+		}
+		return delta.TypeString
+	case oidBytea:
+		return delta.TypeBinary
+	case oidDate:
+		return delta.TypeDate
+	case oidTimestamp, oidTimestamptz:
+		return delta.TypeTimestamp
+	case oidTime:
+		return delta.TypeLong
+	}
+	if t, ok := tm.m.TypeForOID(oid); ok {
+		if ac, ok := t.Codec.(*pgtype.ArrayCodec); ok && ac.ElementType != nil {
+			// An array column's typmod applies to its elements.
+			return &delta.ArrayType{ElementType: tm.deltaType(ac.ElementType.OID, typmod), ContainsNull: true}
+		}
+	}
+	return delta.TypeString
+}
+
+// numericTypmod decodes numeric(p,s) from a type modifier. It reports false
+// for unconstrained numeric and for constraints Delta cannot express
+// (precision above 38, negative scale or scale above precision).
+func numericTypmod(typmod int32) (p, s int, ok bool) {
+	if typmod < 4 {
+		return 0, 0, false
+	}
+	p = int(((typmod - 4) >> 16) & 0xffff)
+	s = int((typmod - 4) & 0xffff)
+	if p < 1 || p > 38 || s > p {
+		return 0, 0, false
+	}
+	return p, s, true
+}
+
+// typeSuffix names a Delta type in a column name, for example
+// "decimal_12_3" or "array_integer".
+func typeSuffix(dt delta.DataType) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			return r
+		case r == ')' || r == '>':
+			return -1
+		}
+		return '_'
+	}, dt.String())
+}
+
+// warner counts values that could not be represented and logs them once per
+// flush and column (see Applier.flush).
+type warner interface {
+	warn(column, problem string)
+}
+
+// converter turns a queued value into the Go value of its Delta type, the
+// same Go type delta's readers return, so converted rows compare equal with
+// rows read back from data files.
+type converter func(v *store.Value) any
+
+// converterFor returns the converter for a column of Delta type dt.
+func converterFor(dt delta.DataType, column string, w warner) converter {
+	var conv converter
+	switch t := dt.(type) {
+	case delta.DecimalType:
+		conv = func(v *store.Value) any {
+			if v.Kind != store.KindNumeric {
+				return convertPlain(delta.TypeString, v)
+			}
+			d, err := delta.ParseDecimal(string(v.Bytes))
+			if err == nil {
+				d, err = d.Rescale(int32(t.Scale))
+			}
+			if err != nil || digits(d) > t.Precision {
+				// NaN, Infinity and values that do not fit: null, logged.
+				w.warn(column, fmt.Sprintf("%q does not fit %s; written as null", v.Bytes, t))
+				return nil
+			}
+			return d
+		}
+	case *delta.ArrayType:
+		elem := converterFor(t.ElementType, column, w)
+		conv = func(v *store.Value) any {
+			if v.Kind != store.KindArray {
+				return []any{convertPlain(delta.TypeString, v)}
+			}
+			out := make([]any, len(v.Elems))
+			for i := range v.Elems {
+				out[i] = elem(&v.Elems[i])
+			}
+			return out
+		}
+	case delta.PrimitiveType:
+		conv = func(v *store.Value) any { return convertPlain(t, v) }
+	default:
+		conv = func(v *store.Value) any { return convertPlain(delta.TypeString, v) }
+	}
+	return func(v *store.Value) any {
+		switch v.Kind {
+		case store.KindNull:
+			return nil
+		case store.KindUnchanged:
+			return unchanged
+		}
+		return conv(v)
+	}
+}
+
+func digits(d delta.Decimal) int {
+	s := d.Unscaled.String()
+	if strings.HasPrefix(s, "-") {
+		return len(s) - 1
+	}
+	return len(s)
+}
+
+// convertPlain converts a value of a primitive Delta type. A value whose
+// kind does not match the column's type (which the source never produces)
+// is written as its text when the column is a string, and as null otherwise.
+func convertPlain(t delta.PrimitiveType, v *store.Value) any {
+	switch t {
+	case delta.TypeBoolean:
+		if v.Kind == store.KindBool {
+			return v.Int != 0
+		}
+	case delta.TypeShort:
+		if v.Kind == store.KindInt16 {
+			return int16(v.Int)
+		}
+	case delta.TypeInteger:
+		if v.Kind == store.KindInt32 {
+			return int32(v.Int)
+		}
+	case delta.TypeLong:
+		switch v.Kind {
+		case store.KindInt64, store.KindTime, store.KindInt32, store.KindInt16:
+			return v.Int
+		}
+	case delta.TypeFloat:
+		if v.Kind == store.KindFloat32 {
+			return math.Float32frombits(uint32(v.Int))
+		}
+	case delta.TypeDouble:
+		if v.Kind == store.KindFloat64 {
+			return math.Float64frombits(uint64(v.Int))
+		}
+	case delta.TypeBinary:
+		if v.Kind == store.KindBytes {
+			return append([]byte{}, v.Bytes...)
+		}
+	case delta.TypeDate:
+		if v.Kind == store.KindDate {
+			d := v.Int
+			switch {
+			case d == store.InfinityInt || d > int64(maxDate):
+				d = int64(maxDate)
+			case d == store.NegativeInfinityInt || d < math.MinInt32:
+				d = int64(minDate)
+			}
+			return delta.DateFromDays(int32(d))
+		}
+	case delta.TypeTimestamp:
+		if v.Kind == store.KindTimestamp {
+			us := v.Int
+			switch us {
+			case store.InfinityInt:
+				us = maxTimestamp
+			case store.NegativeInfinityInt:
+				us = minTimestamp
+			}
+			return delta.TimeFromMicros(us)
+		}
+	case delta.TypeString:
+		return valueText(v)
+	}
+	return nil
+}
+
+// valueText returns the text form of a value, for string columns.
+func valueText(v *store.Value) any {
+	switch v.Kind {
+	case store.KindNull:
+		return nil
+	case store.KindString, store.KindNumeric:
+		return string(v.Bytes)
+	case store.KindBytes:
+		return fmt.Sprintf("\\x%x", v.Bytes)
+	case store.KindBool:
+		return strconv.FormatBool(v.Int != 0)
+	case store.KindInt16, store.KindInt32, store.KindInt64, store.KindTime:
+		return strconv.FormatInt(v.Int, 10)
+	case store.KindFloat32:
+		return strconv.FormatFloat(float64(math.Float32frombits(uint32(v.Int))), 'g', -1, 32)
+	case store.KindFloat64:
+		return strconv.FormatFloat(math.Float64frombits(uint64(v.Int)), 'g', -1, 64)
+	case store.KindDate:
+		return delta.DateFromDays(int32(v.Int)).Format("2006-01-02")
+	case store.KindTimestamp:
+		return delta.TimeFromMicros(v.Int).Format("2006-01-02T15:04:05.999999Z")
+	case store.KindArray:
+		parts := make([]string, len(v.Elems))
+		for i := range v.Elems {
+			if s, ok := valueText(&v.Elems[i]).(string); ok {
+				parts[i] = strconv.Quote(s)
+			} else {
+				parts[i] = "NULL"
+			}
+		}
+		return "{" + strings.Join(parts, ",") + "}"
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+package store
+
+import (
+	"testing"
+	"time"
+)
+
+func TestAppliedAndTrim(t *testing.T) {
+	db, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(w *Writer) error {
+		for _, end := range []LSN{100, 200, 300} {
+			txn := &Txn{TxnHeader: TxnHeader{Xid: uint32(end), CommitLSN: end - 1, EndLSN: end, CommitTime: time.Now()},
+				Changes: []Change{{Op: OpInsert, Relation: RelationKey{OID: 1}, New: []Value{{Kind: KindInt32, Int: 1}}}}}
+			if err := w.AppendTxn(txn, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	err = db.Update(func(w *Writer) error {
+		if l, err := w.Applied(); err != nil || l != 0 {
+			t.Fatalf("Applied = %v, %v; want 0", l, err)
+		}
+		n, err = w.SetAppliedAndTrim(200)
+		return err
+	})
+	if err != nil || n != 2 {
+		t.Fatalf("SetAppliedAndTrim = %d, %v; want 2 entries", n, err)
+	}
+	err = db.Update(func(w *Writer) error {
+		// Moving backwards is ignored, and trims nothing past the position.
+		n, err = w.SetAppliedAndTrim(50)
+		return err
+	})
+	if err != nil || n != 0 {
+		t.Fatalf("SetAppliedAndTrim(50) = %d, %v; want 0", n, err)
+	}
+	err = db.View(func(r *Reader) error {
+		l, err := r.Applied()
+		if err != nil || l != 200 {
+			t.Fatalf("Applied = %v, %v; want 200", l, err)
+		}
+		txns, err := r.ReadTxns(0, 0)
+		if err != nil {
+			return err
+		}
+		if len(txns) != 1 || txns[0].EndLSN != 300 {
+			t.Fatalf("queue holds %d entries, want only 300", len(txns))
+		}
+		st, err := r.QueueStats()
+		if err != nil {
+			return err
+		}
+		if st.Transactions != 1 {
+			t.Fatalf("queue totals say %d entries, want 1", st.Transactions)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
