@@ -1,0 +1,113 @@
+package uploader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+)
+
+// Request describes one request to the replica, for Options.Hook.
+type Request struct {
+	// Op is "put", "get", "create-multipart", "upload-part",
+	// "complete-multipart" or "abort-multipart".
+	Op  string
+	Key string
+	// After is false when the hook runs before the request and true when
+	// it runs after the request succeeded.
+	After bool
+}
+
+// remoteError marks an error from the replica (as opposed to a local one):
+// it makes the uploader go offline and back off.
+type remoteError struct{ err error }
+
+func (e *remoteError) Error() string { return e.err.Error() }
+func (e *remoteError) Unwrap() error { return e.err }
+
+// isRemote reports whether err comes from the replica.
+func isRemote(err error) bool {
+	var r *remoteError
+	return errors.As(err, &r)
+}
+
+// instrumented wraps a ReplicaClient: it counts requests, runs the hook
+// (a failpoint in tests) around each one, and marks failures as remote.
+type instrumented struct {
+	c        ReplicaClient
+	mp       MultipartClient
+	hook     func(ctx context.Context, r Request) error
+	requests *atomic.Int64
+}
+
+func (c *instrumented) do(ctx context.Context, op, key string, fn func() error) error {
+	if c.hook != nil {
+		if err := c.hook(ctx, Request{Op: op, Key: key}); err != nil {
+			return &remoteError{fmt.Errorf("%s %s: %w", op, key, err)}
+		}
+	}
+	c.requests.Add(1)
+	err := fn()
+	if err == nil && c.hook != nil {
+		if herr := c.hook(ctx, Request{Op: op, Key: key, After: true}); herr != nil {
+			err = fmt.Errorf("%s %s: %w", op, key, herr)
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	// Answers the caller handles are passed through unmarked.
+	if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrNoSuchUpload) {
+		return err
+	}
+	return &remoteError{err}
+}
+
+func (c *instrumented) PutObject(ctx context.Context, key string, body Body, opts PutOptions) error {
+	return c.do(ctx, "put", key, func() error { return c.c.PutObject(ctx, key, body, opts) })
+}
+
+func (c *instrumented) GetObject(ctx context.Context, key string) (io.ReadCloser, error) {
+	var rc io.ReadCloser
+	err := c.do(ctx, "get", key, func() error {
+		var err error
+		rc, err = c.c.GetObject(ctx, key)
+		return err
+	})
+	if err != nil && rc != nil {
+		rc.Close()
+		rc = nil
+	}
+	return rc, err
+}
+
+func (c *instrumented) CreateMultipartUpload(ctx context.Context, key string) (string, error) {
+	var id string
+	err := c.do(ctx, "create-multipart", key, func() error {
+		var err error
+		id, err = c.mp.CreateMultipartUpload(ctx, key)
+		return err
+	})
+	return id, err
+}
+
+func (c *instrumented) UploadPart(ctx context.Context, key, uploadID string, number int, body Body) (string, error) {
+	var etag string
+	err := c.do(ctx, "upload-part", key, func() error {
+		var err error
+		etag, err = c.mp.UploadPart(ctx, key, uploadID, number, body)
+		return err
+	})
+	return etag, err
+}
+
+func (c *instrumented) CompleteMultipartUpload(ctx context.Context, key, uploadID string, parts []Part, opts PutOptions) error {
+	return c.do(ctx, "complete-multipart", key, func() error {
+		return c.mp.CompleteMultipartUpload(ctx, key, uploadID, parts, opts)
+	})
+}
+
+func (c *instrumented) AbortMultipartUpload(ctx context.Context, key, uploadID string) error {
+	return c.do(ctx, "abort-multipart", key, func() error { return c.mp.AbortMultipartUpload(ctx, key, uploadID) })
+}

@@ -1,0 +1,187 @@
+package uploader
+
+import (
+	"bufio"
+	"context"
+	"crypto/md5"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/lakeside/lakeside/delta"
+)
+
+// Table is a local Delta table to replicate.
+type Table struct {
+	// Name is the table's directory name on the remote, such as
+	// "public.items".
+	Name string
+	// Path is the local table root.
+	Path string
+}
+
+// DirTables returns a table lister for Options.Tables that lists the
+// subdirectories of root holding a _delta_log directory, named after the
+// subdirectory (the applier's <state_dir>/tables/<name>/ layout).
+func DirTables(root string) func(ctx context.Context) ([]Table, error) {
+	return func(ctx context.Context) ([]Table, error) {
+		entries, err := os.ReadDir(root)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list tables: %w", err)
+		}
+		var tables []Table
+		for _, e := range entries {
+			if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+				continue
+			}
+			p := filepath.Join(root, e.Name())
+			if fi, err := os.Stat(filepath.Join(p, delta.LogDirName)); err == nil && fi.IsDir() {
+				tables = append(tables, Table{Name: e.Name(), Path: p})
+			}
+		}
+		return tables, nil
+	}
+}
+
+// localLog is what the local _delta_log holds.
+type localLog struct {
+	commits     map[int64]int64 // version -> size of N.json
+	checkpoints map[int64]int64 // version -> size of N.checkpoint.parquet
+	latest      int64           // newest commit, -1 when none
+}
+
+// readLocalLog lists the local _delta_log of a table.
+func readLocalLog(root string) (*localLog, error) {
+	entries, err := os.ReadDir(filepath.Join(root, delta.LogDirName))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrLocal, err)
+	}
+	l := &localLog{commits: map[int64]int64{}, checkpoints: map[int64]int64{}, latest: -1}
+	for _, e := range entries {
+		name := e.Name()
+		if len(name) < 20 {
+			continue
+		}
+		v, err := strconv.ParseInt(name[:20], 10, 64)
+		if err != nil {
+			continue
+		}
+		suffix := name[20:]
+		if suffix != ".json" && suffix != ".checkpoint.parquet" {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed since the listing
+		}
+		if suffix == ".json" {
+			l.commits[v] = fi.Size()
+			l.latest = max(l.latest, v)
+		} else {
+			l.checkpoints[v] = fi.Size()
+		}
+	}
+	return l, nil
+}
+
+// lastCheckpoint reads the version the local _last_checkpoint names, and its
+// bytes; ok is false when there is none.
+func readLastCheckpoint(root string) (version int64, data []byte, ok bool, err error) {
+	data, err = os.ReadFile(filepath.Join(root, delta.LogDirName, delta.LastCheckpointName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil, false, nil
+	}
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("%w: %w", ErrLocal, err)
+	}
+	var lc struct {
+		Version *int64 `json:"version"`
+	}
+	if err := json.Unmarshal(data, &lc); err != nil || lc.Version == nil {
+		return 0, nil, false, nil // being rewritten or foreign: try again later
+	}
+	return *lc.Version, data, true, nil
+}
+
+// fileJob is one data or checkpoint file to upload for a version.
+type fileJob struct {
+	version int64
+	rel     string // slash-separated path relative to the table root
+	local   string
+}
+
+// versionFiles returns the data files of a version's add actions (relative
+// paths) and the total size the log records for them.
+func versionFiles(ctx context.Context, tbl *delta.Table, root string, version int64) ([]fileJob, int64, error) {
+	actions, err := tbl.ReadCommit(ctx, version)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: read commit %d: %w", ErrLocal, version, err)
+	}
+	var jobs []fileJob
+	var size int64
+	for _, a := range actions {
+		add, ok := a.(*delta.Add)
+		if !ok {
+			continue
+		}
+		local, err := delta.ResolvePath(root, add.Path)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: version %d: %w", ErrLocal, version, err)
+		}
+		rel, err := filepath.Rel(root, local)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return nil, 0, fmt.Errorf("%w: version %d: file %s is outside the table", ErrLocal, version, add.Path)
+		}
+		jobs = append(jobs, fileJob{version: version, rel: filepath.ToSlash(rel), local: local})
+		size += add.Size
+	}
+	return jobs, size, nil
+}
+
+// digests returns the MD5 and SHA-256 of size bytes of r.
+func digests(r io.Reader, size int64) (md5sum, sha []byte, err error) {
+	m, s := md5.New(), sha256.New()
+	n, err := io.Copy(io.MultiWriter(m, s), io.LimitReader(r, size))
+	if err != nil {
+		return nil, nil, err
+	}
+	if n != size {
+		return nil, nil, fmt.Errorf("read %d bytes, want %d", n, size)
+	}
+	return m.Sum(nil), s.Sum(nil), nil
+}
+
+// sameContent reports whether two readers hold the same bytes.
+func sameContent(a, b io.Reader) (bool, error) {
+	ba, bb := bufio.NewReaderSize(a, 64<<10), bufio.NewReaderSize(b, 64<<10)
+	bufA, bufB := make([]byte, 32<<10), make([]byte, 32<<10)
+	for {
+		na, errA := io.ReadFull(ba, bufA)
+		nb, errB := io.ReadFull(bb, bufB)
+		if na != nb || !slices.Equal(bufA[:na], bufB[:nb]) {
+			return false, nil
+		}
+		endA := errA == io.EOF || errA == io.ErrUnexpectedEOF
+		endB := errB == io.EOF || errB == io.ErrUnexpectedEOF
+		if errA != nil && !endA {
+			return false, errA
+		}
+		if errB != nil && !endB {
+			return false, errB
+		}
+		if endA || endB {
+			return endA == endB, nil
+		}
+	}
+}

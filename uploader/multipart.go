@@ -1,0 +1,127 @@
+package uploader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+
+	"github.com/lakeside/lakeside/store"
+)
+
+// uploadMultipart uploads a large file in parts, recording the upload id and
+// every completed part, so that after a restart the upload continues with
+// the first missing part. The completion is conditional (If-None-Match: *).
+// On success the file is recorded as uploaded and the multipart record
+// deleted in one write.
+func (u *Uploader) uploadMultipart(ctx context.Context, t Table, j fileJob, key string, f *os.File, size int64) error {
+	mc := u.client
+	var m *store.MultipartUpload
+	err := u.opts.DB.View(func(r *store.Reader) error {
+		var err error
+		m, err = r.Multipart(u.opts.Target, t.Name, j.rel)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if m != nil && m.Size != size {
+		// The local file is not the one the upload started with; start over.
+		_ = mc.AbortMultipartUpload(ctx, key, m.UploadID)
+		m = nil
+	}
+	if m == nil {
+		id, err := mc.CreateMultipartUpload(ctx, key)
+		if err != nil {
+			return err
+		}
+		m = &store.MultipartUpload{Path: j.rel, UploadID: id, Size: size, PartSize: u.opts.PartSize}
+		if err := u.saveMultipart(t.Name, m); err != nil {
+			return err
+		}
+	}
+	done := map[int]bool{}
+	for _, p := range m.Parts {
+		done[p.Number] = true
+	}
+	nparts := int((size + m.PartSize - 1) / m.PartSize)
+	for n := 1; n <= nparts; n++ {
+		if done[n] {
+			continue
+		}
+		off := int64(n-1) * m.PartSize
+		psize := min(m.PartSize, size-off)
+		md5sum, sha, err := digests(io.NewSectionReader(f, off, psize), psize)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrLocal, j.rel, err)
+		}
+		body := Body{R: u.limit(ctx, io.NewSectionReader(f, off, psize)), Size: psize, MD5: md5sum, SHA256: sha}
+		etag, err := mc.UploadPart(ctx, key, m.UploadID, n, body)
+		if errors.Is(err, ErrNoSuchUpload) {
+			// Expired or aborted on the remote: start over next pass.
+			return u.forgetMultipart(t.Name, j.rel, &remoteError{err})
+		}
+		if err != nil {
+			return err
+		}
+		u.bytes.Add(psize)
+		m.Parts = append(m.Parts, store.UploadedPart{Number: n, ETag: etag, Size: psize})
+		if err := u.saveMultipart(t.Name, m); err != nil {
+			return err
+		}
+	}
+	slices.SortFunc(m.Parts, func(a, b store.UploadedPart) int { return a.Number - b.Number })
+	parts := make([]Part, len(m.Parts))
+	for i, p := range m.Parts {
+		parts[i] = Part{Number: p.Number, ETag: p.ETag}
+	}
+	err = mc.CompleteMultipartUpload(ctx, key, m.UploadID, parts, PutOptions{IfNoneMatch: true})
+	if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrNoSuchUpload) {
+		// Either completed before a crash (the upload id is gone) or the
+		// key exists: compare.
+		cerr := u.checkSame(ctx, key, io.NewSectionReader(f, 0, size))
+		if errors.Is(err, ErrPreconditionFailed) {
+			_ = mc.AbortMultipartUpload(ctx, key, m.UploadID)
+		}
+		if cerr != nil {
+			if errors.Is(cerr, ErrRemoteConflict) {
+				return cerr
+			}
+			return u.forgetMultipart(t.Name, j.rel, cerr)
+		}
+		err = nil
+	}
+	if err != nil {
+		return err
+	}
+	return u.opts.DB.Update(func(w *store.Writer) error {
+		if err := w.DeleteMultipart(u.opts.Target, t.Name, j.rel); err != nil {
+			return err
+		}
+		return w.PutUploadedFile(u.opts.Target, t.Name, store.UploadedFile{
+			Path: j.rel, Size: size, Version: j.version, UploadedAt: u.opts.Now().UTC(),
+		})
+	})
+}
+
+func (u *Uploader) saveMultipart(table string, m *store.MultipartUpload) error {
+	if err := u.opts.DB.Update(func(w *store.Writer) error {
+		return w.PutMultipart(u.opts.Target, table, m)
+	}); err != nil {
+		return fmt.Errorf("record multipart upload: %w", err)
+	}
+	return nil
+}
+
+// forgetMultipart drops the record of an upload that cannot continue, and
+// returns cause.
+func (u *Uploader) forgetMultipart(table, rel string, cause error) error {
+	if err := u.opts.DB.Update(func(w *store.Writer) error {
+		return w.DeleteMultipart(u.opts.Target, table, rel)
+	}); err != nil {
+		return errors.Join(cause, err)
+	}
+	return cause
+}

@@ -1,0 +1,304 @@
+package uploader
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
+)
+
+// syncTable brings one table as close to its local version as the remote
+// allows, a window of versions at a time: first the data and checkpoint files
+// of the window (concurrently), then the commit files in order, each only
+// when all files of its version are confirmed.
+func (u *Uploader) syncTable(ctx context.Context, t Table) error {
+	st, err := u.loadState(t.Name)
+	if err != nil {
+		return err
+	}
+	if st.Stopped != "" {
+		u.setRemote(t.Name, st)
+		return fmt.Errorf("%w: %s", ErrTableStopped, st.Stopped)
+	}
+	l, err := readLocalLog(t.Path)
+	if err != nil {
+		return err
+	}
+	u.updateBacklog(ctx, t, l, st)
+	tbl := delta.New(t.Path)
+
+	// Checkpoints written locally after their commit went up.
+	var late []fileJob
+	for v := range l.checkpoints {
+		if v <= st.RemoteVersion {
+			late = append(late, checkpointJob(t, v))
+		}
+	}
+	if err := u.uploadFiles(ctx, t, late); err != nil {
+		return err
+	}
+
+	for st.RemoteVersion < l.latest {
+		from := st.RemoteVersion + 1
+		to := min(l.latest, from+int64(u.opts.Window)-1)
+		byVersion := map[int64][]fileJob{}
+		var jobs []fileJob
+		for v := from; v <= to; v++ {
+			if _, ok := l.commits[v]; !ok {
+				return fmt.Errorf("%w: commit %d is missing from the local log", ErrLocal, v)
+			}
+			files, _, err := versionFiles(ctx, tbl, t.Path, v)
+			if err != nil {
+				return err
+			}
+			if _, ok := l.checkpoints[v]; ok {
+				files = append(files, checkpointJob(t, v))
+			}
+			byVersion[v] = files
+			jobs = append(jobs, files...)
+		}
+		filesErr := u.uploadFiles(ctx, t, jobs)
+
+		// Commit files in order, while every file of the version is on
+		// the remote.
+		var logErr error
+		done := st.RemoteVersion
+		for v := from; v <= to && logErr == nil; v++ {
+			ok, err := u.allUploaded(t.Name, byVersion[v])
+			if err != nil {
+				logErr = err
+				break
+			}
+			if !ok {
+				break
+			}
+			if logErr = u.putCommit(ctx, t, v); logErr == nil {
+				done = v
+				u.versions.Add(1)
+			}
+		}
+		if done > st.RemoteVersion {
+			st.RemoteVersion, st.LastSuccess = done, u.opts.Now().UTC()
+		}
+		if errors.Is(logErr, ErrRemoteConflict) {
+			st.Stopped = fmt.Sprintf("stopped at version %d: %v; is another agent replicating to this site?", done+1, logErr)
+			u.log.Error("table replication stopped", "table", t.Name, "err", logErr)
+		}
+		if err := u.saveState(t.Name, st); err != nil {
+			return err
+		}
+		if err := errors.Join(filesErr, logErr); err != nil {
+			return err
+		}
+	}
+	return u.putLastCheckpoint(ctx, t, &st)
+}
+
+func checkpointJob(t Table, v int64) fileJob {
+	rel := delta.LogDirName + "/" + delta.CheckpointFileName(v)
+	return fileJob{version: v, rel: rel, local: filepath.Join(t.Path, filepath.FromSlash(rel))}
+}
+
+func (u *Uploader) saveState(table string, st store.UploadState) error {
+	if err := u.opts.DB.Update(func(w *store.Writer) error {
+		return w.PutUploadState(u.opts.Target, table, st)
+	}); err != nil {
+		return fmt.Errorf("save upload state: %w", err)
+	}
+	u.setRemote(table, st)
+	return nil
+}
+
+// allUploaded reports whether every file of jobs is recorded as uploaded.
+func (u *Uploader) allUploaded(table string, jobs []fileJob) (bool, error) {
+	ok := true
+	err := u.opts.DB.View(func(r *store.Reader) error {
+		for _, j := range jobs {
+			_, found, err := r.UploadedFile(u.opts.Target, table, j.rel)
+			if err != nil {
+				return err
+			}
+			if !found {
+				ok = false
+				return nil
+			}
+		}
+		return nil
+	})
+	return ok, err
+}
+
+// uploadFiles uploads the files of jobs not yet recorded as uploaded,
+// Concurrency at a time, and records those that succeeded in one write.
+func (u *Uploader) uploadFiles(ctx context.Context, t Table, jobs []fileJob) error {
+	var todo []fileJob
+	seen := map[string]bool{}
+	err := u.opts.DB.View(func(r *store.Reader) error {
+		for _, j := range jobs {
+			if seen[j.rel] {
+				continue
+			}
+			seen[j.rel] = true
+			_, found, err := r.UploadedFile(u.opts.Target, t.Name, j.rel)
+			if err != nil {
+				return err
+			}
+			if !found {
+				todo = append(todo, j)
+			}
+		}
+		return nil
+	})
+	if err != nil || len(todo) == 0 {
+		return err
+	}
+	var (
+		mu   sync.Mutex
+		done []store.UploadedFile
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, u.opts.Concurrency)
+	)
+	for _, j := range todo {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			size, err := u.uploadFile(ctx, t, j)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			done = append(done, store.UploadedFile{Path: j.rel, Size: size, Version: j.version, UploadedAt: u.opts.Now().UTC()})
+		})
+	}
+	wg.Wait()
+	if len(done) > 0 {
+		if err := u.opts.DB.Update(func(w *store.Writer) error {
+			for _, f := range done {
+				if err := w.PutUploadedFile(u.opts.Target, t.Name, f); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			errs = append(errs, fmt.Errorf("record uploaded files: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// uploadFile uploads one immutable file with If-None-Match: * and returns
+// its size. When the remote already has the key (our own upload before a
+// crash, unrecorded), the bytes are compared.
+func (u *Uploader) uploadFile(ctx context.Context, t Table, j fileJob) (int64, error) {
+	f, err := os.Open(j.local)
+	if err != nil {
+		return 0, fmt.Errorf("%w: version %d: %w", ErrLocal, j.version, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrLocal, err)
+	}
+	size := fi.Size()
+	key := t.Name + "/" + j.rel
+	if u.client.mp != nil && size > u.opts.MultipartThreshold {
+		return size, u.uploadMultipart(ctx, t, j, key, f, size)
+	}
+	md5sum, sha, err := digests(io.NewSectionReader(f, 0, size), size)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s: %w", ErrLocal, j.rel, err)
+	}
+	body := Body{R: u.limit(ctx, io.NewSectionReader(f, 0, size)), Size: size, MD5: md5sum, SHA256: sha}
+	err = u.client.PutObject(ctx, key, body, PutOptions{IfNoneMatch: true})
+	if errors.Is(err, ErrPreconditionFailed) {
+		err = u.checkSame(ctx, key, io.NewSectionReader(f, 0, size))
+	}
+	if err != nil {
+		return 0, err
+	}
+	u.bytes.Add(size)
+	return size, nil
+}
+
+// putCommit uploads _delta_log/N.json with If-None-Match: *.
+func (u *Uploader) putCommit(ctx context.Context, t Table, v int64) error {
+	rel := delta.LogDirName + "/" + delta.CommitFileName(v)
+	data, err := os.ReadFile(filepath.Join(t.Path, filepath.FromSlash(rel)))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrLocal, err)
+	}
+	key := t.Name + "/" + rel
+	err = u.putBytes(ctx, key, data, true)
+	if errors.Is(err, ErrPreconditionFailed) {
+		err = u.checkSame(ctx, key, bytes.NewReader(data))
+	}
+	return err
+}
+
+func (u *Uploader) putBytes(ctx context.Context, key string, data []byte, ifNoneMatch bool) error {
+	size := int64(len(data))
+	md5sum, sha, _ := digests(bytes.NewReader(data), size)
+	body := Body{R: u.limit(ctx, bytes.NewReader(data)), Size: size, MD5: md5sum, SHA256: sha}
+	err := u.client.PutObject(ctx, key, body, PutOptions{IfNoneMatch: ifNoneMatch})
+	if err == nil {
+		u.bytes.Add(size)
+	}
+	return err
+}
+
+// checkSame compares the remote object at key with local; different bytes
+// are a conflict.
+func (u *Uploader) checkSame(ctx context.Context, key string, local io.Reader) error {
+	rc, err := u.client.GetObject(ctx, key)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return &remoteError{fmt.Errorf("get %s after a failed conditional put: %w", key, err)}
+		}
+		return err
+	}
+	defer rc.Close()
+	same, err := sameContent(rc, local)
+	if err != nil {
+		return &remoteError{fmt.Errorf("compare %s: %w", key, err)}
+	}
+	if !same {
+		return fmt.Errorf("%w: %s differs from the local file", ErrRemoteConflict, key)
+	}
+	return nil
+}
+
+// putLastCheckpoint uploads the local _last_checkpoint once the checkpoint
+// it names and its commit are on the remote.
+func (u *Uploader) putLastCheckpoint(ctx context.Context, t Table, st *store.UploadState) error {
+	v, data, ok, err := readLastCheckpoint(t.Path)
+	if err != nil || !ok || v > st.RemoteVersion || v <= st.CheckpointVersion {
+		return err
+	}
+	uploaded, err := u.Uploaded(t.Name, delta.LogDirName+"/"+delta.CheckpointFileName(v))
+	if err != nil || !uploaded {
+		return err
+	}
+	if err := u.putBytes(ctx, t.Name+"/"+delta.LogDirName+"/"+delta.LastCheckpointName, data, false); err != nil {
+		return err
+	}
+	st.CheckpointVersion = v
+	return u.saveState(t.Name, *st)
+}
+
+// limit wraps r in the bandwidth limiter, if any.
+func (u *Uploader) limit(ctx context.Context, r io.Reader) io.Reader {
+	if u.opts.Limiter == nil {
+		return r
+	}
+	return &limitedReader{ctx: ctx, r: r, lim: u.opts.Limiter}
+}
