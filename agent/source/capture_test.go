@@ -400,3 +400,50 @@ func TestIdleSlotConfirmsServerWALEnd(t *testing.T) {
 	}
 	h.checkItems()
 }
+
+// TestSchemaVersionsAreKeptApart: every schema change is a new version in
+// the history, and each change refers to the version its values follow.
+func TestSchemaVersionsAreKeptApart(t *testing.T) {
+	h := newHarness(t)
+	h.exec(itemsTable)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	h.start()
+	h.waitStreaming()
+	h.xid(`INSERT INTO items VALUES (1, 1, 'a')`)
+	h.exec(`ALTER TABLE items ADD COLUMN extra int`)
+	h.xid(`INSERT INTO items VALUES (2, 2, 'b', 20)`)
+	h.exec(`ALTER TABLE items ADD COLUMN more text`)
+	h.xid(`UPDATE items SET more = 'x' WHERE id = 2`)
+	h.exec(`ALTER TABLE items DROP COLUMN extra`)
+	last := h.xid(`INSERT INTO items VALUES (3, 3, 'c', 'y')`)
+	h.waitXid(last)
+	// A restart replays nothing, and records no duplicate version.
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	h.waitStreaming()
+	last = h.xid(`INSERT INTO items VALUES (4, 4, 'd', 'z')`)
+	h.waitXid(last)
+
+	txns, rels := h.txns()
+	var widths []int
+	for _, txn := range txns {
+		for _, c := range txn.Changes {
+			rel := rels[c.Relation]
+			if rel == nil {
+				t.Fatalf("change refers to unknown version %+v", c.Relation)
+			}
+			if len(c.New) != len(rel.Columns) {
+				t.Fatalf("change with %d values refers to a version with %d columns", len(c.New), len(rel.Columns))
+			}
+			widths = append(widths, len(c.New))
+		}
+	}
+	if fmt.Sprint(widths) != "[3 4 5 4 4]" {
+		t.Fatalf("change widths = %v, want [3 4 5 4 4]", widths)
+	}
+	if len(rels) != 4 {
+		t.Fatalf("%d schema versions recorded, want 4", len(rels))
+	}
+}

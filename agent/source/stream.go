@@ -259,9 +259,14 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 
 // relation records a Relation message, keeping a new schema version in the
 // schema history when the table's shape changed.
+//
+// PostgreSQL sends Relation messages with no WAL position of their own, so a
+// new version is keyed by the newest position received, raised above every
+// version of the table already recorded: keys never collide, and a version
+// is never overwritten while queued changes still refer to it.
 func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	rel := &store.Relation{
-		Key:             store.RelationKey{OID: m.RelationID, LSN: at},
+		Key:             store.RelationKey{OID: m.RelationID},
 		Schema:          m.Namespace,
 		Name:            m.RelationName,
 		ReplicaIdentity: m.ReplicaIdentity,
@@ -270,40 +275,52 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	for i, c := range m.Columns {
 		rel.Columns[i] = store.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 == 1}
 	}
-	if cur, ok := st.rels[m.RelationID]; ok && cur.rel.SameShape(rel) {
+	cur, had := st.rels[m.RelationID]
+	if had && cur.rel.SameShape(rel) {
 		return nil
 	}
-	if cur := st.knownShape(rel); cur != nil {
-		st.rels[m.RelationID] = st.decoders.forRelation(cur)
+	newest, err := st.newestVersion(m.RelationID)
+	if err != nil {
+		return err
+	}
+	if newest != nil && newest.SameShape(rel) {
+		st.rels[m.RelationID] = st.decoders.forRelation(newest)
 		return nil
 	}
-	if _, had := st.rels[m.RelationID]; had {
-		st.s.log.Info("table schema changed", "table", rel.QualifiedName(), "columns", len(rel.Columns), "lsn", at.String())
+	key := max(at, st.received)
+	if newest != nil && key <= newest.Key.LSN {
+		key = newest.Key.LSN + 1
+	}
+	if had && key <= cur.rel.Key.LSN {
+		key = cur.rel.Key.LSN + 1
+	}
+	rel.Key.LSN = key
+	if had {
+		st.s.log.Info("table schema changed", "table", rel.QualifiedName(), "columns", len(rel.Columns), "version_lsn", key.String())
 	}
 	st.rels[m.RelationID] = st.decoders.forRelation(rel)
 	return st.s.writer.send(writeOp{kind: opRelation, rel: rel})
 }
 
-// knownShape returns the newest recorded schema version of the table when it
-// has the same shape, so that a reconnect does not record a duplicate.
-func (st *stream) knownShape(rel *store.Relation) *store.Relation {
+// newestVersion returns the newest recorded schema version of a table, or nil.
+func (st *stream) newestVersion(oid uint32) (*store.Relation, error) {
 	var found *store.Relation
-	_ = st.s.db.View(func(r *store.Reader) error {
+	err := st.s.db.View(func(r *store.Reader) error {
 		all, err := r.Relations()
 		if err != nil {
 			return err
 		}
 		for k, v := range all {
-			if k.OID == rel.Key.OID && (found == nil || k.LSN > found.Key.LSN) {
+			if k.OID == oid && (found == nil || k.LSN > found.Key.LSN) {
 				found = v
 			}
 		}
 		return nil
 	})
-	if found != nil && found.SameShape(rel) {
-		return found
+	if err != nil {
+		return nil, fmt.Errorf("read schema history: %w", err)
 	}
-	return nil
+	return found, nil
 }
 
 func (st *stream) relationFor(oid uint32) (*relationDecoder, error) {
