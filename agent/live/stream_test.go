@@ -115,18 +115,17 @@ func TestSlowClientIsDroppedOthersKeepReceiving(t *testing.T) {
 	stuck := f.dialWith(smallBufferDialer, "")
 	good := f.dial("")
 	good.read()
+	// The good client reads all along, until the sentinel row written last.
+	const sentinel = `["-1"]`
 	var wg sync.WaitGroup
 	wg.Add(1)
-	stop := make(chan struct{})
 	go func() {
 		defer wg.Done()
 		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
 			good.read()
+			if _, ok := good.rows[sentinel]; ok {
+				return
+			}
 		}
 	}()
 	payload := strings.Repeat("p", 3000)
@@ -134,6 +133,7 @@ func TestSlowClientIsDroppedOthersKeepReceiving(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		f.exec(`INSERT INTO stock SELECT g, g, $1 FROM generate_series($2::int8, $2::int8 + 199) g`, payload, 1000+i*200)
 	}
+	f.waitHub()
 	capture := time.Since(start)
 	// The stuck client now reads what reached it, and finds its connection
 	// closed as slow.
@@ -149,9 +149,7 @@ func TestSlowClientIsDroppedOthersKeepReceiving(t *testing.T) {
 		}
 		break
 	}
-	f.waitHub()
-	good.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
-	close(stop)
+	f.exec(`INSERT INTO stock VALUES (-1, 0, 'sentinel')`)
 	wg.Wait()
 	good.readUntil(f.hub)
 	equalRows(t, "reading client", good.rows, f.tableRows())
