@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/lakeside/lakeside/agent/source"
+	"github.com/lakeside/lakeside/uploader"
 )
 
 // DefaultConfigPath is where the packaged agent reads its configuration.
@@ -31,6 +32,11 @@ const (
 	DefaultStatusInterval = 10 * time.Second
 	DefaultLogLevel       = "info"
 	DefaultLogFormat      = "text"
+	DefaultFlushInterval  = time.Second
+	DefaultFlushChanges   = 100000
+	DefaultTargetFileRows = 100000
+	DefaultHTTPListen     = "127.0.0.1:8080"
+	DefaultMaxClients     = 64
 )
 
 // Snapshot modes accepted in source.snapshot.
@@ -56,7 +62,39 @@ const maxIdentifierBytes = 63
 type Config struct {
 	Source   SourceConfig `yaml:"source"`
 	StateDir string       `yaml:"state_dir"`
-	Log      LogConfig    `yaml:"log"`
+	Delta    DeltaConfig  `yaml:"delta"`
+	// Replica is the remote copy of the Delta tables; replication is off
+	// when Replica.URL is empty.
+	Replica uploader.Config `yaml:"replica"`
+	HTTP    HTTPConfig      `yaml:"http"`
+	Log     LogConfig       `yaml:"log"`
+}
+
+// DeltaConfig configures the local Delta tables.
+type DeltaConfig struct {
+	// TablesDir holds the tables, <state_dir>/tables by default.
+	TablesDir string `yaml:"tables_dir"`
+	// FlushInterval is the longest a committed change waits before it is
+	// in the Delta tables, 1s by default.
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	// FlushChanges applies at once when that many changes wait (100000).
+	FlushChanges int `yaml:"flush_changes"`
+	// SoftDelete keeps deleted rows in the mirror with _deleted = true.
+	SoftDelete bool `yaml:"soft_delete"`
+	// TargetFileRows is the number of rows per mirror data file (100000).
+	TargetFileRows int64 `yaml:"target_file_rows"`
+}
+
+// HTTPConfig configures the live view's HTTP server.
+type HTTPConfig struct {
+	// Listen is the address, 127.0.0.1:8080 by default; "off" disables
+	// the server.
+	Listen string `yaml:"listen"`
+	// Token is required by every API request when set, and must be set
+	// when Listen is not a loopback address.
+	Token string `yaml:"token"`
+	// MaxClients caps the live stream's clients (64).
+	MaxClients int `yaml:"max_clients"`
 }
 
 // SourceConfig describes the PostgreSQL database to replicate from.
@@ -178,9 +216,43 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 // rawConfig mirrors the YAML file before expansion and validation. Keys
 // that have a default are pointers, so that absent differs from empty.
 type rawConfig struct {
-	Source   rawSource `yaml:"source"`
-	StateDir string    `yaml:"state_dir"`
-	Log      rawLog    `yaml:"log"`
+	Source   rawSource  `yaml:"source"`
+	StateDir string     `yaml:"state_dir"`
+	Delta    rawDelta   `yaml:"delta"`
+	Replica  rawReplica `yaml:"replica"`
+	HTTP     rawHTTP    `yaml:"http"`
+	Log      rawLog     `yaml:"log"`
+}
+
+// rawDelta mirrors the delta section of the file.
+type rawDelta struct {
+	TablesDir      *string `yaml:"tables_dir"`
+	FlushInterval  *string `yaml:"flush_interval"`
+	FlushChanges   *string `yaml:"flush_changes"`
+	SoftDelete     *string `yaml:"soft_delete"`
+	TargetFileRows *string `yaml:"target_file_rows"`
+}
+
+// rawReplica mirrors the replica section of the file.
+type rawReplica struct {
+	URL               *string `yaml:"url"`
+	Site              *string `yaml:"site"`
+	Endpoint          *string `yaml:"endpoint"`
+	Region            *string `yaml:"region"`
+	AccessKeyID       *string `yaml:"access_key_id"`
+	SecretAccessKey   *string `yaml:"secret_access_key"`
+	MaxBacklog        *string `yaml:"max_backlog"`
+	MaxBytesPerSecond *string `yaml:"max_bytes_per_second"`
+	PollInterval      *string `yaml:"poll_interval"`
+	MaxBackoff        *string `yaml:"max_backoff"`
+	Concurrency       *string `yaml:"concurrency"`
+}
+
+// rawHTTP mirrors the http section of the file.
+type rawHTTP struct {
+	Listen     *string `yaml:"listen"`
+	Token      *string `yaml:"token"`
+	MaxClients *string `yaml:"max_clients"`
 }
 
 // rawSource mirrors the source section of the file.
@@ -204,9 +276,16 @@ type rawLog struct {
 func sectionKeys(path string) []string {
 	switch path {
 	case "":
-		return []string{"source", "state_dir", "log"}
+		return []string{"source", "state_dir", "delta", "replica", "http", "log"}
 	case "source":
 		return []string{"dsn", "slot", "publication", "tables", "snapshot", "status_interval"}
+	case "delta":
+		return []string{"tables_dir", "flush_interval", "flush_changes", "soft_delete", "target_file_rows"}
+	case "replica":
+		return []string{"url", "site", "endpoint", "region", "access_key_id", "secret_access_key",
+			"max_backlog", "max_bytes_per_second", "poll_interval", "max_backoff", "concurrency"}
+	case "http":
+		return []string{"listen", "token", "max_clients"}
 	case "log":
 		return []string{"level", "format"}
 	}
@@ -217,7 +296,7 @@ func sectionKeys(path string) []string {
 // and a description of it for type errors.
 func expectedKind(path string) (yaml.Kind, string) {
 	switch {
-	case path == "source" || path == "log":
+	case path == "source" || path == "log" || path == "delta" || path == "replica" || path == "http":
 		return yaml.MappingNode, "a mapping of keys (" + strings.Join(sectionKeys(path), ", ") + ")"
 	case path == "source.tables":
 		return yaml.SequenceNode, "a list of schema.table names"
@@ -638,6 +717,16 @@ func (p *configParser) build(raw *rawConfig) (*Config, error) {
 		return nil, p.pathErrorf("state_dir", "a directory is required for the queue and the local tables (e.g. /var/lib/lakeside)")
 	}
 	c.StateDir = filepath.Clean(dir)
+
+	if err := p.buildDelta(&c, &raw.Delta); err != nil {
+		return nil, err
+	}
+	if err := p.buildReplica(&c, &raw.Replica); err != nil {
+		return nil, err
+	}
+	if err := p.buildHTTP(&c, &raw.HTTP); err != nil {
+		return nil, err
+	}
 
 	// log.level
 	if c.Log.Level, err = p.optional("log.level", raw.Log.Level, DefaultLogLevel); err != nil {

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/lakeside/lakeside/uploader"
 	"time"
 )
 
@@ -32,6 +34,7 @@ func setTestEnv(t *testing.T) {
 		"LAKESIDE_TEST_INTERVAL": "30s",
 		"LAKESIDE_TEST_HOME":     "/srv/lakeside/",
 		"LAKESIDE_TEST_LEVEL":    "warn",
+		"LAKESIDE_TEST_SECRET":   "test-secret",
 	} {
 		t.Setenv(k, v)
 	}
@@ -52,6 +55,14 @@ type badConfig struct {
 func badConfigs() []badConfig {
 	return []badConfig{
 		{"empty.bad.yml", []string{"empty.bad.yml:1: the file is empty"}},
+		{"bad_flush_interval.bad.yml", []string{`bad_flush_interval.bad.yml:6: delta.flush_interval: "soon" is not a duration`}},
+		{"bad_soft_delete.bad.yml", []string{`bad_soft_delete.bad.yml:6: delta.soft_delete: "maybe" is not true or false`}},
+		{"replica_bad_scheme.bad.yml", []string{`replica_bad_scheme.bad.yml:6: replica.url: replica url: unsupported scheme "ftp"`}},
+		{"replica_no_site.bad.yml", []string{`replica_no_site.bad.yml:5: replica.site:`, `is not a valid name`}},
+		{"replica_no_url.bad.yml", []string{`replica_no_url.bad.yml:5: replica.url: is required when the replica section is used`}},
+		{"replica_bad_size.bad.yml", []string{`replica_bad_size.bad.yml:8: replica.max_backlog: "lots" is not a size`}},
+		{"http_public_no_token.bad.yml", []string{`http_public_no_token.bad.yml:6: http.listen: "0.0.0.0:8080" is reachable from the network, so http.token is required`}},
+		{"http_bad_listen.bad.yml", []string{`http_bad_listen.bad.yml:6: http.listen: "not-an-address" is not a host:port address`}},
 		{"not_yaml.bad.yml", []string{"not_yaml.bad.yml:1: invalid YAML: "}},
 		{"not_mapping.bad.yml", []string{"not_mapping.bad.yml:2: the document must be a mapping", "not a list"}},
 		{"bad_indent.bad.yml", []string{"bad_indent.bad.yml:3: invalid YAML: mapping values are not allowed"}},
@@ -162,6 +173,19 @@ type goodConfig struct {
 // goodConfigs lists every good config file.
 func goodConfigs() []goodConfig {
 	return []goodConfig{
+		{"sections.good.yml", Config{
+			Source: SourceConfig{
+				DSN: "postgres://lakeside@localhost/shop", Slot: "lakeside", Publication: "lakeside",
+				Tables: []TableName{{Schema: "public", Name: "stock"}}, Snapshot: "initial", StatusInterval: 10 * time.Second,
+			},
+			StateDir: "/var/lib/lakeside",
+			Delta:    DeltaConfig{TablesDir: "/srv/delta", FlushInterval: 250 * time.Millisecond, FlushChanges: 5000, SoftDelete: true, TargetFileRows: 20000},
+			Replica: uploader.Config{URL: "s3://branch-data/lakeside", Site: "branch7", Endpoint: "http://127.0.0.1:9000", Region: "eu-west-1",
+				AccessKeyID: "AKIA", SecretAccessKey: "test-secret", MaxBacklog: 2 << 30, MaxBytesPerSecond: 1000000,
+				PollInterval: 5 * time.Second, MaxBackoff: 2 * time.Minute, Concurrency: 2},
+			HTTP: HTTPConfig{Listen: "0.0.0.0:8080", Token: "test-secret", MaxClients: 8},
+			Log:  LogConfig{Level: "info", Format: "text"},
+		}},
 		{"minimal.good.yml", Config{
 			Source: SourceConfig{
 				DSN:            "postgres://lakeside@localhost:5432/shop",
@@ -222,8 +246,9 @@ func TestLoadConfigGood(t *testing.T) {
 			if err != nil {
 				t.Fatalf("LoadConfig: %v", err)
 			}
-			if !reflect.DeepEqual(*got, tc.want) {
-				t.Errorf("LoadConfig:\n got %+v\nwant %+v", *got, tc.want)
+			want := withSectionDefaults(tc.want)
+			if !reflect.DeepEqual(*got, want) {
+				t.Errorf("LoadConfig:\n got %+v\nwant %+v", *got, want)
 			}
 		})
 	}
@@ -271,7 +296,7 @@ func TestParseConfigMessages(t *testing.T) {
 		{"spec example unknown key", "state_dir: /tmp/x\n\nsorce: {}\n",
 			`lakeside.yaml:3: unknown key "sorce"`},
 		{"scalar document", "just a string\n",
-			"lakeside.yaml:1: the document must be a mapping of keys (source, state_dir, log), not a string"},
+			"lakeside.yaml:1: the document must be a mapping of keys (source, state_dir, delta, replica, http, log), not a string"},
 		{"null document", "~\n",
 			"lakeside.yaml:1: the document must be a mapping"},
 		{"comments only", "# nothing here\n",
@@ -459,4 +484,17 @@ func TestPackagedConfigLoads(t *testing.T) {
 	if cfg.StateDir != "/var/lib/lakeside" || len(cfg.Source.Tables) == 0 || cfg.Source.Snapshot != SnapshotInitial {
 		t.Fatalf("packaged config loaded as %+v", cfg)
 	}
+}
+
+// withSectionDefaults fills the delta and http sections of an expected
+// configuration that leaves them out with their defaults.
+func withSectionDefaults(c Config) Config {
+	if c.Delta == (DeltaConfig{}) {
+		c.Delta = DeltaConfig{TablesDir: filepath.Join(c.StateDir, "tables"), FlushInterval: DefaultFlushInterval,
+			FlushChanges: DefaultFlushChanges, TargetFileRows: DefaultTargetFileRows}
+	}
+	if c.HTTP == (HTTPConfig{}) {
+		c.HTTP = HTTPConfig{Listen: DefaultHTTPListen, MaxClients: DefaultMaxClients}
+	}
+	return c
 }

@@ -33,18 +33,3 @@ func (w *Writer) SetApplied(l LSN) error {
 	e.uvarint(uint64(l))
 	return w.tx.Bucket(bucketMeta).Put(keyApplied, e.finish())
 }
-
-// SetAppliedAndTrim records the applier's progress and deletes the queued
-// transactions it covers, in the same write transaction, so the queue is
-// never trimmed past the recorded position. It returns how many queue
-// entries were deleted.
-func (w *Writer) SetAppliedAndTrim(l LSN) (int, error) {
-	if err := w.SetApplied(l); err != nil {
-		return 0, err
-	}
-	upTo, err := w.Applied()
-	if err != nil {
-		return 0, err
-	}
-	return w.Trim(upTo)
-}

@@ -65,6 +65,13 @@ type Config struct {
 	// PollInterval is how often the queue is looked at when Notify is not
 	// called (default 200ms).
 	PollInterval time.Duration
+	// TrimLimit, when set, bounds how far the queue is trimmed after a
+	// flush: other readers of the queue (the live view) must have read a
+	// transaction before it is deleted (invariant 5).
+	TrimLimit func() store.LSN
+	// OnCommit, when set, is called after a flush's commits, so that the
+	// uploader can look for the new versions at once.
+	OnCommit func()
 	// Logger receives progress and problems; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -85,14 +85,24 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 	if err := a.fail("before-applied", ""); err != nil {
 		return err
 	}
+	trimTo := upTo
+	if a.cfg.TrimLimit != nil {
+		trimTo = min(trimTo, a.cfg.TrimLimit())
+	}
 	var trimmed int
 	err = a.db.Update(func(w *store.Writer) error {
+		if err := w.SetApplied(upTo); err != nil {
+			return err
+		}
 		var err error
-		trimmed, err = w.SetAppliedAndTrim(upTo)
+		trimmed, err = w.Trim(trimTo)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("record applied position %s: %w", upTo, err)
+	}
+	if a.cfg.OnCommit != nil {
+		a.cfg.OnCommit()
 	}
 	a.mu.Lock()
 	a.applied = max(a.applied, upTo)

@@ -33,6 +33,13 @@ type Config struct {
 	Snapshot bool
 	// StatusInterval is the longest time between two standby status updates.
 	StatusInterval time.Duration
+	// OnDurable, when set, is called after each write that made changes
+	// durable in the queue (from the writer's goroutine; it must not block).
+	OnDurable func()
+	// Pause, when set, is asked before each read from PostgreSQL; while it
+	// says true (with a reason), the source reads nothing and PostgreSQL
+	// keeps the WAL (invariant 6: backpressure, never drop).
+	Pause func() (bool, string)
 	// Logger receives state changes; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -122,7 +122,7 @@ func (s *Source) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("read checkpoint: %w", err)
 	}
-	w := newQueueWriter(s.db, s.log, checkpoint)
+	w := newQueueWriter(s.db, s.log, checkpoint, s.cfg.OnDurable)
 	s.mu.Lock()
 	s.writer = w
 	s.mu.Unlock()

@@ -61,6 +61,8 @@ type stream struct {
 
 	slab valueSlab
 
+	paused bool
+
 	lastStatus    time.Time
 	deadlineSet   time.Time
 	acked         store.LSN
@@ -88,6 +90,11 @@ func (st *stream) run(ctx context.Context) error {
 			if err := st.sendStatus(ctx, false); err != nil {
 				return err
 			}
+		}
+		if paused, err := st.pause(ctx); err != nil {
+			return err
+		} else if paused {
+			continue
 		}
 		// A read deadline on the socket, rather than a context per message,
 		// bounds the wait: it is far cheaper at hundreds of thousands of
@@ -119,6 +126,38 @@ func (st *stream) run(ctx context.Context) error {
 			return errors.New("replication: server ended the stream")
 		}
 	}
+}
+
+// pause waits a moment, reading nothing, while the agent asks capture to
+// pause; it logs once when capture pauses and once when it resumes.
+func (st *stream) pause(ctx context.Context) (bool, error) {
+	if st.s.cfg.Pause == nil {
+		return false, nil
+	}
+	paused, reason := st.s.cfg.Pause()
+	if paused != st.paused {
+		st.paused = paused
+		if paused {
+			st.s.log.Warn("capture paused; PostgreSQL keeps the WAL meanwhile", "reason", reason)
+			st.s.setState("paused")
+		} else {
+			st.s.log.Info("capture resumed")
+			st.s.setState("streaming")
+		}
+	}
+	if !paused {
+		return false, nil
+	}
+	// The flush and status updates go on, so the server keeps the
+	// connection.
+	if err := st.flushStream(); err != nil {
+		return true, err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(readTimeout):
+	}
+	return true, nil
 }
 
 // shutdown makes everything received durable, acknowledges it, and returns.

@@ -67,15 +67,18 @@ type queueWriter struct {
 	// progress is signalled (without blocking) after each durable write.
 	progress chan struct{}
 	stopped  chan struct{}
+	// onDurable is called after each durable write, if set.
+	onDurable func()
 }
 
-func newQueueWriter(db *store.DB, log *slog.Logger, checkpoint store.LSN) *queueWriter {
+func newQueueWriter(db *store.DB, log *slog.Logger, checkpoint store.LSN, onDurable func()) *queueWriter {
 	w := &queueWriter{
-		db:       db,
-		log:      log,
-		ops:      make(chan writeOp, maxBatchOps),
-		progress: make(chan struct{}, 1),
-		stopped:  make(chan struct{}),
+		db:        db,
+		log:       log,
+		ops:       make(chan writeOp, maxBatchOps),
+		progress:  make(chan struct{}, 1),
+		stopped:   make(chan struct{}),
+		onDurable: onDurable,
 	}
 	w.cond = sync.NewCond(&w.mu)
 	w.durable.Store(uint64(checkpoint))
@@ -202,6 +205,9 @@ func (w *queueWriter) run() {
 		select {
 		case w.progress <- struct{}{}:
 		default:
+		}
+		if w.onDurable != nil {
+			w.onDurable()
 		}
 	}
 }
