@@ -1,5 +1,7 @@
 // Package agent wires a running Lakeside agent together: the state file, the
-// replication source, and the control socket that answers status queries.
+// replication source, the applier that builds the local Delta tables, the
+// uploader that replicates them, the live view, and the control socket that
+// answers status queries.
 package agent
 
 import (
@@ -13,8 +15,16 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lakeside/lakeside/agent/applier"
+	"github.com/lakeside/lakeside/agent/live"
+	"github.com/lakeside/lakeside/agent/live/web"
 	"github.com/lakeside/lakeside/agent/source"
 	"github.com/lakeside/lakeside/store"
+	"github.com/lakeside/lakeside/uploader"
+	"github.com/lakeside/lakeside/uploader/replica"
 )
 
 // SocketName is the control socket's name inside the state directory.
@@ -22,19 +32,25 @@ const SocketName = "lakeside.sock"
 
 // Agent is one running agent.
 type Agent struct {
-	cfg *Config
-	log *slog.Logger
+	cfg     *Config
+	log     *slog.Logger
+	version string
 
-	db  *store.DB
-	src *source.Source
+	db      *store.DB
+	src     *source.Source
+	app     *applier.Applier
+	up      *uploader.Uploader // nil when replication is off
+	hub     *live.Hub
+	metrics *prometheus.Registry
 }
 
-// New returns an agent for cfg; nothing starts until Run.
-func New(cfg *Config, log *slog.Logger) *Agent {
+// New returns an agent for cfg; nothing starts until Run. version goes into
+// the Delta tables' commitInfo.
+func New(cfg *Config, log *slog.Logger, version string) *Agent {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Agent{cfg: cfg, log: log}
+	return &Agent{cfg: cfg, log: log, version: version}
 }
 
 // SourceConfig converts the configuration for the replication source.
@@ -50,7 +66,7 @@ func (c *Config) SourceConfig(log *slog.Logger) source.Config {
 	}
 }
 
-// Open opens the state file and prepares the source. Run calls it when it
+// Open opens the state file and prepares every stage. Run calls it when it
 // was not called before.
 func (a *Agent) Open() error {
 	if a.db != nil {
@@ -64,8 +80,69 @@ func (a *Agent) Open() error {
 		return err
 	}
 	a.db = db
-	a.src = source.New(a.cfg.SourceConfig(a.log.With("component", "source")), db)
+	a.hub = live.NewHub(db, a.log.With("component", "live"))
+
+	if a.cfg.Replica.URL != "" {
+		client, err := replica.Open(a.cfg.Replica, nil)
+		if err != nil {
+			db.Close()
+			return fmt.Errorf("replica: %w", err)
+		}
+		a.up, err = uploader.New(uploader.Options{
+			Client:            client,
+			DB:                db,
+			Target:            a.cfg.Replica.Target(),
+			Tables:            uploader.DirTables(a.cfg.Delta.TablesDir),
+			Logger:            a.log.With("component", "uploader"),
+			PollInterval:      a.cfg.Replica.PollInterval,
+			MaxBackoff:        a.cfg.Replica.MaxBackoff,
+			Concurrency:       a.cfg.Replica.Concurrency,
+			MaxBytesPerSecond: a.cfg.Replica.MaxBytesPerSecond,
+		})
+		if err != nil {
+			db.Close()
+			return fmt.Errorf("replica: %w", err)
+		}
+	}
+
+	appCfg := applier.Config{
+		TablesDir:      a.cfg.Delta.TablesDir,
+		FlushInterval:  a.cfg.Delta.FlushInterval,
+		FlushChanges:   a.cfg.Delta.FlushChanges,
+		SoftDelete:     a.cfg.Delta.SoftDelete,
+		TargetFileRows: a.cfg.Delta.TargetFileRows,
+		AppIDPrefix:    "lakeside-" + a.cfg.Source.Slot,
+		EngineInfo:     "lakeside/" + a.version,
+		// The live view reads every transaction before the queue lets it go.
+		TrimLimit: a.hub.Offset,
+		Logger:    a.log.With("component", "applier"),
+	}
+	if a.up != nil {
+		appCfg.OnCommit = a.up.Notify
+	}
+	a.app = applier.New(appCfg, db)
+
+	srcCfg := a.cfg.SourceConfig(a.log.With("component", "source"))
+	srcCfg.OnDurable = func() {
+		a.hub.Notify()
+		a.app.Notify()
+	}
+	srcCfg.Pause = a.backpressure
+	a.src = source.New(srcCfg, db)
+	a.metrics = a.newMetrics()
 	return nil
+}
+
+// backpressure pauses capture while the replication backlog exceeds its
+// budget (invariant 6): PostgreSQL keeps the WAL, nothing is dropped.
+func (a *Agent) backpressure() (bool, string) {
+	if a.up == nil || a.cfg.Replica.MaxBacklog <= 0 {
+		return false, ""
+	}
+	if b := a.up.Backlog(); b.Bytes >= a.cfg.Replica.MaxBacklog {
+		return true, fmt.Sprintf("replication backlog of %d bytes reached replica.max_backlog (%d bytes)", b.Bytes, a.cfg.Replica.MaxBacklog)
+	}
+	return false, ""
 }
 
 // DB returns the open state file (nil before Open).
@@ -74,8 +151,9 @@ func (a *Agent) DB() *store.DB { return a.db }
 // Source returns the replication source (nil before Open).
 func (a *Agent) Source() *source.Source { return a.src }
 
-// Run runs the agent until ctx is cancelled or a fatal error occurs. A clean
-// shutdown returns nil after everything received is durable and acknowledged.
+// Run runs the agent until ctx is cancelled or a stage fails. A clean
+// shutdown returns nil after everything received is durable and
+// acknowledged.
 func (a *Agent) Run(ctx context.Context) error {
 	if err := a.Open(); err != nil {
 		return err
@@ -88,20 +166,79 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("control socket: %w", err)
 	}
-	srv := &http.Server{Handler: a.controlHandler(), ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
+	ctl := &http.Server{Handler: a.controlHandler(), ReadHeaderTimeout: 5 * time.Second}
+	go ctl.Serve(ln)
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		srv.Shutdown(sctx)
+		ctl.Shutdown(sctx)
 		os.Remove(sock)
 	}()
 
-	a.log.Info("agent starting", "state_dir", a.cfg.StateDir, "slot", a.cfg.Source.Slot, "tables", len(a.cfg.Source.Tables))
-	err = a.src.Run(ctx)
-	if err != nil {
-		return err
+	a.log.Info("agent starting", "state_dir", a.cfg.StateDir, "slot", a.cfg.Source.Slot, "tables", len(a.cfg.Source.Tables),
+		"delta", a.cfg.Delta.TablesDir, "replica", a.cfg.Replica.Target(), "http", a.cfg.HTTP.Listen)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		stage string
+		err   error
+	}
+	results := make(chan result)
+	stages := 0
+	start := func(stage string, run func(context.Context) error) {
+		stages++
+		go func() {
+			err := run(ctx)
+			results <- result{stage, err}
+		}()
+	}
+	start("source", a.src.Run)
+	start("applier", a.app.Run)
+	start("live view", a.hub.Run)
+	if a.up != nil {
+		start("uploader", a.up.Run)
+	}
+	if a.cfg.HTTP.Listen != HTTPOff {
+		srv := live.NewServer(live.Config{
+			Listen:     a.cfg.HTTP.Listen,
+			Token:      a.cfg.HTTP.Token,
+			MaxClients: a.cfg.HTTP.MaxClients,
+			TablesDir:  a.cfg.Delta.TablesDir,
+			Logger:     a.log.With("component", "http"),
+		}, a.hub, agentView{a}, promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}), web.Handler())
+		start("http", srv.Serve)
+	}
+
+	// The first stage to stop, with or without an error, stops the others.
+	var first error
+	for range stages {
+		r := <-results
+		if r.err != nil && first == nil {
+			first = fmt.Errorf("%s: %w", r.stage, r.err)
+			a.log.Error("stage failed; stopping", "stage", r.stage, "err", r.err)
+		}
+		cancel()
+	}
+	if first != nil {
+		return first
 	}
 	a.log.Info("agent stopped")
+	return nil
+}
+
+// agentView gives the live view the agent's status and readiness.
+type agentView struct{ a *Agent }
+
+func (v agentView) Status() (any, error) { return v.a.Status() }
+
+func (v agentView) Ready() error {
+	if st := v.a.src.Status(); st.State != "streaming" {
+		reason := "capture is " + st.State
+		if st.LastError != "" {
+			reason += ": " + st.LastError
+		}
+		return errors.New(reason)
+	}
 	return nil
 }

@@ -33,10 +33,30 @@ type Status struct {
 	ReceivedLSN   string `json:"received_lsn,omitempty"`
 	ServerWALEnd  string `json:"server_wal_end,omitempty"`
 	// LagBytes is the server's WAL end minus the confirmed position.
-	LagBytes  int64         `json:"lag_bytes"`
-	Queue     QueueStatus   `json:"queue"`
-	Tables    []TableStatus `json:"tables"`
-	LastError string        `json:"last_error,omitempty"`
+	LagBytes int64 `json:"lag_bytes"`
+	// LagSeconds is how long ago the newest captured transaction committed,
+	// while the agent is behind the server (zero when caught up).
+	LagSeconds float64       `json:"lag_seconds"`
+	Queue      QueueStatus   `json:"queue"`
+	AppliedLSN string        `json:"applied_lsn,omitempty"`
+	Tables     []TableStatus `json:"tables"`
+	// Upload describes replication to the remote, when configured.
+	Upload *UploadStatus `json:"upload,omitempty"`
+	// LiveClients counts the live view's stream clients.
+	LiveClients int    `json:"live_clients"`
+	LastError   string `json:"last_error,omitempty"`
+}
+
+// UploadStatus summarises replication to the remote.
+type UploadStatus struct {
+	Target          string `json:"target"`
+	Online          bool   `json:"online"`
+	BacklogVersions int64  `json:"backlog_versions"`
+	BacklogBytes    int64  `json:"backlog_bytes"`
+	Requests        int64  `json:"requests"`
+	Versions        int64  `json:"versions"`
+	BytesUploaded   int64  `json:"bytes_uploaded"`
+	LastError       string `json:"last_error,omitempty"`
 }
 
 // QueueStatus summarises the queue.
@@ -65,7 +85,12 @@ func stateStatus(r *store.Reader, st *Status) error {
 	if err != nil {
 		return err
 	}
+	applied, err := r.Applied()
+	if err != nil {
+		return err
+	}
 	st.CheckpointLSN = cp.String()
+	st.AppliedLSN = applied.String()
 	st.Queue = QueueStatus{Entries: qs.Transactions, Bytes: qs.Bytes}
 	if st.Tables == nil {
 		st.Tables = []TableStatus{}
@@ -84,12 +109,34 @@ func (a *Agent) Status() (*Status, error) {
 		ReceivedLSN:  src.ReceivedLSN.String(),
 		ServerWALEnd: src.ServerWALEnd.String(),
 		LastError:    src.LastError,
+		LiveClients:  a.hub.Clients(),
 	}
 	if src.ServerWALEnd > src.ConfirmedLSN {
 		st.LagBytes = int64(src.ServerWALEnd - src.ConfirmedLSN)
+		if !src.LastCommitTime.IsZero() {
+			st.LagSeconds = max(0, time.Since(src.LastCommitTime).Seconds())
+		}
 	}
 	if err := a.db.View(func(r *store.Reader) error { return stateStatus(r, st) }); err != nil {
 		return nil, err
+	}
+	remote := map[string]int64{}
+	if a.up != nil {
+		us := a.up.Status()
+		st.Upload = &UploadStatus{Target: a.cfg.Replica.Target(), Online: us.Online, Requests: us.Requests,
+			Versions: us.Versions, BytesUploaded: us.BytesUploaded, LastError: us.LastError}
+		for _, t := range us.Tables {
+			remote[t.Name] = t.RemoteVersion
+			st.Upload.BacklogVersions += t.BacklogVersions
+			st.Upload.BacklogBytes += t.BacklogBytes
+		}
+	}
+	for _, t := range a.app.Tables() {
+		ts := TableStatus{Name: t.Name, Kind: t.Kind, Path: t.Path, Version: t.Version, AppliedLSN: t.AppliedLSN.String()}
+		if v, ok := remote[t.Name]; ok {
+			ts.RemoteVersion = &v
+		}
+		st.Tables = append(st.Tables, ts)
 	}
 	return st, nil
 }

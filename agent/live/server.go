@@ -126,7 +126,7 @@ func (s *Server) Handler() http.Handler {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})
 	if s.web != nil {
-		mux.Handle("GET /", s.web)
+		mux.Handle("/", s.web)
 	}
 	return mux
 }

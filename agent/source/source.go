@@ -30,6 +30,7 @@ type Source struct {
 
 	// Positions, updated per message without a lock.
 	confirmedLSN, receivedLSN, serverWALEnd atomic.Uint64
+	lastCommitMicros                        atomic.Int64
 
 	mu     sync.Mutex
 	status Status
@@ -51,6 +52,8 @@ type Status struct {
 	ReceivedLSN store.LSN
 	// ServerWALEnd is the server's WAL end from its last message.
 	ServerWALEnd store.LSN
+	// LastCommitTime is the commit time of the newest transaction received.
+	LastCommitTime time.Time
 	// LastError is the last connection error, if any.
 	LastError string
 }
@@ -79,6 +82,9 @@ func (s *Source) Status() Status {
 	st.ConfirmedLSN = store.LSN(s.confirmedLSN.Load())
 	st.ReceivedLSN = store.LSN(s.receivedLSN.Load())
 	st.ServerWALEnd = store.LSN(s.serverWALEnd.Load())
+	if us := s.lastCommitMicros.Load(); us != 0 {
+		st.LastCommitTime = time.UnixMicro(us)
+	}
 	return st
 }
 

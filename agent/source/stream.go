@@ -412,6 +412,7 @@ func (st *stream) commit(m *pglogrepl.CommitMessage) error {
 	st.inTxn = false
 	h := st.txn.TxnHeader
 	h.CommitLSN, h.EndLSN, h.CommitTime = store.LSN(m.CommitLSN), store.LSN(m.TransactionEndLSN), m.CommitTime
+	st.s.lastCommitMicros.Store(m.CommitTime.UnixMicro())
 	id := store.SpoolID(h.Xid)
 	if h.EndLSN <= st.lastQueued {
 		st.txn = store.Txn{}
@@ -440,6 +441,7 @@ func (st *stream) streamCommit(m *pglogrepl.StreamCommitMessageV2) error {
 	delete(st.open, m.Xid)
 	id := store.SpoolID(m.Xid)
 	h := store.TxnHeader{Xid: m.Xid, CommitLSN: store.LSN(m.CommitLSN), EndLSN: store.LSN(m.TransactionEndLSN), CommitTime: m.CommitTime}
+	st.s.lastCommitMicros.Store(m.CommitTime.UnixMicro())
 	if h.EndLSN <= st.lastQueued {
 		return st.s.writer.send(writeOp{kind: opSpoolAbort, spool: id, subXid: m.Xid})
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -25,12 +26,14 @@ type demoCommand struct {
 	stdout, stderr io.Writer
 	duration       time.Duration
 	stateDir       string
+	listen         string
 }
 
 func (c *demoCommand) ParseFlags(args []string) error {
 	fs := flag.NewFlagSet("lakeside demo", flag.ContinueOnError)
 	fs.DurationVar(&c.duration, "duration", 0, "stop after this long (0: run until interrupted)")
-	fs.StringVar(&c.stateDir, "state-dir", "", "state directory (default: a temporary one)")
+	fs.StringVar(&c.stateDir, "state-dir", "", "directory for the state, the Delta tables and the replica (default: a temporary one)")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address of the live view")
 	return fs.Parse(args)
 }
 
@@ -76,30 +79,41 @@ func (c *demoCommand) Run(ctx context.Context) error {
 		return fmt.Errorf("create demo schema: %w", err)
 	}
 
-	stateDir := c.stateDir
-	if stateDir == "" {
-		stateDir, err = os.MkdirTemp("", "lakeside-demo-")
+	dir := c.stateDir
+	if dir == "" {
+		dir, err = os.MkdirTemp("", "lakeside-demo-")
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(stateDir)
+		defer os.RemoveAll(dir)
 	}
-	cfg := &agent.Config{
-		Source: agent.SourceConfig{
-			DSN:            cluster.DSN("shop"),
-			Slot:           agent.DefaultSlot,
-			Publication:    agent.DefaultPublication,
-			Tables:         []agent.TableName{{Schema: "public", Name: "products"}, {Schema: "public", Name: "stock"}},
-			Snapshot:       agent.SnapshotInitial,
-			StatusInterval: agent.DefaultStatusInterval,
-		},
-		StateDir: stateDir,
-		Log:      agent.LogConfig{Level: "info", Format: "text"},
+	// The demo writes a configuration file like an operator would, so it
+	// runs with exactly the defaults and checks of a real installation.
+	yaml := fmt.Sprintf(`source:
+  dsn: %q
+  tables: [public.products, public.stock]
+state_dir: %s
+delta:
+  flush_interval: 1s
+replica:
+  url: file://%s
+  site: demo-branch
+  poll_interval: 1s
+http:
+  listen: %s
+`, cluster.DSN("shop"), filepath.Join(dir, "state"), filepath.Join(dir, "replica"), c.listen)
+	cfg, err := agent.ParseConfig("demo.yaml", []byte(yaml))
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(c.stdout, "PostgreSQL at %s; state in %s\n", cluster.DSN("shop"), stateDir)
+	fmt.Fprintf(c.stdout, "PostgreSQL:   %s\n", cluster.DSN("shop"))
+	fmt.Fprintf(c.stdout, "queue:        %s\n", cfg.StateDir)
+	fmt.Fprintf(c.stdout, "Delta tables: %s\n", cfg.Delta.TablesDir)
+	fmt.Fprintf(c.stdout, "replica:      %s\n", cfg.Replica.Target())
+	fmt.Fprintf(c.stdout, "live view:    http://%s/\n", c.listen)
 	fmt.Fprintln(c.stdout, "capturing public.products and public.stock; press Ctrl-C to stop")
 
-	a := agent.New(cfg, log)
+	a := agent.New(cfg, log, Version)
 	if err := a.Open(); err != nil {
 		return err
 	}
@@ -110,13 +124,16 @@ func (c *demoCommand) Run(ctx context.Context) error {
 	printer := &capturePrinter{w: c.stdout, db: a.DB()}
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
-	for {
+	for n := 0; ; n++ {
 		select {
 		case err := <-done:
 			printer.print()
 			return err
 		case <-tick.C:
 			printer.print()
+			if n%10 == 9 {
+				printTables(c.stdout, a)
+			}
 		}
 	}
 }
@@ -158,6 +175,23 @@ func runDemoWorkload(ctx context.Context, cfg source.Config, log *slog.Logger) {
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
+}
+
+// printTables prints the Delta tables' local and replicated versions.
+func printTables(w io.Writer, a *agent.Agent) {
+	st, err := a.Status()
+	if err != nil {
+		return
+	}
+	var parts []string
+	for _, t := range st.Tables {
+		remote := "-"
+		if t.RemoteVersion != nil {
+			remote = fmt.Sprint(*t.RemoteVersion)
+		}
+		parts = append(parts, fmt.Sprintf("%s v%d (replica v%s)", t.Name, t.Version, remote))
+	}
+	fmt.Fprintf(w, "delta tables: %s\n", strings.Join(parts, ", "))
 }
 
 // capturePrinter prints the transactions that reached the queue.

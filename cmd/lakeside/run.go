@@ -39,5 +39,5 @@ func (c *runCommand) Run(ctx context.Context) error {
 		// faster than two. GOMAXPROCS in the environment overrides this.
 		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/2))
 	}
-	return agent.New(cfg, log).Run(ctx)
+	return agent.New(cfg, log, Version).Run(ctx)
 }

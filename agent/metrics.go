@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// collector exports the agent's state as Prometheus metrics, read on each
+// scrape from the same status `lakeside status` prints.
+type collector struct {
+	a *Agent
+
+	confirmed, checkpoint, lag, lagSeconds    *prometheus.Desc
+	queueTxns, queueBytes, paused, clients    *prometheus.Desc
+	tableVersion, remoteVersion, backlogBytes *prometheus.Desc
+	backlogVersions, requests, versions       *prometheus.Desc
+	uploadedBytes, online                     *prometheus.Desc
+}
+
+func (a *Agent) newMetrics() *prometheus.Registry {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("lakeside_"+name, help, labels, nil)
+	}
+	c := &collector{
+		a:               a,
+		confirmed:       d("confirmed_lsn", "Flush position acknowledged to PostgreSQL."),
+		checkpoint:      d("checkpoint_lsn", "Position durable in the queue."),
+		lag:             d("slot_lag_bytes", "Server WAL end minus the acknowledged position: WAL PostgreSQL keeps for the slot."),
+		lagSeconds:      d("replication_lag_seconds", "Age of the newest captured commit while behind the server."),
+		queueTxns:       d("queue_transactions", "Transactions in the queue."),
+		queueBytes:      d("queue_bytes", "Bytes in the queue."),
+		paused:          d("capture_paused", "1 while capture is paused by backpressure."),
+		clients:         d("websocket_clients", "Live view stream clients."),
+		tableVersion:    d("delta_table_version", "Latest local version of a Delta table.", "table", "kind"),
+		remoteVersion:   d("replica_remote_version", "Latest version of a table on the replica.", "table"),
+		backlogBytes:    d("replica_backlog_bytes", "Bytes committed locally and not yet replicated."),
+		backlogVersions: d("replica_backlog_versions", "Versions committed locally and not yet replicated."),
+		requests:        d("replica_requests_total", "Requests sent to the replica."),
+		versions:        d("replica_versions_total", "Delta versions replicated."),
+		uploadedBytes:   d("replica_bytes_total", "Bytes replicated."),
+		online:          d("replica_online", "1 while the replica is reachable."),
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return reg
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.confirmed, c.checkpoint, c.lag, c.lagSeconds, c.queueTxns, c.queueBytes, c.paused,
+		c.clients, c.tableVersion, c.remoteVersion, c.backlogBytes, c.backlogVersions, c.requests, c.versions, c.uploadedBytes, c.online} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	st, err := c.a.Status()
+	if err != nil {
+		return
+	}
+	src := c.a.src.Status()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	gauge(c.confirmed, float64(src.ConfirmedLSN))
+	gauge(c.checkpoint, float64(src.DurableLSN))
+	gauge(c.lag, float64(st.LagBytes))
+	gauge(c.lagSeconds, st.LagSeconds)
+	gauge(c.queueTxns, float64(st.Queue.Entries))
+	gauge(c.queueBytes, float64(st.Queue.Bytes))
+	paused := 0.0
+	if st.State == "paused" {
+		paused = 1
+	}
+	gauge(c.paused, paused)
+	gauge(c.clients, float64(st.LiveClients))
+	for _, t := range st.Tables {
+		gauge(c.tableVersion, float64(t.Version), t.Name, t.Kind)
+		if t.RemoteVersion != nil {
+			gauge(c.remoteVersion, float64(*t.RemoteVersion), t.Name)
+		}
+	}
+	if u := st.Upload; u != nil {
+		gauge(c.backlogBytes, float64(u.BacklogBytes))
+		gauge(c.backlogVersions, float64(u.BacklogVersions))
+		counter(c.requests, float64(u.Requests))
+		counter(c.versions, float64(u.Versions))
+		counter(c.uploadedBytes, float64(u.BytesUploaded))
+		online := 0.0
+		if u.Online {
+			online = 1
+		}
+		gauge(c.online, online)
+	}
+}
