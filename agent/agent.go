@@ -80,7 +80,7 @@ func (a *Agent) Open() error {
 		return err
 	}
 	a.db = db
-	a.hub = live.NewHub(db, a.log.With("component", "live"))
+	a.hub = live.NewHub(db, a.cfg.Delta.TablesDir, a.log.With("component", "live"))
 
 	if a.cfg.Replica.URL != "" {
 		client, err := replica.Open(a.cfg.Replica, nil)

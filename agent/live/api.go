@@ -112,8 +112,14 @@ func (s *Server) serveRows(w http.ResponseWriter, r *http.Request) {
 	var at any
 	if travel {
 		var tr *travelRows
-		tr, err = s.readMirror(r, table, version, asOf)
+		tr, err = s.hub.readMirror(r.Context(), table, version, asOf)
 		if err == nil {
+			rows, next, err = tr.page(after, limit)
+			at = tr.version
+		}
+	} else if s.hub.overflowed(table) {
+		var tr *travelRows
+		if tr, err = s.hub.readMirror(r.Context(), table, -1, time.Time{}); err == nil {
 			rows, next, err = tr.page(after, limit)
 			at = tr.version
 		}
@@ -145,7 +151,12 @@ func (s *Server) serveRow(w http.ResponseWriter, r *http.Request) {
 	var found bool
 	if travel {
 		var tr *travelRows
-		if tr, err = s.readMirror(r, table, version, asOf); err == nil {
+		if tr, err = s.hub.readMirror(r.Context(), table, version, asOf); err == nil {
+			row, found, err = tr.find(key)
+		}
+	} else if s.hub.overflowed(table) {
+		var tr *travelRows
+		if tr, err = s.hub.readMirror(r.Context(), table, -1, time.Time{}); err == nil {
 			row, found, err = tr.find(key)
 		}
 	} else {

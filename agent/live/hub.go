@@ -28,6 +28,9 @@ const (
 	// streamed row by row; clients refetch the tables' rows instead, so
 	// neither the hub nor a client holds it whole.
 	hugeTxnChanges = 10000
+	// defaultMaxRows bounds the rows of one table the hub keeps in memory;
+	// a larger table is served from its Delta mirror.
+	defaultMaxRows = 100000
 )
 
 // Hub follows the queue: it applies each durable transaction to its copy of
@@ -35,8 +38,10 @@ const (
 // and fans the changes out to subscribers. It reads only what the queue has
 // made durable (invariant 7).
 type Hub struct {
-	db  *store.DB
-	log *slog.Logger
+	db        *store.DB
+	log       *slog.Logger
+	tablesDir string
+	maxRows   int
 
 	notify chan struct{}
 	types  *pgtype.Map
@@ -62,20 +67,23 @@ type retainedTxn struct {
 	refetch bool
 }
 
-// NewHub returns a hub over db. Run feeds it.
-func NewHub(db *store.DB, log *slog.Logger) *Hub {
+// NewHub returns a hub over db. Run feeds it. tablesDir holds the Delta
+// mirrors, which serve time travel and tables too large to keep in memory.
+func NewHub(db *store.DB, tablesDir string, log *slog.Logger) *Hub {
 	if log == nil {
 		log = slog.Default()
 	}
 	return &Hub{
-		db:     db,
-		log:    log,
-		notify: make(chan struct{}, 1),
-		types:  pgtype.NewMap(),
-		tables: map[string]*tableState{},
-		rels:   map[store.RelationKey]*store.Relation{},
-		retain: defaultRetainTxns,
-		subs:   map[*subscriber]struct{}{},
+		db:        db,
+		log:       log,
+		tablesDir: tablesDir,
+		maxRows:   defaultMaxRows,
+		notify:    make(chan struct{}, 1),
+		types:     pgtype.NewMap(),
+		tables:    map[string]*tableState{},
+		rels:      map[store.RelationKey]*store.Relation{},
+		retain:    defaultRetainTxns,
+		subs:      map[*subscriber]struct{}{},
 	}
 }
 
@@ -168,7 +176,12 @@ func (h *Hub) poll() error {
 						t = newTableState(rel)
 						h.tables[t.name] = t
 					}
-					if out, ok := t.apply(rel, ch); ok && !huge {
+					out, ok := t.apply(rel, ch)
+					if !t.overflow && len(t.rows) > h.maxRows {
+						t.overflow, t.rows = true, nil
+						h.log.Warn("live view: table has too many rows to keep in memory; serving it from its Delta mirror", "table", t.name, "max_rows", h.maxRows)
+					}
+					if ok && !huge {
 						txn.Changes = append(txn.Changes, out)
 						for _, v := range out.Row {
 							size += len(v)
@@ -223,7 +236,7 @@ func (h *Hub) resetLocked(epoch string) {
 	h.rels = map[store.RelationKey]*store.Relation{}
 	h.retained, h.retainedSince = nil, 0
 	for s := range h.subs {
-		s.refetch()
+		s.refetch("the agent's state was reset")
 	}
 }
 
@@ -237,11 +250,9 @@ func (h *Hub) publishLocked(batch []retainedTxn) {
 	}
 	offset := h.offsetString(batch[len(batch)-1].lsn)
 	if batch[0].refetch {
+		// The client reconnects without an offset and takes a new snapshot.
 		for s := range h.subs {
-			s.enqueue(Refetch{Type: TypeRefetch, Reason: "a transaction too large to stream"})
-			for _, m := range h.snapshotLocked(s.tableNames()) {
-				s.enqueue(m)
-			}
+			s.refetch("a transaction too large to stream")
 		}
 		return
 	}
@@ -296,12 +307,15 @@ func (h *Hub) tableInfosLocked(names []string) []TableInfo {
 // missed since offset or snapshots of the current rows. Registration and
 // the snapshot happen under one lock, so the client's queue holds exactly
 // the changes after what it is sent here.
-func (h *Hub) subscribe(s *subscriber, tables []string, offset string) ([]any, error) {
+//
+// snapshot reports whether the client takes snapshots (rather than resuming),
+// so that the caller adds those of tables served from mirrors.
+func (h *Hub) subscribe(s *subscriber, tables []string, offset string) (first []any, snapshot bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, n := range tables {
 		if h.tables[n] == nil {
-			return nil, fmt.Errorf("unknown table %q", n)
+			return nil, false, fmt.Errorf("unknown table %q", n)
 		}
 	}
 	if tables == nil {
@@ -313,16 +327,16 @@ func (h *Hub) subscribe(s *subscriber, tables []string, offset string) ([]any, e
 	for _, n := range tables {
 		s.tables[n] = true
 	}
-	first := []any{Hello{Type: TypeHello, Epoch: h.epoch, Offset: h.offsetString(h.offset), Tables: h.tableInfosLocked(tables)}}
+	first = []any{Hello{Type: TypeHello, Epoch: h.epoch, Offset: h.offsetString(h.offset), Tables: h.tableInfosLocked(tables)}}
 	if offset != "" {
 		epoch, lsn, err := parseOffset(offset)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		switch {
 		case epoch == h.epoch && lsn == h.offset:
 			h.subs[s] = struct{}{}
-			return first, nil
+			return first, false, nil
 		case epoch == h.epoch && lsn < h.offset && lsn >= h.retainedSince && !h.refetchAfter(lsn):
 			var missed []retainedTxn
 			for _, rt := range h.retained {
@@ -343,13 +357,13 @@ func (h *Hub) subscribe(s *subscriber, tables []string, offset string) ([]any, e
 					first = append(first, m)
 				}
 			}
-			return first, nil
+			return first, false, nil
 		default:
 			first = append(first, Refetch{Type: TypeRefetch, Reason: "offset " + offset + " is not retained"})
 		}
 	}
 	h.subs[s] = struct{}{}
-	return append(first, h.snapshotLocked(tables)...), nil
+	return append(first, h.snapshotLocked(tables)...), true, nil
 }
 
 func (h *Hub) snapshotLocked(tables []string) []any {
@@ -358,6 +372,9 @@ func (h *Hub) snapshotLocked(tables []string) []any {
 	var out []any
 	for _, n := range sortedStrings(tables) {
 		t := h.tables[n]
+		if t.overflow {
+			continue // served from the mirror by the caller
+		}
 		keys := t.sortedKeys()
 		for start := 0; start == 0 || start < len(keys); start += page {
 			part := keys[start:min(start+page, len(keys))]
@@ -518,4 +535,47 @@ func (rt *retainedTxn) size() int {
 		}
 	}
 	return n
+}
+
+// overflowed reports whether a table is served from its mirror.
+func (h *Hub) overflowed(table string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.tables[table]
+	return t != nil && t.overflow
+}
+
+// mirrorSnapshot sends the rows of a table too large for memory from its
+// mirror's latest version. The mirror may trail or lead the client's
+// offset by a flush; the changes that follow are whole rows by key, so the
+// client converges on the current rows either way.
+func (h *Hub) mirrorSnapshot(ctx context.Context, table, offset string) ([]any, error) {
+	tr, err := h.readMirror(ctx, table, -1, time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	const page = 1000
+	var out []any
+	for start := 0; start == 0 || start < len(tr.keys); start += page {
+		part := tr.keys[start:min(start+page, len(tr.keys))]
+		rows := make([]Row, len(part))
+		for i, k := range part {
+			rows[i] = tr.rows[k]
+		}
+		out = append(out, Snapshot{Type: TypeSnapshot, Offset: offset, Table: table, Rows: rows, Last: start+page >= len(tr.keys)})
+	}
+	return out, nil
+}
+
+// mirrorTables returns which of the given tables are served from mirrors.
+func (h *Hub) mirrorTables(tables []string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, n := range tables {
+		if t := h.tables[n]; t != nil && t.overflow {
+			out = append(out, n)
+		}
+	}
+	return out
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lakeside/lakeside/agent/applier"
 	"github.com/lakeside/lakeside/agent/pgtest"
 	"github.com/lakeside/lakeside/agent/source"
 	"github.com/lakeside/lakeside/store"
@@ -64,18 +65,27 @@ func newFixture(t *testing.T, cfg Config, schema ...string) *fixture {
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	f.src = source.New(source.Config{DSN: dsn, Slot: "live", Publication: "live", Snapshot: true,
 		Tables: []source.Table{{Schema: "public", Name: "stock"}}, StatusInterval: time.Second, Logger: log}, db)
-	f.hub = NewHub(db, log)
+	f.hub = NewHub(db, cfg.TablesDir, log)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 2)
+	done := make(chan struct{}, 3)
 	go func() { f.src.Run(ctx); done <- struct{}{} }()
 	go func() { f.hub.Run(ctx); done <- struct{}{} }()
+	stages := 2
+	if cfg.TablesDir != "" {
+		// The applier builds the mirrors the hub falls back on.
+		stages++
+		app := applier.New(applier.Config{TablesDir: cfg.TablesDir, FlushInterval: 100 * time.Millisecond,
+			TrimLimit: f.hub.Offset, Logger: log}, db)
+		go func() { app.Run(ctx); done <- struct{}{} }()
+	}
 	srv := NewServer(cfg, f.hub, fakeAgent{f.src}, nil, nil)
 	f.http = httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		f.http.Close()
 		cancel()
-		<-done
-		<-done
+		for range stages {
+			<-done
+		}
 		db.Close()
 	})
 	select {

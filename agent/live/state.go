@@ -14,6 +14,9 @@ type tableState struct {
 	name string
 	rel  *store.Relation // the newest schema version seen
 	rows map[string]*rowState
+	// overflow is set once the table had too many rows to keep: rows is
+	// then nil and the table is served from its mirror.
+	overflow bool
 }
 
 // rowState is one current row.
@@ -53,7 +56,9 @@ func (t *tableState) apply(rel *store.Relation, c *store.Change) (out Change, ok
 	out.Op = c.Op.String()
 	switch c.Op {
 	case store.OpTruncate:
-		clear(t.rows)
+		if t.rows != nil {
+			clear(t.rows)
+		}
 		return out, true
 	case store.OpDelete:
 		_, k := keyOf(rel, c.Old)
@@ -76,14 +81,20 @@ func (t *tableState) apply(rel *store.Relation, c *store.Change) (out Change, ok
 	row := &rowState{key: key, vals: make(map[string]store.Value, len(rel.Columns)), json: make(map[string]json.RawMessage, len(rel.Columns))}
 	for i, col := range rel.Columns {
 		v := c.New[i]
-		if v.Kind == store.KindUnchanged && prev != nil {
+		if v.Kind == store.KindUnchanged {
+			if prev == nil {
+				// Not kept here: the client keeps the value it has.
+				continue
+			}
 			// An unchanged TOASTed value keeps the value the row had.
 			v = prev.vals[col.Name]
 		}
 		row.vals[col.Name] = v
 		row.json[col.Name] = jsonValue(v)
 	}
-	t.rows[k] = row
+	if !t.overflow {
+		t.rows[k] = row
+	}
 	out.Key, out.Row = k, row.json
 	return out, true
 }

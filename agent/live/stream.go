@@ -107,10 +107,11 @@ func (s *subscriber) sendTxns(offset string, batch []retainedTxn) {
 	}
 }
 
-// refetch tells the client its rows belong to a reset state; it reconnects.
-func (s *subscriber) refetch() {
-	s.enqueue(Refetch{Type: TypeRefetch, Reason: "the agent's state was reset"})
-	s.close(websocket.CloseNormalClosure, "state reset")
+// refetch tells the client to drop its rows and closes the connection; the
+// client reconnects without an offset and takes a new snapshot.
+func (s *subscriber) refetch(reason string) {
+	s.enqueue(Refetch{Type: TypeRefetch, Reason: reason})
+	s.close(websocket.CloseNormalClosure, "refetch")
 }
 
 // serveStream upgrades the request and streams to it.
@@ -132,7 +133,7 @@ func (srv *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	conn.SetReadLimit(maxClientBytes)
 
 	sub := newSubscriber(srv.cfg.ClientQueueBytes)
-	first, err := srv.hub.subscribe(sub, tables, offset)
+	first, snapshot, err := srv.hub.subscribe(sub, tables, offset)
 	if err != nil {
 		conn.SetWriteDeadline(time.Now().Add(writeWait))
 		conn.WriteJSON(ErrorMessage{Type: TypeError, Message: err.Error()})
@@ -161,6 +162,24 @@ func (srv *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 		data, err := json.Marshal(m)
 		if err != nil || !write(data) {
 			return
+		}
+	}
+	// Tables too large to keep in memory are sent from their mirrors; the
+	// changes since are queued meanwhile.
+	if snapshot {
+		for _, table := range srv.hub.mirrorTables(sub.tableNames()) {
+			pages, err := srv.hub.mirrorSnapshot(r.Context(), table, helloOffset(first))
+			if err != nil {
+				srv.log.Warn("live view: mirror snapshot failed", "table", table, "err", err)
+				conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseInternalServerErr, "snapshot failed"), time.Now().Add(writeWait))
+				return
+			}
+			for _, m := range pages {
+				data, err := json.Marshal(m)
+				if err != nil || !write(data) {
+					return
+				}
+			}
 		}
 	}
 	ping := time.NewTicker(pingInterval)
@@ -211,4 +230,12 @@ func (s *subscriber) tableNames() []string {
 		out = append(out, n)
 	}
 	return out
+}
+
+// helloOffset returns the offset of the hello message.
+func helloOffset(first []any) string {
+	if h, ok := first[0].(Hello); ok {
+		return h.Offset
+	}
+	return ""
 }

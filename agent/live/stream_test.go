@@ -250,3 +250,42 @@ func TestTokenAndOrigin(t *testing.T) {
 	}
 	ws.Close()
 }
+
+// TestLargeTableServedFromMirror: a table with more rows than the hub keeps
+// in memory is snapshotted and listed from its Delta mirror, while its
+// changes keep streaming.
+func TestLargeTableServedFromMirror(t *testing.T) {
+	f := newFixture(t, Config{TablesDir: t.TempDir()}, stockSchema)
+	f.hub.mu.Lock()
+	f.hub.maxRows = 50
+	f.hub.mu.Unlock()
+	f.exec(`INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 200) g`)
+	f.waitHub()
+	if !f.hub.overflowed("public.stock") {
+		t.Fatal("the table did not overflow the hub's memory bound")
+	}
+	// Wait until the mirror holds every row.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var page struct{ Rows []Row }
+		if f.get("/api/v1/tables/public.stock/rows?limit=1000", &page) == http.StatusOK && len(page.Rows) == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the mirror did not catch up")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c := f.dial("?tables=public.stock")
+	c.read()
+	c.readUntil(f.hub)
+	f.exec(`UPDATE stock SET qty = -qty WHERE id <= 5`)
+	f.exec(`DELETE FROM stock WHERE id = 200`)
+	f.waitHub()
+	c.readUntil(f.hub)
+	equalRows(t, "client of a mirror-served table", c.rows, f.tableRows())
+	var row Row
+	if code := f.get("/api/v1/tables/public.stock/rows/7", &row); code != http.StatusOK || string(row.Values["qty"]) != "7" {
+		t.Fatalf("row 7 from the mirror: %d %+v", code, row)
+	}
+}

@@ -1,11 +1,11 @@
 package live
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"time"
@@ -50,28 +50,35 @@ func (h *Hub) relation(table string) *store.Relation {
 	return nil
 }
 
-// readMirror reads the local Delta mirror of table at a version (or, with
-// version < 0, as of a time). Values are rendered exactly as the live rows
-// are, so a client sees one format.
-func (s *Server) readMirror(r *http.Request, table string, version int64, asOf time.Time) (*travelRows, error) {
-	rel := s.hub.relation(table)
+// readMirror reads the local Delta mirror of table at a version, as of a
+// time (version < 0), or at its latest version (version < 0 and a zero
+// time). Values are rendered exactly as the live rows are, so a client sees
+// one format.
+func (h *Hub) readMirror(ctx context.Context, table string, version int64, asOf time.Time) (*travelRows, error) {
+	rel := h.relation(table)
 	if rel == nil {
 		return nil, fmt.Errorf("%w %q", errUnknownTable, table)
 	}
-	t, err := delta.Open(r.Context(), filepath.Join(s.cfg.TablesDir, table))
+	if h.tablesDir == "" {
+		return nil, errNoMirror
+	}
+	t, err := delta.Open(ctx, filepath.Join(h.tablesDir, table))
 	if err != nil {
 		return nil, errNoMirror
 	}
 	var snap *delta.Snapshot
-	if version >= 0 {
-		snap, err = t.SnapshotAt(r.Context(), version)
-	} else {
-		snap, err = t.SnapshotAsOf(r.Context(), asOf)
+	switch {
+	case version >= 0:
+		snap, err = t.SnapshotAt(ctx, version)
+	case !asOf.IsZero():
+		snap, err = t.SnapshotAsOf(ctx, asOf)
+	default:
+		snap, err = t.Snapshot(ctx)
 	}
 	if err != nil {
 		return nil, err
 	}
-	rows, err := snap.ReadRows(r.Context())
+	rows, err := snap.ReadRows(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read %s at version %d: %w", table, snap.Version(), err)
 	}

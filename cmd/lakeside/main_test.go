@@ -19,6 +19,7 @@ import (
 	"github.com/lakeside/lakeside/agent"
 	"github.com/lakeside/lakeside/agent/pgcluster"
 	"github.com/lakeside/lakeside/agent/pgtest"
+	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -62,6 +63,10 @@ func newE2E(t *testing.T, tables []string, settings ...map[string]string) *e2e {
   tables: [%s]
   status_interval: 1s
 state_dir: %s
+delta:
+  flush_interval: 200ms
+http:
+  listen: off
 log:
   level: info
 `, e.dsn, strings.Join(tables, ", "), e.stateDir)
@@ -241,4 +246,54 @@ func writeFile(t *testing.T, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// deltaRows reads the latest version of a local Delta table as maps keyed
+// by column name.
+func (e *e2e) deltaRows(table string) []map[string]any {
+	e.t.Helper()
+	ctx := context.Background()
+	tbl, err := delta.Open(ctx, filepath.Join(e.stateDir, "tables", table))
+	if err != nil {
+		e.t.Fatalf("open Delta table %s: %v", table, err)
+	}
+	snap, err := tbl.Snapshot(ctx)
+	if err != nil {
+		e.t.Fatalf("snapshot %s: %v", table, err)
+	}
+	rows, err := snap.ReadRows(ctx)
+	if err != nil {
+		e.t.Fatalf("read %s: %v", table, err)
+	}
+	names := snap.Schema().FieldNames()
+	out := make([]map[string]any, len(rows))
+	for i, r := range rows {
+		m := make(map[string]any, len(names))
+		for j, n := range names {
+			m[n] = r[j]
+		}
+		out[i] = m
+	}
+	return out
+}
+
+// waitApplied waits until everything captured so far is in the Delta
+// tables: the checkpoint has reached the server's WAL position and the
+// queue is empty (the applier trims what every table applied).
+func (e *e2e) waitApplied(d *daemon) {
+	e.t.Helper()
+	e.waitCaughtUp(d)
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		cfg, _ := agent.LoadConfig(e.configPath)
+		if st, err := agent.ReadStatus(context.Background(), cfg); err == nil && st.Running && st.Queue.Entries == 0 {
+			return
+		}
+		select {
+		case <-d.exited:
+			e.t.Fatalf("agent exited while applying; log:\n%s", d.stderr)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	e.t.Fatalf("the queue did not drain into the Delta tables in 3 minutes; log:\n%s", d.stderr)
 }
