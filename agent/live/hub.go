@@ -30,7 +30,7 @@ const (
 	hugeTxnChanges = 10000
 	// defaultMaxRows bounds the rows of one table the hub keeps in memory;
 	// a larger table is served from its Delta mirror.
-	defaultMaxRows = 100000
+	defaultMaxRows = 50000
 )
 
 // Hub follows the queue: it applies each durable transaction to its copy of

@@ -22,7 +22,6 @@ type tableState struct {
 // rowState is one current row.
 type rowState struct {
 	key  []store.Value
-	vals map[string]store.Value
 	json map[string]json.RawMessage
 }
 
@@ -78,18 +77,19 @@ func (t *tableState) apply(rel *store.Relation, c *store.Change) (out Change, ok
 	if prev == nil {
 		prev = t.rows[k]
 	}
-	row := &rowState{key: key, vals: make(map[string]store.Value, len(rel.Columns)), json: make(map[string]json.RawMessage, len(rel.Columns))}
+	row := &rowState{key: key, json: make(map[string]json.RawMessage, len(rel.Columns))}
 	for i, col := range rel.Columns {
 		v := c.New[i]
 		if v.Kind == store.KindUnchanged {
-			if prev == nil {
-				// Not kept here: the client keeps the value it has.
-				continue
+			// An unchanged TOASTed value keeps the value the row had; when
+			// the row is not kept here, the client keeps the value it has.
+			if prev != nil {
+				if old, ok := prev.json[col.Name]; ok {
+					row.json[col.Name] = old
+				}
 			}
-			// An unchanged TOASTed value keeps the value the row had.
-			v = prev.vals[col.Name]
+			continue
 		}
-		row.vals[col.Name] = v
 		row.json[col.Name] = jsonValue(v)
 	}
 	if !t.overflow {

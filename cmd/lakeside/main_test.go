@@ -297,3 +297,26 @@ func (e *e2e) waitApplied(d *daemon) {
 	}
 	e.t.Fatalf("the queue did not drain into the Delta tables in 3 minutes; log:\n%s", d.stderr)
 }
+
+// rss returns a process's current anonymous and file-backed resident
+// memory in bytes.
+func rss(pid int) (anon, file int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "RssAnon:":
+			anon = kb * 1024
+		case "RssFile:", "RssShmem:":
+			file += kb * 1024
+		}
+	}
+	return anon, file, nil
+}
