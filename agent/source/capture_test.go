@@ -283,7 +283,7 @@ func TestSlotDroppedWhileStoppedIsFatal(t *testing.T) {
 	if err := h.stop(); err != nil {
 		t.Fatal(err)
 	}
-	h.exec(`SELECT pg_drop_replication_slot('lakeside_test')`)
+	h.dropSlot()
 	err := h.runUntilError()
 	if !IsFatal(err) || !strings.Contains(err.Error(), "no longer exists") {
 		t.Fatalf("err = %v, want a fatal error saying the slot no longer exists", err)
@@ -300,7 +300,7 @@ func TestSlotRecreatedWhileStoppedIsFatal(t *testing.T) {
 	if err := h.stop(); err != nil {
 		t.Fatal(err)
 	}
-	h.exec(`SELECT pg_drop_replication_slot('lakeside_test')`)
+	h.dropSlot()
 	h.exec(`INSERT INTO items VALUES (2, 2, 'lost to the slot')`)
 	h.exec(`SELECT pg_create_logical_replication_slot('lakeside_test', 'pgoutput')`)
 	err := h.runUntilError()

@@ -276,3 +276,20 @@ func replay(txns []*store.Txn, rels map[store.RelationKey]*store.Relation) (repl
 	}
 	return out, nil
 }
+
+// dropSlot drops the test slot once its walsender has gone: a stopped
+// source's server process can take a moment to exit.
+func (h *harness) dropSlot() {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := h.conn.Exec(context.Background(), `SELECT pg_drop_replication_slot('lakeside_test')`)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("drop slot: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -299,7 +299,7 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	s.setState("streaming")
 	s.update(func(st *Status) { st.LastError = "" })
 	onStreaming()
-	st := &stream{s: s, conn: repl, decoders: decoders, rels: rels, lastQueued: start, open: map[uint32]bool{}}
+	st := &stream{s: s, conn: repl, sql: conn, decoders: decoders, rels: rels, lastQueued: start, open: map[uint32]bool{}}
 	return st.run(ctx)
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -35,8 +36,11 @@ const idleProbe = time.Second
 
 // stream is the state of one replication connection.
 type stream struct {
-	s        *Source
-	conn     replConn
+	s    *Source
+	conn replConn
+	// sql is the session's ordinary connection, idle while streaming; it
+	// samples the server's WAL position while capture is paused.
+	sql      *pgx.Conn
 	decoders *typeDecoders
 	rels     map[uint32]*relationDecoder
 
@@ -149,9 +153,19 @@ func (st *stream) pause(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	// The flush and status updates go on, so the server keeps the
-	// connection.
+	// connection; the server's WAL position is sampled so that the slot's
+	// growing lag shows.
 	if err := st.flushStream(); err != nil {
 		return true, err
+	}
+	if st.sql != nil {
+		var text string
+		if err := st.sql.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&text); err == nil {
+			if l, err := pglogrepl.ParseLSN(text); err == nil && store.LSN(l) > st.walEnd {
+				st.walEnd = store.LSN(l)
+				st.s.serverWALEnd.Store(uint64(st.walEnd))
+			}
+		}
 	}
 	select {
 	case <-ctx.Done():

@@ -345,7 +345,7 @@ func TestStatusCheckAndRestartErrors(t *testing.T) {
 	}
 
 	// A slot dropped while the agent was down stops the next start.
-	e.exec(`SELECT pg_drop_replication_slot('e2e')`)
+	e.dropSlot()
 	_, stderr, code = e.lakeside("run", "--config", e.configPath)
 	if code == 0 || !strings.Contains(stderr, `replication slot "e2e" no longer exists`) {
 		t.Fatalf("run after the slot was dropped: exit %d\n%s", code, stderr)

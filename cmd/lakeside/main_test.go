@@ -51,6 +51,12 @@ type e2e struct {
 
 func newE2E(t *testing.T, tables []string, settings ...map[string]string) *e2e {
 	t.Helper()
+	return newE2EWith(t, tables, "", settings...)
+}
+
+// newE2EWith is newE2E with extra configuration sections appended.
+func newE2EWith(t *testing.T, tables []string, extra string, settings ...map[string]string) *e2e {
+	t.Helper()
 	c := pgtest.Start(t, settings...)
 	db := pgtest.NewDatabase(t, c)
 	e := &e2e{t: t, cluster: c, dsn: c.DSN(db), stateDir: filepath.Join(t.TempDir(), "state")}
@@ -69,7 +75,7 @@ http:
   listen: off
 log:
   level: info
-`, e.dsn, strings.Join(tables, ", "), e.stateDir)
+%s`, e.dsn, strings.Join(tables, ", "), e.stateDir, extra)
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -319,4 +325,20 @@ func rss(pid int) (anon, file int64, err error) {
 		}
 	}
 	return anon, file, nil
+}
+
+// dropSlot drops the agent's slot once its walsender has gone.
+func (e *e2e) dropSlot() {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := e.conn.Exec(context.Background(), `SELECT pg_drop_replication_slot('e2e')`)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("drop slot: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
