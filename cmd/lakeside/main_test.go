@@ -62,6 +62,10 @@ func newE2EWith(t *testing.T, tables []string, extra string, settings ...map[str
 	e := &e2e{t: t, cluster: c, dsn: c.DSN(db), stateDir: filepath.Join(t.TempDir(), "state")}
 	e.conn = pgtest.Conn(t, e.dsn)
 	e.configPath = filepath.Join(t.TempDir(), "lakeside.yaml")
+	httpSection := "http:\n  listen: off\n"
+	if strings.Contains("\n"+extra, "\nhttp:") {
+		httpSection = ""
+	}
 	cfg := fmt.Sprintf(`source:
   dsn: "%s"
   slot: e2e
@@ -71,11 +75,9 @@ func newE2EWith(t *testing.T, tables []string, extra string, settings ...map[str
 state_dir: %s
 delta:
   flush_interval: 200ms
-http:
-  listen: off
-log:
+%slog:
   level: info
-%s`, e.dsn, strings.Join(tables, ", "), e.stateDir, extra)
+%s`, e.dsn, strings.Join(tables, ", "), e.stateDir, httpSection, extra)
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
