@@ -36,7 +36,8 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 test: deps vet
-	$(GO) test -count=1 -timeout 30m ./...
+	mkdir -p dist/test-artifacts
+	$(GO) test -count=1 -timeout 30m -artifacts -outputdir $(CURDIR)/dist/test-artifacts ./...
 
 demo: deps build
 	$(BIN)/lakeside demo
