@@ -115,6 +115,7 @@ func (a *Agent) Open() error {
 		EngineInfo:     "lakeside/" + a.version,
 		// The live view reads every transaction before the queue lets it go.
 		TrimLimit: a.hub.Offset,
+		Defer:     a.catchingUp,
 		Logger:    a.log.With("component", "applier"),
 	}
 	if a.up != nil {
@@ -129,6 +130,7 @@ func (a *Agent) Open() error {
 	}
 	srcCfg.Pause = a.backpressure
 	a.src = source.New(srcCfg, db)
+	a.hub.SetDefer(a.catchingUp)
 	a.metrics = a.newMetrics()
 	return nil
 }
@@ -143,6 +145,19 @@ func (a *Agent) backpressure() (bool, string) {
 		return true, fmt.Sprintf("replication backlog of %d bytes reached replica.max_backlog (%d bytes)", b.Bytes, a.cfg.Replica.MaxBacklog)
 	}
 	return false, ""
+}
+
+// catchUpBytes is how far behind the server's WAL capture must be for the
+// later stages to give it the CPU.
+const catchUpBytes = 8 << 20
+
+// catchingUp reports whether capture is far behind PostgreSQL: the applier
+// and the live view then hold back, so that a small machine spends itself
+// on shrinking the WAL the server keeps for the slot.
+func (a *Agent) catchingUp() bool {
+	st := a.src.Status()
+	// Until the server has said where its WAL ends, assume the worst.
+	return st.ServerWALEnd == 0 || st.ServerWALEnd > st.ReceivedLSN+catchUpBytes
 }
 
 // DB returns the open state file (nil before Open).

@@ -24,6 +24,9 @@ import (
 // FileName is the name of the state file inside the state directory.
 const FileName = "lakeside.db"
 
+// initialMmapSize is the address space mapped for the state file at open.
+const initialMmapSize = 8 << 30
+
 var (
 	bucketQueue     = []byte("queue")
 	bucketSpool     = []byte("spool")
@@ -69,6 +72,11 @@ func Open(dir string, opts Options) (*DB, error) {
 		Timeout:      timeout,
 		ReadOnly:     opts.ReadOnly,
 		FreelistType: bolt.FreelistMapType,
+		// bbolt remaps the file as it grows, and a remap waits for every
+		// read transaction to end. The applier and the live view read
+		// while capture writes; reserving address space up front (not
+		// memory) keeps their reads from stalling the queue's writer.
+		InitialMmapSize: initialMmapSize,
 	})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("open state %s: %w", path, ErrLocked)

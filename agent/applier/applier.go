@@ -72,11 +72,19 @@ type Config struct {
 	// OnCommit, when set, is called after a flush's commits, so that the
 	// uploader can look for the new versions at once.
 	OnCommit func()
+	// Defer, when set and true, holds flushes back (for at most
+	// MaxDefer): capture catching up with PostgreSQL goes first, since
+	// every byte it is behind is WAL the server keeps.
+	Defer    func() bool
+	MaxDefer time.Duration
 	// Logger receives progress and problems; nil means slog.Default().
 	Logger *slog.Logger
 }
 
 func (c *Config) defaults() {
+	if c.MaxDefer <= 0 {
+		c.MaxDefer = time.Minute
+	}
 	if c.FlushInterval <= 0 {
 		c.FlushInterval = time.Second
 	}
@@ -243,7 +251,12 @@ func (a *Applier) Run(ctx context.Context) error {
 				firstSeen = time.Now()
 			}
 			due := firstSeen.Add(a.cfg.FlushInterval)
-			if changes >= int64(a.cfg.FlushChanges) || !time.Now().Before(due) {
+			if a.cfg.Defer != nil && a.cfg.Defer() && time.Since(firstSeen) < a.cfg.MaxDefer {
+				due = time.Now().Add(a.cfg.PollInterval) // capture first
+			} else if changes >= int64(a.cfg.FlushChanges) {
+				due = time.Now()
+			}
+			if !time.Now().Before(due) {
 				err := a.flush(ctx, upTo)
 				switch {
 				case err == nil:

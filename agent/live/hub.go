@@ -42,6 +42,9 @@ type Hub struct {
 	log       *slog.Logger
 	tablesDir string
 	maxRows   int
+	// defer, when set and true, spaces polls out to deferredPoll: while
+	// capture catches up with PostgreSQL, the view is not live anyway.
+	deferFn func() bool
 
 	notify chan struct{}
 	types  *pgtype.Map
@@ -87,6 +90,12 @@ func NewHub(db *store.DB, tablesDir string, log *slog.Logger) *Hub {
 	}
 }
 
+// deferredPoll is the poll interval while capture catches up.
+const deferredPoll = 2 * time.Second
+
+// SetDefer sets the function that says capture is catching up.
+func (h *Hub) SetDefer(f func() bool) { h.deferFn = f }
+
 // Notify tells the hub that the queue changed; it never blocks.
 func (h *Hub) Notify() {
 	select {
@@ -114,9 +123,13 @@ func (h *Hub) Clients() int {
 func (h *Hub) Run(ctx context.Context) error {
 	tick := time.NewTicker(defaultPollInterval)
 	defer tick.Stop()
+	var last time.Time
 	for {
-		if err := h.poll(); err != nil {
-			return fmt.Errorf("live view: %w", err)
+		if h.deferFn == nil || !h.deferFn() || time.Since(last) >= deferredPoll {
+			if err := h.poll(); err != nil {
+				return fmt.Errorf("live view: %w", err)
+			}
+			last = time.Now()
 		}
 		select {
 		case <-ctx.Done():
@@ -176,7 +189,7 @@ func (h *Hub) poll() error {
 						t = newTableState(rel)
 						h.tables[t.name] = t
 					}
-					out, ok := t.apply(rel, ch)
+					out, ok := t.apply(rel, ch, !huge)
 					if !t.overflow && len(t.rows) > h.maxRows {
 						t.overflow, t.rows = true, nil
 						h.log.Warn("live view: table has too many rows to keep in memory; serving it from its Delta mirror", "table", t.name, "max_rows", h.maxRows)

@@ -49,8 +49,14 @@ func keyOf(rel *store.Relation, vals []store.Value) ([]store.Value, string) {
 
 // apply applies one change and describes it for clients. ok is false for a
 // change that does not alter the visible state.
-func (t *tableState) apply(rel *store.Relation, c *store.Change) (out Change, ok bool) {
+//
+// With wantOut false, and for a table served from its mirror, nothing is
+// rendered: the hub neither keeps nor streams the change.
+func (t *tableState) apply(rel *store.Relation, c *store.Change, wantOut bool) (out Change, ok bool) {
 	t.rel = rel
+	if t.overflow && !wantOut {
+		return out, false
+	}
 	out.Table = t.name
 	out.Op = c.Op.String()
 	switch c.Op {

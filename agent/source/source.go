@@ -296,10 +296,13 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 		return fmt.Errorf("start replication: %w", err)
 	}
 	s.log.Info("streaming from PostgreSQL", "slot", s.cfg.Slot, "from", start.String())
+	st := &stream{s: s, conn: repl, sql: conn, decoders: decoders, rels: rels, lastQueued: start, open: map[uint32]bool{}}
+	// Know how far behind the server this session starts before saying
+	// it streams: later stages hold back while capture catches up.
+	st.sampleServerWAL(ctx)
 	s.setState("streaming")
 	s.update(func(st *Status) { st.LastError = "" })
 	onStreaming()
-	st := &stream{s: s, conn: repl, sql: conn, decoders: decoders, rels: rels, lastQueued: start, open: map[uint32]bool{}}
 	return st.run(ctx)
 }
 

@@ -65,7 +65,8 @@ type stream struct {
 
 	slab valueSlab
 
-	paused bool
+	paused     bool
+	walSampled time.Time
 
 	lastStatus    time.Time
 	deadlineSet   time.Time
@@ -95,6 +96,7 @@ func (st *stream) run(ctx context.Context) error {
 				return err
 			}
 		}
+		st.sampleServerWAL(ctx)
 		if paused, err := st.pause(ctx); err != nil {
 			return err
 		} else if paused {
@@ -158,20 +160,34 @@ func (st *stream) pause(ctx context.Context) (bool, error) {
 	if err := st.flushStream(); err != nil {
 		return true, err
 	}
-	if st.sql != nil {
-		var text string
-		if err := st.sql.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&text); err == nil {
-			if l, err := pglogrepl.ParseLSN(text); err == nil && store.LSN(l) > st.walEnd {
-				st.walEnd = store.LSN(l)
-				st.s.serverWALEnd.Store(uint64(st.walEnd))
-			}
-		}
-	}
+	st.sampleServerWAL(ctx)
 	select {
 	case <-ctx.Done():
 	case <-time.After(readTimeout):
 	}
 	return true, nil
+}
+
+// walSampleEvery is how often the server's current WAL position is asked for.
+const walSampleEvery = time.Second
+
+// sampleServerWAL asks the server for its current WAL position on the
+// session's idle SQL connection. Logical replication messages carry the
+// position of their own change, not the server's WAL end, so this is what
+// makes the slot's lag (the WAL PostgreSQL keeps) visible while streaming.
+func (st *stream) sampleServerWAL(ctx context.Context) {
+	if st.sql == nil || time.Since(st.walSampled) < walSampleEvery {
+		return
+	}
+	st.walSampled = time.Now()
+	var text string
+	if err := st.sql.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&text); err != nil {
+		return
+	}
+	if l, err := pglogrepl.ParseLSN(text); err == nil && store.LSN(l) > st.walEnd {
+		st.walEnd = store.LSN(l)
+		st.s.serverWALEnd.Store(uint64(st.walEnd))
+	}
 }
 
 // shutdown makes everything received durable, acknowledges it, and returns.

@@ -53,7 +53,7 @@ func TestBenchCapture(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for i := int64(0); i < 25000; i++ {
-						if _, err := conn.Exec(context.Background(), `INSERT INTO bench (id, label, qty) VALUES ($1, 'single', 1)`, nextID+c*25000+i); err != nil {
+						if _, err := conn.Exec(context.Background(), `INSERT INTO bench (id, label, qty) VALUES ($1, 'single', 1)`, nextID+1+c*25000+i); err != nil {
 							t.Error(err)
 							return
 						}
