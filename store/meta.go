@@ -12,22 +12,29 @@ var (
 // Checkpoint returns the replication checkpoint: the end LSN of the last
 // transaction durable in the queue, or a later position PostgreSQL reported
 // while nothing was pending. Zero means no checkpoint yet.
-func (r *Reader) Checkpoint() (LSN, error) {
-	v := r.tx.Bucket(bucketMeta).Get(keyCheckpoint)
+func (r *Reader) Checkpoint() (LSN, error) { return r.metaLSN(keyCheckpoint, "checkpoint") }
+
+// SetCheckpoint records the replication checkpoint. It never moves backwards.
+func (w *Writer) SetCheckpoint(l LSN) error { return w.raiseMetaLSN(keyCheckpoint, "checkpoint", l) }
+
+// metaLSN reads a position kept in the meta bucket; zero when absent.
+func (r *Reader) metaLSN(key []byte, what string) (LSN, error) {
+	v := r.tx.Bucket(bucketMeta).Get(key)
 	if v == nil {
 		return 0, nil
 	}
 	d := newDecoder(recordMeta, v)
 	l := LSN(d.uvarint())
 	if err := d.done(); err != nil {
-		return 0, fmt.Errorf("read checkpoint: %w", err)
+		return 0, fmt.Errorf("read %s: %w", what, err)
 	}
 	return l, nil
 }
 
-// SetCheckpoint records the replication checkpoint. It never moves backwards.
-func (w *Writer) SetCheckpoint(l LSN) error {
-	cur, err := w.Checkpoint()
+// raiseMetaLSN records a position in the meta bucket unless it would move
+// backwards.
+func (w *Writer) raiseMetaLSN(key []byte, what string, l LSN) error {
+	cur, err := w.metaLSN(key, what)
 	if err != nil {
 		return err
 	}
@@ -36,7 +43,7 @@ func (w *Writer) SetCheckpoint(l LSN) error {
 	}
 	e := newEncoder(recordMeta, 10)
 	e.uvarint(uint64(l))
-	return w.tx.Bucket(bucketMeta).Put(keyCheckpoint, e.finish())
+	return w.tx.Bucket(bucketMeta).Put(key, e.finish())
 }
 
 // SlotState records which replication slot the state belongs to, so that a
