@@ -134,6 +134,7 @@ type Applier struct {
 	log    *slog.Logger
 	notify chan struct{}
 	tm     *typeMapper
+	scan   batchScan
 
 	// clock, when set, replaces time.Now in commits (tests).
 	clock func() time.Time
@@ -330,25 +331,45 @@ func (a *Applier) start(ctx context.Context) error {
 // nextBatch returns the end LSN of the last transaction of the next flush
 // (zero when the queue holds nothing after the applied position) and the
 // number of changes up to it.
+//
+// The scan is incremental: while the applied position stays put, only
+// transactions queued since the last call are read, so a queue that grows
+// by many small transactions is not read again from its start each time.
 func (a *Applier) nextBatch() (upTo store.LSN, changes int64, err error) {
 	err = a.db.View(func(r *store.Reader) error {
 		applied, err := r.Applied()
 		if err != nil {
 			return err
 		}
-		return r.Txns(applied, func(h *store.TxnHeader, _ *store.TxnCursor) error {
-			if upTo != 0 && changes+h.Changes > int64(a.cfg.FlushChanges) {
+		sc := &a.scan
+		if applied != sc.base {
+			*sc = batchScan{base: applied}
+		}
+		if sc.full {
+			return nil
+		}
+		return r.Txns(max(applied, sc.upTo), func(h *store.TxnHeader, _ *store.TxnCursor) error {
+			if sc.upTo != 0 && sc.changes+h.Changes > int64(a.cfg.FlushChanges) {
+				sc.full = true
 				return store.ErrStopScan
 			}
-			upTo = h.EndLSN
-			changes += h.Changes
+			sc.upTo = h.EndLSN
+			sc.changes += h.Changes
 			return nil
 		})
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("applier: read queue: %w", err)
 	}
-	return upTo, changes, nil
+	return a.scan.upTo, a.scan.changes, nil
+}
+
+// batchScan remembers how far nextBatch has read the queue past base, the
+// applied position it started from.
+type batchScan struct {
+	base, upTo store.LSN
+	changes    int64
+	full       bool
 }
 
 // applyAll applies everything queued now, in flushes of at most

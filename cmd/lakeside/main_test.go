@@ -66,6 +66,10 @@ func newE2EWith(t *testing.T, tables []string, extra string, settings ...map[str
 	if strings.Contains("\n"+extra, "\nhttp:") {
 		httpSection = ""
 	}
+	deltaSection := "delta:\n  flush_interval: 200ms\n"
+	if strings.Contains("\n"+extra, "\ndelta:") {
+		deltaSection = ""
+	}
 	cfg := fmt.Sprintf(`source:
   dsn: "%s"
   slot: e2e
@@ -73,11 +77,9 @@ func newE2EWith(t *testing.T, tables []string, extra string, settings ...map[str
   tables: [%s]
   status_interval: 1s
 state_dir: %s
-delta:
-  flush_interval: 200ms
-%slog:
+%s%slog:
   level: info
-%s`, e.dsn, strings.Join(tables, ", "), e.stateDir, httpSection, extra)
+%s`, e.dsn, strings.Join(tables, ", "), e.stateDir, deltaSection, httpSection, extra)
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
