@@ -257,7 +257,9 @@ func (h *Hub) resetLocked(epoch string) {
 // of its tables, as one message.
 func (h *Hub) publishLocked(batch []retainedTxn) {
 	h.retained = append(h.retained, batch...)
-	if over := len(h.retained) - h.retain; over > 0 {
+	// Drop the oldest in steps of a quarter of the retention, so that
+	// trimming costs nothing per transaction.
+	if over := len(h.retained) - h.retain; over > h.retain/4 {
 		h.retainedSince = h.retained[over-1].lsn
 		h.retained = append([]retainedTxn(nil), h.retained[over:]...)
 	}
