@@ -3,6 +3,7 @@ package applier
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 
@@ -10,20 +11,10 @@ import (
 	"github.com/lakeside/lakeside/store"
 )
 
-// typesSetup has a table with a column of every mapped type, an items table
-// for volume, and a table without a primary key under REPLICA IDENTITY FULL.
-const typesSetup = `
-CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
-CREATE TABLE types (
-	id   int8 PRIMARY KEY,
-	b    bool, i2 int2, i4 int4, i8 int8, f4 float4, f8 float8,
-	n    numeric(12,3), nu numeric,
-	t    text, vc varchar(20), ch char(5), u uuid, j json, jb jsonb, e mood, iv interval, ip inet,
-	ba   bytea, d date, ts timestamp, tstz timestamptz, tm time,
-	ai   int4[], at text[], an numeric(6,2)[], atz timestamptz[],
-	big  text
-);
-ALTER TABLE types ALTER COLUMN big SET STORAGE EXTERNAL;
+// typesSetup adds to the shared types table (testdata/sql/types.sql) an
+// items table for volume, and a table without a primary key under REPLICA
+// IDENTITY FULL.
+var typesSetup = typesTableSQL() + `
 CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL, note text);
 CREATE TABLE log (who text, what int4, at timestamptz);
 ALTER TABLE log REPLICA IDENTITY FULL;
@@ -144,4 +135,13 @@ func abs(x int64) int64 {
 		return -x
 	}
 	return x
+}
+
+// typesTableSQL reads the shared table with a column of every mapped type.
+func typesTableSQL() string {
+	b, err := os.ReadFile("../../testdata/sql/types.sql")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }
