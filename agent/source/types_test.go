@@ -21,7 +21,6 @@ import (
 // the test as ::text, the rest in pgx's binary format, so the captured text
 // decoding is checked against an independent decoder.
 
-
 const typesSelect = `SELECT id, b, i2, i4, i8, f4, f8, n, nu, t, vc, ch, u::text, j::text, jb::text, e::text, iv::text, ip,
 	ba, d, ts, tstz, tm, ai, at, an, atz, big FROM types WHERE id = $1`
 
