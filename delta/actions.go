@@ -192,17 +192,7 @@ func (*Remove) ActionName() string { return "remove" }
 
 // MarshalJSON writes partitionValues whenever extendedFileMetadata is true.
 func (r *Remove) MarshalJSON() ([]byte, error) {
-	type plain struct {
-		Path                 string             `json:"path"`
-		DeletionTimestamp    *int64             `json:"deletionTimestamp,omitempty"`
-		DataChange           bool               `json:"dataChange"`
-		ExtendedFileMetadata bool               `json:"extendedFileMetadata,omitempty"`
-		PartitionValues      map[string]*string `json:"partitionValues,omitempty"`
-		Size                 *int64             `json:"size,omitempty"`
-		Stats                string             `json:"stats,omitempty"`
-		Tags                 map[string]string  `json:"tags,omitempty"`
-		DeletionVector       json.RawMessage    `json:"deletionVector,omitempty"`
-	}
+	type plain Remove // the same fields, without this method
 	c := plain(*r)
 	if isJSONNull(c.DeletionVector) {
 		c.DeletionVector = nil
@@ -211,23 +201,17 @@ func (r *Remove) MarshalJSON() ([]byte, error) {
 		return json.Marshal(c)
 	}
 	// With extendedFileMetadata the partition values must be present, even
-	// when empty, which omitempty cannot express.
-	type ext struct {
-		Path                 string             `json:"path"`
-		DeletionTimestamp    *int64             `json:"deletionTimestamp,omitempty"`
-		DataChange           bool               `json:"dataChange"`
+	// when empty, which omitempty cannot express: these fields shadow the
+	// embedded ones.
+	pv := c.PartitionValues
+	if pv == nil {
+		pv = map[string]*string{}
+	}
+	return json.Marshal(struct {
+		plain
 		ExtendedFileMetadata bool               `json:"extendedFileMetadata"`
 		PartitionValues      map[string]*string `json:"partitionValues"`
-		Size                 *int64             `json:"size,omitempty"`
-		Stats                string             `json:"stats,omitempty"`
-		Tags                 map[string]string  `json:"tags,omitempty"`
-		DeletionVector       json.RawMessage    `json:"deletionVector,omitempty"`
-	}
-	e := ext(c)
-	if e.PartitionValues == nil {
-		e.PartitionValues = map[string]*string{}
-	}
-	return json.Marshal(e)
+	}{c, true, pv})
 }
 
 // RemoveOf returns a remove action for a file of the table, with

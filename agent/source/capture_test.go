@@ -273,7 +273,9 @@ func TestReconnectsAfterConnectionLossAndServerCrash(t *testing.T) {
 	}
 }
 
-func TestSlotDroppedWhileStoppedIsFatal(t *testing.T) {
+// capturedThenStopped runs a source until it captured one transaction, and
+// stops it.
+func capturedThenStopped(t *testing.T) *harness {
 	h := newHarness(t)
 	h.exec(itemsTable)
 	h.cfg.Tables = []Table{{"public", "items"}}
@@ -283,6 +285,11 @@ func TestSlotDroppedWhileStoppedIsFatal(t *testing.T) {
 	if err := h.stop(); err != nil {
 		t.Fatal(err)
 	}
+	return h
+}
+
+func TestSlotDroppedWhileStoppedIsFatal(t *testing.T) {
+	h := capturedThenStopped(t)
 	h.dropSlot()
 	err := h.runUntilError()
 	if !IsFatal(err) || !strings.Contains(err.Error(), "no longer exists") {
@@ -291,15 +298,7 @@ func TestSlotDroppedWhileStoppedIsFatal(t *testing.T) {
 }
 
 func TestSlotRecreatedWhileStoppedIsFatal(t *testing.T) {
-	h := newHarness(t)
-	h.exec(itemsTable)
-	h.cfg.Tables = []Table{{"public", "items"}}
-	h.start()
-	h.waitStreaming()
-	h.waitXid(h.xid(`INSERT INTO items VALUES (1, 1, NULL)`))
-	if err := h.stop(); err != nil {
-		t.Fatal(err)
-	}
+	h := capturedThenStopped(t)
 	h.dropSlot()
 	h.exec(`INSERT INTO items VALUES (2, 2, 'lost to the slot')`)
 	h.exec(`SELECT pg_create_logical_replication_slot('lakeside_test', 'pgoutput')`)

@@ -162,7 +162,7 @@ func (s *Source) loop(ctx context.Context) error {
 		if err == nil {
 			continue // the session asked to start over at once
 		}
-		if IsFatal(err) || s.writer.failureIfAny() != nil {
+		if IsFatal(err) || s.writer.failed() != nil {
 			s.setState("stopped")
 			return err
 		}
@@ -182,12 +182,6 @@ func (s *Source) loop(ctx context.Context) error {
 		}
 		backoff = min(backoff*2, maxBackoff)
 	}
-}
-
-func (w *queueWriter) failureIfAny() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
 }
 
 // session runs one connection's worth of capture: preflight, setup, the

@@ -64,9 +64,7 @@ type queueWriter struct {
 	err     error // set when the writer failed; it stops accepting ops
 
 	durable atomic.Uint64 // the checkpoint known to be fsync'd
-	// progress is signalled (without blocking) after each durable write.
-	progress chan struct{}
-	stopped  chan struct{}
+	stopped chan struct{}
 	// onDurable is called after each durable write, if set.
 	onDurable func()
 }
@@ -76,7 +74,6 @@ func newQueueWriter(db *store.DB, log *slog.Logger, checkpoint store.LSN, onDura
 		db:        db,
 		log:       log,
 		ops:       make(chan writeOp, maxBatchOps),
-		progress:  make(chan struct{}, 1),
 		stopped:   make(chan struct{}),
 		onDurable: onDurable,
 	}
@@ -125,12 +122,18 @@ func (w *queueWriter) sync(ctx context.Context) error {
 	}
 }
 
+// failure returns why the writer stopped, or an error saying it stopped.
 func (w *queueWriter) failure() error {
+	if err := w.failed(); err != nil {
+		return err
+	}
+	return errors.New("queue writer stopped")
+}
+
+// failed returns the writer's error, or nil while it works.
+func (w *queueWriter) failed() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.err == nil {
-		return errors.New("queue writer stopped")
-	}
 	return w.err
 }
 
@@ -138,9 +141,7 @@ func (w *queueWriter) failure() error {
 func (w *queueWriter) close() error {
 	close(w.ops)
 	<-w.stopped
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
+	return w.failed()
 }
 
 // run applies operations until ops is closed or a write fails for a reason
@@ -202,10 +203,6 @@ func (w *queueWriter) run() {
 		w.pending -= weight
 		w.cond.Broadcast()
 		w.mu.Unlock()
-		select {
-		case w.progress <- struct{}{}:
-		default:
-		}
 		if w.onDurable != nil {
 			w.onDurable()
 		}
