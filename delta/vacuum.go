@@ -1,0 +1,297 @@
+package delta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// DefaultDeletedFileRetention is how long a file removed from a table is kept
+// for time travel when the table does not set
+// delta.deletedFileRetentionDuration: seven days, as in Delta.
+const DefaultDeletedFileRetention = 7 * 24 * time.Hour
+
+// VacuumOptions configure Vacuum.
+type VacuumOptions struct {
+	// Retention is how far back time travel must keep working. Zero means
+	// the table's delta.deletedFileRetentionDuration, or
+	// DefaultDeletedFileRetention when the table does not set it.
+	Retention time.Duration
+	// Now is the time the retention counts back from; zero means the
+	// table's clock.
+	Now time.Time
+	// KeepFrom, when not nil, returns a version whose files must be kept
+	// whatever their age, together with those of every later version: for
+	// example the oldest version a replica does not have yet.
+	KeepFrom func(ctx context.Context) (int64, error)
+	// BeforeDelete, when not nil, is called with the files about to be
+	// deleted, before the first one is; an error it returns stops the
+	// vacuum with nothing deleted. It is not called when nothing is to be
+	// deleted or in a dry run.
+	BeforeDelete func(ctx context.Context, r *VacuumResult) error
+	// DryRun lists what would be deleted without deleting it.
+	DryRun bool
+}
+
+// VacuumFile is a data file that vacuum deleted or would delete.
+type VacuumFile struct {
+	// Path is relative to the table root and slash-separated.
+	Path    string
+	Size    int64
+	ModTime time.Time
+}
+
+// VacuumResult reports what Vacuum deleted, or would delete in a dry run.
+type VacuumResult struct {
+	// Files are the deleted files, in path order.
+	Files []VacuumFile
+	// Bytes is the total size of Files.
+	Bytes int64
+	// Version is the table version the vacuum looked at.
+	Version int64
+	// KeptFrom is the oldest version whose files were all kept: every
+	// version from KeptFrom to Version can still be read.
+	KeptFrom int64
+	// Cutoff is the retention boundary: a file not referenced by a kept
+	// version is deleted only when it was last modified before Cutoff.
+	Cutoff time.Time
+	// DryRun tells that nothing was deleted.
+	DryRun bool
+}
+
+// Vacuum deletes the data files that no version still inside the retention
+// window references: files removed from the table (remove tombstones) longer
+// ago than the retention, and orphan files that no version references (left
+// by a crashed write) and that were last modified before the retention
+// window. Every version whose commit is newer than the retention, and the
+// version that was current at its start, keep all their files, so time
+// travel to any of them keeps working. The log (_delta_log) and hidden files
+// (names starting with "." or "_", except partition directories) are never
+// touched.
+//
+// Vacuum returns what it deleted, also when it fails part way (the error then
+// names the files it could not delete).
+func (t *Table) Vacuum(ctx context.Context, opts VacuumOptions) (*VacuumResult, error) {
+	res, err := t.planVacuum(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("vacuum: %w", err)
+	}
+	if res.DryRun || len(res.Files) == 0 {
+		return res, nil
+	}
+	if opts.BeforeDelete != nil {
+		if err := opts.BeforeDelete(ctx, res); err != nil {
+			return nil, fmt.Errorf("vacuum: %w", err)
+		}
+	}
+	planned := res.Files
+	res.Files, res.Bytes = nil, 0
+	var errs []error
+	for _, f := range planned {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		err := os.Remove(filepath.Join(t.root, filepath.FromSlash(f.Path)))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		res.Files = append(res.Files, f)
+		res.Bytes += f.Size
+	}
+	if err := errors.Join(errs...); err != nil {
+		return res, fmt.Errorf("vacuum: %w", err)
+	}
+	return res, nil
+}
+
+// planVacuum finds the files Vacuum deletes.
+func (t *Table) planVacuum(ctx context.Context, opts VacuumOptions) (*VacuumResult, error) {
+	if opts.Retention < 0 {
+		return nil, fmt.Errorf("negative retention %s", opts.Retention)
+	}
+	now := opts.Now
+	if now.IsZero() {
+		now = t.now()
+	}
+	l, err := listLog(ctx, t.logDir)
+	if err != nil {
+		return nil, err
+	}
+	if l.maxVersion < 0 {
+		return nil, fmt.Errorf("%w: empty log", ErrNotATable)
+	}
+	latest, err := t.loadSnapshot(ctx, l, l.maxVersion)
+	if err != nil {
+		return nil, err
+	}
+	retention := opts.Retention
+	if retention == 0 {
+		retention = deletedFileRetention(latest.metadata)
+	}
+	cutoff := now.Add(-retention)
+	from, err := firstRetainedVersion(l, cutoff)
+	if err != nil {
+		return nil, err
+	}
+	if opts.KeepFrom != nil {
+		k, err := opts.KeepFrom(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("keep from: %w", err)
+		}
+		from = max(min(from, k), l.minCommit, 0)
+	}
+	referenced, err := t.referencedSince(ctx, l, from, latest)
+	if err != nil {
+		return nil, err
+	}
+	res := &VacuumResult{Version: latest.version, KeptFrom: from, Cutoff: cutoff, DryRun: opts.DryRun}
+	partCols := latest.metadata.PartitionColumns
+	err = filepath.WalkDir(t.root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while walking
+			}
+			return err
+		}
+		if p == t.root {
+			return nil
+		}
+		if hiddenName(d.Name(), partCols) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() || referenced[p] {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil // removed while walking
+		}
+		if !info.Mode().IsRegular() || !info.ModTime().Before(cutoff) {
+			return nil
+		}
+		rel, err := filepath.Rel(t.root, p)
+		if err != nil {
+			return err
+		}
+		res.Files = append(res.Files, VacuumFile{Path: filepath.ToSlash(rel), Size: info.Size(), ModTime: info.ModTime()})
+		res.Bytes += info.Size()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list files: %w", err)
+	}
+	return res, nil
+}
+
+// deletedFileRetention returns the table's delta.deletedFileRetentionDuration,
+// or DefaultDeletedFileRetention.
+func deletedFileRetention(m *Metadata) time.Duration {
+	if v, ok := m.Configuration["delta.deletedFileRetentionDuration"]; ok {
+		if d, err := parseInterval(v); err == nil && d >= 0 {
+			return d
+		}
+	}
+	return DefaultDeletedFileRetention
+}
+
+// firstRetainedVersion returns the oldest version that time travel inside
+// the retention window can reach: the newest version committed at or before
+// cutoff (the one current at the start of the window), or the oldest commit
+// when every commit is newer.
+func firstRetainedVersion(l *logListing, cutoff time.Time) (int64, error) {
+	versions := make([]int64, 0, len(l.commits))
+	for v := range l.commits {
+		versions = append(versions, v)
+	}
+	sort.Slice(versions, func(i, j int) bool { return versions[i] > versions[j] })
+	for _, v := range versions {
+		ts, err := readCommitTimestamp(l.commits[v])
+		if err != nil {
+			return 0, err
+		}
+		if !ts.After(cutoff) {
+			return v, nil
+		}
+	}
+	if l.minCommit < 0 {
+		return l.maxVersion, nil // only a checkpoint: keep what it holds
+	}
+	return l.minCommit, nil
+}
+
+// referencedSince returns the absolute paths of the files that any version
+// from `from` to the latest snapshot references.
+func (t *Table) referencedSince(ctx context.Context, l *logListing, from int64, latest *Snapshot) (map[string]bool, error) {
+	refs := map[string]bool{}
+	addPath := func(logPath string) error {
+		p, err := ResolvePath(t.root, logPath)
+		if err != nil {
+			return err
+		}
+		refs[p] = true
+		return nil
+	}
+	for _, a := range latest.files {
+		if err := addPath(a.Path); err != nil {
+			return nil, err
+		}
+	}
+	if from >= latest.version {
+		return refs, nil
+	}
+	first, err := t.loadSnapshot(ctx, l, from)
+	if err != nil {
+		return nil, fmt.Errorf("files of version %d: %w", from, err)
+	}
+	for _, a := range first.files {
+		if err := addPath(a.Path); err != nil {
+			return nil, err
+		}
+	}
+	for v := from + 1; v < latest.version; v++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		acts, err := readCommitFile(l.commits[v].path)
+		if err != nil {
+			return nil, fmt.Errorf("files of version %d: %w", v, err)
+		}
+		for _, a := range acts {
+			if add, ok := a.(*Add); ok {
+				if err := addPath(add.Path); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return refs, nil
+}
+
+// hiddenName reports whether a file or directory of the table is hidden
+// from vacuum: the log, and names starting with "." or "_" other than
+// partition directories such as "_commit_date=2024-01-01".
+func hiddenName(name string, partitionColumns []string) bool {
+	if strings.HasPrefix(name, ".") {
+		return true
+	}
+	if !strings.HasPrefix(name, "_") {
+		return false
+	}
+	for _, c := range partitionColumns {
+		if strings.HasPrefix(name, escapePartitionPathPart(c)+"=") {
+			return false
+		}
+	}
+	return true
+}
