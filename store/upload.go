@@ -13,6 +13,7 @@ import (
 //	            "state"     -> UploadState
 //	            "files"     -> bucket: path -> UploadedFile
 //	            "multipart" -> bucket: path -> MultipartUpload
+//	            "deletes"   -> bucket: path -> RemoteDelete
 //
 // A target names one remote location (URL and site), so pointing the agent at
 // another replica starts over instead of trusting state about a different
@@ -22,8 +23,9 @@ var (
 	keyUploadState     = []byte("state")
 	bucketUploadFiles  = []byte("files")
 	bucketUploadMulti  = []byte("multipart")
+	bucketUploadDelete = []byte("deletes")
 	errUploadReadOnly  = fmt.Errorf("upload state: write outside a write transaction")
-	uploadBucketsOrder = [][]byte{bucketUploadFiles, bucketUploadMulti}
+	uploadBucketsOrder = [][]byte{bucketUploadFiles, bucketUploadMulti, bucketUploadDelete}
 )
 
 // Record types of the upload state (see encoding.go for the framing).
@@ -31,6 +33,7 @@ const (
 	recordUploadState byte = 'u'
 	recordUploadFile  byte = 'f'
 	recordMultipart   byte = 'p'
+	recordDelete      byte = 'd'
 )
 
 // UploadState is the replication progress of one table to one target.
@@ -75,6 +78,20 @@ type UploadedPart struct {
 	Number int
 	ETag   string
 	Size   int64
+}
+
+// RemoteDelete is a file that vacuum deletes locally and that the remote
+// deletes once it is safe there too.
+type RemoteDelete struct {
+	// Path is the file's path relative to the table root, slash-separated.
+	Path string
+	Size int64
+	// AfterVersion is the oldest version the local vacuum kept: no version
+	// from it on references the file, so the remote may delete it once its
+	// own version reaches AfterVersion.
+	AfterVersion int64
+	// PlannedAt is when the local vacuum decided to delete the file.
+	PlannedAt time.Time
 }
 
 // uploadTable returns the bucket of a table, or nil when it does not exist.
@@ -311,4 +328,51 @@ func (w *Writer) DeleteUploadState(target, table string) error {
 		return nil
 	}
 	return t.DeleteBucket([]byte(table))
+}
+
+// PutRemoteDelete records a file to delete from the remote; recording it
+// again replaces the record.
+func (w *Writer) PutRemoteDelete(target, table string, d RemoteDelete) error {
+	b, err := w.uploadTableRW(target, table)
+	if err != nil {
+		return err
+	}
+	e := newEncoder(recordDelete, 32+len(d.Path))
+	e.str(d.Path)
+	e.varint(d.Size)
+	e.varint(d.AfterVersion)
+	e.varint(d.PlannedAt.UnixMicro())
+	return b.Bucket(bucketUploadDelete).Put([]byte(d.Path), e.finish())
+}
+
+// RemoteDeletes calls fn for every file of table waiting to be deleted from
+// the remote, in path order.
+func (r *Reader) RemoteDeletes(target, table string, fn func(d RemoteDelete) error) error {
+	b := r.uploadTable(target, table)
+	if b == nil || b.Bucket(bucketUploadDelete) == nil {
+		return nil // none recorded, or state written before deletes existed
+	}
+	return b.Bucket(bucketUploadDelete).ForEach(func(_, v []byte) error {
+		dec := newDecoder(recordDelete, v)
+		d := RemoteDelete{Path: dec.str(), Size: dec.varint(), AfterVersion: dec.varint()}
+		d.PlannedAt = time.UnixMicro(dec.varint()).UTC()
+		if err := dec.done(); err != nil {
+			return fmt.Errorf("read remote delete: %w", err)
+		}
+		return fn(d)
+	})
+}
+
+// RemoteDeleted records that a file is gone from the remote: its pending
+// delete and its upload record are forgotten in one write, so a delete that
+// succeeded is never repeated.
+func (w *Writer) RemoteDeleted(target, table, path string) error {
+	b, err := w.uploadTableRW(target, table)
+	if err != nil {
+		return err
+	}
+	if err := b.Bucket(bucketUploadDelete).Delete([]byte(path)); err != nil {
+		return err
+	}
+	return b.Bucket(bucketUploadFiles).Delete([]byte(path))
 }

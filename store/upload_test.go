@@ -149,3 +149,68 @@ func TestUploadStateCorruptionIsDetected(t *testing.T) {
 		t.Fatalf("err = %v, want ErrCorrupt", err)
 	}
 }
+
+// TestRemoteDeletes checks that pending remote deletes survive a reopen and
+// that RemoteDeleted forgets the delete and the upload record together.
+func TestRemoteDeletes(t *testing.T) {
+	dir := t.TempDir()
+	db, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const target, table = "file:///r/site", "public.items"
+	at := time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC)
+	want := []RemoteDelete{
+		{Path: "a.parquet", Size: 10, AfterVersion: 4, PlannedAt: at},
+		{Path: "p=1/b.parquet", Size: 20, AfterVersion: 5, PlannedAt: at},
+	}
+	err = db.Update(func(w *Writer) error {
+		for _, d := range want {
+			if err := w.PutUploadedFile(target, table, UploadedFile{Path: d.Path, Size: d.Size, Version: 1, UploadedAt: at}); err != nil {
+				return err
+			}
+			if err := w.PutRemoteDelete(target, table, d); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if db, err = Open(dir, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	list := func() []RemoteDelete {
+		var got []RemoteDelete
+		if err := db.View(func(r *Reader) error {
+			return r.RemoteDeletes(target, table, func(d RemoteDelete) error {
+				got = append(got, d)
+				return nil
+			})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := list(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after reopen: %+v, want %+v", got, want)
+	}
+	if err := db.Update(func(w *Writer) error { return w.RemoteDeleted(target, table, "a.parquet") }); err != nil {
+		t.Fatal(err)
+	}
+	if got := list(); !reflect.DeepEqual(got, want[1:]) {
+		t.Fatalf("after RemoteDeleted: %+v, want %+v", got, want[1:])
+	}
+	err = db.View(func(r *Reader) error {
+		if _, ok, err := r.UploadedFile(target, table, "a.parquet"); ok || err != nil {
+			t.Errorf("upload record of a deleted file: %v, %v", ok, err)
+		}
+		return r.RemoteDeletes("other", table, func(RemoteDelete) error { return errors.New("unexpected") })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
