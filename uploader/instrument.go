@@ -10,7 +10,7 @@ import (
 
 // Request describes one request to the replica, for Options.Hook.
 type Request struct {
-	// Op is "put", "get", "create-multipart", "upload-part",
+	// Op is "put", "get", "delete", "create-multipart", "upload-part",
 	// "complete-multipart" or "abort-multipart".
 	Op  string
 	Key string
@@ -80,6 +80,10 @@ func (c *instrumented) GetObject(ctx context.Context, key string) (io.ReadCloser
 		rc = nil
 	}
 	return rc, err
+}
+
+func (c *instrumented) DeleteObject(ctx context.Context, key string) error {
+	return c.do(ctx, "delete", key, func() error { return c.c.DeleteObject(ctx, key) })
 }
 
 func (c *instrumented) CreateMultipartUpload(ctx context.Context, key string) (string, error) {

@@ -22,6 +22,10 @@ type ReplicaClient interface {
 	// GetObject opens the object at key, or fails with an error wrapping
 	// ErrNotFound.
 	GetObject(ctx context.Context, key string) (io.ReadCloser, error)
+
+	// DeleteObject removes the object at key. Deleting a key that does not
+	// exist succeeds, so a delete may be repeated after a crash.
+	DeleteObject(ctx context.Context, key string) error
 }
 
 // MultipartClient is implemented by backends that can upload a large object

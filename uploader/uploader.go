@@ -216,6 +216,9 @@ func (u *Uploader) SyncOnce(ctx context.Context) error {
 	var errs []error
 	for _, t := range tables {
 		err := u.syncTable(ctx, t)
+		if err == nil {
+			_, err = u.deleteRemote(ctx, t)
+		}
 		u.setTableError(t.Name, err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("table %s: %w", t.Name, err))

@@ -126,6 +126,24 @@ func (c *Client) GetObject(ctx context.Context, key string) (io.ReadCloser, erro
 	return f, nil
 }
 
+// DeleteObject removes the file of key; a missing file is not an error.
+func (c *Client) DeleteObject(ctx context.Context, key string) error {
+	p, err := c.localPath(key)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	if err := syncDir(filepath.Dir(p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	return nil
+}
+
 // createTemp creates a hidden temporary file next to the destination.
 func createTemp(dir, base string) (*os.File, error) {
 	var b [8]byte

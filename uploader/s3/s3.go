@@ -218,6 +218,15 @@ func (c *Client) GetObject(ctx context.Context, key string) (io.ReadCloser, erro
 	return r, nil
 }
 
+// DeleteObject removes the object at key; S3 answers a delete of a missing
+// key with success.
+func (c *Client) DeleteObject(ctx context.Context, key string) error {
+	if err := c.core.RemoveObject(ctx, c.bucket, c.object(key), minio.RemoveObjectOptions{}); err != nil {
+		return fmt.Errorf("delete %s: %w", key, mapError(err))
+	}
+	return nil
+}
+
 // CreateMultipartUpload starts a multipart upload of key.
 func (c *Client) CreateMultipartUpload(ctx context.Context, key string) (string, error) {
 	id, err := c.core.NewMultipartUpload(ctx, c.bucket, c.object(key), minio.PutObjectOptions{})

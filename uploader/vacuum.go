@@ -1,0 +1,133 @@
+package uploader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
+)
+
+// VacuumOptions returns the hooks a local vacuum of table needs while the
+// table is replicated (see delta.VacuumOptions):
+//
+//   - KeepFrom keeps every file of the versions not yet confirmed on the
+//     remote, so a local file is deleted only once it is uploaded;
+//   - BeforeDelete records, before anything is deleted locally, which of the
+//     files about to go are on the remote, so that the remote deletes them
+//     too, following the same retention (see DeleteRemote).
+func (u *Uploader) VacuumOptions(table string) (keepFrom func(context.Context) (int64, error), beforeDelete func(context.Context, *delta.VacuumResult) error) {
+	keepFrom = func(ctx context.Context) (int64, error) {
+		st, err := u.loadState(table)
+		if err != nil {
+			return 0, err
+		}
+		return st.RemoteVersion + 1, nil
+	}
+	beforeDelete = func(ctx context.Context, r *delta.VacuumResult) error {
+		return u.planRemoteDeletes(table, r)
+	}
+	return keepFrom, beforeDelete
+}
+
+// planRemoteDeletes records the uploaded files among those a local vacuum is
+// about to delete. The remote deletes one once its version reaches the
+// oldest version the local vacuum kept: from there on no version the remote
+// serves, and no version inside its retention window, references the file.
+func (u *Uploader) planRemoteDeletes(table string, r *delta.VacuumResult) error {
+	now := u.opts.Now().UTC()
+	err := u.opts.DB.Update(func(w *store.Writer) error {
+		for _, f := range r.Files {
+			_, ok, err := w.UploadedFile(u.opts.Target, table, f.Path)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue // never uploaded (an orphan): nothing to delete remotely
+			}
+			d := store.RemoteDelete{Path: f.Path, Size: f.Size, AfterVersion: r.KeptFrom, PlannedAt: now}
+			if err := w.PutRemoteDelete(u.opts.Target, table, d); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("uploader: record remote deletes of %s: %w", table, err)
+	}
+	return nil
+}
+
+// DeleteRemote deletes from the remote the files that vacuum deleted locally
+// once they are safe to delete there, for every table, and returns how many
+// it deleted. Every pass of Run and SyncOnce does the same for the tables it
+// brought up to date; `lakeside vacuum` calls it when no agent runs.
+func (u *Uploader) DeleteRemote(ctx context.Context) (int, error) {
+	u.pass.Lock()
+	defer u.pass.Unlock()
+	tables, err := u.opts.Tables(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("uploader: %w", err)
+	}
+	total := 0
+	for _, t := range tables {
+		n, err := u.deleteRemote(ctx, t)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("table %s: %w", t.Name, err)
+		}
+	}
+	return total, nil
+}
+
+// deleteRemote deletes the pending remote deletes of one table whose file is
+// gone locally and whose AfterVersion the remote has reached. Each delete is
+// recorded as soon as it succeeded, so it is not repeated after a restart;
+// one interrupted before it was recorded is simply repeated (deleting a
+// missing object succeeds).
+func (u *Uploader) deleteRemote(ctx context.Context, t Table) (int, error) {
+	var st store.UploadState
+	var due []store.RemoteDelete
+	err := u.opts.DB.View(func(r *store.Reader) error {
+		var err error
+		if st, err = r.UploadState(u.opts.Target, t.Name); err != nil {
+			return err
+		}
+		return r.RemoteDeletes(u.opts.Target, t.Name, func(d store.RemoteDelete) error {
+			if d.AfterVersion <= st.RemoteVersion {
+				due = append(due, d)
+			}
+			return nil
+		})
+	})
+	if err != nil || st.Stopped != "" {
+		return 0, err
+	}
+	n := 0
+	for _, d := range due {
+		_, err := os.Lstat(filepath.Join(t.Path, filepath.FromSlash(d.Path)))
+		if err == nil {
+			continue // the local vacuum did not get to it (yet)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return n, fmt.Errorf("%w: %w", ErrLocal, err)
+		}
+		if err := u.client.DeleteObject(ctx, t.Name+"/"+d.Path); err != nil {
+			return n, err
+		}
+		if err := u.opts.DB.Update(func(w *store.Writer) error {
+			return w.RemoteDeleted(u.opts.Target, t.Name, d.Path)
+		}); err != nil {
+			return n, fmt.Errorf("record remote delete: %w", err)
+		}
+		n++
+	}
+	if n > 0 {
+		u.log.Info("deleted vacuumed files from the replica", "table", t.Name, "files", n)
+	}
+	return n, nil
+}
