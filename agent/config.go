@@ -35,8 +35,12 @@ const (
 	DefaultFlushInterval  = time.Second
 	DefaultFlushChanges   = 100000
 	DefaultTargetFileRows = 100000
-	DefaultHTTPListen     = "127.0.0.1:8080"
-	DefaultMaxClients     = 64
+	// DefaultVacuumRetention is Delta's default
+	// delta.deletedFileRetentionDuration: seven days of time travel.
+	DefaultVacuumRetention = 7 * 24 * time.Hour
+	DefaultVacuumInterval  = 24 * time.Hour
+	DefaultHTTPListen      = "127.0.0.1:8080"
+	DefaultMaxClients      = 64
 )
 
 // Snapshot modes accepted in source.snapshot.
@@ -83,6 +87,12 @@ type DeltaConfig struct {
 	SoftDelete bool `yaml:"soft_delete"`
 	// TargetFileRows is the number of rows per mirror data file (100000).
 	TargetFileRows int64 `yaml:"target_file_rows"`
+	// VacuumRetention is how far back time travel keeps working: vacuum
+	// deletes a data file only once no version newer than that needs it
+	// (168h by default, at least 1h).
+	VacuumRetention time.Duration `yaml:"vacuum_retention"`
+	// VacuumInterval is how often the agent vacuums its tables (24h).
+	VacuumInterval time.Duration `yaml:"vacuum_interval"`
 }
 
 // HTTPConfig configures the live view's HTTP server.
@@ -226,11 +236,13 @@ type rawConfig struct {
 
 // rawDelta mirrors the delta section of the file.
 type rawDelta struct {
-	TablesDir      *string `yaml:"tables_dir"`
-	FlushInterval  *string `yaml:"flush_interval"`
-	FlushChanges   *string `yaml:"flush_changes"`
-	SoftDelete     *string `yaml:"soft_delete"`
-	TargetFileRows *string `yaml:"target_file_rows"`
+	TablesDir       *string `yaml:"tables_dir"`
+	FlushInterval   *string `yaml:"flush_interval"`
+	FlushChanges    *string `yaml:"flush_changes"`
+	SoftDelete      *string `yaml:"soft_delete"`
+	TargetFileRows  *string `yaml:"target_file_rows"`
+	VacuumRetention *string `yaml:"vacuum_retention"`
+	VacuumInterval  *string `yaml:"vacuum_interval"`
 }
 
 // rawReplica mirrors the replica section of the file.
@@ -280,7 +292,7 @@ func sectionKeys(path string) []string {
 	case "source":
 		return []string{"dsn", "slot", "publication", "tables", "snapshot", "status_interval"}
 	case "delta":
-		return []string{"tables_dir", "flush_interval", "flush_changes", "soft_delete", "target_file_rows"}
+		return []string{"tables_dir", "flush_interval", "flush_changes", "soft_delete", "target_file_rows", "vacuum_retention", "vacuum_interval"}
 	case "replica":
 		return []string{"url", "site", "endpoint", "region", "access_key_id", "secret_access_key",
 			"max_backlog", "max_bytes_per_second", "poll_interval", "max_backoff", "concurrency"}

@@ -106,9 +106,21 @@ func (p *configParser) buildDelta(c *Config, raw *rawDelta) error {
 	if c.Delta.SoftDelete, err = p.boolean("delta.soft_delete", raw.SoftDelete, false); err != nil {
 		return err
 	}
-	c.Delta.TargetFileRows, err = p.count("delta.target_file_rows", raw.TargetFileRows, DefaultTargetFileRows)
+	if c.Delta.TargetFileRows, err = p.count("delta.target_file_rows", raw.TargetFileRows, DefaultTargetFileRows); err != nil {
+		return err
+	}
+	if c.Delta.VacuumRetention, err = p.duration("delta.vacuum_retention", raw.VacuumRetention, DefaultVacuumRetention); err != nil {
+		return err
+	}
+	if c.Delta.VacuumRetention < minVacuumRetention {
+		return p.pathErrorf("delta.vacuum_retention", "%s is shorter than %s: readers and time travel need the files of recent versions", c.Delta.VacuumRetention, minVacuumRetention)
+	}
+	c.Delta.VacuumInterval, err = p.duration("delta.vacuum_interval", raw.VacuumInterval, DefaultVacuumInterval)
 	return err
 }
+
+// minVacuumRetention is the shortest delta.vacuum_retention accepted.
+const minVacuumRetention = time.Hour
 
 func (p *configParser) buildReplica(c *Config, raw *rawReplica) error {
 	r := &c.Replica
