@@ -152,7 +152,7 @@ func (w *Writer) Trim(upTo LSN) (int, error) {
 		doomed = append(doomed, k)
 	}
 	for _, k := range doomed {
-		size := txnBytes(q.Bucket(k))
+		size := txnBytes(q.Bucket(k), false)
 		if err := q.DeleteBucket(k); err != nil {
 			return 0, fmt.Errorf("trim queue: %w", err)
 		}
@@ -162,17 +162,22 @@ func (w *Writer) Trim(upTo LSN) (int, error) {
 	return len(doomed), nil
 }
 
-// txnBytes adds up the size of a queue entry's records.
-func txnBytes(b *bolt.Bucket) int64 {
+// txnBytes adds up the size of a queue entry's records, as counted when it
+// was queued: the header and the chunks, without the totals record of a
+// spool moved in (spooled is true inside one).
+func txnBytes(b *bolt.Bucket, spooled bool) int64 {
 	var n int64
 	if b == nil {
 		return 0
 	}
 	_ = b.ForEach(func(k, v []byte) error {
-		if v == nil {
-			n += txnBytes(b.Bucket(k))
+		switch {
+		case v == nil:
+			n += txnBytes(b.Bucket(k), true)
+		case spooled && bytes.Equal(k, headerKey):
+		default:
+			n += int64(len(v))
 		}
-		n += int64(len(v))
 		return nil
 	})
 	return n
