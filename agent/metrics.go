@@ -14,6 +14,9 @@ type collector struct {
 	tableVersion, remoteVersion, backlogBytes *prometheus.Desc
 	backlogVersions, requests, versions       *prometheus.Desc
 	uploadedBytes, online                     *prometheus.Desc
+	capturedTxns, receivedChanges             *prometheus.Desc
+	deltaCommits, deltaFilesAdded             *prometheus.Desc
+	deltaFilesRemoved                         *prometheus.Desc
 }
 
 func (a *Agent) newMetrics() *prometheus.Registry {
@@ -21,23 +24,28 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 		return prometheus.NewDesc("lakeside_"+name, help, labels, nil)
 	}
 	c := &collector{
-		a:               a,
-		confirmed:       d("confirmed_lsn", "Flush position acknowledged to PostgreSQL."),
-		checkpoint:      d("checkpoint_lsn", "Position durable in the queue."),
-		lag:             d("slot_lag_bytes", "Server WAL end minus the acknowledged position: WAL PostgreSQL keeps for the slot."),
-		lagSeconds:      d("replication_lag_seconds", "Age of the newest captured commit while behind the server."),
-		queueTxns:       d("queue_transactions", "Transactions in the queue."),
-		queueBytes:      d("queue_bytes", "Bytes in the queue."),
-		paused:          d("capture_paused", "1 while capture is paused by backpressure."),
-		clients:         d("websocket_clients", "Live view stream clients."),
-		tableVersion:    d("delta_table_version", "Latest local version of a Delta table.", "table", "kind"),
-		remoteVersion:   d("replica_remote_version", "Latest version of a table on the replica.", "table"),
-		backlogBytes:    d("replica_backlog_bytes", "Bytes committed locally and not yet replicated."),
-		backlogVersions: d("replica_backlog_versions", "Versions committed locally and not yet replicated."),
-		requests:        d("replica_requests_total", "Requests sent to the replica."),
-		versions:        d("replica_versions_total", "Delta versions replicated."),
-		uploadedBytes:   d("replica_bytes_total", "Bytes replicated."),
-		online:          d("replica_online", "1 while the replica is reachable."),
+		a:                 a,
+		confirmed:         d("confirmed_lsn", "Flush position acknowledged to PostgreSQL."),
+		checkpoint:        d("checkpoint_lsn", "Position durable in the queue."),
+		lag:               d("slot_lag_bytes", "Server WAL end minus the acknowledged position: WAL PostgreSQL keeps for the slot."),
+		lagSeconds:        d("replication_lag_seconds", "Age of the newest captured commit while behind the server."),
+		queueTxns:         d("queue_transactions", "Transactions in the queue."),
+		queueBytes:        d("queue_bytes", "Bytes in the queue."),
+		paused:            d("capture_paused", "1 while capture is paused by backpressure."),
+		clients:           d("websocket_clients", "Live view stream clients."),
+		tableVersion:      d("delta_table_version", "Latest local version of a Delta table.", "table", "kind"),
+		remoteVersion:     d("replica_remote_version", "Latest version of a table on the replica.", "table"),
+		backlogBytes:      d("replica_backlog_bytes", "Bytes committed locally and not yet replicated."),
+		backlogVersions:   d("replica_backlog_versions", "Versions committed locally and not yet replicated."),
+		requests:          d("replica_requests_total", "Requests sent to the replica."),
+		versions:          d("replica_versions_total", "Delta versions replicated."),
+		uploadedBytes:     d("replica_bytes_total", "Bytes replicated."),
+		online:            d("replica_online", "1 while the replica is reachable."),
+		capturedTxns:      d("captured_transactions_total", "Committed transactions captured into the queue."),
+		receivedChanges:   d("captured_changes_total", "Row changes received from PostgreSQL (snapshot rows included)."),
+		deltaCommits:      d("delta_commits_total", "Delta commits written.", "table", "kind"),
+		deltaFilesAdded:   d("delta_files_added_total", "Data files added by Delta commits.", "table", "kind"),
+		deltaFilesRemoved: d("delta_files_removed_total", "Data files removed (rewritten or deleted) by Delta commits.", "table", "kind"),
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -46,7 +54,8 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.confirmed, c.checkpoint, c.lag, c.lagSeconds, c.queueTxns, c.queueBytes, c.paused,
-		c.clients, c.tableVersion, c.remoteVersion, c.backlogBytes, c.backlogVersions, c.requests, c.versions, c.uploadedBytes, c.online} {
+		c.clients, c.tableVersion, c.remoteVersion, c.backlogBytes, c.backlogVersions, c.requests, c.versions, c.uploadedBytes, c.online,
+		c.capturedTxns, c.receivedChanges, c.deltaCommits, c.deltaFilesAdded, c.deltaFilesRemoved} {
 		ch <- d
 	}
 }
@@ -60,8 +69,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	counter := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	counter(c.capturedTxns, float64(src.Transactions))
+	counter(c.receivedChanges, float64(src.Changes))
+	for _, t := range c.a.app.Tables() {
+		counter(c.deltaCommits, float64(t.Commits), t.Name, t.Kind)
+		counter(c.deltaFilesAdded, float64(t.FilesAdded), t.Name, t.Kind)
+		counter(c.deltaFilesRemoved, float64(t.FilesRemoved), t.Name, t.Kind)
 	}
 	gauge(c.confirmed, float64(src.ConfirmedLSN))
 	gauge(c.checkpoint, float64(src.DurableLSN))

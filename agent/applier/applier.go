@@ -125,6 +125,9 @@ type TableStatus struct {
 	// AppliedLSN is the txn version of the table: the end LSN of the last
 	// source transaction it holds.
 	AppliedLSN store.LSN
+	// Commits, FilesAdded and FilesRemoved count the table's Delta commits
+	// and the data files they added and removed since start.
+	Commits, FilesAdded, FilesRemoved int64
 }
 
 // Applier applies the queue to the Delta tables.
@@ -225,7 +228,26 @@ func (a *Applier) Tables() []TableStatus {
 func (a *Applier) setStatus(dt *deltaTable) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.status[dt.name] = TableStatus{Name: dt.name, Kind: dt.kind, Path: dt.t.Path(), Version: dt.version, AppliedLSN: dt.applied}
+	old := a.status[dt.name]
+	a.status[dt.name] = TableStatus{Name: dt.name, Kind: dt.kind, Path: dt.t.Path(), Version: dt.version, AppliedLSN: dt.applied,
+		Commits: old.Commits, FilesAdded: old.FilesAdded, FilesRemoved: old.FilesRemoved}
+}
+
+// countCommit adds a commit of actions to the counts of dt's status.
+func (a *Applier) countCommit(dt *deltaTable, actions []delta.Action) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.status[dt.name]
+	st.Commits++
+	for _, act := range actions {
+		switch act.(type) {
+		case *delta.Add:
+			st.FilesAdded++
+		case *delta.Remove:
+			st.FilesRemoved++
+		}
+	}
+	a.status[dt.name] = st
 }
 
 // Run applies the queue until ctx ends, and returns nil then. A failed

@@ -114,6 +114,7 @@ func (a *Applier) commit(ctx context.Context, dt *deltaTable, actions []delta.Ac
 		dt.meta, dt.schemaDirty = md, false
 	}
 	a.setStatus(dt)
+	a.countCommit(dt, actions)
 	if a.cfg.CheckpointInterval > 0 && v%a.cfg.CheckpointInterval == 0 {
 		if err := a.fail("before-checkpoint", dt.name); err != nil {
 			return err

@@ -168,6 +168,7 @@ func (c *copyReader) row(line []byte) error {
 	}
 	c.batch = append(c.batch, store.Change{Op: store.OpInsert, Relation: c.rd.rel.Key, New: vals})
 	c.rows++
+	c.src.changesReceived.Add(1)
 	if len(c.batch) >= snapshotChunk {
 		return c.flush()
 	}
@@ -175,6 +176,7 @@ func (c *copyReader) row(line []byte) error {
 }
 
 func (c *copyReader) flush() error {
+	c.src.beat(streamBeat)
 	if len(c.batch) > 0 {
 		if err := c.src.writer.send(writeOp{kind: opSpoolAppend, spool: store.SnapshotSpool, changes: c.batch}); err != nil {
 			return err

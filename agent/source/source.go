@@ -31,11 +31,18 @@ type Source struct {
 	// Positions, updated per message without a lock.
 	confirmedLSN, receivedLSN, serverWALEnd atomic.Uint64
 	lastCommitMicros                        atomic.Int64
+	// Counts since start: transactions queued, row changes received.
+	txnsQueued, changesReceived atomic.Int64
+	// beatBy is when the capture loop promises to beat again (Unix
+	// nanoseconds); see Alive.
+	beatBy atomic.Int64
 
-	mu     sync.Mutex
-	status Status
-	ready  chan struct{}
-	once   sync.Once
+	mu            sync.Mutex
+	status        Status
+	ready         chan struct{}
+	once          sync.Once
+	connected     chan struct{}
+	connectedOnce sync.Once
 }
 
 // Status describes the source's connection and positions.
@@ -56,6 +63,10 @@ type Status struct {
 	LastCommitTime time.Time
 	// LastError is the last connection error, if any.
 	LastError string
+	// Transactions counts the transactions queued since start; Changes
+	// counts the row changes received, including those of streamed
+	// transactions that were later aborted, and the snapshot's rows.
+	Transactions, Changes int64
 }
 
 // New returns a source that writes into db.
@@ -67,9 +78,32 @@ func New(cfg Config, db *store.DB) *Source {
 	if cfg.StatusInterval <= 0 {
 		cfg.StatusInterval = 10 * time.Second
 	}
-	return &Source{cfg: cfg, db: db, log: log, ready: make(chan struct{}),
+	s := &Source{cfg: cfg, db: db, log: log, ready: make(chan struct{}), connected: make(chan struct{}),
 		status: Status{State: "starting", Since: time.Now()}}
+	s.beat(startupGrace)
+	return s
 }
+
+// startupGrace is how long the source may take from New to its first beat
+// and for one connection attempt (connect, preflight and setup).
+const startupGrace = 2 * time.Minute
+
+// beat records that the capture loop is alive and promises the next beat
+// within d.
+func (s *Source) beat(d time.Duration) {
+	s.beatBy.Store(time.Now().Add(d).UnixNano())
+}
+
+// Alive reports whether the capture loop has kept its last promise to beat:
+// false means it is stuck (a hung call, a deadlock), not merely
+// disconnected or waiting to reconnect.
+func (s *Source) Alive() bool {
+	return time.Now().UnixNano() <= s.beatBy.Load()
+}
+
+// Connected is closed once the source is connected to PostgreSQL with its
+// queue open: when the initial snapshot or streaming starts.
+func (s *Source) Connected() <-chan struct{} { return s.connected }
 
 // Status returns a copy of the current status.
 func (s *Source) Status() Status {
@@ -82,6 +116,7 @@ func (s *Source) Status() Status {
 	st.ConfirmedLSN = store.LSN(s.confirmedLSN.Load())
 	st.ReceivedLSN = store.LSN(s.receivedLSN.Load())
 	st.ServerWALEnd = store.LSN(s.serverWALEnd.Load())
+	st.Transactions, st.Changes = s.txnsQueued.Load(), s.changesReceived.Load()
 	if us := s.lastCommitMicros.Load(); us != 0 {
 		st.LastCommitTime = time.UnixMicro(us)
 	}
@@ -98,8 +133,12 @@ func (s *Source) setState(state string) {
 		s.status.State = state
 		s.status.Since = time.Now()
 	}
-	if state == "streaming" {
+	switch state {
+	case "streaming":
 		s.once.Do(func() { close(s.ready) })
+		fallthrough
+	case "snapshot", "paused":
+		s.connectedOnce.Do(func() { close(s.connected) })
 	}
 }
 
@@ -147,6 +186,7 @@ func (s *Source) loop(ctx context.Context) error {
 	attempts := 0
 	for {
 		connected := false
+		s.beat(startupGrace)
 		err := s.session(ctx, func() {
 			connected = true
 			if !downSince.IsZero() {
@@ -175,6 +215,7 @@ func (s *Source) loop(ctx context.Context) error {
 		}
 		// Full jitter keeps a fleet of branch agents from reconnecting in step.
 		sleep := minBackoff + rand.N(backoff)
+		s.beat(sleep + startupGrace)
 		select {
 		case <-ctx.Done():
 			return nil

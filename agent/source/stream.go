@@ -82,6 +82,7 @@ func (st *stream) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return st.shutdown()
 		}
+		st.s.beat(streamBeat)
 		durable := st.s.writer.Durable()
 		sinceStatus := time.Since(st.lastStatus)
 		switch {
@@ -167,6 +168,11 @@ func (st *stream) pause(ctx context.Context) (bool, error) {
 	}
 	return true, nil
 }
+
+// streamBeat bounds one turn of the streaming loop: a read (readTimeout), a
+// status update, and handing a message to the queue writer, which may wait
+// for a group commit of the spool.
+const streamBeat = time.Minute
 
 // walSampleEvery is how often the server's current WAL position is asked for.
 const walSampleEvery = time.Second
@@ -279,6 +285,7 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 		if err != nil {
 			return err
 		}
+		st.s.changesReceived.Add(1)
 		return st.add(xid, c)
 	}
 	msg, err := pglogrepl.ParseV2(data, st.inStream)
@@ -452,6 +459,7 @@ func (st *stream) commit(m *pglogrepl.CommitMessage) error {
 		return nil
 	}
 	st.lastQueued = h.EndLSN
+	st.s.txnsQueued.Add(1)
 	if st.spilled {
 		if len(st.txn.Changes) > 0 {
 			if err := st.s.writer.send(writeOp{kind: opSpoolAppend, spool: id, subXid: h.Xid, changes: st.txn.Changes}); err != nil {
@@ -476,5 +484,6 @@ func (st *stream) streamCommit(m *pglogrepl.StreamCommitMessageV2) error {
 		return st.s.writer.send(writeOp{kind: opSpoolAbort, spool: id, subXid: m.Xid})
 	}
 	st.lastQueued = h.EndLSN
+	st.s.txnsQueued.Add(1)
 	return st.s.writer.send(writeOp{kind: opSpoolCommit, spool: id, header: h})
 }
