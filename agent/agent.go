@@ -13,10 +13,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
 
 	"github.com/lakeside/lakeside/agent/applier"
 	"github.com/lakeside/lakeside/agent/live"
@@ -41,7 +43,14 @@ type Agent struct {
 	app     *applier.Applier
 	up      *uploader.Uploader // nil when replication is off
 	hub     *live.Hub
+	server  *live.Server  // nil when http.listen is off
+	limiter *rate.Limiter // upload bandwidth, nil when replication is off
 	metrics *prometheus.Registry
+
+	// reloadMu guards effective, the configuration as changed by reloads
+	// (cfg stays as started).
+	reloadMu  sync.Mutex
+	effective *Config
 }
 
 // New returns an agent for cfg; nothing starts until Run. version goes into
@@ -83,21 +92,22 @@ func (a *Agent) Open() error {
 	a.hub = live.NewHub(db, a.cfg.Delta.TablesDir, a.log.With("component", "live"))
 
 	if a.cfg.Replica.URL != "" {
+		a.limiter = newBandwidthLimiter(a.cfg.Replica.MaxBytesPerSecond)
 		client, err := replica.Open(a.cfg.Replica, nil)
 		if err != nil {
 			db.Close()
 			return fmt.Errorf("replica: %w", err)
 		}
 		a.up, err = uploader.New(uploader.Options{
-			Client:            client,
-			DB:                db,
-			Target:            a.cfg.Replica.Target(),
-			Tables:            uploader.DirTables(a.cfg.Delta.TablesDir),
-			Logger:            a.log.With("component", "uploader"),
-			PollInterval:      a.cfg.Replica.PollInterval,
-			MaxBackoff:        a.cfg.Replica.MaxBackoff,
-			Concurrency:       a.cfg.Replica.Concurrency,
-			MaxBytesPerSecond: a.cfg.Replica.MaxBytesPerSecond,
+			Client:       client,
+			DB:           db,
+			Target:       a.cfg.Replica.Target(),
+			Tables:       uploader.DirTables(a.cfg.Delta.TablesDir),
+			Logger:       a.log.With("component", "uploader"),
+			PollInterval: a.cfg.Replica.PollInterval,
+			MaxBackoff:   a.cfg.Replica.MaxBackoff,
+			Concurrency:  a.cfg.Replica.Concurrency,
+			Limiter:      a.limiter,
 		})
 		if err != nil {
 			db.Close()
@@ -132,6 +142,15 @@ func (a *Agent) Open() error {
 	a.src = source.New(srcCfg, db)
 	a.hub.SetDefer(a.catchingUp)
 	a.metrics = a.newMetrics()
+	if a.cfg.HTTP.Listen != HTTPOff {
+		a.server = live.NewServer(live.Config{
+			Listen:     a.cfg.HTTP.Listen,
+			Token:      a.cfg.HTTP.Token,
+			MaxClients: a.cfg.HTTP.MaxClients,
+			TablesDir:  a.cfg.Delta.TablesDir,
+			Logger:     a.log.With("component", "http"),
+		}, a.hub, agentView{a}, promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}), web.Handler())
+	}
 	return nil
 }
 
@@ -211,18 +230,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	start("source", a.src.Run)
 	start("applier", a.app.Run)
 	start("live view", a.hub.Run)
+	start("vacuum", a.runVacuum)
 	if a.up != nil {
 		start("uploader", a.up.Run)
 	}
-	if a.cfg.HTTP.Listen != HTTPOff {
-		srv := live.NewServer(live.Config{
-			Listen:     a.cfg.HTTP.Listen,
-			Token:      a.cfg.HTTP.Token,
-			MaxClients: a.cfg.HTTP.MaxClients,
-			TablesDir:  a.cfg.Delta.TablesDir,
-			Logger:     a.log.With("component", "http"),
-		}, a.hub, agentView{a}, promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}), web.Handler())
-		start("http", srv.Serve)
+	notified := make(chan struct{})
+	go func() {
+		defer close(notified)
+		a.notifySystemd(ctx)
+	}()
+	defer func() { cancel(); <-notified }()
+	if a.server != nil {
+		start("http", a.server.Serve)
 	}
 
 	// The first stage to stop, with or without an error, stops the others.

@@ -143,6 +143,7 @@ func (a *Agent) Status() (*Status, error) {
 
 func (a *Agent) controlHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("POST /vacuum", a.vacuumHandler)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		st, err := a.Status()
 		if err != nil {
@@ -200,4 +201,18 @@ func ReadStatus(ctx context.Context, cfg *Config) (*Status, error) {
 	}
 	st.ConfirmedLSN = st.CheckpointLSN
 	return st, nil
+}
+
+// FormatBytes writes n in binary units, e.g. "3.2 MiB".
+func FormatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

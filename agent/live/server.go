@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -50,6 +51,8 @@ type Server struct {
 	metrics  http.Handler
 	web      http.Handler
 	upgrader websocket.Upgrader
+	// token is the token in effect: cfg.Token until SetToken changes it.
+	token atomic.Pointer[string]
 }
 
 // ErrTokenRequired means a non-loopback listen address has no token.
@@ -88,6 +91,7 @@ func NewServer(cfg Config, hub *Hub, agent Agent, metrics, web http.Handler) *Se
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, log: log, hub: hub, agent: agent, metrics: metrics, web: web}
+	s.token.Store(&cfg.Token)
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
 		CheckOrigin:      sameOrigin,
@@ -131,15 +135,19 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
+// SetToken replaces the token required from clients, for a configuration
+// reload; connected stream clients stay connected.
+func (s *Server) SetToken(token string) { s.token.Store(&token) }
+
 // auth checks the token when one is configured.
 func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.Token != "" {
+		if token := *s.token.Load(); token != "" {
 			got := r.URL.Query().Get("token")
 			if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
 				got = strings.TrimPrefix(h, "Bearer ")
 			}
-			if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
+			if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="lakeside"`)
 				writeError(w, http.StatusUnauthorized, "a valid token is required")
 				return

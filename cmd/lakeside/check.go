@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -33,18 +32,12 @@ func (c *checkCommand) Run(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(c.stdout, "✓ configuration %s\n", c.configPath)
-	scfg := cfg.SourceConfig(nil)
-	conn, err := scfg.Connect(ctx)
-	if err != nil {
-		fmt.Fprintf(c.stdout, "✗ connect to PostgreSQL: %v\n    fix: check source.dsn, that the server runs, and pg_hba.conf\n", err)
-		return errors.New("checks failed")
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	fmt.Fprintln(c.stdout, "✓ connect to PostgreSQL")
-	checks, err := source.Preflight(ctx, conn, scfg)
+	checks, err := c.postgres(ctx, cfg)
 	if err != nil {
 		return err
 	}
+	checks = append(checks, agent.CheckStateDir(cfg)...)
+	checks = append(checks, agent.CheckReplica(ctx, cfg)...)
 	bad := 0
 	for _, ch := range checks {
 		fmt.Fprintln(c.stdout, ch.String())
@@ -53,7 +46,24 @@ func (c *checkCommand) Run(ctx context.Context) error {
 		}
 	}
 	if bad > 0 {
-		return fmt.Errorf("%d checks failed", bad)
+		return fmt.Errorf("%d of %d checks failed", bad, len(checks)+1)
 	}
 	return nil
+}
+
+// postgres runs the capture preflight: the connection, then the server's
+// settings, the role and the tables.
+func (c *checkCommand) postgres(ctx context.Context, cfg *agent.Config) ([]agent.Check, error) {
+	scfg := cfg.SourceConfig(nil)
+	conn, err := scfg.Connect(ctx)
+	if err != nil {
+		return []agent.Check{{Name: "connect to PostgreSQL", Problem: err.Error(),
+			Fix: "check source.dsn, that the server runs, and pg_hba.conf"}}, nil
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	checks, err := source.Preflight(ctx, conn, scfg)
+	if err != nil {
+		return nil, err
+	}
+	return append([]agent.Check{{Name: "connect to PostgreSQL", OK: true}}, checks...), nil
 }

@@ -333,6 +333,14 @@ func TestStatusCheckAndRestartErrors(t *testing.T) {
 	if _, ok := st["tables"].([]any); !ok {
 		t.Fatalf("status has no tables list: %s", out)
 	}
+	e.waitApplied(d)
+	out, _, code = e.lakeside("status", "--config", e.configPath)
+	for _, want := range []string{"running, capture streaming", "slot lag:", "queue:", "TABLE", "public.stock ", "public.stock_changes "} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("status (text) while running does not say %q: exit %d\n%s", want, code, out)
+		}
+	}
+	t.Logf("lakeside status:\n%s", out)
 	e.stop(d)
 
 	out, _, code = e.lakeside("status", "--config", e.configPath, "--json")

@@ -84,9 +84,9 @@ Usage:
 `)
 }
 
-// newLogger builds the logger the configuration asks for.
-func newLogger(cfg *agent.Config, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: cfg.SlogLevel()}
+// newLogger builds the logger the configuration asks for, at level.
+func newLogger(cfg *agent.Config, level slog.Leveler, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
 	if cfg.Log.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}

@@ -36,7 +36,16 @@ func TestMain(m *testing.M) {
 type daemon struct {
 	cmd    *exec.Cmd
 	stderr *bytes.Buffer
+	out    *lockedWriter // writes to stderr
 	exited chan struct{}
+}
+
+// log returns what the agent has logged so far; it is safe while the agent
+// runs.
+func (d *daemon) log() string {
+	d.out.mu.Lock()
+	defer d.out.mu.Unlock()
+	return d.stderr.String()
 }
 
 // e2e is a throwaway PostgreSQL plus a configuration file for the agent.
@@ -111,13 +120,15 @@ func (e *e2e) lakeside(args ...string) (stdout, stderr string, code int) {
 	return out.String(), errb.String(), 0
 }
 
-// start starts `lakeside run` as a child process.
-func (e *e2e) start() *daemon {
+// start starts `lakeside run` as a child process, with env added to the
+// test's environment.
+func (e *e2e) start(env ...string) *daemon {
 	e.t.Helper()
 	cmd := exec.Command(os.Args[0], "run", "--config", e.configPath)
-	cmd.Env = append(os.Environ(), "LAKESIDE_TEST_MAIN=1")
+	cmd.Env = append(append(os.Environ(), "LAKESIDE_TEST_MAIN=1"), env...)
 	d := &daemon{cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
-	cmd.Stderr = &lockedWriter{w: d.stderr}
+	d.out = &lockedWriter{w: d.stderr}
+	cmd.Stderr = d.out
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}

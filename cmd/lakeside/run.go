@@ -4,8 +4,11 @@ import (
 	"context"
 	"flag"
 	"io"
+	"log/slog"
 	"os"
+	"os/signal"
 	"runtime"
+	"syscall"
 
 	"github.com/lakeside/lakeside/agent"
 )
@@ -31,7 +34,9 @@ func (c *runCommand) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, c.stderr).With("version", Version)
+	level := new(slog.LevelVar)
+	level.Set(cfg.SlogLevel())
+	log := newLogger(cfg, level, c.stderr).With("version", Version)
 	if os.Getenv("GOMAXPROCS") == "" {
 		// The agent shares a small machine with PostgreSQL, whose walsender
 		// is the other half of every capture: leave it CPUs of its own.
@@ -39,5 +44,52 @@ func (c *runCommand) Run(ctx context.Context) error {
 		// faster than two. GOMAXPROCS in the environment overrides this.
 		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/2))
 	}
-	return agent.New(cfg, log, Version).Run(ctx)
+	a := agent.New(cfg, log, Version)
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reloadCtx, stopReloads := context.WithCancel(ctx)
+	defer stopReloads()
+	go func() {
+		for {
+			select {
+			case <-reloadCtx.Done():
+				return
+			case <-hup:
+				c.reload(a, level, log)
+			}
+		}
+	}()
+	return a.Run(ctx)
+}
+
+// reload re-reads the configuration file on SIGHUP, takes on what can
+// change while running (log level, upload bandwidth limit, HTTP token) and
+// says which changed keys need a restart. A file that does not load is
+// refused whole and the running configuration stays.
+func (c *runCommand) reload(a *agent.Agent, level *slog.LevelVar, log *slog.Logger) {
+	cfg, err := agent.LoadConfig(c.configPath)
+	if err != nil {
+		log.Error("reload refused; the running configuration stays", "err", err)
+		return
+	}
+	changes, err := a.Reload(cfg)
+	if err != nil {
+		log.Error("reload refused; the running configuration stays", "err", err)
+		return
+	}
+	level.Set(cfg.SlogLevel())
+	applied, restart := []string{}, []string{}
+	for _, ch := range changes {
+		if ch.Live {
+			applied = append(applied, ch.Key)
+		} else {
+			restart = append(restart, ch.Key)
+		}
+	}
+	log.Info("configuration reloaded", "applied", applied)
+	if len(restart) > 0 {
+		log.Warn("changed keys take effect only after a restart (systemctl restart lakeside)", "keys", restart)
+	}
 }

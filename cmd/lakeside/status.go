@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"text/tabwriter"
 
 	"github.com/lakeside/lakeside/agent"
 )
@@ -42,20 +43,55 @@ func (c *statusCommand) Run(ctx context.Context) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(st)
 	}
-	running := "not running"
-	if st.Running {
-		running = "running"
-	}
-	fmt.Fprintf(c.stdout, "agent:       %s (%s)\n", running, st.State)
-	fmt.Fprintf(c.stdout, "slot:        %s\n", st.Slot)
-	fmt.Fprintf(c.stdout, "confirmed:   %s\n", st.ConfirmedLSN)
-	fmt.Fprintf(c.stdout, "checkpoint:  %s\n", st.CheckpointLSN)
-	if st.Running {
-		fmt.Fprintf(c.stdout, "server WAL:  %s (lag %d bytes)\n", st.ServerWALEnd, st.LagBytes)
-	}
-	fmt.Fprintf(c.stdout, "queue:       %d transactions, %d bytes\n", st.Queue.Entries, st.Queue.Bytes)
-	if st.LastError != "" {
-		fmt.Fprintf(c.stdout, "last error:  %s\n", st.LastError)
-	}
+	printStatus(c.stdout, st)
 	return nil
+}
+
+// printStatus writes the status as a summary for people.
+func printStatus(w io.Writer, st *agent.Status) {
+	running := "not running (figures from the state file)"
+	if st.Running {
+		running = "running, capture " + st.State
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "agent:\t%s\n", running)
+	fmt.Fprintf(tw, "slot:\t%s, confirmed %s\n", st.Slot, st.ConfirmedLSN)
+	if st.Running {
+		fmt.Fprintf(tw, "slot lag:\t%s of WAL kept by PostgreSQL (server at %s), %.1f s behind\n", agent.FormatBytes(st.LagBytes), st.ServerWALEnd, st.LagSeconds)
+	}
+	fmt.Fprintf(tw, "queue:\t%d transactions, %s, durable to %s\n", st.Queue.Entries, agent.FormatBytes(st.Queue.Bytes), st.CheckpointLSN)
+	if st.AppliedLSN != "" {
+		fmt.Fprintf(tw, "applied:\t%s\n", st.AppliedLSN)
+	}
+	if u := st.Upload; u != nil {
+		online := "offline"
+		if u.Online {
+			online = "online"
+		}
+		fmt.Fprintf(tw, "replica:\t%s, %s, backlog %d versions (%s)\n", u.Target, online, u.BacklogVersions, agent.FormatBytes(u.BacklogBytes))
+		if u.LastError != "" {
+			fmt.Fprintf(tw, "replica error:\t%s\n", u.LastError)
+		}
+	}
+	if st.Running {
+		fmt.Fprintf(tw, "live clients:\t%d\n", st.LiveClients)
+	}
+	if st.LastError != "" {
+		fmt.Fprintf(tw, "last error:\t%s\n", st.LastError)
+	}
+	tw.Flush()
+	if len(st.Tables) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TABLE\tKIND\tVERSION\tREMOTE\tAPPLIED LSN")
+	for _, t := range st.Tables {
+		remote := "-"
+		if t.RemoteVersion != nil {
+			remote = fmt.Sprint(*t.RemoteVersion)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", t.Name, t.Kind, t.Version, remote, t.AppliedLSN)
+	}
+	tw.Flush()
 }

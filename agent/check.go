@@ -1,0 +1,132 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/lakeside/lakeside/agent/source"
+	"github.com/lakeside/lakeside/uploader"
+	"github.com/lakeside/lakeside/uploader/replica"
+)
+
+// Check is the outcome of one of `lakeside check`'s checks.
+type Check = source.Check
+
+// minFreeBytes is the free space state_dir needs beyond the replication
+// backlog budget: room for the queue and a few flushes of Delta files.
+const minFreeBytes = 1 << 30
+
+// replicaCheckTimeout bounds the replica checks, whose client retries.
+const replicaCheckTimeout = 15 * time.Second
+
+// CheckStateDir checks that state_dir is writable and has room: at least
+// 1 GiB free beyond replica.max_backlog, the budget of data waiting for the
+// replica.
+func CheckStateDir(cfg *Config) []Check {
+	name := "state_dir " + cfg.StateDir + " is writable"
+	dir := cfg.StateDir
+	for {
+		if _, err := os.Stat(dir); err == nil || filepath.Dir(dir) == dir {
+			break
+		}
+		dir = filepath.Dir(dir) // the agent creates state_dir on start
+	}
+	writable := Check{Name: name, OK: true}
+	f, err := os.CreateTemp(dir, ".lakeside-check-*")
+	if err != nil {
+		writable = Check{Name: name, Problem: err.Error(),
+			Fix: fmt.Sprintf("create it for the service's user: install -d -o lakeside -g lakeside -m 0750 %s", cfg.StateDir)}
+	} else {
+		f.Close()
+		os.Remove(f.Name())
+	}
+
+	need := int64(minFreeBytes) + cfg.Replica.MaxBacklog
+	space := Check{Name: fmt.Sprintf("state_dir has at least %s free", FormatBytes(need))}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs); err != nil {
+		space.Problem = err.Error()
+		space.Fix = "check that state_dir is on a mounted file system"
+		return []Check{writable, space}
+	}
+	free := int64(fs.Bavail) * int64(fs.Bsize)
+	space.Name = fmt.Sprintf("state_dir has %s free (needs %s)", FormatBytes(free), FormatBytes(need))
+	if free >= need {
+		space.OK = true
+	} else {
+		space.Problem = "too little free space: the queue and the Delta tables waiting for the replica would fill the disk"
+		space.Fix = "free space on that file system, move state_dir to a larger one, or lower replica.max_backlog"
+	}
+	return []Check{writable, space}
+}
+
+// CheckReplica checks that the replica is reachable and writable by writing
+// a small object under the site's prefix, reading it back and removing it.
+// It returns nothing when replication is off.
+func CheckReplica(ctx context.Context, cfg *Config) []Check {
+	if cfg.Replica.URL == "" {
+		return nil
+	}
+	target := cfg.Replica.Target()
+	ctx, cancel := context.WithTimeout(ctx, replicaCheckTimeout)
+	defer cancel()
+	client, err := replica.Open(cfg.Replica, nil)
+	if err != nil {
+		return []Check{{Name: "replica " + target, Problem: err.Error(), Fix: "correct the replica section"}}
+	}
+	probe := make([]byte, 32)
+	rand.Read(probe)
+	key := ".lakeside-check/" + hex.EncodeToString(probe[:8])
+	if err := putProbe(ctx, client, key, probe); err != nil {
+		return []Check{{Name: "replica " + target + " is reachable and writable", Problem: err.Error(),
+			Fix: "check replica.url, replica.endpoint, the network, the bucket and that the credentials may PutObject and GetObject under the prefix"}}
+	}
+	checks := []Check{{Name: "replica " + target + " is reachable and writable", OK: true}}
+	got, err := getProbe(ctx, client, key)
+	read := Check{Name: "replica returns what was written", OK: err == nil && bytes.Equal(got, probe)}
+	if !read.OK {
+		read.Problem = "the object read back differs from the one written"
+		if err != nil {
+			read.Problem = err.Error()
+		}
+		read.Fix = "check that the credentials may GetObject under the prefix and that no proxy rewrites objects"
+	}
+	checks = append(checks, read)
+	if d, ok := client.(interface {
+		DeleteObject(ctx context.Context, key string) error
+	}); ok {
+		if err := d.DeleteObject(ctx, key); err != nil {
+			checks = append(checks, Check{Name: "replica allows deletes (for vacuum)", Problem: err.Error(),
+				Fix: "allow DeleteObject under the prefix, or remove " + key + " by hand"})
+		}
+	}
+	return checks
+}
+
+func putProbe(ctx context.Context, client uploader.ReplicaClient, key string, data []byte) error {
+	m, s := md5.Sum(data), sha256.Sum256(data)
+	return client.PutObject(ctx, key, uploader.Body{R: bytes.NewReader(data), Size: int64(len(data)), MD5: m[:], SHA256: s[:]}, uploader.PutOptions{})
+}
+
+func getProbe(ctx context.Context, client uploader.ReplicaClient, key string) ([]byte, error) {
+	r, err := client.GetObject(ctx, key)
+	if errors.Is(err, uploader.ErrNotFound) {
+		return nil, errors.New("the object just written is not there")
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
+}

@@ -1,0 +1,76 @@
+package agent
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"golang.org/x/time/rate"
+
+	"github.com/lakeside/lakeside/agent/live"
+)
+
+func parse(t *testing.T, extra string) *Config {
+	t.Helper()
+	cfg, err := ParseConfig("lakeside.yaml", []byte(`source:
+  dsn: "host=/tmp dbname=shop"
+  tables: [public.stock]
+state_dir: /var/lib/lakeside
+`+extra))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestDiff(t *testing.T) {
+	old := parse(t, "log:\n  level: info\nhttp:\n  listen: 0.0.0.0:8080\n  token: a\n")
+	next := parse(t, "log:\n  level: debug\n  format: json\nhttp:\n  listen: 0.0.0.0:8080\n  token: b\ndelta:\n  flush_interval: 5s\n")
+	var got []string
+	for _, c := range Diff(old, next) {
+		got = append(got, c.Key)
+		if c.Live != (c.Key == "log.level" || c.Key == "http.token") {
+			t.Errorf("%s: live = %v", c.Key, c.Live)
+		}
+	}
+	want := []string{"delta.flush_interval", "http.token", "log.level", "log.format"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Diff = %v, want %v", got, want)
+	}
+	if d := Diff(old, old); len(d) != 0 {
+		t.Fatalf("Diff of a configuration with itself = %v", d)
+	}
+}
+
+func TestReload(t *testing.T) {
+	cfg := parse(t, "http:\n  listen: 0.0.0.0:8080\n  token: a\nreplica:\n  url: file:///srv/replica\n  site: s\n")
+	a := New(cfg, nil, "test")
+	a.limiter = newBandwidthLimiter(0)
+	a.server = live.NewServer(live.Config{Listen: cfg.HTTP.Listen, Token: cfg.HTTP.Token}, nil, nil, nil, nil)
+
+	next := parse(t, "http:\n  listen: 0.0.0.0:8080\n  token: b\nreplica:\n  url: file:///srv/replica\n  site: s\n  max_bytes_per_second: 1MiB\n")
+	changes, err := a.Reload(next)
+	if err != nil || len(changes) != 2 {
+		t.Fatalf("Reload = %v, %v", changes, err)
+	}
+	if a.limiter.Limit() != rate.Limit(1<<20) {
+		t.Fatalf("bandwidth limit %v after reload, want 1 MiB/s", a.limiter.Limit())
+	}
+	// Reloading the same file again changes nothing more.
+	if changes, err := a.Reload(next); err != nil || len(changes) != 0 {
+		t.Fatalf("second Reload = %v, %v", changes, err)
+	}
+	// Back to unlimited.
+	if _, err := a.Reload(parse(t, "http:\n  listen: 0.0.0.0:8080\n  token: b\nreplica:\n  url: file:///srv/replica\n  site: s\n")); err != nil {
+		t.Fatal(err)
+	}
+	if a.limiter.Limit() != rate.Inf {
+		t.Fatalf("bandwidth limit %v, want unlimited", a.limiter.Limit())
+	}
+	// A non-loopback server cannot lose its token while running.
+	noToken := *next
+	noToken.HTTP.Token = ""
+	if _, err := a.Reload(&noToken); !errors.Is(err, live.ErrTokenRequired) {
+		t.Fatalf("Reload without a token = %v, want ErrTokenRequired", err)
+	}
+}
