@@ -79,6 +79,10 @@ func newE2EWith(t *testing.T, tables []string, extra string, settings ...map[str
 	if strings.Contains("\n"+extra, "\ndelta:") {
 		deltaSection = ""
 	}
+	logSection := "log:\n  level: info\n"
+	if strings.Contains("\n"+extra, "\nlog:") {
+		logSection = ""
+	}
 	cfg := fmt.Sprintf(`source:
   dsn: "%s"
   slot: e2e
@@ -86,9 +90,7 @@ func newE2EWith(t *testing.T, tables []string, extra string, settings ...map[str
   tables: [%s]
   status_interval: 1s
 state_dir: %s
-%s%slog:
-  level: info
-%s`, e.dsn, strings.Join(tables, ", "), e.stateDir, deltaSection, httpSection, extra)
+%s%s%s%s`, e.dsn, strings.Join(tables, ", "), e.stateDir, deltaSection, httpSection, logSection, extra)
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -233,5 +234,70 @@ func TestCheckReplicaAndDisk(t *testing.T) {
 	out, code = check(replica(s3.Endpoint(), s3test.SecretKey, "1000000GiB"))
 	if code == 0 || !strings.Contains(out, "✗ state_dir has") || !strings.Contains(out, "lower replica.max_backlog") {
 		t.Fatalf("check with a budget beyond the free disk: exit %d\n%s", code, out)
+	}
+}
+
+// TestJSONLogsKeepSecrets runs the agent with log.format json through a
+// start, a reload, a lost and regained PostgreSQL and a stop: every line is
+// one JSON object, and neither the database password, the S3 secret key nor
+// the HTTP token appears.
+func TestJSONLogsKeepSecrets(t *testing.T) {
+	const password, token = "pg-password-7f3a", "http-token-91c2"
+	s3 := s3test.Start(t)
+	bucket := s3.NewBucket()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	e := newE2EWith(t, []string{"public.stock"}, fmt.Sprintf(`log:
+  level: debug
+  format: json
+http:
+  listen: %s
+  token: %s
+replica:
+  url: s3://%s/lake
+  site: branch1
+  endpoint: %s
+  region: %s
+  access_key_id: %s
+  secret_access_key: %s
+`, addr, token, bucket, s3.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey))
+	e.exec(`CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL)`)
+	cfg, err := os.ReadFile(e.configPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Trust authentication ignores the password; the agent still holds it.
+	writeFile(t, e.configPath, strings.Replace(string(cfg), `dsn: "`, `dsn: "password=`+password+` `, 1))
+
+	d := e.start()
+	waitState(t, e, d, "streaming")
+	e.exec(`INSERT INTO stock VALUES (1, 1)`)
+	e.waitApplied(d)
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	waitLog(t, d, "configuration reloaded")
+	if err := e.cluster.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, d, "reconnected to PostgreSQL")
+	e.stop(d)
+
+	lines := strings.Split(strings.TrimSpace(d.log()), "\n")
+	for _, line := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["msg"] == nil || rec["level"] == nil {
+			t.Errorf("log line is not a JSON record: %q", line)
+		}
+		for _, secret := range []string{password, s3test.SecretKey, token} {
+			if strings.Contains(line, secret) {
+				t.Errorf("log line reveals a secret: %q", line)
+			}
+		}
+	}
+	if len(lines) < 5 {
+		t.Fatalf("only %d log lines:\n%s", len(lines), d.log())
 	}
 }
