@@ -231,6 +231,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	start("applier", a.app.Run)
 	start("live view", a.hub.Run)
 	start("vacuum", a.runVacuum)
+	start("vacuum", a.runVacuum)
 	if a.up != nil {
 		start("uploader", a.up.Run)
 	}

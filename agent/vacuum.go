@@ -1,0 +1,210 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
+	"github.com/lakeside/lakeside/uploader"
+	"github.com/lakeside/lakeside/uploader/replica"
+)
+
+// firstVacuumDelay is how long after the start the agent first vacuums
+// (or after VacuumInterval, when shorter).
+const firstVacuumDelay = 10 * time.Minute
+
+// VacuumReport is what a vacuum of every table did, as printed by
+// `lakeside vacuum`.
+type VacuumReport struct {
+	// Agent tells that the running agent did the vacuum.
+	Agent  bool          `json:"agent"`
+	DryRun bool          `json:"dry_run"`
+	Tables []TableVacuum `json:"tables"`
+	// RemoteDeleted counts the files deleted from the replica right away;
+	// the others follow once the replica has the versions that no longer
+	// need them.
+	RemoteDeleted int    `json:"remote_deleted"`
+	RemoteError   string `json:"remote_error,omitempty"`
+}
+
+// TableVacuum is the vacuum of one table.
+type TableVacuum struct {
+	Name string `json:"name"`
+	// Version is the table version vacuum looked at; every version from
+	// KeptFrom to Version can still be read.
+	Version  int64 `json:"version"`
+	KeptFrom int64 `json:"kept_from"`
+	// Files and Bytes are what was deleted (or, in a dry run, would be).
+	Files int      `json:"files"`
+	Bytes int64    `json:"bytes"`
+	Paths []string `json:"paths,omitempty"`
+	Error string   `json:"error,omitempty"`
+}
+
+// vacuumTables vacuums every table under tablesDir with the given retention.
+// With a replica (up not nil) a file is deleted only once every version that
+// needs it is on the replica, and the files deleted are recorded for the
+// replica to delete in turn. A failing table does not stop the others; the
+// errors are joined.
+func vacuumTables(ctx context.Context, tablesDir string, up *uploader.Uploader, retention time.Duration, dryRun bool) (*VacuumReport, error) {
+	tables, err := uploader.DirTables(tablesDir)(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("vacuum: %w", err)
+	}
+	rep := &VacuumReport{DryRun: dryRun, Tables: []TableVacuum{}}
+	var errs []error
+	for _, t := range tables {
+		opts := delta.VacuumOptions{Retention: retention, DryRun: dryRun}
+		if up != nil {
+			opts.KeepFrom, opts.BeforeDelete = up.VacuumOptions(t.Name)
+		}
+		res, err := delta.New(t.Path).Vacuum(ctx, opts)
+		tv := TableVacuum{Name: t.Name}
+		if res != nil {
+			tv.Version, tv.KeptFrom, tv.Files, tv.Bytes = res.Version, res.KeptFrom, len(res.Files), res.Bytes
+			for _, f := range res.Files {
+				tv.Paths = append(tv.Paths, f.Path)
+			}
+		}
+		if err != nil {
+			tv.Error = err.Error()
+			errs = append(errs, fmt.Errorf("table %s: %w", t.Name, err))
+		}
+		rep.Tables = append(rep.Tables, tv)
+	}
+	return rep, errors.Join(errs...)
+}
+
+// Vacuum vacuums the running agent's tables now.
+func (a *Agent) Vacuum(ctx context.Context, dryRun bool) (*VacuumReport, error) {
+	rep, err := vacuumTables(ctx, a.cfg.Delta.TablesDir, a.up, a.cfg.Delta.VacuumRetention, dryRun)
+	if rep != nil {
+		rep.Agent = true
+		a.logVacuum(rep)
+		if a.up != nil && !dryRun {
+			a.up.Notify() // the remote deletes run with the next pass
+		}
+	}
+	return rep, err
+}
+
+func (a *Agent) logVacuum(rep *VacuumReport) {
+	for _, t := range rep.Tables {
+		if t.Files > 0 || t.Error != "" {
+			a.log.Info("vacuum", "table", t.Name, "dry_run", rep.DryRun, "files", t.Files, "bytes", t.Bytes,
+				"kept_from_version", t.KeptFrom, "err", t.Error)
+		}
+	}
+}
+
+// runVacuum vacuums the tables every delta.vacuum_interval until ctx is
+// done. A failed vacuum is logged and tried again at the next interval.
+func (a *Agent) runVacuum(ctx context.Context) error {
+	timer := time.NewTimer(min(firstVacuumDelay, a.cfg.Delta.VacuumInterval))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		if _, err := a.Vacuum(ctx, false); err != nil && ctx.Err() == nil {
+			a.log.Warn("vacuum failed; trying again later", "err", err, "next", a.cfg.Delta.VacuumInterval)
+		}
+		timer.Reset(a.cfg.Delta.VacuumInterval)
+	}
+}
+
+// vacuumHandler serves POST /vacuum (?dry_run=true) on the control socket.
+func (a *Agent) vacuumHandler(w http.ResponseWriter, r *http.Request) {
+	dryRun, _ := strconv.ParseBool(r.URL.Query().Get("dry_run"))
+	rep, err := a.Vacuum(r.Context(), dryRun)
+	if rep == nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(rep) // per-table errors are in the report
+}
+
+// controlClient returns an HTTP client that talks to the agent's control
+// socket at sock.
+func controlClient(sock string, timeout time.Duration) *http.Client {
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: dial}}
+}
+
+// ErrAgentNotAnswering is returned (wrapped) by RunVacuum when an agent
+// holds the state directory but does not answer on its control socket.
+var ErrAgentNotAnswering = errors.New("the running agent does not answer")
+
+// RunVacuum vacuums the tables of the configuration. When an agent runs on
+// the state directory, it asks that agent through the control socket (the
+// agent holds the state file, where upload progress is kept); otherwise it
+// opens the state file itself, vacuums, and, unless dryRun, deletes from the
+// replica what is already safe to delete there (an unreachable replica is
+// reported, not an error: the agent does it on its next run).
+func RunVacuum(ctx context.Context, cfg *Config, dryRun bool, log *slog.Logger) (*VacuumReport, error) {
+	sock := filepath.Join(cfg.StateDir, SocketName)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://lakeside/vacuum?dry_run="+strconv.FormatBool(dryRun), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := controlClient(sock, 0).Do(req)
+	if err == nil {
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return nil, fmt.Errorf("read vacuum report: %w", err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("agent vacuum: %s", body)
+		}
+		var rep VacuumReport
+		if err := json.Unmarshal(body, &rep); err != nil {
+			return nil, fmt.Errorf("decode vacuum report: %w", err)
+		}
+		return &rep, nil
+	}
+	db, err := store.Open(cfg.StateDir, store.Options{LockTimeout: 2 * time.Second})
+	if errors.Is(err, store.ErrLocked) {
+		return nil, fmt.Errorf("%w: an agent holds %s but does not answer on %s", ErrAgentNotAnswering, cfg.StateDir, sock)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open state: %w", err)
+	}
+	defer db.Close()
+	var up *uploader.Uploader
+	if cfg.Replica.URL != "" {
+		client, err := replica.Open(cfg.Replica, nil)
+		if err != nil {
+			return nil, fmt.Errorf("replica: %w", err)
+		}
+		up, err = uploader.New(uploader.Options{Client: client, DB: db, Target: cfg.Replica.Target(),
+			Tables: uploader.DirTables(cfg.Delta.TablesDir), Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("replica: %w", err)
+		}
+	}
+	rep, err := vacuumTables(ctx, cfg.Delta.TablesDir, up, cfg.Delta.VacuumRetention, dryRun)
+	if rep != nil && up != nil && !dryRun {
+		n, rerr := up.DeleteRemote(ctx)
+		rep.RemoteDeleted = n
+		if rerr != nil {
+			rep.RemoteError = rerr.Error()
+		}
+	}
+	return rep, err
+}
