@@ -90,6 +90,11 @@ func (a *Agent) Open() error {
 	}
 	a.db = db
 	a.hub = live.NewHub(db, a.cfg.Delta.TablesDir, a.log.With("component", "live"))
+	names := make([]string, len(a.cfg.Source.Tables))
+	for i, t := range a.cfg.Source.Tables {
+		names[i] = t.String()
+	}
+	a.hub.SetSourceTables(names)
 
 	if a.cfg.Replica.URL != "" {
 		a.limiter = newBandwidthLimiter(a.cfg.Replica.MaxBytesPerSecond)
@@ -230,7 +235,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	start("source", a.src.Run)
 	start("applier", a.app.Run)
 	start("live view", a.hub.Run)
-	start("vacuum", a.runVacuum)
 	start("vacuum", a.runVacuum)
 	if a.up != nil {
 		start("uploader", a.up.Run)

@@ -184,8 +184,8 @@ type historyEntry struct {
 
 func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
 	table := r.PathValue("table")
-	if !s.hub.knows(table) {
-		writeError(w, http.StatusNotFound, "unknown table "+table)
+	if err := s.hub.known(table); err != nil {
+		s.writeLookupError(w, err)
 		return
 	}
 	t, err := delta.Open(r.Context(), filepath.Join(s.cfg.TablesDir, table))
@@ -226,6 +226,9 @@ func (s *Server) writeLookupError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, errUnknownTable):
 		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, errNotCaptured):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, delta.ErrVersionNotFound), errors.Is(err, errNoMirror):
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, errBadKey):

@@ -49,12 +49,14 @@ type Hub struct {
 	notify chan struct{}
 	types  *pgtype.Map
 
-	mu       sync.Mutex
-	epoch    string
-	offset   store.LSN // end LSN of the last transaction applied
-	tables   map[string]*tableState
-	rels     map[store.RelationKey]*store.Relation
-	retained []retainedTxn // oldest first
+	mu     sync.Mutex
+	epoch  string
+	offset store.LSN // end LSN of the last transaction applied
+	tables map[string]*tableState
+	// configured names the source tables of the configuration.
+	configured map[string]bool
+	rels       map[store.RelationKey]*store.Relation
+	retained   []retainedTxn // oldest first
 	// retainedSince is the offset after which every transaction is retained.
 	retainedSince store.LSN
 	retain        int
@@ -330,7 +332,7 @@ func (h *Hub) subscribe(s *subscriber, tables []string, offset string) (first []
 	defer h.mu.Unlock()
 	for _, n := range tables {
 		if h.tables[n] == nil {
-			return nil, false, fmt.Errorf("unknown table %q", n)
+			return nil, false, h.missingLocked(n)
 		}
 	}
 	if tables == nil {
@@ -424,7 +426,7 @@ func (h *Hub) rowsPage(table string, after string, limit int) ([]Row, string, er
 	defer h.mu.Unlock()
 	t := h.tables[table]
 	if t == nil {
-		return nil, "", fmt.Errorf("%w %q", errUnknownTable, table)
+		return nil, "", h.missingLocked(table)
 	}
 	keys := t.sortedKeys()
 	start := 0
@@ -461,7 +463,7 @@ func (h *Hub) row(table, key string) (Row, bool, error) {
 	defer h.mu.Unlock()
 	t := h.tables[table]
 	if t == nil {
-		return Row{}, false, fmt.Errorf("%w %q", errUnknownTable, table)
+		return Row{}, false, h.missingLocked(table)
 	}
 	if r := t.rows[key]; r != nil {
 		return Row{Key: key, Values: r.json}, true, nil
@@ -479,7 +481,33 @@ func (h *Hub) row(table, key string) (Row, bool, error) {
 	return Row{}, false, nil
 }
 
+// errUnknownTable means a request named a table that is not replicated.
 var errUnknownTable = errors.New("unknown table")
+
+// errNotCaptured means a request named a configured table of which nothing
+// has been captured yet (the agent has just started): the client should
+// retry shortly.
+var errNotCaptured = errors.New("not captured yet; retry shortly")
+
+// SetSourceTables names the configured source tables ("schema.table"), so
+// that a request for one the hub has not seen yet is told to retry rather
+// than that the table is unknown.
+func (h *Hub) SetSourceTables(names []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.configured = map[string]bool{}
+	for _, n := range names {
+		h.configured[n] = true
+	}
+}
+
+// missingLocked explains why the hub has no state for table.
+func (h *Hub) missingLocked(table string) error {
+	if h.configured[table] {
+		return fmt.Errorf("table %q: %w", table, errNotCaptured)
+	}
+	return fmt.Errorf("%w %q", errUnknownTable, table)
+}
 
 // keyValues parses a key given by a client: a JSON array of the key values
 // (as the API returns them), or for a one-column key the plain text.

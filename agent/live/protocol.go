@@ -22,7 +22,10 @@
 //	          of its last transaction.
 //	refetch   the offset the client sent is unknown (other epoch) or no
 //	          longer retained: discard local rows; snapshots follow.
-//	error     a request problem (unknown table, bad offset); the server closes.
+//	error     a request problem (unknown table, bad offset); the server closes
+//	          with code 4000. A configured table of which nothing has been
+//	          captured yet (right after the agent starts) closes with 1013
+//	          ("try again later") instead: reconnect shortly.
 //
 // Values keep their exact types: 64-bit integers, numerics, and timestamps
 // are strings; other numbers are JSON numbers; bytea is base64; arrays are

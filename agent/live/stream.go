@@ -2,6 +2,7 @@ package live
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -135,9 +136,13 @@ func (srv *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	sub := newSubscriber(srv.cfg.ClientQueueBytes)
 	first, snapshot, err := srv.hub.subscribe(sub, tables, offset)
 	if err != nil {
+		code := CloseBadRequest
+		if errors.Is(err, errNotCaptured) {
+			code = websocket.CloseTryAgainLater
+		}
 		conn.SetWriteDeadline(time.Now().Add(writeWait))
 		conn.WriteJSON(ErrorMessage{Type: TypeError, Message: err.Error()})
-		conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseBadRequest, err.Error()), time.Now().Add(writeWait))
+		conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, err.Error()), time.Now().Add(writeWait))
 		return
 	}
 	defer srv.hub.unsubscribe(sub)

@@ -194,8 +194,14 @@ func TestAPIRowsAndErrors(t *testing.T) {
 	if code := f.get("/api/v1/tables", &tables); code != http.StatusOK || len(tables.Tables) != 1 || tables.Tables[0].Key[0] != "id" {
 		t.Fatalf("tables: %d %+v", code, tables)
 	}
+	// A configured table of which nothing was captured yet is not unknown:
+	// clients are told to retry.
+	f.hub.SetSourceTables([]string{"public.stock", "public.later"})
 	var e struct{ Error string }
 	for path, want := range map[string]int{
+		"/api/v1/tables/public.later/rows":                 http.StatusServiceUnavailable,
+		"/api/v1/tables/public.later/rows/1":               http.StatusServiceUnavailable,
+		"/api/v1/tables/public.later/history":              http.StatusServiceUnavailable,
 		"/api/v1/tables/public.stock/rows/7":               http.StatusNotFound,
 		"/api/v1/tables/public.nope/rows":                  http.StatusNotFound,
 		"/api/v1/tables/public.nope/rows/1":                http.StatusNotFound,
@@ -215,6 +221,18 @@ func TestAPIRowsAndErrors(t *testing.T) {
 	var ready map[string]string
 	if code := f.get("/readyz", &ready); code != http.StatusOK {
 		t.Fatalf("readyz: %d %v", code, ready)
+	}
+	for query, want := range map[string]int{"?tables=public.later": websocket.CloseTryAgainLater, "?tables=public.nope": CloseBadRequest} {
+		c := f.dial(query)
+		c.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var msg ErrorMessage
+		if err := c.ws.ReadJSON(&msg); err != nil || msg.Type != TypeError {
+			t.Fatalf("stream %s: first message %+v, %v; want an error", query, msg, err)
+		}
+		_, _, err := c.ws.ReadMessage()
+		if ce, ok := err.(*websocket.CloseError); !ok || ce.Code != want {
+			t.Fatalf("stream %s: closed with %v, want code %d", query, err, want)
+		}
 	}
 }
 

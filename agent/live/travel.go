@@ -33,11 +33,14 @@ type travelRows struct {
 	rel     *store.Relation
 }
 
-// knows reports whether the hub has seen the table.
-func (h *Hub) knows(table string) bool {
+// known returns nil when the hub has seen the table, and otherwise why not.
+func (h *Hub) known(table string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.tables[table] != nil
+	if h.tables[table] != nil {
+		return nil
+	}
+	return h.missingLocked(table)
 }
 
 // relation returns the newest schema version of a table.
@@ -57,7 +60,7 @@ func (h *Hub) relation(table string) *store.Relation {
 func (h *Hub) readMirror(ctx context.Context, table string, version int64, asOf time.Time) (*travelRows, error) {
 	rel := h.relation(table)
 	if rel == nil {
-		return nil, fmt.Errorf("%w %q", errUnknownTable, table)
+		return nil, h.known(table)
 	}
 	if h.tablesDir == "" {
 		return nil, errNoMirror
