@@ -46,6 +46,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		cmd = &checkCommand{stdout: stdout}
 	case "status":
 		cmd = &statusCommand{stdout: stdout}
+	case "vacuum":
+		cmd = &vacuumCommand{stdout: stdout, stderr: stderr}
 	case "demo":
 		cmd = &demoCommand{stdout: stdout, stderr: stderr}
 	case "version":
@@ -79,6 +81,7 @@ Usage:
   lakeside run     --config FILE   run the agent
   lakeside check   --config FILE   check PostgreSQL prerequisites and exit
   lakeside status  --config FILE   show the agent's positions and queue (--json)
+  lakeside vacuum  --config FILE   delete data files past the retention (--dry-run, --json)
   lakeside demo                    run on a throwaway PostgreSQL with a sample workload
   lakeside version                 print the version
 `)
