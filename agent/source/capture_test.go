@@ -275,8 +275,8 @@ func TestReconnectsAfterConnectionLossAndServerCrash(t *testing.T) {
 
 // capturedThenStopped runs a source until it captured one transaction, and
 // stops it.
-func capturedThenStopped(t *testing.T) *harness {
-	h := newHarness(t)
+func capturedThenStopped(t *testing.T, settings ...map[string]string) *harness {
+	h := newHarness(t, settings...)
 	h.exec(itemsTable)
 	h.cfg.Tables = []Table{{"public", "items"}}
 	h.start()
@@ -294,6 +294,24 @@ func TestSlotDroppedWhileStoppedIsFatal(t *testing.T) {
 	err := h.runUntilError()
 	if !IsFatal(err) || !strings.Contains(err.Error(), "no longer exists") {
 		t.Fatalf("err = %v, want a fatal error saying the slot no longer exists", err)
+	}
+}
+
+func TestSlotInvalidatedWhileStoppedIsFatal(t *testing.T) {
+	h := capturedThenStopped(t, map[string]string{"max_slot_wal_keep_size": "1MB"})
+	// More WAL than the slot may keep, and a checkpoint that removes it.
+	for range 4 {
+		h.exec(`INSERT INTO items SELECT g, g, repeat('x', 500) FROM generate_series(100, 2100) g ON CONFLICT (id) DO UPDATE SET v = items.v + 1`,
+			`SELECT pg_switch_wal()`)
+	}
+	h.exec(`CHECKPOINT`)
+	var status string
+	if err := h.conn.QueryRow(context.Background(), `SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'lakeside_test'`).Scan(&status); err != nil || status != "lost" {
+		t.Fatalf("slot wal_status = %q, %v; the test needs an invalidated slot", status, err)
+	}
+	err := h.runUntilError()
+	if !IsFatal(err) || !strings.Contains(err.Error(), "invalidated") || !strings.Contains(err.Error(), "max_slot_wal_keep_size") {
+		t.Fatalf("err = %v, want a fatal error saying the slot was invalidated, with the fix", err)
 	}
 }
 

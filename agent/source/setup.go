@@ -35,15 +35,18 @@ type slotInfo struct {
 	database       string
 	active         bool
 	confirmedFlush store.LSN
+	// walStatus is pg_replication_slots.wal_status: "lost" when PostgreSQL
+	// invalidated the slot (max_slot_wal_keep_size).
+	walStatus string
 }
 
 func readSlot(ctx context.Context, conn *pgx.Conn, name string) (slotInfo, error) {
 	var s slotInfo
-	var plugin, database, confirmed *string
+	var plugin, database, confirmed, walStatus *string
 	err := conn.QueryRow(ctx, `
-		SELECT plugin, database, active, confirmed_flush_lsn::text
+		SELECT plugin, database, active, confirmed_flush_lsn::text, wal_status
 		FROM pg_replication_slots WHERE slot_name = $1`, name).
-		Scan(&plugin, &database, &s.active, &confirmed)
+		Scan(&plugin, &database, &s.active, &confirmed, &walStatus)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, nil
 	}
@@ -56,6 +59,9 @@ func readSlot(ctx context.Context, conn *pgx.Conn, name string) (slotInfo, error
 	}
 	if database != nil {
 		s.database = *database
+	}
+	if walStatus != nil {
+		s.walStatus = *walStatus
 	}
 	if confirmed != nil {
 		l, err := pglogrepl.ParseLSN(*confirmed)

@@ -393,6 +393,9 @@ func (s *Source) checkSlot(slot slotInfo, database string) error {
 	case !slot.exists:
 		return fatalf("replication slot %q no longer exists (dropped while the agent was stopped?); changes after %s cannot be captured any more. To start over with a new snapshot, stop the agent, move %s away, and start it again",
 			s.cfg.Slot, checkpoint, s.db.Path())
+	case slot.walStatus == "lost":
+		return fatalf("replication slot %q was invalidated by PostgreSQL: it needed more WAL than max_slot_wal_keep_size keeps, and the changes after %s are gone from the server. Raise max_slot_wal_keep_size (or set it to -1) so that outages this long fit; then, to start over with a new snapshot, stop the agent, drop the slot (%s), move %s away, and start it again",
+			s.cfg.Slot, checkpoint, dropSlotSQL(s.cfg.Slot), s.db.Path())
 	case slot.plugin != "pgoutput":
 		return fatalf("replication slot %q uses plugin %q, not pgoutput", s.cfg.Slot, slot.plugin)
 	case slot.database != database:
