@@ -273,8 +273,18 @@ func (h *Hub) publishLocked(batch []retainedTxn) {
 		}
 		return
 	}
+	// Subscribers of the same tables get the same bytes: each distinct
+	// message is encoded once, however many clients watch.
+	encoded := map[string][]byte{}
 	for s := range h.subs {
-		s.sendTxns(offset, batch)
+		data, ok := encoded[s.tablesKey]
+		if !ok {
+			data = s.encodeChanges(offset, batch)
+			encoded[s.tablesKey] = data
+		}
+		if data != nil {
+			s.enqueueEncoded(data)
+		}
 	}
 }
 
@@ -344,6 +354,7 @@ func (h *Hub) subscribe(s *subscriber, tables []string, offset string) (first []
 	for _, n := range tables {
 		s.tables[n] = true
 	}
+	s.tablesKey = strings.Join(sortedStrings(tables), ",")
 	first = []any{Hello{Type: TypeHello, Epoch: h.epoch, Offset: h.offsetString(h.offset), Tables: h.tableInfosLocked(tables)}}
 	if offset != "" {
 		epoch, lsn, err := parseOffset(offset)

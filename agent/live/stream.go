@@ -25,7 +25,10 @@ const (
 // drained by its own writer, so a slow client never slows the hub.
 type subscriber struct {
 	tables map[string]bool
-	send   chan []byte
+	// tablesKey names the set of tables, so that subscribers of the same
+	// tables share one encoding of each message.
+	tablesKey string
+	send      chan []byte
 
 	limit int // bytes the queue may hold
 
@@ -47,6 +50,12 @@ func (s *subscriber) enqueue(m any) {
 	if err != nil {
 		return
 	}
+	s.enqueueEncoded(data)
+}
+
+// enqueueEncoded queues an encoded message, which may be shared with other
+// subscribers and is never modified.
+func (s *subscriber) enqueueEncoded(data []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -102,10 +111,18 @@ func (s *subscriber) changesFor(offset string, batch []retainedTxn) (Changes, bo
 	return m, len(m.Txns) > 0
 }
 
-func (s *subscriber) sendTxns(offset string, batch []retainedTxn) {
-	if m, ok := s.changesFor(offset, batch); ok {
-		s.enqueue(m)
+// encodeChanges returns the encoded message of batch for the subscriber's
+// tables, or nil when none of them changed.
+func (s *subscriber) encodeChanges(offset string, batch []retainedTxn) []byte {
+	m, ok := s.changesFor(offset, batch)
+	if !ok {
+		return nil
 	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		return nil
+	}
+	return data
 }
 
 // refetch tells the client to drop its rows and closes the connection; the
