@@ -5,24 +5,74 @@
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+DIST      ?= $(CURDIR)/dist
+
+# VERSION is compiled into the binary (`lakeside version` prints it) and is
+# the version of the packages, so it must be valid for both dpkg and rpm: it
+# starts with a digit and has no "-". It is derived from `git describe`:
+#   tag v1.2.3                         1.2.3
+#   5 commits after v1.2.3             1.2.3+git5.gabc1234
+#   pre-release tag v1.3.0-rc1         1.3.0~rc1  (sorts before 1.3.0)
+#   no v* tag yet, 44 commits          0.0.0~git44.gabc1234  (before any release)
+#   uncommitted changes                ... with .dirty appended
+#   no git                             0.0.0~unknown
+# Override it with `make VERSION=1.2.3 ...`.
+ifndef VERSION
+VERSION := $(shell \
+	if d=$$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null); then \
+		echo "$$d" | sed -E 's/^v//; s/-([0-9]+)-g([0-9a-f]+)/+git\1.g\2/; s/-dirty$$/.dirty/; s/-/~/g'; \
+	elif d=$$(git describe --always --dirty 2>/dev/null); then \
+		echo "0.0.0~git$$(git rev-list --count HEAD).g$$d" | sed 's/-dirty$$/.dirty/'; \
+	else \
+		echo 0.0.0~unknown; \
+	fi)
+endif
 LDFLAGS   := -X main.Version=$(VERSION)
 VERSITYGW := $(BIN)/versitygw
 VERSITYGW_VERSION := v1.8.0
+NFPM      := $(BIN)/nfpm
+NFPM_VERSION := v2.45.2
+PACKAGE_ARCHS ?= amd64 arm64
 
-.PHONY: all build test demo bench deps vet fmt clean
+.PHONY: all build test demo bench deps vet fmt clean package version
 
 all: build
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/lakeside ./cmd/lakeside
 
+# version prints the version the binary and the packages get.
+version:
+	@echo $(VERSION)
+
+# package builds lakeside_<version>_<arch>.deb and lakeside-<version>.<arch>.rpm
+# (x86_64, aarch64) into $(DIST) for each of $(PACKAGE_ARCHS), from a static
+# binary cross-compiled into $(DIST)/linux_<arch>/, with nfpm (packaging/nfpm.yaml).
+package: $(NFPM)
+	@set -e; mkdir -p $(DIST); \
+	for arch in $(PACKAGE_ARCHS); do \
+		case $$arch in amd64) rpmarch=x86_64;; arm64) rpmarch=aarch64;; *) rpmarch=$$arch;; esac; \
+		echo "package: lakeside $(VERSION) linux/$$arch"; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' \
+			-o $(DIST)/linux_$$arch/lakeside ./cmd/lakeside; \
+		export VERSION='$(VERSION)' GOARCH=$$arch LAKESIDE_BINARY=$(DIST)/linux_$$arch/lakeside; \
+		$(NFPM) package --config packaging/nfpm.yaml --packager deb \
+			--target $(DIST)/lakeside_$(VERSION)_$$arch.deb; \
+		$(NFPM) package --config packaging/nfpm.yaml --packager rpm \
+			--target $(DIST)/lakeside-$(VERSION).$$rpmarch.rpm; \
+	done
+
 # deps installs what the tests start for real: a PostgreSQL server and headless
-# Chromium (Debian packages), and the versitygw S3 server (built once into bin/).
-deps: $(VERSITYGW)
+# Chromium (Debian packages), and the versitygw S3 server (built once into bin/);
+# for the package test, nfpm (built once into bin/), rpm (to query the .rpm),
+# systemd (systemd-analyze) and procps (/bin/kill, which the unit needs).
+deps: $(VERSITYGW) $(NFPM)
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql-15 postgresql-client-15"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v rpm >/dev/null 2>&1 || missing="$$missing rpm"; \
+	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
+	test -x /bin/kill || missing="$$missing procps"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
@@ -30,6 +80,11 @@ deps: $(VERSITYGW)
 
 $(VERSITYGW):
 	GOBIN=$(BIN) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+
+# nfpm is pinned at a release known to work (newer ones did not). It is a
+# build tool, not a module requirement of Lakeside.
+$(NFPM):
+	GOBIN=$(BIN) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 
 vet:
 	$(GO) vet ./...
