@@ -15,9 +15,9 @@ import (
 )
 
 // syncTable brings one table as close to its local version as the remote
-// allows, a window of versions at a time: first the data and checkpoint files
-// of the window (concurrently), then the commit files in order, each only
-// when all files of its version are confirmed.
+// allows: the data and checkpoint files of the versions go up concurrently,
+// and the commit files in order, each only when all files of its version are
+// confirmed (see uploadVersions).
 func (u *Uploader) syncTable(ctx context.Context, t Table) error {
 	st, err := u.loadState(t.Name)
 	if err != nil {
@@ -45,58 +45,8 @@ func (u *Uploader) syncTable(ctx context.Context, t Table) error {
 		return err
 	}
 
-	for st.RemoteVersion < l.latest {
-		from := st.RemoteVersion + 1
-		to := min(l.latest, from+int64(u.opts.Window)-1)
-		byVersion := map[int64][]fileJob{}
-		var jobs []fileJob
-		for v := from; v <= to; v++ {
-			if _, ok := l.commits[v]; !ok {
-				return fmt.Errorf("%w: commit %d is missing from the local log", ErrLocal, v)
-			}
-			files, _, err := versionFiles(ctx, tbl, t.Path, v)
-			if err != nil {
-				return err
-			}
-			if _, ok := l.checkpoints[v]; ok {
-				files = append(files, checkpointJob(t, v))
-			}
-			byVersion[v] = files
-			jobs = append(jobs, files...)
-		}
-		filesErr := u.uploadFiles(ctx, t, jobs)
-
-		// Commit files in order, while every file of the version is on
-		// the remote.
-		var logErr error
-		done := st.RemoteVersion
-		for v := from; v <= to && logErr == nil; v++ {
-			ok, err := u.allUploaded(t.Name, byVersion[v])
-			if err != nil {
-				logErr = err
-				break
-			}
-			if !ok {
-				break
-			}
-			if logErr = u.putCommit(ctx, t, v); logErr == nil {
-				done = v
-				u.versions.Add(1)
-			}
-		}
-		if done > st.RemoteVersion {
-			st.RemoteVersion, st.LastSuccess = done, u.opts.Now().UTC()
-		}
-		if errors.Is(logErr, ErrRemoteConflict) {
-			st.Stopped = fmt.Sprintf("stopped at version %d: %v; is another agent replicating to this site?", done+1, logErr)
-			u.log.Error("table replication stopped", "table", t.Name, "err", logErr)
-		}
-		if err := u.saveState(t.Name, st); err != nil {
-			return err
-		}
-		if err := errors.Join(filesErr, logErr); err != nil {
-			return err
-		}
+	if err := u.uploadVersions(ctx, t, tbl, l, &st); err != nil {
+		return err
 	}
 	return u.putLastCheckpoint(ctx, t, &st)
 }
@@ -114,25 +64,6 @@ func (u *Uploader) saveState(table string, st store.UploadState) error {
 	}
 	u.setRemote(table, st)
 	return nil
-}
-
-// allUploaded reports whether every file of jobs is recorded as uploaded.
-func (u *Uploader) allUploaded(table string, jobs []fileJob) (bool, error) {
-	ok := true
-	err := u.opts.DB.View(func(r *store.Reader) error {
-		for _, j := range jobs {
-			_, found, err := r.UploadedFile(u.opts.Target, table, j.rel)
-			if err != nil {
-				return err
-			}
-			if !found {
-				ok = false
-				return nil
-			}
-		}
-		return nil
-	})
-	return ok, err
 }
 
 // uploadFiles uploads the files of jobs not yet recorded as uploaded,

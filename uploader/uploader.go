@@ -21,7 +21,7 @@ const (
 	DefaultMinBackoff         = time.Second
 	DefaultMaxBackoff         = time.Minute
 	DefaultConcurrency        = 4
-	DefaultWindow             = 64
+	DefaultWindow             = 1024
 	DefaultMultipartThreshold = 16 << 20
 	DefaultPartSize           = 8 << 20
 )
@@ -48,8 +48,9 @@ type Options struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Concurrency is the number of data files uploaded at once.
 	Concurrency int
-	// Window is the number of versions whose data files are uploaded in one
-	// round before their log entries go up in order.
+	// Window is how many versions ahead of the commit going up their data
+	// and checkpoint files may be uploaded, so that the workers keep busy
+	// while the commits go up one at a time.
 	Window int
 	// Files larger than MultipartThreshold go up in parts of PartSize
 	// (when the client implements MultipartClient). S3 needs at least
