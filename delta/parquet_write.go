@@ -184,9 +184,12 @@ func (w *DataWriter) Write(rows []Row) error {
 		}
 		for i, idx := range w.dataIdx {
 			f := w.full.Fields[idx]
-			v, err := normalizeValue(f.Type, r[idx])
-			if err != nil {
-				return fmt.Errorf("write rows: column %q: %w", f.Name, err)
+			v := r[idx]
+			if !isCanonical(f.Type, v) {
+				var err error
+				if v, err = normalizeValue(f.Type, v); err != nil {
+					return fmt.Errorf("write rows: column %q: %w", f.Name, err)
+				}
 			}
 			if v == nil && !f.Nullable {
 				return fmt.Errorf("write rows: %w: null in non-nullable column %q", ErrInvalidValue, f.Name)
@@ -216,7 +219,48 @@ func (w *DataWriter) flush() error {
 		return fmt.Errorf("write rows: %w", err)
 	}
 	w.batch = w.batch[:0]
+	w.shred.reset()
 	return nil
+}
+
+// isCanonical reports whether v is a non-null value of a primitive or
+// decimal column that is already what normalizeValue returns for it, so that
+// the common case (values built for their column type, as the applier's are)
+// skips the general conversion.
+func isCanonical(t DataType, v any) bool {
+	switch t {
+	case TypeBoolean:
+		_, ok := v.(bool)
+		return ok
+	case TypeInteger:
+		_, ok := v.(int32)
+		return ok
+	case TypeLong:
+		_, ok := v.(int64)
+		return ok
+	case TypeDouble:
+		_, ok := v.(float64)
+		return ok
+	case TypeString:
+		_, ok := v.(string)
+		return ok
+	case TypeTimestamp:
+		x, ok := v.(time.Time)
+		return ok && x.Location() == time.UTC && x.Nanosecond()%1000 == 0
+	}
+	if dt, ok := t.(DecimalType); ok && dt.Precision <= 18 {
+		d, ok := v.(Decimal)
+		if !ok || d.Unscaled == nil || int(d.Scale) != dt.Scale || !d.Unscaled.IsInt64() {
+			return false
+		}
+		limit := int64(1)
+		for range dt.Precision {
+			limit *= 10
+		}
+		u := d.Unscaled.Int64()
+		return u > -limit && u < limit
+	}
+	return false
 }
 
 // Close finishes the file, flushes it to stable storage and returns its add
@@ -313,6 +357,16 @@ func (s *Snapshot) WriteFile(ctx context.Context, partitionValues map[string]any
 type shredder struct {
 	schema *StructType
 	cols   [][]parquet.Value
+	// buf holds the values of the rows returned since the last reset, so
+	// that a batch of rows costs few allocations.
+	buf []parquet.Value
+}
+
+// reset lets the shredder reuse the memory of the rows it returned: they
+// must no longer be used.
+func (s *shredder) reset() {
+	clear(s.buf)
+	s.buf = s.buf[:0]
 }
 
 func newShredder(st *StructType) *shredder {
@@ -347,15 +401,11 @@ func (s *shredder) row(values []any) (parquet.Row, error) {
 		}
 		col += numLeaves(f.Type)
 	}
-	n := 0
+	start := len(s.buf)
 	for _, c := range s.cols {
-		n += len(c)
+		s.buf = append(s.buf, c...)
 	}
-	out := make(parquet.Row, 0, n)
-	for _, c := range s.cols {
-		out = append(out, c...)
-	}
-	return out, nil
+	return parquet.Row(s.buf[start:len(s.buf):len(s.buf)]), nil
 }
 
 func (s *shredder) nulls(dt DataType, col, rep, def int) {

@@ -1,0 +1,108 @@
+package delta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestIsCanonicalAgreesWithNormalize checks the writer's fast path: a value
+// it takes as is must be exactly what normalizeValue would have made of it,
+// and values that need converting or checking are not taken as is.
+func TestIsCanonicalAgreesWithNormalize(t *testing.T) {
+	dec := DecimalType{Precision: 12, Scale: 2}
+	paris := time.FixedZone("CET", 3600)
+	cases := []struct {
+		typ       DataType
+		v         any
+		canonical bool
+	}{
+		{TypeBoolean, true, true},
+		{TypeInteger, int32(-7), true},
+		{TypeInteger, int64(7), false},
+		{TypeInteger, 7, false},
+		{TypeLong, int64(1) << 62, true},
+		{TypeLong, int32(5), false},
+		{TypeDouble, 2.5, true},
+		{TypeDouble, float32(2.5), false},
+		{TypeString, "héllo", true},
+		{TypeString, []byte("bytes"), false},
+		{TypeTimestamp, time.UnixMicro(1700000000123456).UTC(), true},
+		{TypeTimestamp, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), true},
+		{TypeTimestamp, time.Date(2026, 1, 1, 0, 0, 0, 1500, time.UTC), false},
+		{TypeTimestamp, time.Date(2026, 1, 1, 0, 0, 0, 0, paris), false},
+		{TypeTimestamp, int64(5), false},
+		{dec, NewDecimal(-999_999_999_999, 2), true},
+		{dec, NewDecimal(999_999_999_999, 2), true},
+		{dec, NewDecimal(1_000_000_000_000, 2), false}, // 13 digits: normalizeValue refuses it
+		{dec, NewDecimal(-1_000_000_000_000, 2), false},
+		{dec, NewDecimal(15, 1), false}, // another scale: rescaled
+		{dec, Decimal{Scale: 2}, false},
+		{dec, "1.50", false},
+		{DecimalType{Precision: 38, Scale: 0}, NewDecimal(1, 0), false}, // wide decimals take the general path
+		{DecimalType{Precision: 18, Scale: 0}, Decimal{Unscaled: new(big.Int).Lsh(big.NewInt(1), 70)}, false},
+		{TypeShort, int16(1), false},
+		{TypeDate, DateFromDays(3), false},
+		{&ArrayType{ElementType: TypeLong}, []any{int64(1)}, false},
+	}
+	for _, c := range cases {
+		got := isCanonical(c.typ, c.v)
+		if got != c.canonical {
+			t.Errorf("isCanonical(%s, %#v) = %v, want %v", c.typ, c.v, got, c.canonical)
+		}
+		if !got {
+			continue
+		}
+		n, err := normalizeValue(c.typ, c.v)
+		if err != nil {
+			t.Errorf("normalizeValue(%s, %#v): %v, but the fast path takes it", c.typ, c.v, err)
+		} else if canon(n) != canon(c.v) {
+			t.Errorf("normalizeValue(%s, %#v) = %s, the fast path keeps %s", c.typ, c.v, canon(n), canon(c.v))
+		}
+	}
+}
+
+// TestWriteManyBatches writes rows over several of the writer's internal
+// batches (whose memory it reuses), mixing values taken as is with values
+// that need converting, and reads them back.
+func TestWriteManyBatches(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := NewStructType(
+		NewField("id", TypeLong, true),
+		NewField("label", TypeString, true),
+		NewField("amount", DecimalType{Precision: 12, Scale: 2}, true),
+		NewField("at", TypeTimestamp, true),
+	)
+	const n = 5000
+	var rows, want []Row
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := int64(0); i < n; i++ {
+		label := fmt.Sprintf("row %d %s", i, string(rune('a'+i%26)))
+		at := epoch.Add(time.Duration(i) * time.Millisecond)
+		want = append(want, Row{i, label, NewDecimal(i*10, 2), at})
+		if i%2 == 0 {
+			rows = append(rows, Row{i, label, NewDecimal(i*10, 2), at})
+		} else {
+			rows = append(rows, Row{int(i), []byte(label), NewDecimal(i, 1), at.In(time.FixedZone("X", -7200))})
+		}
+	}
+	add, err := WriteDataFile(ctx, dir, st, nil, nil, rows, WriteOptions{RowGroupRows: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadParquetFile(ctx, filepath.Join(dir, add.Path), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSameRows(t, "many batches", got, want)
+
+	_, err = WriteDataFile(ctx, dir, st, nil, nil, []Row{{int64(1), "x", NewDecimal(1_000_000_000_000, 2), epoch}}, WriteOptions{})
+	if !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("13-digit value in decimal(12,2): err %v, want ErrInvalidValue", err)
+	}
+}
