@@ -2,6 +2,7 @@
 #
 # `make test` installs what it needs on a fresh Debian machine (PostgreSQL 15) and runs every test.
 # `make demo` runs the agent against a throwaway PostgreSQL with a sample workload.
+# `make package` builds the .deb and .rpm packages (amd64, arm64) into dist/.
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
