@@ -800,3 +800,83 @@ func documentedKeys(text string) map[string]bool {
 	}
 	return keys
 }
+
+// TestVersionFromGit checks the Makefile's rule that turns `git describe`
+// into a version dpkg and rpm accept, in a scratch repository: before any
+// tag, on a tag, after it, with uncommitted changes, on a pre-release tag,
+// and without git. Each version from git must sort after the one before.
+func TestVersionFromGit(t *testing.T) {
+	for _, tool := range []string{"git", "make", "dpkg"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found: run `make deps`", tool)
+		}
+	}
+	dir := t.TempDir()
+	home := t.TempDir()
+	makefile, err := filepath.Abs("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if name != "VERSION" && name != "MAKEFLAGS" && name != "MFLAGS" && name != "MAKELEVEL" && !strings.HasPrefix(name, "GIT_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "HOME="+home, "GIT_CONFIG_NOSYSTEM=1", "GIT_CEILING_DIRECTORIES="+filepath.Dir(dir), "GIT_AUTHOR_NAME=test", "GIT_AUTHOR_EMAIL=test@example.com",
+		"GIT_COMMITTER_NAME=test", "GIT_COMMITTER_EMAIL=test@example.com")
+	run := func(name string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir = dir
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	version := func() string {
+		t.Helper()
+		return run("make", "-s", "--no-print-directory", "-f", makefile, "version")
+	}
+
+	var versions []string
+	check := func(pattern string) {
+		t.Helper()
+		v := version()
+		if !regexp.MustCompile(`^` + pattern + `$`).MatchString(v) {
+			t.Errorf("version %q does not match %s", v, pattern)
+		}
+		run("dpkg", "--validate-version", v)
+		if strings.ContainsAny(v, "-:") {
+			t.Errorf("version %q has a '-' or ':', which rpm refuses in a version", v)
+		}
+		if n := len(versions); n > 0 {
+			run("dpkg", "--compare-versions", v, "gt", versions[n-1])
+		}
+		versions = append(versions, v)
+	}
+
+	check(`0\.0\.0~unknown`)
+	versions = nil // unrelated to the versions from git
+	run("git", "init", "-q")
+	writeFile(t, filepath.Join(dir, "f"), "1\n")
+	run("git", "add", "f")
+	run("git", "commit", "-q", "-m", "one")
+	check(`0\.0\.0~git1\.g[0-9a-f]{7,}`)
+	run("git", "tag", "v1.2.3")
+	check(`1\.2\.3`)
+	run("git", "commit", "-q", "--allow-empty", "-m", "two")
+	check(`1\.2\.3\+git1\.g[0-9a-f]{7,}`)
+	writeFile(t, filepath.Join(dir, "f"), "2\n")
+	check(`1\.2\.3\+git1\.g[0-9a-f]{7,}\.dirty`)
+	run("git", "commit", "-q", "-a", "-m", "three")
+	run("git", "tag", "v1.3.0-rc1")
+	check(`1\.3\.0~rc1`)
+	run("git", "commit", "-q", "--allow-empty", "-m", "four")
+	run("git", "tag", "v1.3.0")
+	check(`1\.3\.0`)
+	t.Logf("versions: %q", versions)
+}
