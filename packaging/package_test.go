@@ -723,6 +723,8 @@ func (h *harness) output(name string, args ...string) (string, error) {
 	return strings.TrimSpace(out.String()), err
 }
 
+// readFile returns the contents of a file; it fails the test when the file
+// cannot be read.
 func readFile(t *testing.T, path string) string {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -732,6 +734,7 @@ func readFile(t *testing.T, path string) string {
 	return string(data)
 }
 
+// writeFile writes a file with mode 0640; it fails the test when it cannot.
 func writeFile(t *testing.T, path, text string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(text), 0o640); err != nil {
