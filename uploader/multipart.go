@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"sync"
 
 	"github.com/lakeside/lakeside/store"
 )
@@ -42,35 +43,8 @@ func (u *Uploader) uploadMultipart(ctx context.Context, t Table, j fileJob, key 
 			return err
 		}
 	}
-	done := map[int]bool{}
-	for _, p := range m.Parts {
-		done[p.Number] = true
-	}
-	nparts := int((size + m.PartSize - 1) / m.PartSize)
-	for n := 1; n <= nparts; n++ {
-		if done[n] {
-			continue
-		}
-		off := int64(n-1) * m.PartSize
-		psize := min(m.PartSize, size-off)
-		md5sum, sha, err := digests(io.NewSectionReader(f, off, psize), psize)
-		if err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrLocal, j.rel, err)
-		}
-		body := Body{R: u.limit(ctx, io.NewSectionReader(f, off, psize)), Size: psize, MD5: md5sum, SHA256: sha}
-		etag, err := mc.UploadPart(ctx, key, m.UploadID, n, body)
-		if errors.Is(err, ErrNoSuchUpload) {
-			// Expired or aborted on the remote: start over next pass.
-			return u.forgetMultipart(t.Name, j.rel, &remoteError{err})
-		}
-		if err != nil {
-			return err
-		}
-		u.bytes.Add(psize)
-		m.Parts = append(m.Parts, store.UploadedPart{Number: n, ETag: etag, Size: psize})
-		if err := u.saveMultipart(t.Name, m); err != nil {
-			return err
-		}
+	if err := u.uploadParts(ctx, t, j, key, f, size, m); err != nil {
+		return err
 	}
 	slices.SortFunc(m.Parts, func(a, b store.UploadedPart) int { return a.Number - b.Number })
 	parts := make([]Part, len(m.Parts))
@@ -104,6 +78,71 @@ func (u *Uploader) uploadMultipart(ctx context.Context, t Table, j fileJob, key 
 			Path: j.rel, Size: size, Version: j.version, UploadedAt: u.opts.Now().UTC(),
 		})
 	})
+}
+
+// uploadParts uploads the parts of m not yet completed, up to Concurrency at
+// a time, and records each completed part.
+func (u *Uploader) uploadParts(ctx context.Context, t Table, j fileJob, key string, f *os.File, size int64, m *store.MultipartUpload) error {
+	done := map[int]bool{}
+	for _, p := range m.Parts {
+		done[p.Number] = true
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu   sync.Mutex // guards m.Parts and errs
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, u.opts.Concurrency)
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+		cancel()
+	}
+	nparts := int((size + m.PartSize - 1) / m.PartSize)
+	for n := 1; n <= nparts && ctx.Err() == nil; n++ {
+		if done[n] {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			off := int64(n-1) * m.PartSize
+			psize := min(m.PartSize, size-off)
+			md5sum, sha, err := digests(io.NewSectionReader(f, off, psize), psize)
+			if err != nil {
+				fail(fmt.Errorf("%w: %s: %w", ErrLocal, j.rel, err))
+				return
+			}
+			body := Body{R: u.limit(ctx, io.NewSectionReader(f, off, psize)), Size: psize, MD5: md5sum, SHA256: sha}
+			etag, err := u.client.UploadPart(ctx, key, m.UploadID, n, body)
+			if err != nil {
+				fail(err)
+				return
+			}
+			u.bytes.Add(psize)
+			mu.Lock()
+			defer mu.Unlock()
+			m.Parts = append(m.Parts, store.UploadedPart{Number: n, ETag: etag, Size: psize})
+			if err := u.saveMultipart(t.Name, m); err != nil {
+				errs = append(errs, err)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if errors.Is(err, ErrNoSuchUpload) {
+			// Expired or aborted on the remote: start over next pass.
+			return u.forgetMultipart(t.Name, j.rel, &remoteError{err})
+		}
+	}
+	if len(errs) > 0 {
+		return errs[0] // the others are mostly the cancellation it caused
+	}
+	return ctx.Err()
 }
 
 func (u *Uploader) saveMultipart(table string, m *store.MultipartUpload) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/lakeside/lakeside/delta"
@@ -74,20 +75,27 @@ func (u *Uploader) uploadVersions(ctx context.Context, t Table, tbl *delta.Table
 		readErr   error
 	)
 	versions := make(chan *pendingVersion, u.opts.Window)
-	jobs := make(chan versionJob)
+	jobs := newJobQueue()
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		defer close(versions)
-		defer close(jobs)
+		defer jobs.close()
 		if err := u.readVersions(readCtx, t, tbl, l, st.RemoteVersion+1, versions, jobs); err != nil {
 			mu.Lock()
 			readErr = err
 			mu.Unlock()
 		}
 	})
-	for range u.opts.Concurrency {
+	for i := range u.opts.Concurrency {
+		// Half the workers (at least one) take large files first, so they
+		// go up while the others feed the commits small files in order.
+		preferLarge := i < max(1, u.opts.Concurrency/2)
 		wg.Go(func() {
-			for j := range jobs {
+			for {
+				j, ok := jobs.pop(preferLarge)
+				if !ok {
+					return
+				}
 				size, err := u.uploadFile(ctx, t, j.fileJob)
 				if err == nil {
 					mu.Lock()
@@ -133,6 +141,7 @@ func (u *Uploader) uploadVersions(ctx context.Context, t Table, tbl *delta.Table
 		}
 	}
 	stopReading()
+	jobs.drop()
 	for range versions {
 		// Let the reader stop.
 	}
@@ -154,10 +163,10 @@ func (u *Uploader) uploadVersions(ctx context.Context, t Table, tbl *delta.Table
 }
 
 // readVersions lists the files of the versions from `from` to the latest in
-// order, sends each version to versions and its files not yet uploaded to
-// jobs.
+// order, sends each version to versions and queues its files not yet
+// uploaded.
 func (u *Uploader) readVersions(ctx context.Context, t Table, tbl *delta.Table, l *localLog, from int64,
-	versions chan<- *pendingVersion, jobs chan<- versionJob) error {
+	versions chan<- *pendingVersion, jobs *jobQueue) error {
 	seen := map[string]bool{}
 	for v := from; v <= l.latest; v++ {
 		if _, ok := l.commits[v]; !ok {
@@ -200,14 +209,79 @@ func (u *Uploader) readVersions(ctx context.Context, t Table, tbl *delta.Table, 
 			return ctx.Err()
 		}
 		for _, f := range todo {
-			select {
-			case jobs <- versionJob{fileJob: f, pv: pv}:
-			case <-ctx.Done():
-				return ctx.Err()
+			large := false
+			if fi, err := os.Stat(f.local); err == nil {
+				large = fi.Size() > u.opts.MultipartThreshold
 			}
+			jobs.push(versionJob{fileJob: f, pv: pv}, large)
 		}
 	}
 	return nil
+}
+
+// jobQueue holds the files waiting for a worker, large and small ones apart,
+// each in version order.
+type jobQueue struct {
+	mu           sync.Mutex
+	cond         *sync.Cond
+	small, large []versionJob
+	closed       bool
+}
+
+func newJobQueue() *jobQueue {
+	q := &jobQueue{}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+// push queues a job.
+func (q *jobQueue) push(j versionJob, large bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if large {
+		q.large = append(q.large, j)
+	} else {
+		q.small = append(q.small, j)
+	}
+	q.cond.Signal()
+}
+
+// close says no job will be pushed any more; queued jobs are still handed
+// out.
+func (q *jobQueue) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	q.cond.Broadcast()
+}
+
+// drop forgets the queued jobs: the pass is stopping.
+func (q *jobQueue) drop() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.small, q.large = nil, nil
+}
+
+// pop waits for a job, taken from the large ones first when preferLarge;
+// ok is false once the queue is closed and empty.
+func (q *jobQueue) pop(preferLarge bool) (j versionJob, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.small) == 0 && len(q.large) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	first, second := &q.small, &q.large
+	if preferLarge {
+		first, second = second, first
+	}
+	for _, s := range []*[]versionJob{first, second} {
+		if len(*s) > 0 {
+			j = (*s)[0]
+			*s = (*s)[1:]
+			return j, true
+		}
+	}
+	return versionJob{}, false
 }
 
 // recordProgress records uploaded files and the table's state in one write.
