@@ -18,6 +18,18 @@
 // conditional put failing; the uploader then compares the remote bytes with
 // the local file.
 //
+// Versions go up as a pipeline: workers upload the files of up to Window
+// versions ahead while the commits go up one at a time, each as soon as the
+// files of its version are confirmed.
+//
+// Vacuum deletes on the remote only what a local vacuum deleted, and only
+// once the remote has the versions that no longer need the file: the local
+// vacuum keeps every file of a version not yet on the remote
+// (Uploader.VacuumOptions), records the files it deletes in the state file
+// before deleting them, and each pass deletes on the remote those whose local
+// file is gone and whose version bound the remote has passed (DeleteRemote).
+// A remote delete is recorded once done and never repeated.
+//
 // An unreachable remote is normal: the uploader backs off up to a cap, logs
 // once when it goes offline and once when it comes back, and keeps the
 // backlog (versions and bytes per table) available through Backlog so the

@@ -46,7 +46,8 @@ type Options struct {
 	// MinBackoff and MaxBackoff bound the wait between passes while the
 	// remote is unreachable; it doubles (with jitter) up to MaxBackoff.
 	MinBackoff, MaxBackoff time.Duration
-	// Concurrency is the number of data files uploaded at once.
+	// Concurrency is the number of data and checkpoint files uploaded at
+	// once, and of parts of one large file.
 	Concurrency int
 	// Window is how many versions ahead of the commit going up their data
 	// and checkpoint files may be uploaded, so that the workers keep busy
