@@ -587,10 +587,7 @@ func (h *harness) checkSystemctlCalls(t *testing.T, version string) {
 		if err := os.Remove(h.systemctl); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			t.Fatal(err)
 		}
-		args := append([]string{"--mount", "--propagation", "private", "sh", "-c",
-			`mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/system && exec sh "$@"`, "sh",
-			filepath.Join(h.packageDir, c.args[0])}, c.args[1:]...)
-		h.run(t, "unshare", args...)
+		h.runAsUnderSystemd(t, append([]string{filepath.Join(h.packageDir, c.args[0])}, c.args[1:]...))
 		if got := h.systemctlCalls(t); !slices.Equal(got, c.want) {
 			t.Errorf("%s with systemd running called systemctl %q, want %q", strings.Join(c.args, " "), got, c.want)
 		}
@@ -601,6 +598,34 @@ func (h *harness) checkSystemctlCalls(t *testing.T, version string) {
 	if err := os.Remove(h.systemctl); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		t.Fatal(err)
 	}
+}
+
+// runAsUnderSystemd runs a maintainer script where /run/systemd/system
+// exists, as on a machine booted with systemd: in a private mount namespace
+// when the kernel allows one, otherwise by creating the directory on this
+// machine for the duration of the script (it has no systemd, so nothing else
+// reads it).
+func (h *harness) runAsUnderSystemd(t *testing.T, script []string) {
+	t.Helper()
+	if exec.Command("unshare", "--mount", "true").Run() == nil {
+		args := append([]string{"--mount", "--propagation", "private", "sh", "-c",
+			`mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/system && exec sh "$@"`, "sh"}, script...)
+		h.run(t, "unshare", args...)
+		return
+	}
+	const dir = "/run/systemd/system"
+	if _, err := os.Stat(dir); err == nil {
+		t.Fatalf("%s exists: this machine runs systemd, and the test would call the real systemctl", dir)
+	}
+	created := "/run/systemd"
+	if _, err := os.Stat(created); err == nil {
+		created = dir
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(created)
+	h.run(t, "sh", script...)
 }
 
 // checkUpgrade edits the installed configuration, rebuilds the package
