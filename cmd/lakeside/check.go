@@ -27,7 +27,7 @@ func (c *checkCommand) ParseFlags(args []string) error {
 }
 
 func (c *checkCommand) Run(ctx context.Context) error {
-	cfg, err := agent.LoadConfig(c.configPath)
+	cfg, err := loadConfig(c.configPath)
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ func (c *runCommand) ParseFlags(args []string) error {
 }
 
 func (c *runCommand) Run(ctx context.Context) error {
-	cfg, err := agent.LoadConfig(c.configPath)
+	cfg, err := loadConfig(c.configPath)
 	if err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func (c *runCommand) Run(ctx context.Context) error {
 // says which changed keys need a restart. A file that does not load is
 // refused whole and the running configuration stays.
 func (c *runCommand) reload(a *agent.Agent, level *slog.LevelVar, log *slog.Logger) {
-	cfg, err := agent.LoadConfig(c.configPath)
+	cfg, err := loadConfig(c.configPath)
 	if err != nil {
 		log.Error("reload refused; the running configuration stays", "err", err)
 		return

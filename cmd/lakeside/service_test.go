@@ -301,3 +301,25 @@ replica:
 		t.Fatalf("only %d log lines:\n%s", len(lines), d.log())
 	}
 }
+
+// TestEnvironmentFileNextToConfig: the commands an operator runs by hand
+// expand ${VAR} from the environment file beside the configuration, as the
+// service does from its EnvironmentFile=; a malformed file is named.
+func TestEnvironmentFileNextToConfig(t *testing.T) {
+	e := newE2E(t, []string{"public.stock"})
+	e.exec(`CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL)`)
+	cfg, err := os.ReadFile(e.configPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, e.configPath, strings.Replace(string(cfg), `dsn: "`+e.dsn+`"`, `dsn: "${LAKESIDE_TEST_BRANCH_DSN}"`, 1))
+	envPath := filepath.Join(filepath.Dir(e.configPath), "environment")
+	writeFile(t, envPath, "# secrets of the service\n\nLAKESIDE_TEST_BRANCH_DSN='"+e.dsn+"'\n")
+	if out, stderr, code := e.lakeside("check", "--config", e.configPath); code != 0 || !strings.Contains(out, "✓ connect to PostgreSQL") {
+		t.Fatalf("check with the DSN in the environment file: exit %d\n%s%s", code, out, stderr)
+	}
+	writeFile(t, envPath, "LAKESIDE_TEST_BRANCH_DSN\n")
+	if _, stderr, code := e.lakeside("check", "--config", e.configPath); code == 0 || !strings.Contains(stderr, "environment: line 1: want VAR=value") {
+		t.Fatalf("check with a malformed environment file: exit %d\n%s", code, stderr)
+	}
+}

@@ -30,7 +30,7 @@ func (c *statusCommand) ParseFlags(args []string) error {
 }
 
 func (c *statusCommand) Run(ctx context.Context) error {
-	cfg, err := agent.LoadConfig(c.configPath)
+	cfg, err := loadConfig(c.configPath)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func (c *vacuumCommand) ParseFlags(args []string) error {
 }
 
 func (c *vacuumCommand) Run(ctx context.Context) error {
-	cfg, err := agent.LoadConfig(c.configPath)
+	cfg, err := loadConfig(c.configPath)
 	if err != nil {
 		return err
 	}
