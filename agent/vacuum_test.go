@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/delta/deltatest"
 	"github.com/lakeside/lakeside/store"
 	"github.com/lakeside/lakeside/uploader"
 	"github.com/lakeside/lakeside/uploader/replica"
@@ -41,26 +41,7 @@ func newVacuumTable(t *testing.T, path string, created time.Time) *vacuumTable {
 
 func (v *vacuumTable) rewrite(at time.Time) {
 	v.t.Helper()
-	ctx := context.Background()
-	snap, err := v.tbl.Snapshot(ctx)
-	if err != nil {
-		v.t.Fatal(err)
-	}
-	add, err := snap.WriteFile(ctx, nil, []delta.Row{{int64(len(v.files))}}, delta.WriteOptions{})
-	if err != nil {
-		v.t.Fatal(err)
-	}
-	if err := os.Chtimes(v.local(add.Path), at, at); err != nil {
-		v.t.Fatal(err)
-	}
-	acts := []delta.Action{add, &delta.CommitInfo{Operation: "WRITE", Timestamp: at.UnixMilli()}}
-	for _, f := range snap.Files() {
-		acts = append(acts, delta.RemoveOf(f, at.UnixMilli(), true))
-	}
-	if _, err := v.tbl.Commit(ctx, snap.Version(), acts); err != nil {
-		v.t.Fatal(err)
-	}
-	v.files = append(v.files, add.Path)
+	v.files = append(v.files, deltatest.Rewrite(v.t, v.tbl, at, delta.Row{int64(len(v.files))}))
 }
 
 func (v *vacuumTable) local(rel string) string {

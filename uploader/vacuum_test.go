@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/delta/deltatest"
 	"github.com/lakeside/lakeside/store"
 	"github.com/lakeside/lakeside/uploader"
 )
@@ -43,27 +44,9 @@ func (r *rewriteTable) day(n int) time.Time { return r.day0.Add(time.Duration(n)
 // data file with a new one.
 func (r *rewriteTable) rewrite(day int) {
 	r.t.Helper()
-	ctx := context.Background()
-	at := r.day(day)
-	snap, err := r.tbl.Snapshot(ctx)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	add, err := snap.WriteFile(ctx, nil, []delta.Row{{int64(len(r.files)), randomString(20)}}, delta.WriteOptions{})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	if err := os.Chtimes(r.local(add.Path), at, at); err != nil {
-		r.t.Fatal(err)
-	}
-	acts := []delta.Action{add, &delta.CommitInfo{Operation: "WRITE", Timestamp: at.UnixMilli()}}
-	for _, f := range snap.Files() {
-		acts = append(acts, delta.RemoveOf(f, at.UnixMilli(), true))
-	}
-	if r.version, err = r.tbl.Commit(ctx, r.version, acts); err != nil {
-		r.t.Fatal(err)
-	}
-	r.files = append(r.files, add.Path)
+	path := deltatest.Rewrite(r.t, r.tbl, r.day(day), delta.Row{int64(len(r.files)), randomString(20)})
+	r.files = append(r.files, path)
+	r.version++
 }
 
 func (r *rewriteTable) local(rel string) string {
