@@ -2,7 +2,6 @@ package uploader_test
 
 import (
 	"context"
-	"crypto/md5"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -320,8 +319,7 @@ func readFile(p string) ([]byte, error) { return os.ReadFile(p) }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
-func testDigests(data []byte) (md5sum, sha []byte) {
-	m := md5.Sum(data)
+func testSHA256(data []byte) []byte {
 	s := sha256.Sum256(data)
-	return m[:], s[:]
+	return s[:]
 }

@@ -3,7 +3,6 @@ package uploader
 import (
 	"bufio"
 	"context"
-	"crypto/md5"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -149,17 +148,20 @@ func versionFiles(ctx context.Context, tbl *delta.Table, root string, version in
 	return jobs, size, nil
 }
 
-// digests returns the MD5 and SHA-256 of size bytes of r.
-func digests(r io.Reader, size int64) (md5sum, sha []byte, err error) {
-	m, s := md5.New(), sha256.New()
-	n, err := io.Copy(io.MultiWriter(m, s), io.LimitReader(r, size))
+// checksum returns the SHA-256 of size bytes of r. It is the checksum the
+// uploader sends with every body and the remote verifies; an MD5 as well
+// would cost a second hash of every byte on a small machine and check
+// nothing more.
+func checksum(r io.Reader, size int64) ([]byte, error) {
+	s := sha256.New()
+	n, err := io.Copy(s, io.LimitReader(r, size))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if n != size {
-		return nil, nil, fmt.Errorf("read %d bytes, want %d", n, size)
+		return nil, fmt.Errorf("read %d bytes, want %d", n, size)
 	}
-	return m.Sum(nil), s.Sum(nil), nil
+	return s.Sum(nil), nil
 }
 
 // sameContent reports whether two readers hold the same bytes.

@@ -111,12 +111,12 @@ func (u *Uploader) uploadParts(ctx context.Context, t Table, j fileJob, key stri
 			defer func() { <-sem }()
 			off := int64(n-1) * m.PartSize
 			psize := min(m.PartSize, size-off)
-			md5sum, sha, err := digests(io.NewSectionReader(f, off, psize), psize)
+			sha, err := checksum(io.NewSectionReader(f, off, psize), psize)
 			if err != nil {
 				fail(fmt.Errorf("%w: %s: %w", ErrLocal, j.rel, err))
 				return
 			}
-			body := Body{R: u.limit(ctx, io.NewSectionReader(f, off, psize)), Size: psize, MD5: md5sum, SHA256: sha}
+			body := Body{R: u.limit(ctx, io.NewSectionReader(f, off, psize)), Size: psize, SHA256: sha}
 			etag, err := u.client.UploadPart(ctx, key, m.UploadID, n, body)
 			if err != nil {
 				fail(err)

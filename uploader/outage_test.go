@@ -186,12 +186,12 @@ func (c corruptingTransport) RoundTrip(req *http.Request) (*http.Response, error
 	return c.base.RoundTrip(req)
 }
 
-// TestCorruptBodyIsRejected checks that the server verifies the checksums
-// sent with each put and part, and that the file backend verifies them too.
+// TestCorruptBodyIsRejected checks that the server verifies the SHA-256 the
+// uploader sends with each put and part, and that the file backend verifies
+// it too.
 func TestCorruptBodyIsRejected(t *testing.T) {
 	body := func(data []byte) uploader.Body {
-		md5sum, sha := testDigests(data)
-		return uploader.Body{R: bytes.NewReader(data), Size: int64(len(data)), MD5: md5sum, SHA256: sha}
+		return uploader.Body{R: bytes.NewReader(data), Size: int64(len(data)), SHA256: testSHA256(data)}
 	}
 	data := []byte(strings.Repeat("lakeside ", 1000))
 	ctx := t.Context()

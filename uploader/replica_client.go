@@ -52,7 +52,8 @@ type PutOptions struct {
 }
 
 // Body is the content of a put or of a part: Size bytes read from R, whose
-// MD5 and SHA-256 digests were computed beforehand from the same bytes.
+// SHA-256 (and, when not nil, MD5) digests were computed beforehand from the
+// same bytes. The uploader sets SHA256 only.
 type Body struct {
 	R      io.Reader
 	Size   int64

@@ -145,11 +145,11 @@ func (u *Uploader) uploadFile(ctx context.Context, t Table, j fileJob) (int64, e
 	if u.client.mp != nil && size > u.opts.MultipartThreshold {
 		return size, u.uploadMultipart(ctx, t, j, key, f, size)
 	}
-	md5sum, sha, err := digests(io.NewSectionReader(f, 0, size), size)
+	sha, err := checksum(io.NewSectionReader(f, 0, size), size)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %s: %w", ErrLocal, j.rel, err)
 	}
-	body := Body{R: u.limit(ctx, io.NewSectionReader(f, 0, size)), Size: size, MD5: md5sum, SHA256: sha}
+	body := Body{R: u.limit(ctx, io.NewSectionReader(f, 0, size)), Size: size, SHA256: sha}
 	err = u.client.PutObject(ctx, key, body, PutOptions{IfNoneMatch: true})
 	if errors.Is(err, ErrPreconditionFailed) {
 		err = u.checkSame(ctx, key, io.NewSectionReader(f, 0, size))
@@ -178,8 +178,8 @@ func (u *Uploader) putCommit(ctx context.Context, t Table, v int64) error {
 
 func (u *Uploader) putBytes(ctx context.Context, key string, data []byte, ifNoneMatch bool) error {
 	size := int64(len(data))
-	md5sum, sha, _ := digests(bytes.NewReader(data), size)
-	body := Body{R: u.limit(ctx, bytes.NewReader(data)), Size: size, MD5: md5sum, SHA256: sha}
+	sha, _ := checksum(bytes.NewReader(data), size)
+	body := Body{R: u.limit(ctx, bytes.NewReader(data)), Size: size, SHA256: sha}
 	err := u.client.PutObject(ctx, key, body, PutOptions{IfNoneMatch: ifNoneMatch})
 	if err == nil {
 		u.bytes.Add(size)

@@ -13,10 +13,10 @@
 //
 // # Integrity
 //
-// Every put and part carries Content-MD5 and its SHA-256 as the signed
-// x-amz-content-sha256 payload hash (minio-go's streaming signature is turned
-// off so the real digest is signed). The server recomputes both and rejects a
-// body that does not match (BadDigest / XAmzContentSHA256Mismatch), which this
+// Every put and part carries its SHA-256 as the signed x-amz-content-sha256
+// payload hash (minio-go's streaming signature is turned off so the real
+// digest is signed), and Content-MD5 when the body has an MD5. The server
+// recomputes them and rejects a body that does not match (BadDigest / XAmzContentSHA256Mismatch), which this
 // package reports as uploader.ErrChecksumMismatch.
 //
 // # Conditional writes
