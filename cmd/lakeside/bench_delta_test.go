@@ -275,18 +275,27 @@ func (e *e2e) walLSN() string {
 	return text
 }
 
-// timeToDelta starts the agent on a backlog that ends with an insert into
-// bench_marker and returns how long it took until the Delta tables held the
-// whole backlog: the marker's mirror has applied a transaction after
-// prevMarker, and the applier's applied position (recorded once every table
-// of a flush has committed) has reached it. It also returns the marker's
-// LSN, the prevMarker of the next round.
-func (e *e2e) timeToDelta(prevMarker pglogrepl.LSN) (time.Duration, pglogrepl.LSN) {
+// deltaDrain is how the agent drained a backlog: the time from its start
+// until the queue held the whole backlog, and until the Delta tables did.
+type deltaDrain struct {
+	captured, applied time.Duration
+	// marker is the end LSN of the backlog's last transaction.
+	marker pglogrepl.LSN
+}
+
+// timeToDelta starts the agent on a backlog that ends at the WAL position
+// end with an insert into bench_marker, and times it until the Delta
+// tables hold the whole backlog: the marker's mirror has applied a
+// transaction after prevMarker, and the applier's applied position
+// (recorded once every table of a flush has committed) has reached it.
+func (e *e2e) timeToDelta(end string, prevMarker pglogrepl.LSN) deltaDrain {
 	e.t.Helper()
 	cfg, err := agent.LoadConfig(e.configPath)
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	endLSN, _ := pglogrepl.ParseLSN(end)
+	var r deltaDrain
 	start := time.Now()
 	d := e.start()
 	defer e.stop(d)
@@ -295,18 +304,23 @@ func (e *e2e) timeToDelta(prevMarker pglogrepl.LSN) (time.Duration, pglogrepl.LS
 		if err != nil || !st.Running {
 			continue
 		}
+		if cp, _ := pglogrepl.ParseLSN(st.CheckpointLSN); r.captured == 0 && cp >= endLSN {
+			r.captured = time.Since(start)
+		}
 		applied, _ := pglogrepl.ParseLSN(st.AppliedLSN)
 		for _, ts := range st.Tables {
 			if ts.Name != "public.bench_marker" || ts.Kind != "mirror" {
 				continue
 			}
 			if m, _ := pglogrepl.ParseLSN(ts.AppliedLSN); m > prevMarker && applied >= m {
-				return time.Since(start), m
+				r.applied, r.marker = time.Since(start), m
+				r.captured = min(cmp.Or(r.captured, r.applied), r.applied)
+				return r
 			}
 		}
 	}
 	e.t.Fatalf("the backlog did not reach the Delta tables in 10 minutes; log:\n%s", d.stderr)
-	return 0, 0
+	return r
 }
 
 // TestBenchDeltaEndToEnd measures the agent turning a backlog into
@@ -344,20 +358,23 @@ func TestBenchDeltaEndToEnd(t *testing.T) {
 	round := 0
 	fmt.Println()
 	for _, w := range workloads {
-		var baselines, ours, ratios []float64
+		var baselines, ours, ratios, captures, applies []float64
 		for r := 0; r < benchRounds; r++ {
 			w.run()
 			round++
 			e.exec(fmt.Sprintf(`INSERT INTO bench_marker VALUES (%d)`, round))
-			b := e.recvLogical("baseline", e.walLSN())
-			var o time.Duration
-			o, marker = e.timeToDelta(marker)
+			end := e.walLSN()
+			b := e.recvLogical("baseline", end)
+			o := e.timeToDelta(end, marker)
+			marker = o.marker
 			baselines = append(baselines, float64(w.rows)/b.Seconds())
-			ours = append(ours, float64(w.rows)/o.Seconds())
-			ratios = append(ratios, b.Seconds()/o.Seconds())
+			ours = append(ours, float64(w.rows)/o.applied.Seconds())
+			ratios = append(ratios, b.Seconds()/o.applied.Seconds())
+			captures, applies = append(captures, o.captured.Seconds()), append(applies, (o.applied-o.captured).Seconds())
 		}
 		fmt.Printf("BENCH delta end to end, %s: lakeside %.0fk rows/s, pg_recvlogical %.0fk rows/s, ratio %.2f (target >= 0.8)\n",
 			w.name, median(ours)/1e3, median(baselines)/1e3, median(ratios))
+		fmt.Printf("  lakeside: capture into the queue %.1f s, then Delta commits %.1f s more (medians)\n", median(captures), median(applies))
 	}
 	fmt.Printf("  median of %d rounds; lakeside: from its start until changelog and mirror committed the backlog (flush_interval 1s);\n", benchRounds)
 	fmt.Printf("  pg_recvlogical: the same backlog from its own slot to /dev/null; load %s\n", loadAvg())
