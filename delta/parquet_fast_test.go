@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/file"
 )
 
 // TestIsCanonicalAgreesWithNormalize checks the writer's fast path: a value
@@ -68,7 +71,8 @@ func TestIsCanonicalAgreesWithNormalize(t *testing.T) {
 
 // TestWriteManyBatches writes rows over several of the writer's internal
 // batches (whose memory it reuses), mixing values taken as is with values
-// that need converting, and reads them back.
+// that need converting, and reads them back with arrow-go, which also
+// decodes the snappy pages of our encoder.
 func TestWriteManyBatches(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -100,6 +104,22 @@ func TestWriteManyBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertSameRows(t, "many batches", got, want)
+	pr, err := file.OpenParquetFile(filepath.Join(dir, add.Path), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	for rg := 0; rg < pr.NumRowGroups(); rg++ {
+		for c := 0; c < len(st.Fields); c++ {
+			cc, err := pr.MetaData().RowGroup(rg).ColumnChunk(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cc.Compression() != compress.Codecs.Snappy {
+				t.Errorf("row group %d column %d: codec %v, want snappy", rg, c, cc.Compression())
+			}
+		}
+	}
 
 	_, err = WriteDataFile(ctx, dir, st, nil, nil, []Row{{int64(1), "x", NewDecimal(1_000_000_000_000, 2), epoch}}, WriteOptions{})
 	if !errors.Is(err, ErrInvalidValue) {

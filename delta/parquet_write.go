@@ -10,8 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress"
+	"github.com/parquet-go/parquet-go/compress/snappy"
 )
 
 // Compression codecs for data files.
@@ -19,6 +21,19 @@ const (
 	CompressionSnappy = "snappy"
 	CompressionZstd   = "zstd"
 )
+
+// snappyCodec is Parquet's SNAPPY codec with the standard snappy encoder.
+// parquet-go's own codec encodes in the "better" mode of
+// klauspost/compress, which took about a fifth of the writer's CPU time for
+// files a few percent smaller; both write plain snappy blocks, which every
+// reader decodes alike.
+type snappyCodec struct{ snappy.Codec }
+
+// Encode compresses src into one snappy block, in dst when it is large
+// enough.
+func (c *snappyCodec) Encode(dst, src []byte) ([]byte, error) {
+	return s2.EncodeSnappy(dst, src), nil
+}
 
 // DefaultRowGroupRows is the default maximum number of rows in a row group.
 const DefaultRowGroupRows = 128 * 1024
@@ -102,7 +117,7 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 	ext := "snappy"
 	switch strings.ToLower(opts.Compression) {
 	case "", CompressionSnappy:
-		codec = &parquet.Snappy
+		codec = &snappyCodec{}
 	case CompressionZstd:
 		codec, ext = &parquet.Zstd, "zstd"
 	default:
