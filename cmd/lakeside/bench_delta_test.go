@@ -177,6 +177,22 @@ func TestBenchDeltaParquet(t *testing.T) {
 		}
 	}
 
+	// DuckDB reads our file back with the same contents as its table.
+	check := func(from string) string {
+		var out string
+		q := `SELECT count(*)::VARCHAR || ' ' || sum(id)::VARCHAR || ' ' || sum(length(label))::VARCHAR || ' ' || sum(amount)::VARCHAR || ' ' ||
+			max(placed_at)::VARCHAR || ' ' || count(*) FILTER (paid)::VARCHAR || ' ' || sum(qty)::VARCHAR FROM ` + from
+		if err := conn.QueryRowContext(context.Background(), q).Scan(&out); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return out
+	}
+	path := ours()
+	if got, want := check(fmt.Sprintf("read_parquet('%s')", path)), check("orders"); got != want {
+		t.Fatalf("DuckDB reads our file as %s, its table holds %s", got, want)
+	}
+	os.Remove(path)
+
 	// Rates per round, in rows per wall-clock second and per CPU second.
 	var our, duckN, duck1, ourCPU, duckNCPU, duck1CPU []float64
 	var ourSize, duckSize int64
