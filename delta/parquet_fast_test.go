@@ -69,15 +69,15 @@ func TestIsCanonicalAgreesWithNormalize(t *testing.T) {
 	}
 }
 
-// TestWriteManyBatches writes rows over several of the writer's internal
-// batches (whose memory it reuses), mixing values taken as is with values
-// that need converting, and reads them back with arrow-go, which also
-// decodes the snappy pages of our encoder.
+// TestWriteManyBatches writes rows of a flat schema over several of the
+// writer's internal batches (whose memory it reuses), mixing nulls, values
+// taken as is and values that need converting, and reads them back with
+// arrow-go, which also decodes the snappy pages of our encoder.
 func TestWriteManyBatches(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	st := NewStructType(
-		NewField("id", TypeLong, true),
+		NewField("id", TypeLong, false),
 		NewField("label", TypeString, true),
 		NewField("amount", DecimalType{Precision: 12, Scale: 2}, true),
 		NewField("at", TypeTimestamp, true),
@@ -88,10 +88,15 @@ func TestWriteManyBatches(t *testing.T) {
 	for i := int64(0); i < n; i++ {
 		label := fmt.Sprintf("row %d %s", i, string(rune('a'+i%26)))
 		at := epoch.Add(time.Duration(i) * time.Millisecond)
-		want = append(want, Row{i, label, NewDecimal(i*10, 2), at})
-		if i%2 == 0 {
+		switch {
+		case i%7 == 0:
+			want = append(want, Row{i, nil, nil, at})
+			rows = append(rows, Row{i, nil, nil, at})
+		case i%2 == 0:
+			want = append(want, Row{i, label, NewDecimal(i*10, 2), at})
 			rows = append(rows, Row{i, label, NewDecimal(i*10, 2), at})
-		} else {
+		default:
+			want = append(want, Row{i, label, NewDecimal(i*10, 2), at})
 			rows = append(rows, Row{int(i), []byte(label), NewDecimal(i, 1), at.In(time.FixedZone("X", -7200))})
 		}
 	}
@@ -124,5 +129,9 @@ func TestWriteManyBatches(t *testing.T) {
 	_, err = WriteDataFile(ctx, dir, st, nil, nil, []Row{{int64(1), "x", NewDecimal(1_000_000_000_000, 2), epoch}}, WriteOptions{})
 	if !errors.Is(err, ErrInvalidValue) {
 		t.Errorf("13-digit value in decimal(12,2): err %v, want ErrInvalidValue", err)
+	}
+	_, err = WriteDataFile(ctx, dir, st, nil, nil, []Row{{nil, "x", nil, epoch}}, WriteOptions{})
+	if !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("null in a non-nullable column: err %v, want ErrInvalidValue", err)
 	}
 }

@@ -375,6 +375,9 @@ type shredder struct {
 	// buf holds the values of the rows returned since the last reset, so
 	// that a batch of rows costs few allocations.
 	buf []parquet.Value
+	// flat says that every column is a leaf (no struct, array or map):
+	// each column then has exactly one value per row, in schema order.
+	flat bool
 }
 
 // reset lets the shredder reuse the memory of the rows it returned: they
@@ -385,7 +388,14 @@ func (s *shredder) reset() {
 }
 
 func newShredder(st *StructType) *shredder {
-	return &shredder{schema: st, cols: make([][]parquet.Value, numLeaves(st))}
+	s := &shredder{schema: st, cols: make([][]parquet.Value, numLeaves(st)), flat: true}
+	for _, f := range st.Fields {
+		switch f.Type.(type) {
+		case *StructType, *ArrayType, *MapType:
+			s.flat = false
+		}
+	}
+	return s
 }
 
 func numLeaves(dt DataType) int {
@@ -406,6 +416,9 @@ func numLeaves(dt DataType) int {
 
 // row shreds one row of normalised values.
 func (s *shredder) row(values []any) (parquet.Row, error) {
+	if s.flat {
+		return s.flatRow(values)
+	}
 	for i := range s.cols {
 		s.cols[i] = s.cols[i][:0]
 	}
@@ -419,6 +432,32 @@ func (s *shredder) row(values []any) (parquet.Row, error) {
 	start := len(s.buf)
 	for _, c := range s.cols {
 		s.buf = append(s.buf, c...)
+	}
+	return parquet.Row(s.buf[start:len(s.buf):len(s.buf)]), nil
+}
+
+// flatRow shreds a row of a flat schema straight into the row buffer: one
+// value per column, at definition level 1 when the column is nullable and
+// the value is not null.
+func (s *shredder) flatRow(values []any) (parquet.Row, error) {
+	start := len(s.buf)
+	for i, f := range s.schema.Fields {
+		pv, def := parquet.NullValue(), 0
+		switch v := values[i]; {
+		case v != nil:
+			var err error
+			if pv, err = leafValue(f.Type, v); err != nil {
+				s.buf = s.buf[:start]
+				return nil, fmt.Errorf("column %q: %w", f.Name, err)
+			}
+			if f.Nullable {
+				def = 1
+			}
+		case !f.Nullable:
+			s.buf = s.buf[:start]
+			return nil, fmt.Errorf("column %q: %w: null for a non-nullable %s", f.Name, ErrInvalidValue, f.Type)
+		}
+		s.buf = append(s.buf, pv.Level(0, def, i))
 	}
 	return parquet.Row(s.buf[start:len(s.buf):len(s.buf)]), nil
 }
