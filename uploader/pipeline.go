@@ -106,12 +106,32 @@ func (u *Uploader) uploadVersions(ctx context.Context, t Table, tbl *delta.Table
 			}
 		})
 	}
-	record := func() error {
+	record := func(s store.UploadState) error {
 		mu.Lock()
 		files := completed
 		completed = nil
 		mu.Unlock()
-		return u.recordProgress(t.Name, files, *st)
+		return u.recordProgress(t.Name, files, s)
+	}
+	// Progress is recorded beside the commits, off their path: a record
+	// (an fsync) does not hold up the next commit.
+	var recordErr error
+	records := make(chan store.UploadState, 1)
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		for s := range records {
+			if err := record(s); err != nil {
+				mu.Lock()
+				recordErr = err
+				mu.Unlock()
+			}
+		}
+	}()
+	failedRecord := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return recordErr
 	}
 
 	var commitErr error
@@ -134,12 +154,18 @@ func (u *Uploader) uploadVersions(ctx context.Context, t Table, tbl *delta.Table
 		st.RemoteVersion, st.LastSuccess = pv.version, u.opts.Now().UTC()
 		u.versions.Add(1)
 		if sinceSave++; sinceSave >= recordEvery {
-			if commitErr = record(); commitErr != nil {
-				break
+			select {
+			case records <- *st:
+				sinceSave = 0
+			default: // the previous record is still being written
 			}
-			sinceSave = 0
+		}
+		if commitErr = failedRecord(); commitErr != nil {
+			break
 		}
 	}
+	close(records)
+	<-recorded
 	stopReading()
 	jobs.drop()
 	for range versions {
@@ -150,7 +176,7 @@ func (u *Uploader) uploadVersions(ctx context.Context, t Table, tbl *delta.Table
 		st.Stopped = fmt.Sprintf("stopped at version %d: %v; is another agent replicating to this site?", st.RemoteVersion+1, commitErr)
 		u.log.Error("table replication stopped", "table", t.Name, "err", commitErr)
 	}
-	if err := record(); err != nil {
+	if err := record(*st); err != nil {
 		return errors.Join(commitErr, err)
 	}
 	if commitErr == nil && readErr != nil && !errors.Is(readErr, context.Canceled) {
