@@ -144,7 +144,6 @@ func (a *Agent) Status() (*Status, error) {
 func (a *Agent) controlHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /vacuum", a.vacuumHandler)
-	mux.HandleFunc("POST /vacuum", a.vacuumHandler)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		st, err := a.Status()
 		if err != nil {
