@@ -135,3 +135,54 @@ func TestWriteManyBatches(t *testing.T) {
 		t.Errorf("null in a non-nullable column: err %v, want ErrInvalidValue", err)
 	}
 }
+
+// TestShredInColumnOrder writes a changelog-like schema, whose rows the
+// shredder writes straight in column order (structs and arrays of one leaf
+// column), with null, empty and filled nested values, and reads it back; it
+// also checks which schemas take that path.
+func TestShredInColumnOrder(t *testing.T) {
+	ctx := context.Background()
+	data := []*StructField{NewField("id", TypeLong, true), NewField("name", TypeString, true)}
+	st := NewStructType(append(append([]*StructField{}, data...),
+		NewField("_op", TypeString, false),
+		NewField("_before", NewStructType(append(append([]*StructField{}, data...),
+			NewField("inner", NewStructType(NewField("x", TypeInteger, true)), true))...), true),
+		NewField("_unchanged", &ArrayType{ElementType: TypeString}, true),
+		NewField("nums", &ArrayType{ElementType: &ArrayType{ElementType: TypeLong, ContainsNull: true}, ContainsNull: true}, true),
+		NewField("tail", TypeBoolean, true))...)
+	if !inColumnOrder(st) {
+		t.Fatal("a schema of structs and arrays of one leaf column is not shredded in column order")
+	}
+	for _, dt := range []DataType{
+		&ArrayType{ElementType: NewStructType(NewField("a", TypeLong, true), NewField("b", TypeLong, true))},
+		&MapType{KeyType: TypeString, ValueType: TypeLong},
+		NewStructType(NewField("m", &MapType{KeyType: TypeString, ValueType: TypeLong}, true)),
+	} {
+		if inColumnOrder(dt) {
+			t.Errorf("%s is taken as shredded in column order", dt)
+		}
+	}
+	var rows []Row
+	for i := int64(0); i < 3000; i++ {
+		var before, unchanged, nums any
+		switch i % 4 {
+		case 1:
+			before, unchanged, nums = Row{i, "old", Row{int32(i)}}, []any{}, []any{[]any{}, nil}
+		case 2:
+			before, unchanged, nums = Row{nil, nil, nil}, []any{"name", "id"}, []any{[]any{int64(1), nil, int64(i)}}
+		case 3:
+			before, nums = Row{i, fmt.Sprint(i), Row{nil}}, []any{}
+		}
+		rows = append(rows, Row{i, fmt.Sprintf("n%d", i), "update", before, unchanged, nums, i%3 == 0})
+	}
+	dir := t.TempDir()
+	add, err := WriteDataFile(ctx, dir, st, nil, nil, rows, WriteOptions{RowGroupRows: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadParquetFile(ctx, filepath.Join(dir, add.Path), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSameRows(t, "in column order", got, rows)
+}

@@ -375,8 +375,13 @@ type shredder struct {
 	// buf holds the values of the rows returned since the last reset, so
 	// that a batch of rows costs few allocations.
 	buf []parquet.Value
-	// flat says that every column is a leaf (no struct, array or map):
-	// each column then has exactly one value per row, in schema order.
+	// direct says that the walk of a row meets the values of each column
+	// together and in column order (the schema has no map, and no array of
+	// more than one leaf column), so they go straight into buf; otherwise
+	// they are gathered per column in cols first.
+	direct bool
+	// flat says that every column is a leaf: each column then has exactly
+	// one value per row, in schema order.
 	flat bool
 }
 
@@ -388,7 +393,7 @@ func (s *shredder) reset() {
 }
 
 func newShredder(st *StructType) *shredder {
-	s := &shredder{schema: st, cols: make([][]parquet.Value, numLeaves(st)), flat: true}
+	s := &shredder{schema: st, cols: make([][]parquet.Value, numLeaves(st)), direct: inColumnOrder(st), flat: true}
 	for _, f := range st.Fields {
 		switch f.Type.(type) {
 		case *StructType, *ArrayType, *MapType:
@@ -396,6 +401,24 @@ func newShredder(st *StructType) *shredder {
 		}
 	}
 	return s
+}
+
+// inColumnOrder reports whether shredding a value of dt yields the values
+// of each of its leaf columns together, in column order.
+func inColumnOrder(dt DataType) bool {
+	switch t := dt.(type) {
+	case *StructType:
+		for _, f := range t.Fields {
+			if !inColumnOrder(f.Type) {
+				return false
+			}
+		}
+	case *ArrayType:
+		return numLeaves(t.ElementType) == 1 && inColumnOrder(t.ElementType)
+	case *MapType:
+		return false
+	}
+	return true
 }
 
 func numLeaves(dt DataType) int {
@@ -419,19 +442,24 @@ func (s *shredder) row(values []any) (parquet.Row, error) {
 	if s.flat {
 		return s.flatRow(values)
 	}
-	for i := range s.cols {
-		s.cols[i] = s.cols[i][:0]
+	start := len(s.buf)
+	if !s.direct {
+		for i := range s.cols {
+			s.cols[i] = s.cols[i][:0]
+		}
 	}
 	col := 0
 	for i, f := range s.schema.Fields {
 		if err := s.write(f.Type, values[i], f.Nullable, col, 0, 0, 0); err != nil {
+			s.buf = s.buf[:start]
 			return nil, fmt.Errorf("column %q: %w", f.Name, err)
 		}
 		col += numLeaves(f.Type)
 	}
-	start := len(s.buf)
-	for _, c := range s.cols {
-		s.buf = append(s.buf, c...)
+	if !s.direct {
+		for _, c := range s.cols {
+			s.buf = append(s.buf, c...)
+		}
 	}
 	return parquet.Row(s.buf[start:len(s.buf):len(s.buf)]), nil
 }
@@ -462,9 +490,18 @@ func (s *shredder) flatRow(values []any) (parquet.Row, error) {
 	return parquet.Row(s.buf[start:len(s.buf):len(s.buf)]), nil
 }
 
+// put adds a value of column col to the row being shredded.
+func (s *shredder) put(col int, v parquet.Value) {
+	if s.direct {
+		s.buf = append(s.buf, v)
+	} else {
+		s.cols[col] = append(s.cols[col], v)
+	}
+}
+
 func (s *shredder) nulls(dt DataType, col, rep, def int) {
 	for c := col; c < col+numLeaves(dt); c++ {
-		s.cols[c] = append(s.cols[c], parquet.NullValue().Level(rep, def, c))
+		s.put(c, parquet.NullValue().Level(rep, def, c))
 	}
 }
 
@@ -528,7 +565,7 @@ func (s *shredder) write(dt DataType, v any, nullable bool, col, rep, def, depth
 		if err != nil {
 			return err
 		}
-		s.cols[col] = append(s.cols[col], pv.Level(rep, def, col))
+		s.put(col, pv.Level(rep, def, col))
 	}
 	return nil
 }
