@@ -141,18 +141,23 @@ func (t *Table) planVacuum(ctx context.Context, opts VacuumOptions) (*VacuumResu
 	if err != nil {
 		return nil, err
 	}
+	keep := from
 	if opts.KeepFrom != nil {
 		k, err := opts.KeepFrom(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("keep from: %w", err)
 		}
-		from = max(min(from, k), l.minCommit, 0)
+		keep = max(min(from, k), l.minCommit, 0)
 	}
-	referenced, err := t.referencedSince(ctx, l, from, latest)
+	// Checkpoints keep every tombstone younger than the table's retention:
+	// within it, the latest snapshot knows every file removed inside the
+	// window, and the commits of the window need not be read.
+	byTombstones := retention <= deletedFileRetention(latest.metadata)
+	refs, err := t.referenced(ctx, l, latest, keep, from, cutoff, byTombstones)
 	if err != nil {
 		return nil, err
 	}
-	res := &VacuumResult{Version: latest.version, KeptFrom: from, Cutoff: cutoff, DryRun: opts.DryRun}
+	res := &VacuumResult{Version: latest.version, KeptFrom: keep, Cutoff: cutoff, DryRun: opts.DryRun}
 	partCols := latest.metadata.PartitionColumns
 	err = filepath.WalkDir(t.root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -170,7 +175,7 @@ func (t *Table) planVacuum(ctx context.Context, opts VacuumOptions) (*VacuumResu
 			}
 			return nil
 		}
-		if d.IsDir() || referenced[p] {
+		if d.IsDir() || refs[p] {
 			return nil
 		}
 		info, err := d.Info()
@@ -208,74 +213,114 @@ func deletedFileRetention(m *Metadata) time.Duration {
 // firstRetainedVersion returns the oldest version that time travel inside
 // the retention window can reach: the newest version committed at or before
 // cutoff (the one current at the start of the window), or the oldest commit
-// when every commit is newer.
+// when every commit is newer. Commit timestamps are taken to grow with the
+// version (as Delta's time travel does), so it reads only a few of them.
 func firstRetainedVersion(l *logListing, cutoff time.Time) (int64, error) {
 	versions := make([]int64, 0, len(l.commits))
 	for v := range l.commits {
 		versions = append(versions, v)
 	}
-	sort.Slice(versions, func(i, j int) bool { return versions[i] > versions[j] })
-	for _, v := range versions {
-		ts, err := readCommitTimestamp(l.commits[v])
-		if err != nil {
-			return 0, err
-		}
-		if !ts.After(cutoff) {
-			return v, nil
-		}
-	}
-	if l.minCommit < 0 {
+	if len(versions) == 0 {
 		return l.maxVersion, nil // only a checkpoint: keep what it holds
 	}
-	return l.minCommit, nil
+	sort.Slice(versions, func(i, j int) bool { return versions[i] < versions[j] })
+	var readErr error
+	// The first version committed after cutoff.
+	i := sort.Search(len(versions), func(i int) bool {
+		ts, err := readCommitTimestamp(l.commits[versions[i]])
+		if err != nil && readErr == nil {
+			readErr = err
+		}
+		return ts.After(cutoff)
+	})
+	if readErr != nil {
+		return 0, readErr
+	}
+	return versions[max(i-1, 0)], nil
 }
 
-// referencedSince returns the absolute paths of the files that any version
-// from `from` to the latest snapshot references.
-func (t *Table) referencedSince(ctx context.Context, l *logListing, from int64, latest *Snapshot) (map[string]bool, error) {
+// referenced returns the local paths of the files that any version from keep
+// to the latest references, where from (at or after keep) is the first
+// version inside the retention window. With byTombstones, the versions after
+// from are covered by the latest snapshot's tombstones younger than cutoff
+// instead of reading their commits.
+func (t *Table) referenced(ctx context.Context, l *logListing, latest *Snapshot, keep, from int64, cutoff time.Time, byTombstones bool) (map[string]bool, error) {
 	refs := map[string]bool{}
-	addPath := func(logPath string) error {
-		p, err := ResolvePath(t.root, logPath)
-		if err != nil {
+	var err error
+	if byTombstones {
+		err = t.referencedByTombstones(latest, cutoff, refs)
+		if err == nil {
+			err = t.referencedBetween(ctx, l, keep, from, refs)
+		}
+	} else {
+		err = t.referencedBetween(ctx, l, keep, latest.version, refs)
+	}
+	return refs, err
+}
+
+// referencedByTombstones adds to refs the files of the latest snapshot and
+// those it removed after cutoff (a remove without a deletion timestamp never
+// expires).
+func (t *Table) referencedByTombstones(latest *Snapshot, cutoff time.Time, refs map[string]bool) error {
+	for _, a := range latest.files {
+		if err := t.addRef(a.Path, refs); err != nil {
 			return err
 		}
-		refs[p] = true
-		return nil
 	}
-	for _, a := range latest.files {
-		if err := addPath(a.Path); err != nil {
-			return nil, err
+	for _, r := range latest.tombstones {
+		if r.DeletionTimestamp == nil || *r.DeletionTimestamp > cutoff.UnixMilli() {
+			if err := t.addRef(r.Path, refs); err != nil {
+				return err
+			}
 		}
 	}
-	if from >= latest.version {
-		return refs, nil
-	}
-	first, err := t.loadSnapshot(ctx, l, from)
+	return nil
+}
+
+// referencedBetween adds to refs the files that any version from lo to hi
+// references: those of the snapshot at lo and those added by the commits
+// after it, up to hi.
+func (t *Table) referencedBetween(ctx context.Context, l *logListing, lo, hi int64, refs map[string]bool) error {
+	first, err := t.loadSnapshot(ctx, l, lo)
 	if err != nil {
-		return nil, fmt.Errorf("files of version %d: %w", from, err)
+		return fmt.Errorf("files of version %d: %w", lo, err)
 	}
 	for _, a := range first.files {
-		if err := addPath(a.Path); err != nil {
-			return nil, err
+		if err := t.addRef(a.Path, refs); err != nil {
+			return err
 		}
 	}
-	for v := from + 1; v < latest.version; v++ {
+	for v := lo + 1; v <= hi; v++ {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
-		acts, err := readCommitFile(l.commits[v].path)
+		f, ok := l.commits[v]
+		if !ok {
+			return fmt.Errorf("files of version %d: %w: commit %d is missing", hi, ErrCorruptLog, v)
+		}
+		acts, err := readCommitFile(f.path)
 		if err != nil {
-			return nil, fmt.Errorf("files of version %d: %w", v, err)
+			return fmt.Errorf("files of version %d: %w", v, err)
 		}
 		for _, a := range acts {
 			if add, ok := a.(*Add); ok {
-				if err := addPath(add.Path); err != nil {
-					return nil, err
+				if err := t.addRef(add.Path, refs); err != nil {
+					return err
 				}
 			}
 		}
 	}
-	return refs, nil
+	return nil
+}
+
+// addRef adds the local path of a file named in the log to refs.
+func (t *Table) addRef(logPath string, refs map[string]bool) error {
+	p, err := ResolvePath(t.root, logPath)
+	if err != nil {
+		return err
+	}
+	refs[p] = true
+	return nil
 }
 
 // hiddenName reports whether a file or directory of the table is hidden

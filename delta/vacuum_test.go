@@ -39,8 +39,12 @@ func newVacuumFixture(t *testing.T) *vacuumFixture {
 	f := &vacuumFixture{day0: time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC)}
 	dir := t.TempDir()
 	schema := NewStructType(NewField("id", TypeLong, false), NewField("_part", TypeString, true))
+	// The table's clock (checkpoints expire tombstones by it) follows the
+	// commits.
+	clock := f.day0
 	tbl, err := Create(ctx, dir, schema, []string{"_part"}, nil,
-		&CommitInfo{Operation: "CREATE TABLE", Timestamp: f.day0.UnixMilli()}, WithCheckpointInterval(2))
+		&CommitInfo{Operation: "CREATE TABLE", Timestamp: f.day0.UnixMilli()}, WithCheckpointInterval(2),
+		WithClock(func() time.Time { return clock }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +69,7 @@ func newVacuumFixture(t *testing.T) *vacuumFixture {
 			t.Fatal(err)
 		}
 		acts = append(acts, &CommitInfo{Operation: "WRITE", Timestamp: at.UnixMilli()})
+		clock = at
 		if _, err := tbl.Commit(ctx, v, acts); err != nil {
 			t.Fatal(err)
 		}
@@ -280,5 +285,50 @@ func TestVacuumKeepFrom(t *testing.T) {
 	}
 	if _, err := f.tbl.Vacuum(ctx, VacuumOptions{Retention: -time.Hour}); err == nil {
 		t.Error("negative retention accepted")
+	}
+}
+
+// TestVacuumTombstonesMatchReplay checks that the files found through the
+// latest snapshot's tombstones (what Vacuum reads when the retention is
+// within the table's) are those found by reading every commit of the window,
+// at every point in time after the last checkpoint and for every version a
+// replica may still need.
+func TestVacuumTombstonesMatchReplay(t *testing.T) {
+	ctx := context.Background()
+	f := newVacuumFixture(t)
+	l, err := listLog(ctx, f.tbl.logDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest, err := f.tbl.loadSnapshot(ctx, l, l.maxVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(latest.tombstones) == 0 {
+		t.Fatal("the fixture's latest snapshot has no tombstone")
+	}
+	for d := 10.0; d <= 25; d += 0.25 {
+		cutoff := f.day(d).Add(-DefaultDeletedFileRetention)
+		from, err := firstRetainedVersion(l, cutoff)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for keep := int64(0); keep <= from; keep++ {
+			fast, err1 := f.tbl.referenced(ctx, l, latest, keep, from, cutoff, true)
+			full, err2 := f.tbl.referenced(ctx, l, latest, keep, from, cutoff, false)
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			for p := range full {
+				if !fast[p] {
+					t.Errorf("day %.2f, keep %d: tombstones miss %s", d, keep, p)
+				}
+			}
+			for p := range fast {
+				if !full[p] {
+					t.Errorf("day %.2f, keep %d: tombstones keep %s, which no retained version references", d, keep, p)
+				}
+			}
+		}
 	}
 }
