@@ -188,14 +188,8 @@ func RunVacuum(ctx context.Context, cfg *Config, dryRun bool, log *slog.Logger) 
 	defer db.Close()
 	var up *uploader.Uploader
 	if cfg.Replica.URL != "" {
-		client, err := replica.Open(cfg.Replica, nil)
-		if err != nil {
-			return nil, fmt.Errorf("replica: %w", err)
-		}
-		up, err = uploader.New(uploader.Options{Client: client, DB: db, Target: cfg.Replica.Target(),
-			Tables: uploader.DirTables(cfg.Delta.TablesDir), Logger: log})
-		if err != nil {
-			return nil, fmt.Errorf("replica: %w", err)
+		if up, err = openUploader(cfg, db, log); err != nil {
+			return nil, err
 		}
 	}
 	rep, err := vacuumTables(ctx, cfg.Delta.TablesDir, up, cfg.Delta.VacuumRetention, dryRun)
@@ -207,4 +201,19 @@ func RunVacuum(ctx context.Context, cfg *Config, dryRun bool, log *slog.Logger) 
 		}
 	}
 	return rep, err
+}
+
+// openUploader returns an uploader for the configured replica on db, for a
+// single pass outside a running agent.
+func openUploader(cfg *Config, db *store.DB, log *slog.Logger) (*uploader.Uploader, error) {
+	client, err := replica.Open(cfg.Replica, nil)
+	if err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	up, err := uploader.New(uploader.Options{Client: client, DB: db, Target: cfg.Replica.Target(),
+		Tables: uploader.DirTables(cfg.Delta.TablesDir), Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	return up, nil
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/lakeside/lakeside/delta/deltatest"
 	"github.com/lakeside/lakeside/store"
 	"github.com/lakeside/lakeside/uploader"
-	"github.com/lakeside/lakeside/uploader/replica"
 	"github.com/lakeside/lakeside/uploader/s3test"
 )
 
@@ -61,12 +60,7 @@ func syncOnce(t *testing.T, cfg *Config) error {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	client, err := replica.Open(cfg.Replica, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	up, err := uploader.New(uploader.Options{Client: client, DB: db, Target: cfg.Replica.Target(),
-		Tables: uploader.DirTables(cfg.Delta.TablesDir), Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	up, err := openUploader(cfg, db, slog.New(slog.NewTextHandler(t.Output(), nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
