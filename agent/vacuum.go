@@ -180,7 +180,7 @@ func RunVacuum(ctx context.Context, cfg *Config, dryRun bool, log *slog.Logger) 
 	}
 	db, err := store.Open(cfg.StateDir, store.Options{LockTimeout: 2 * time.Second})
 	if errors.Is(err, store.ErrLocked) {
-		return nil, fmt.Errorf("%w: an agent holds %s but does not answer on %s", ErrAgentNotAnswering, cfg.StateDir, sock)
+		return nil, fmt.Errorf("%w: it holds %s but nothing answers on %s; try again once it is up", ErrAgentNotAnswering, cfg.StateDir, sock)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open state: %w", err)
