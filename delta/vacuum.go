@@ -17,7 +17,11 @@ import (
 // delta.deletedFileRetentionDuration: seven days, as in Delta.
 const DefaultDeletedFileRetention = 7 * 24 * time.Hour
 
-// VacuumOptions configure Vacuum.
+// DefaultLogRetention is how long commits are kept in the log when the table
+// does not set delta.logRetentionDuration: thirty days, as in Delta.
+const DefaultLogRetention = 30 * 24 * time.Hour
+
+// VacuumOptions configure Vacuum and ExpireLog.
 type VacuumOptions struct {
 	// Retention is how far back time travel must keep working. Zero means
 	// the table's delta.deletedFileRetentionDuration, or
@@ -82,12 +86,23 @@ func (t *Table) Vacuum(ctx context.Context, opts VacuumOptions) (*VacuumResult, 
 	if err != nil {
 		return nil, fmt.Errorf("vacuum: %w", err)
 	}
+	if err := t.deletePlanned(ctx, opts, res); err != nil {
+		return res, fmt.Errorf("vacuum: %w", err)
+	}
+	return res, nil
+}
+
+// deletePlanned deletes the files of res (unless a dry run), after
+// opts.BeforeDelete; res is left with the files actually deleted.
+func (t *Table) deletePlanned(ctx context.Context, opts VacuumOptions, res *VacuumResult) error {
 	if res.DryRun || len(res.Files) == 0 {
-		return res, nil
+		return nil
 	}
 	if opts.BeforeDelete != nil {
 		if err := opts.BeforeDelete(ctx, res); err != nil {
-			return nil, fmt.Errorf("vacuum: %w", err)
+			planned := res.Files
+			res.Files, res.Bytes = nil, 0
+			return fmt.Errorf("%w (nothing deleted of %d files)", err, len(planned))
 		}
 	}
 	planned := res.Files
@@ -106,10 +121,7 @@ func (t *Table) Vacuum(ctx context.Context, opts VacuumOptions) (*VacuumResult, 
 		res.Files = append(res.Files, f)
 		res.Bytes += f.Size
 	}
-	if err := errors.Join(errs...); err != nil {
-		return res, fmt.Errorf("vacuum: %w", err)
-	}
-	return res, nil
+	return errors.Join(errs...)
 }
 
 // planVacuum finds the files Vacuum deletes.
@@ -196,6 +208,103 @@ func (t *Table) planVacuum(ctx context.Context, opts VacuumOptions) (*VacuumResu
 	if err != nil {
 		return nil, fmt.Errorf("list files: %w", err)
 	}
+	return res, nil
+}
+
+// ExpireLog deletes the log files that time travel within the log retention
+// no longer needs (Delta's metadata cleanup): it finds the newest commit
+// older than the retention, the newest checkpoint at or before it (C), and
+// deletes the commits and checkpoints older than C. The table then reads as
+// before from C on; versions before C are no longer reachable. Without such
+// a checkpoint nothing is deleted. opts.Retention zero means the table's
+// delta.logRetentionDuration or DefaultLogRetention; KeepFrom, when set,
+// keeps the log from that version on (C is then a checkpoint at or before
+// it). The result lists the deleted files (paths such as
+// "_delta_log/00000000000000000003.json") and KeptFrom is C.
+func (t *Table) ExpireLog(ctx context.Context, opts VacuumOptions) (*VacuumResult, error) {
+	res, err := t.planExpireLog(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("expire log: %w", err)
+	}
+	if err := t.deletePlanned(ctx, opts, res); err != nil {
+		return res, fmt.Errorf("expire log: %w", err)
+	}
+	return res, nil
+}
+
+func (t *Table) planExpireLog(ctx context.Context, opts VacuumOptions) (*VacuumResult, error) {
+	if opts.Retention < 0 {
+		return nil, fmt.Errorf("negative retention %s", opts.Retention)
+	}
+	now := opts.Now
+	if now.IsZero() {
+		now = t.now()
+	}
+	l, err := listLog(ctx, t.logDir)
+	if err != nil {
+		return nil, err
+	}
+	latest, err := t.loadSnapshot(ctx, l, l.maxVersion)
+	if err != nil {
+		return nil, err
+	}
+	retention := opts.Retention
+	if retention == 0 {
+		retention = DefaultLogRetention
+		if v, ok := latest.metadata.Configuration["delta.logRetentionDuration"]; ok {
+			if d, err := parseInterval(v); err == nil && d >= 0 {
+				retention = d
+			}
+		}
+	}
+	cutoff := now.Add(-retention)
+	res := &VacuumResult{Version: latest.version, KeptFrom: max(l.minCommit, 0), Cutoff: cutoff, DryRun: opts.DryRun}
+	last, err := firstRetainedVersion(l, cutoff)
+	if err != nil {
+		return nil, err
+	}
+	if f, ok := l.commits[last]; ok {
+		ts, err := readCommitTimestamp(f)
+		if err != nil {
+			return nil, err
+		}
+		if ts.After(cutoff) {
+			return res, nil // no commit is older than the retention
+		}
+	}
+	if opts.KeepFrom != nil {
+		k, err := opts.KeepFrom(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("keep from: %w", err)
+		}
+		last = min(last, k)
+	}
+	cps := l.checkpointVersionsDesc(last)
+	if len(cps) == 0 {
+		return res, nil
+	}
+	keep := cps[0]
+	res.KeptFrom = keep
+	add := func(path string, v int64) {
+		if v >= keep {
+			return
+		}
+		info, err := os.Stat(path)
+		if err != nil {
+			return // removed meanwhile
+		}
+		res.Files = append(res.Files, VacuumFile{Path: LogDirName + "/" + filepath.Base(path), Size: info.Size(), ModTime: info.ModTime()})
+		res.Bytes += info.Size()
+	}
+	for v, f := range l.commits {
+		add(f.path, v)
+	}
+	for v, cp := range l.checkpoints {
+		for _, p := range cp.paths {
+			add(p, v)
+		}
+	}
+	sort.Slice(res.Files, func(i, j int) bool { return res.Files[i].Path < res.Files[j].Path })
 	return res, nil
 }
 

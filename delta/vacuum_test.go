@@ -332,3 +332,64 @@ func TestVacuumTombstonesMatchReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestExpireLog checks the log cleanup: commits and checkpoints older than
+// the newest checkpoint before the log retention go, every later version
+// still reads, a replica's pending versions keep their commits, and a dry run
+// deletes nothing.
+func TestExpireLog(t *testing.T) {
+	ctx := context.Background()
+	logFiles := func(vs ...int64) []string {
+		var out []string
+		for _, v := range vs {
+			out = append(out, LogDirName+"/"+CommitFileName(v))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name     string
+		day      float64
+		keepFrom int64 // -1: none
+		dryRun   bool
+		want     []string
+		kept     int64
+	}{
+		{"nothing older than the retention", 9.5, -1, false, nil, 0},
+		{"checkpoint 2 before the cutoff", 39, -1, false, logFiles(0, 1), 2},
+		{"checkpoint 4 at the cutoff", 40, -1, false, append(logFiles(0, 1, 2, 3), LogDirName+"/"+CheckpointFileName(2)), 4},
+		{"a replica needs version 1", 40, 1, false, nil, 0},
+		{"a replica needs version 3", 40, 3, false, logFiles(0, 1), 2},
+		{"dry run", 40, -1, true, append(logFiles(0, 1, 2, 3), LogDirName+"/"+CheckpointFileName(2)), 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newVacuumFixture(t)
+			opts := VacuumOptions{Now: f.day(tc.day), Retention: 30 * 24 * time.Hour, DryRun: tc.dryRun}
+			if tc.keepFrom >= 0 {
+				opts.KeepFrom = func(context.Context) (int64, error) { return tc.keepFrom, nil }
+			}
+			res, err := f.tbl.ExpireLog(ctx, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := paths(res), sorted(tc.want...); !slices.Equal(got, want) {
+				t.Fatalf("deleted %v, want %v", got, want)
+			}
+			if len(tc.want) > 0 && res.KeptFrom != tc.kept {
+				t.Errorf("kept from %d, want %d", res.KeptFrom, tc.kept)
+			}
+			first := int64(0)
+			if !tc.dryRun {
+				first = res.KeptFrom
+			}
+			readable(t, f.tbl, first, 4)
+			if first > 0 {
+				if _, err := f.tbl.SnapshotAt(ctx, first-1); !errors.Is(err, ErrVersionNotFound) {
+					t.Errorf("version %d after the cleanup: %v, want ErrVersionNotFound", first-1, err)
+				}
+			}
+			if s, err := f.tbl.SnapshotAsOf(ctx, f.day(10)); err != nil || s.Version() != 4 {
+				t.Errorf("time travel to day 10: %v", err)
+			}
+		})
+	}
+}
