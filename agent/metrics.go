@@ -16,7 +16,7 @@ type collector struct {
 	uploadedBytes, online                     *prometheus.Desc
 	capturedTxns, receivedChanges             *prometheus.Desc
 	deltaCommits, deltaFilesAdded             *prometheus.Desc
-	deltaFilesRemoved                         *prometheus.Desc
+	deltaFilesRemoved, uploadErrors           *prometheus.Desc
 }
 
 func (a *Agent) newMetrics() *prometheus.Registry {
@@ -38,6 +38,7 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 		backlogBytes:      d("replica_backlog_bytes", "Bytes committed locally and not yet replicated."),
 		backlogVersions:   d("replica_backlog_versions", "Versions committed locally and not yet replicated."),
 		requests:          d("replica_requests_total", "Requests sent to the replica."),
+		uploadErrors:      d("replica_errors_total", "Requests to the replica that failed."),
 		versions:          d("replica_versions_total", "Delta versions replicated."),
 		uploadedBytes:     d("replica_bytes_total", "Bytes replicated."),
 		online:            d("replica_online", "1 while the replica is reachable."),
@@ -55,7 +56,7 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.confirmed, c.checkpoint, c.lag, c.lagSeconds, c.queueTxns, c.queueBytes, c.paused,
 		c.clients, c.tableVersion, c.remoteVersion, c.backlogBytes, c.backlogVersions, c.requests, c.versions, c.uploadedBytes, c.online,
-		c.capturedTxns, c.receivedChanges, c.deltaCommits, c.deltaFilesAdded, c.deltaFilesRemoved} {
+		c.capturedTxns, c.receivedChanges, c.deltaCommits, c.deltaFilesAdded, c.deltaFilesRemoved, c.uploadErrors} {
 		ch <- d
 	}
 }
@@ -101,6 +102,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.backlogBytes, float64(u.BacklogBytes))
 		gauge(c.backlogVersions, float64(u.BacklogVersions))
 		counter(c.requests, float64(u.Requests))
+		counter(c.uploadErrors, float64(u.Errors))
 		counter(c.versions, float64(u.Versions))
 		counter(c.uploadedBytes, float64(u.BytesUploaded))
 		online := 0.0

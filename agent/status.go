@@ -54,6 +54,7 @@ type UploadStatus struct {
 	BacklogVersions int64  `json:"backlog_versions"`
 	BacklogBytes    int64  `json:"backlog_bytes"`
 	Requests        int64  `json:"requests"`
+	Errors          int64  `json:"errors"`
 	Versions        int64  `json:"versions"`
 	BytesUploaded   int64  `json:"bytes_uploaded"`
 	LastError       string `json:"last_error,omitempty"`
@@ -123,7 +124,7 @@ func (a *Agent) Status() (*Status, error) {
 	remote := map[string]int64{}
 	if a.up != nil {
 		us := a.up.Status()
-		st.Upload = &UploadStatus{Target: a.cfg.Replica.Target(), Online: us.Online, Requests: us.Requests,
+		st.Upload = &UploadStatus{Target: a.cfg.Replica.Target(), Online: us.Online, Requests: us.Requests, Errors: us.Failures,
 			Versions: us.Versions, BytesUploaded: us.BytesUploaded, LastError: us.LastError}
 		for _, t := range us.Tables {
 			remote[t.Name] = t.RemoteVersion

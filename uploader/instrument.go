@@ -32,18 +32,21 @@ func isRemote(err error) bool {
 	return errors.As(err, &r)
 }
 
-// instrumented wraps a ReplicaClient: it counts requests, runs the hook
-// (a failpoint in tests) around each one, and marks failures as remote.
+// instrumented wraps a ReplicaClient: it counts requests and failed ones,
+// runs the hook (a failpoint in tests) around each one, and marks failures
+// as remote.
 type instrumented struct {
 	c        ReplicaClient
 	mp       MultipartClient
 	hook     func(ctx context.Context, r Request) error
 	requests *atomic.Int64
+	failures *atomic.Int64
 }
 
 func (c *instrumented) do(ctx context.Context, op, key string, fn func() error) error {
 	if c.hook != nil {
 		if err := c.hook(ctx, Request{Op: op, Key: key}); err != nil {
+			c.failures.Add(1)
 			return &remoteError{fmt.Errorf("%s %s: %w", op, key, err)}
 		}
 	}
@@ -61,6 +64,7 @@ func (c *instrumented) do(ctx context.Context, op, key string, fn func() error) 
 	if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrNoSuchUpload) {
 		return err
 	}
+	c.failures.Add(1)
 	return &remoteError{err}
 }
 

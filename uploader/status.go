@@ -33,10 +33,12 @@ type Status struct {
 	// online).
 	OfflineSince time.Time
 	LastError    string
-	// Requests counts requests sent to the remote; Versions counts commits
+	// Requests counts requests sent to the remote and Failures those that
+	// failed (unreachable, refused, broken off); Versions counts commits
 	// uploaded; BytesUploaded counts bytes of files and commits uploaded.
 	// Requests/Versions is the request cost per committed version.
 	Requests      int64
+	Failures      int64
 	Versions      int64
 	BytesUploaded int64
 	Tables        []TableStatus
@@ -92,6 +94,7 @@ func (u *Uploader) Status() Status {
 		OfflineSince:  u.offlineSince,
 		LastError:     u.lastError,
 		Requests:      u.requests.Load(),
+		Failures:      u.failures.Load(),
 		Versions:      u.versions.Load(),
 		BytesUploaded: u.bytes.Load(),
 	}

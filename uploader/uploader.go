@@ -90,6 +90,7 @@ type Uploader struct {
 	lastError    string
 
 	requests atomic.Int64
+	failures atomic.Int64
 	versions atomic.Int64
 	bytes    atomic.Int64
 }
@@ -151,7 +152,7 @@ func New(opts Options) (*Uploader, error) {
 		tables: map[string]*tableState{},
 		online: true,
 	}
-	u.client = &instrumented{c: opts.Client, hook: opts.Hook, requests: &u.requests}
+	u.client = &instrumented{c: opts.Client, hook: opts.Hook, requests: &u.requests, failures: &u.failures}
 	if mp, ok := opts.Client.(MultipartClient); ok {
 		u.client.mp = mp
 	}

@@ -64,6 +64,9 @@ func TestReplicaOutageBackpressureAndCatchUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := e.status()
+	if st.Upload == nil || st.Upload.Online || st.Upload.Errors == 0 {
+		t.Fatalf("status while S3 is down: upload %+v, want offline with failed requests counted", st.Upload)
+	}
 	if st.State != "paused" || e.slotConfirmed() != confirmed || st.LagBytes < lag/2 {
 		t.Fatalf("after more writes: state %q, slot confirmed %s (was %s), status lag %d bytes, PostgreSQL lag %d bytes",
 			st.State, e.slotConfirmed(), confirmed, st.LagBytes, lag)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -158,6 +159,8 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	}
 	e.exec(`INSERT INTO stock VALUES (1, 1)`)
 	waitLog(t, d, "level=DEBUG")
+	e.waitApplied(d)
+	checkMetrics(t, "http://"+addr+"/metrics", "second-token")
 
 	// A file that does not load is refused; the agent runs on.
 	writeFile(t, e.configPath, edited+"bogus: 1\n")
@@ -321,5 +324,53 @@ func TestEnvironmentFileNextToConfig(t *testing.T) {
 	writeFile(t, envPath, "LAKESIDE_TEST_BRANCH_DSN\n")
 	if _, stderr, code := e.lakeside("check", "--config", e.configPath); code == 0 || !strings.Contains(stderr, "environment: line 1: want VAR=value") {
 		t.Fatalf("check with a malformed environment file: exit %d\n%s", code, stderr)
+	}
+}
+
+// checkMetrics scrapes url and checks that every stage is covered: capture,
+// queue, slot, Delta commits and files, upload backlog and errors, clients.
+func checkMetrics(t *testing.T, url, token string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
+	}
+	values := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, value, _ := strings.Cut(line, " ")
+		if i := strings.IndexByte(name, '{'); i >= 0 {
+			name = name[:i]
+		}
+		var v float64
+		fmt.Sscan(value, &v)
+		values[name] += v
+	}
+	for _, m := range []struct {
+		name     string
+		positive bool
+	}{
+		{"lakeside_captured_transactions_total", true}, {"lakeside_captured_changes_total", true},
+		{"lakeside_queue_bytes", false}, {"lakeside_queue_transactions", false},
+		{"lakeside_confirmed_lsn", true}, {"lakeside_slot_lag_bytes", false},
+		{"lakeside_delta_commits_total", true}, {"lakeside_delta_files_added_total", true},
+		{"lakeside_delta_files_removed_total", false}, {"lakeside_delta_table_version", true},
+		{"lakeside_replica_backlog_bytes", false}, {"lakeside_replica_backlog_versions", false},
+		{"lakeside_replica_errors_total", false}, {"lakeside_replica_requests_total", true},
+		{"lakeside_websocket_clients", false},
+	} {
+		v, ok := values[m.name]
+		if !ok || (m.positive && v <= 0) {
+			t.Errorf("metric %s: present %v, value %v", m.name, ok, v)
+		}
 	}
 }
