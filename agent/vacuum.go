@@ -44,14 +44,19 @@ type TableVacuum struct {
 	// KeptFrom to Version can still be read.
 	Version  int64 `json:"version"`
 	KeptFrom int64 `json:"kept_from"`
-	// Files and Bytes are what was deleted (or, in a dry run, would be).
-	Files int      `json:"files"`
-	Bytes int64    `json:"bytes"`
-	Paths []string `json:"paths,omitempty"`
-	Error string   `json:"error,omitempty"`
+	// Files are the data files deleted (or, in a dry run, that would be),
+	// LogFiles the commits and checkpoints older than the log retention
+	// (30 days, or longer with a longer vacuum retention), and Bytes their
+	// total size.
+	Files    int      `json:"files"`
+	LogFiles int      `json:"log_files"`
+	Bytes    int64    `json:"bytes"`
+	Paths    []string `json:"paths,omitempty"`
+	Error    string   `json:"error,omitempty"`
 }
 
-// vacuumTables vacuums every table under tablesDir with the given retention.
+// vacuumTables vacuums every table under tablesDir with the given retention,
+// and expires its old log files.
 // With a replica (up not nil) a file is deleted only once every version that
 // needs it is on the replica, and the files deleted are recorded for the
 // replica to delete in turn. A failing table does not stop the others; the
@@ -68,12 +73,25 @@ func vacuumTables(ctx context.Context, tablesDir string, up *uploader.Uploader, 
 		if up != nil {
 			opts.KeepFrom, opts.BeforeDelete = up.VacuumOptions(t.Name)
 		}
-		res, err := delta.New(t.Path).Vacuum(ctx, opts)
+		tbl := delta.New(t.Path)
+		res, err := tbl.Vacuum(ctx, opts)
 		tv := TableVacuum{Name: t.Name}
 		if res != nil {
 			tv.Version, tv.KeptFrom, tv.Files, tv.Bytes = res.Version, res.KeptFrom, len(res.Files), res.Bytes
 			for _, f := range res.Files {
 				tv.Paths = append(tv.Paths, f.Path)
+			}
+		}
+		if err == nil {
+			// The log keeps at least as long as the data files.
+			opts.Retention = max(delta.DefaultLogRetention, retention)
+			var lr *delta.VacuumResult
+			if lr, err = tbl.ExpireLog(ctx, opts); lr != nil {
+				tv.LogFiles = len(lr.Files)
+				tv.Bytes += lr.Bytes
+				for _, f := range lr.Files {
+					tv.Paths = append(tv.Paths, f.Path)
+				}
 			}
 		}
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
@@ -34,16 +35,23 @@ func (u *Uploader) VacuumOptions(table string) (keepFrom func(context.Context) (
 	return keepFrom, beforeDelete
 }
 
-// planRemoteDeletes records the uploaded files among those a local vacuum is
-// about to delete. The remote deletes one once its version reaches the
-// oldest version the local vacuum kept: from there on no version the remote
-// serves, and no version inside its retention window, references the file.
+// planRemoteDeletes records the uploaded files among those a local vacuum
+// (or log expiry) is about to delete. The remote deletes one once its
+// version reaches the oldest version the local vacuum kept: from there on no
+// version the remote serves, and no version inside its retention window,
+// needs the file.
 func (u *Uploader) planRemoteDeletes(table string, r *delta.VacuumResult) error {
 	now := u.opts.Now().UTC()
 	err := u.opts.DB.Update(func(w *store.Writer) error {
+		st, err := w.UploadState(u.opts.Target, table)
+		if err != nil {
+			return err
+		}
 		for _, f := range r.Files {
-			_, ok, err := w.UploadedFile(u.opts.Target, table, f.Path)
-			if err != nil {
+			ok := false
+			if v, isCommit := commitVersion(f.Path); isCommit {
+				ok = v <= st.RemoteVersion
+			} else if _, ok, err = w.UploadedFile(u.opts.Target, table, f.Path); err != nil {
 				return err
 			}
 			if !ok {
@@ -98,9 +106,18 @@ func (u *Uploader) deleteRemote(ctx context.Context, t Table) (int, error) {
 			return err
 		}
 		return r.RemoteDeletes(u.opts.Target, t.Name, func(d store.RemoteDelete) error {
-			if d.AfterVersion <= st.RemoteVersion {
-				due = append(due, d)
+			if d.AfterVersion > st.RemoteVersion {
+				return nil
 			}
+			if strings.HasPrefix(d.Path, delta.LogDirName+"/") {
+				// The remote's log must start at a checkpoint it has, and
+				// its _last_checkpoint must not name an older one.
+				_, ok, err := r.UploadedFile(u.opts.Target, t.Name, delta.LogDirName+"/"+delta.CheckpointFileName(d.AfterVersion))
+				if err != nil || !ok || st.CheckpointVersion < d.AfterVersion {
+					return err
+				}
+			}
+			due = append(due, d)
 			return nil
 		})
 	})

@@ -242,3 +242,53 @@ func TestVacuumWithReplica(t *testing.T) {
 		}
 	})
 }
+
+// TestExpireLogWithReplica expires the local log while the remote lags: the
+// remote deletes its old commits only once it has the checkpoint the log
+// now starts from and its _last_checkpoint names it, and it still reads at
+// every remaining version.
+func TestExpireLogWithReplica(t *testing.T) {
+	eachBackend(t, func(t *testing.T, newBackend func(t *testing.T) *backend) {
+		b := newBackend(t)
+		root := t.TempDir()
+		rt := newRewriteTable(t, root, "public.items")
+		h := &switchHook{}
+		u := newUploader(t, openDB(t, t.TempDir()), b, root, func(o *uploader.Options) { o.Hook = h.hook })
+		ctx := t.Context()
+		for d := range 9 {
+			rt.rewrite(d)
+		}
+		if err := u.SyncOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for d := 9; d < 12; d++ { // versions 10..12, checkpoint at 10
+			rt.rewrite(d)
+		}
+		keep, before := u.VacuumOptions(rt.name)
+		res, err := rt.tbl.ExpireLog(ctx, delta.VacuumOptions{Now: rt.day(60), KeepFrom: keep, BeforeDelete: before})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Files) != 10 || res.KeptFrom != 10 {
+			t.Fatalf("expired %d log files, kept from %d; want 10 and 10", len(res.Files), res.KeptFrom)
+		}
+		commit := func(v int64) string { return rt.name + "/" + delta.LogDirName + "/" + delta.CommitFileName(v) }
+		if n, err := u.DeleteRemote(ctx); err != nil || n != 0 || !existsRemotely(t, b, commit(0)) {
+			t.Fatalf("remote deleted %d files (%v) before it had checkpoint 10", n, err)
+		}
+		if err := u.SyncOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for v := range int64(10) {
+			if existsRemotely(t, b, commit(v)) {
+				t.Errorf("remote commit %d still there", v)
+			}
+		}
+		dir := b.download(t, rt.name)
+		for v := int64(10); v <= 12; v++ {
+			if got, want := rowsAt(t, dir, v), rowsAt(t, rt.tbl.Path(), v); len(got) != 1 || got[0] != want[0] {
+				t.Errorf("remote version %d: %v, want %v", v, got, want)
+			}
+		}
+	})
+}
