@@ -1,8 +1,9 @@
 // Package delta implements the parts of the Delta Lake transaction protocol
 // that Lakeside needs: the schema and action model, atomic commits, log replay
 // into snapshots (with checkpoints and time travel), classic single-file
-// checkpoints, vacuum of the data files no retained version needs (see
-// Table.Vacuum), and reading and writing Parquet data files.
+// checkpoints, vacuum of the data files no retained version needs and expiry
+// of old log files (see Table.Vacuum and Table.ExpireLog), and reading and
+// writing Parquet data files.
 //
 // The package knows nothing about PostgreSQL. It writes tables that use
 // protocol version {"minReaderVersion":1,"minWriterVersion":2} by default,

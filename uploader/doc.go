@@ -28,7 +28,9 @@
 // (Uploader.VacuumOptions), records the files it deletes in the state file
 // before deleting them, and each pass deletes on the remote those whose local
 // file is gone and whose version bound the remote has passed (DeleteRemote).
-// A remote delete is recorded once done and never repeated.
+// Old log files expired locally go the same way, once the remote has the
+// checkpoint its log then starts from and its _last_checkpoint names it. A
+// remote delete is recorded once done and never repeated.
 //
 // An unreachable remote is normal: the uploader backs off up to a cap, logs
 // once when it goes offline and once when it comes back, and keeps the
