@@ -99,7 +99,7 @@ demo: deps build
 	$(BIN)/lakeside demo
 
 bench: deps build
-	$(GO) test -count=1 -tags bench -run '^TestBench' -timeout 60m -v ./cmd/lakeside
+	$(GO) test -count=1 -tags bench -run '^TestBench' -timeout 60m -v ./cmd/lakeside ./uploader
 
 clean:
 	rm -rf $(BIN) dist
