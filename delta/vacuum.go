@@ -124,16 +124,23 @@ func (t *Table) deletePlanned(ctx context.Context, opts VacuumOptions, res *Vacu
 	return errors.Join(errs...)
 }
 
-// planVacuum finds the files Vacuum deletes.
-func (t *Table) planVacuum(ctx context.Context, opts VacuumOptions) (*VacuumResult, error) {
+// vacuumStart checks opts and returns the time vacuum counts from and the
+// listing of the log.
+func (t *Table) vacuumStart(ctx context.Context, opts VacuumOptions) (time.Time, *logListing, error) {
 	if opts.Retention < 0 {
-		return nil, fmt.Errorf("negative retention %s", opts.Retention)
+		return time.Time{}, nil, fmt.Errorf("negative retention %s", opts.Retention)
 	}
 	now := opts.Now
 	if now.IsZero() {
 		now = t.now()
 	}
 	l, err := listLog(ctx, t.logDir)
+	return now, l, err
+}
+
+// planVacuum finds the files Vacuum deletes.
+func (t *Table) planVacuum(ctx context.Context, opts VacuumOptions) (*VacuumResult, error) {
+	now, l, err := t.vacuumStart(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -233,14 +240,7 @@ func (t *Table) ExpireLog(ctx context.Context, opts VacuumOptions) (*VacuumResul
 }
 
 func (t *Table) planExpireLog(ctx context.Context, opts VacuumOptions) (*VacuumResult, error) {
-	if opts.Retention < 0 {
-		return nil, fmt.Errorf("negative retention %s", opts.Retention)
-	}
-	now := opts.Now
-	if now.IsZero() {
-		now = t.now()
-	}
-	l, err := listLog(ctx, t.logDir)
+	now, l, err := t.vacuumStart(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
