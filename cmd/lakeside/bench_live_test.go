@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -18,7 +17,6 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/jackc/pglogrepl"
 
-	"github.com/lakeside/lakeside/agent"
 	"github.com/lakeside/lakeside/agent/live"
 	"github.com/lakeside/lakeside/agent/pgtest"
 )
@@ -28,12 +26,7 @@ import (
 // commit to receipt (p50, p99), and capture throughput of a backlog with the
 // clients connected as a ratio of throughput without them.
 func TestBenchLiveView(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	tables := []string{"public.t1", "public.t2", "public.t3", "public.t4"}
 	e := newE2EWith(t, tables, "http:\n  listen: "+addr+"\n  max_clients: 256\n")
 	for _, tb := range tables {
@@ -230,15 +223,7 @@ func (e *e2e) drainBacklog(t *testing.T, addr string, tables []string, n, client
 			}
 		}()
 	}
-	for {
-		cfg, _ := agent.LoadConfig(e.configPath)
-		if st, err := agent.ReadStatus(context.Background(), cfg); err == nil && st.Running {
-			if cp, err := pglogrepl.ParseLSN(st.CheckpointLSN); err == nil && cp >= end {
-				break
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	e.waitDurable(end)
 	took := time.Since(start)
 	for _, c := range conns {
 		c.Close()

@@ -106,18 +106,23 @@ func (e *e2e) drainBoth(t *testing.T) (baseline, ours time.Duration) {
 
 	start = time.Now()
 	d := e.start()
+	e.waitDurable(end)
+	ours = time.Since(start)
+	e.stop(d)
+	return baseline, ours
+}
+
+// waitDurable polls the running agent until its queue is durable up to end.
+func (e *e2e) waitDurable(end pglogrepl.LSN) {
 	for {
 		cfg, _ := agent.LoadConfig(e.configPath)
 		if st, err := agent.ReadStatus(context.Background(), cfg); err == nil && st.Running {
 			if cp, err := pglogrepl.ParseLSN(st.CheckpointLSN); err == nil && cp >= end {
-				break
+				return
 			}
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	ours = time.Since(start)
-	e.stop(d)
-	return baseline, ours
 }
 
 func median(xs []float64) float64 {

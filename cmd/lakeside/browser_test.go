@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -22,12 +21,7 @@ func TestLivePageAgainstTheAgent(t *testing.T) {
 	if _, err := os.Stat(chromium); err != nil {
 		t.Fatalf("headless Chromium is missing (%v): run make deps", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	e := newE2EWith(t, []string{"public.stock"}, "http:\n  listen: "+addr+"\n")
 	e.exec(`CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL, label text)`,
 		`INSERT INTO stock SELECT g, g * 10, 'item ' || g FROM generate_series(1, 20) g`)

@@ -105,12 +105,7 @@ func TestSystemdNotify(t *testing.T) {
 // once, a changed slot is reported as needing a restart, and a broken file
 // is refused while the agent runs on.
 func TestReloadOnSIGHUP(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	replicaDir := t.TempDir()
 	section := func(token, bandwidth string) string {
 		return "http:\n  listen: " + addr + "\n  token: " + token + "\n" +
@@ -223,12 +218,7 @@ func TestCheckReplicaAndDisk(t *testing.T) {
 		t.Fatalf("check with a wrong secret key: exit %d\n%s", code, out)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + ln.Addr().String()
-	ln.Close()
+	closed := "http://" + freeAddr(t)
 	out, code = check(replica(closed, s3test.SecretKey, "64MiB"))
 	if code == 0 || !strings.Contains(out, "✗ replica") {
 		t.Fatalf("check with an unreachable replica: exit %d\n%s", code, out)
@@ -248,12 +238,7 @@ func TestJSONLogsKeepSecrets(t *testing.T) {
 	const password, token = "pg-password-7f3a", "http-token-91c2"
 	s3 := s3test.Start(t)
 	bucket := s3.NewBucket()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	e := newE2EWith(t, []string{"public.stock"}, fmt.Sprintf(`log:
   level: debug
   format: json
