@@ -121,31 +121,29 @@ func (c *changelog) ensureColumns(a *Applier) error {
 }
 
 // add appends one change.
-func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, ch *store.Change, m *relMapping) error {
+func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange) error {
 	if err := c.ensureColumns(a); err != nil {
 		return err
 	}
 	row := make(delta.Row, len(c.schema.Fields))
-	image := ch.New
-	if ch.Op == store.OpDelete {
-		image = ch.Old
+	image := rc.newRow
+	if rc.op == store.OpDelete {
+		image = rc.oldRow
 	}
 	var unch []any
-	if vals := c.cols.convert(m, image); vals != nil {
-		for i, v := range vals {
-			if v == unchanged {
-				unch = append(unch, c.cols.cols[i].name)
-				v = nil
-			}
-			row[c.dataPos[i]] = v
+	for i, v := range image {
+		if v == unchanged {
+			unch = append(unch, c.cols.cols[i].name)
+			v = nil
 		}
+		row[c.dataPos[i]] = v
 	}
 	if unch != nil {
 		row[c.unchIdx] = unch
 	}
-	if ch.Old != nil && ch.Op != store.OpInsert {
+	if rc.oldRow != nil && rc.op != store.OpInsert {
 		before := make(delta.Row, len(c.beforePos))
-		for i, v := range c.cols.convert(m, ch.Old) {
+		for i, v := range rc.oldRow {
 			if v == unchanged {
 				v = nil
 			}
@@ -153,7 +151,7 @@ func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, ch *store.Cha
 		}
 		row[c.beforeIdx] = before
 	}
-	row[c.opIdx] = ch.Op.String()
+	row[c.opIdx] = rc.op.String()
 	row[c.lsnIdx] = int64(h.EndLSN)
 	row[c.xidIdx] = int64(h.Xid)
 	row[c.tsIdx] = h.CommitTime

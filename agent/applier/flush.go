@@ -138,16 +138,21 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 	if err != nil {
 		return err
 	}
-	m := st.cols.mapping(rel)
-	if h.EndLSN > st.changelog.applied {
+	toCL, toMR := h.EndLSN > st.changelog.applied, h.EndLSN > st.mirror.applied
+	if !toCL && !toMR {
+		return nil
+	}
+	// The values are converted once, for both tables.
+	rc := st.cols.convertChange(st.cols.mapping(rel), ch)
+	if toCL {
 		st.clFlush.note(h)
-		if err := st.changelog.add(a, h, seq, ch, m); err != nil {
+		if err := st.changelog.add(a, h, seq, rc); err != nil {
 			return err
 		}
 	}
-	if h.EndLSN > st.mirror.applied {
+	if toMR {
 		st.mrFlush.note(h)
-		if err := st.mirror.add(ctx, a, ch, m); err != nil {
+		if err := st.mirror.add(ctx, a, rc); err != nil {
 			return err
 		}
 	}

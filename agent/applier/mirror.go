@@ -179,21 +179,21 @@ func (m *mirror) abort() {
 }
 
 // add records one change.
-func (m *mirror) add(ctx context.Context, a *Applier, ch *store.Change, mp *relMapping) error {
+func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 	m.begin(a)
 	p := m.pend
-	switch ch.Op {
+	switch rc.op {
 	case store.OpTruncate:
 		p.truncate()
 		return nil
 	case store.OpInsert:
-		row := m.cols.convert(mp, ch.New)
+		row := rc.newRow
 		if m.multiset {
 			return p.add(m.key(row), &entry{row: row, count: 1})
 		}
 		return p.add(m.key(row), &entry{row: row})
 	case store.OpDelete:
-		old := m.cols.convert(mp, ch.Old)
+		old := rc.oldRow
 		if old == nil {
 			a.warn(m.name, "delete without an old row; ignored")
 			return nil
@@ -202,18 +202,17 @@ func (m *mirror) add(ctx context.Context, a *Applier, ch *store.Change, mp *relM
 			return p.add(m.key(old), &entry{row: old, count: -1})
 		}
 		e := &entry{deleted: true}
-		if !ch.OldIsKey {
+		if !rc.oldIsKey {
 			e.row = old
 		}
 		return p.add(m.key(old), e)
 	case store.OpUpdate:
-		row := m.cols.convert(mp, ch.New)
-		old := m.cols.convert(mp, ch.Old)
-		if old != nil && !ch.OldIsKey {
+		row, old := rc.newRow, rc.oldRow
+		if old != nil && !rc.oldIsKey {
 			row = fillUnchanged(row, old)
 		}
 		if m.multiset {
-			if old == nil || ch.OldIsKey {
+			if old == nil || rc.oldIsKey {
 				a.warn(m.name, "update without the old row in a multiset mirror; treated as an insert")
 				return p.add(m.key(row), &entry{row: row, count: 1})
 			}

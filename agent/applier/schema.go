@@ -119,6 +119,23 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 	return m
 }
 
+// rowChange is a change whose values are converted into data column values
+// (see columns.convert). It is converted once and given to both the
+// changelog and the mirror, which read its rows and never change them.
+type rowChange struct {
+	op store.Op
+	// newRow is the row after the change and oldRow the row before it;
+	// each is nil when the change has none.
+	newRow, oldRow []any
+	// oldIsKey tells that oldRow holds only the key columns.
+	oldIsKey bool
+}
+
+// convertChange converts the values of a change of schema version m.
+func (c *columns) convertChange(m *relMapping, ch *store.Change) *rowChange {
+	return &rowChange{op: ch.Op, newRow: c.convert(m, ch.New), oldRow: c.convert(m, ch.Old), oldIsKey: ch.OldIsKey}
+}
+
 // convert turns a queued row into data column values (nil for a nil row).
 func (c *columns) convert(m *relMapping, vals []store.Value) []any {
 	if vals == nil {

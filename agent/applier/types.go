@@ -140,6 +140,9 @@ func converterFor(dt delta.DataType, column string, w warner) converter {
 			if v.Kind != store.KindNumeric {
 				return convertPlain(delta.TypeString, v)
 			}
+			if u, ok := smallDecimal(v.Bytes, t.Precision, t.Scale); ok {
+				return delta.NewDecimal(u, int32(t.Scale))
+			}
 			d, err := delta.ParseDecimal(string(v.Bytes))
 			if err == nil {
 				d, err = d.Rescale(int32(t.Scale))
@@ -177,6 +180,64 @@ func converterFor(dt delta.DataType, column string, w warner) converter {
 		}
 		return conv(v)
 	}
+}
+
+// smallDecimal is the fast path of decimal conversion: it returns the
+// unscaled value at the given scale of a plain decimal text ("-12.5") whose
+// value fits precision p and has at most 18 digits. It reports false for
+// anything else (exponents, NaN, values that do not fit, more digits), which
+// the general path then handles.
+func smallDecimal(b []byte, p, scale int) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	var u int64
+	n, frac := 0, -1 // digits taken; digits after the point (-1: no point yet)
+	for _, c := range b {
+		switch {
+		case c == '.' && frac < 0:
+			frac = 0
+			continue
+		case c < '0' || c > '9':
+			return 0, false
+		}
+		if frac >= 0 {
+			if frac == scale {
+				// Digits beyond the scale must be zeros.
+				if c != '0' {
+					return 0, false
+				}
+				continue
+			}
+			frac++
+		}
+		if u == 0 && c == '0' {
+			continue // leading zeros do not count
+		}
+		if n++; n > 18 {
+			return 0, false
+		}
+		u = u*10 + int64(c-'0')
+	}
+	if len(b) == 0 || frac == 0 && len(b) == 1 {
+		return 0, false // "", "-" or "."
+	}
+	for ; max(frac, 0) < scale; frac = max(frac, 0) + 1 {
+		if u != 0 {
+			if n++; n > 18 {
+				return 0, false
+			}
+		}
+		u *= 10
+	}
+	if n > p {
+		return 0, false
+	}
+	if neg {
+		u = -u
+	}
+	return u, true
 }
 
 func digits(d delta.Decimal) int {

@@ -1,0 +1,155 @@
+package applier
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/lakeside/lakeside/store"
+)
+
+// ordersRelation is a schema version of a table like the one the Delta
+// benchmarks of make bench use: a bigint key and a mix of column types.
+func ordersRelation() *store.Relation {
+	return &store.Relation{Key: store.RelationKey{OID: 16384, LSN: 0x100}, Schema: "public", Name: "orders",
+		ReplicaIdentity: 'd', Columns: []store.Column{
+			{Name: "id", TypeOID: oidInt8, TypeMod: -1, Key: true},
+			{Name: "label", TypeOID: 25, TypeMod: -1},
+			{Name: "amount", TypeOID: oidNumeric, TypeMod: (12<<16 | 2) + 4},
+			{Name: "placed_at", TypeOID: oidTimestamptz, TypeMod: -1},
+			{Name: "paid", TypeOID: oidBool, TypeMod: -1},
+			{Name: "qty", TypeOID: oidInt4, TypeMod: -1},
+		}}
+}
+
+// ordersValues returns the queued values of row g of the orders table.
+func ordersValues(g int64) []store.Value {
+	sum := md5.Sum([]byte(strconv.FormatInt(g, 10)))
+	paid := int64(0)
+	if g%3 == 0 {
+		paid = 1
+	}
+	amount := strconv.FormatFloat(float64(g%1000000)/100, 'f', 2, 64)
+	return []store.Value{
+		{Kind: store.KindInt64, Int: g},
+		{Kind: store.KindString, Bytes: []byte(hex.EncodeToString(sum[:]))},
+		{Kind: store.KindNumeric, Bytes: []byte(amount)},
+		{Kind: store.KindTimestamp, Int: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro() + g*1_000_000},
+		{Kind: store.KindBool, Int: paid},
+		{Kind: store.KindInt32, Int: g % 1000},
+	}
+}
+
+// queueOneTxn writes a state file in dir whose queue holds one transaction
+// inserting the orders rows with ids 1 to rows, spooled as capture spools a
+// large transaction.
+func queueOneTxn(tb testing.TB, dir string, rows int64) {
+	tb.Helper()
+	db, err := store.Open(dir, store.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer db.Close()
+	rel := ordersRelation()
+	if err := db.Update(func(w *store.Writer) error { return w.PutRelation(rel) }); err != nil {
+		tb.Fatal(err)
+	}
+	const xid = 1000
+	for first := int64(1); first <= rows; first += store.DefaultChunkSize * 16 {
+		err := db.Update(func(w *store.Writer) error {
+			for c := first; c < min(first+store.DefaultChunkSize*16, rows+1); c += store.DefaultChunkSize {
+				chs := make([]store.Change, 0, store.DefaultChunkSize)
+				for g := c; g < min(c+store.DefaultChunkSize, rows+1); g++ {
+					chs = append(chs, store.Change{Op: store.OpInsert, Relation: rel.Key, New: ordersValues(g)})
+				}
+				if err := w.SpoolAppend(xid, xid, chs); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	h := store.TxnHeader{Xid: xid, CommitLSN: 0x1000, EndLSN: 0x1001, CommitTime: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	if err := db.Update(func(w *store.Writer) error { return w.SpoolCommit(xid, h) }); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// queueTxns writes a state file in dir whose queue holds txns, with the
+// schema version rel.
+func queueTxns(tb testing.TB, dir string, rel *store.Relation, txns ...*store.Txn) {
+	tb.Helper()
+	db, err := store.Open(dir, store.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(w *store.Writer) error {
+		if err := w.PutRelation(rel); err != nil {
+			return err
+		}
+		for _, t := range txns {
+			if err := w.AppendTxn(t, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// BenchmarkApplyLargeTransaction applies one transaction of 1M inserted
+// rows (LAKESIDE_BENCH_ROWS overrides the count) to new tables: the apply
+// stage of the end-to-end benchmark, without PostgreSQL and capture.
+func BenchmarkApplyLargeTransaction(b *testing.B) {
+	rows := int64(1_000_000)
+	if s := os.Getenv("LAKESIDE_BENCH_ROWS"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rows = n
+	}
+	template := b.TempDir()
+	queueOneTxn(b, template, rows)
+	queued, err := os.ReadFile(filepath.Join(template, store.FileName))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		b.StopTimer()
+		dir := b.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, store.FileName), queued, 0o640); err != nil {
+			b.Fatal(err)
+		}
+		db, err := store.Open(dir, store.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		a := New(Config{TablesDir: filepath.Join(dir, "tables"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+		if err := a.start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if err := a.applyAll(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		db.Close()
+		os.RemoveAll(dir)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+}
