@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,10 +69,13 @@ type DataWriter struct {
 	partStrings []*string
 	partValues  map[string]*string
 	stats       *statsCollector
-	shred       *shredder
-	batch       []parquet.Row
-	scratch     []any
-	closed      bool
+	// columns writes the rows of a flat schema; the rows of other schemas
+	// are shredded into batch, and the shredder keeps their values.
+	columns *columnarWriter
+	shred   *shredder
+	batch   []parquet.Row
+	scratch []any
+	closed  bool
 }
 
 // NewDataWriter creates a data file under the table root for rows of schema.
@@ -164,8 +168,12 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 	}
 	w.writer = parquet.NewWriter(f, options...)
 	w.stats = newStatsCollector(w.data)
-	w.shred = newShredder(w.data)
-	w.scratch = make([]any, len(w.data.Fields))
+	if isFlat(w.data) {
+		w.columns = newColumnarWriter(w.writer, w.data, w.stats, rg)
+	} else {
+		w.shred = newShredder(w.data)
+		w.scratch = make([]any, len(w.data.Fields))
+	}
 	return w, nil
 }
 
@@ -196,6 +204,12 @@ func (w *DataWriter) Write(rows []Row) error {
 				return fmt.Errorf("write rows: %w: partition column %q differs from the file's partition value",
 					ErrInvalidValue, w.full.Fields[idx].Name)
 			}
+		}
+		if w.columns != nil {
+			if err := w.columns.writeRow(r, w.dataIdx); err != nil {
+				return err
+			}
+			continue
 		}
 		for i, idx := range w.dataIdx {
 			f := w.full.Fields[idx]
@@ -268,10 +282,7 @@ func isCanonical(t DataType, v any) bool {
 		if !ok || d.Unscaled == nil || int(d.Scale) != dt.Scale || !d.Unscaled.IsInt64() {
 			return false
 		}
-		limit := int64(1)
-		for range dt.Precision {
-			limit *= 10
-		}
+		limit := decimalLimit(dt.Precision)
 		u := d.Unscaled.Int64()
 		return u > -limit && u < limit
 	}
@@ -285,7 +296,11 @@ func (w *DataWriter) Close() (*Add, error) {
 		return nil, errors.New("close data writer: already closed")
 	}
 	w.closed = true
-	if err := w.flush(); err != nil {
+	flush := w.flush
+	if w.columns != nil {
+		flush = w.columns.close
+	}
+	if err := flush(); err != nil {
 		w.abort()
 		return nil, err
 	}
@@ -332,6 +347,9 @@ func (w *DataWriter) Abort() {
 }
 
 func (w *DataWriter) abort() {
+	if w.columns != nil {
+		w.columns.wait()
+	}
 	w.file.Close()
 	os.Remove(w.absPath)
 }
@@ -380,9 +398,6 @@ type shredder struct {
 	// more than one leaf column), so they go straight into buf; otherwise
 	// they are gathered per column in cols first.
 	direct bool
-	// flat says that every column is a leaf: each column then has exactly
-	// one value per row, in schema order.
-	flat bool
 }
 
 // reset lets the shredder reuse the memory of the rows it returned: they
@@ -393,14 +408,18 @@ func (s *shredder) reset() {
 }
 
 func newShredder(st *StructType) *shredder {
-	s := &shredder{schema: st, cols: make([][]parquet.Value, numLeaves(st)), direct: inColumnOrder(st), flat: true}
+	return &shredder{schema: st, cols: make([][]parquet.Value, numLeaves(st)), direct: inColumnOrder(st)}
+}
+
+// isFlat reports whether every field of st is a leaf column.
+func isFlat(st *StructType) bool {
 	for _, f := range st.Fields {
 		switch f.Type.(type) {
 		case *StructType, *ArrayType, *MapType:
-			s.flat = false
+			return false
 		}
 	}
-	return s
+	return true
 }
 
 // inColumnOrder reports whether shredding a value of dt yields the values
@@ -439,9 +458,6 @@ func numLeaves(dt DataType) int {
 
 // row shreds one row of normalised values.
 func (s *shredder) row(values []any) (parquet.Row, error) {
-	if s.flat {
-		return s.flatRow(values)
-	}
 	start := len(s.buf)
 	if !s.direct {
 		for i := range s.cols {
@@ -460,32 +476,6 @@ func (s *shredder) row(values []any) (parquet.Row, error) {
 		for _, c := range s.cols {
 			s.buf = append(s.buf, c...)
 		}
-	}
-	return parquet.Row(s.buf[start:len(s.buf):len(s.buf)]), nil
-}
-
-// flatRow shreds a row of a flat schema straight into the row buffer: one
-// value per column, at definition level 1 when the column is nullable and
-// the value is not null.
-func (s *shredder) flatRow(values []any) (parquet.Row, error) {
-	start := len(s.buf)
-	for i, f := range s.schema.Fields {
-		pv, def := parquet.NullValue(), 0
-		switch v := values[i]; {
-		case v != nil:
-			var err error
-			if pv, err = leafValue(f.Type, v); err != nil {
-				s.buf = s.buf[:start]
-				return nil, fmt.Errorf("column %q: %w", f.Name, err)
-			}
-			if f.Nullable {
-				def = 1
-			}
-		case !f.Nullable:
-			s.buf = s.buf[:start]
-			return nil, fmt.Errorf("column %q: %w: null for a non-nullable %s", f.Name, ErrInvalidValue, f.Type)
-		}
-		s.buf = append(s.buf, pv.Level(0, def, i))
 	}
 	return parquet.Row(s.buf[start:len(s.buf):len(s.buf)]), nil
 }
@@ -608,20 +598,22 @@ func leafValue(dt DataType, v any) (parquet.Value, error) {
 		case t.Precision <= 18:
 			return parquet.Int64Value(x.Unscaled.Int64()), nil
 		default:
-			return parquet.FixedLenByteArrayValue(twosComplement(x.Unscaled, decimalByteLen(t.Precision))), nil
+			return parquet.FixedLenByteArrayValue(appendTwosComplement(nil, x.Unscaled, decimalByteLen(t.Precision))), nil
 		}
 	}
 	return parquet.Value{}, fmt.Errorf("%w: %T for %s", ErrInvalidValue, v, dt)
 }
 
-// twosComplement returns the big-endian two's complement of u in n bytes.
-func twosComplement(u *big.Int, n int) []byte {
-	buf := make([]byte, n)
+// appendTwosComplement appends the big-endian two's complement of u in n
+// bytes to dst.
+func appendTwosComplement(dst []byte, u *big.Int, n int) []byte {
+	start := len(dst)
+	dst = slices.Grow(dst, n)[:start+n]
 	if u.Sign() >= 0 {
-		u.FillBytes(buf)
-		return buf
+		u.FillBytes(dst[start:])
+		return dst
 	}
 	mod := new(big.Int).Lsh(big.NewInt(1), uint(8*n))
-	new(big.Int).Add(mod, u).FillBytes(buf)
-	return buf
+	new(big.Int).Add(mod, u).FillBytes(dst[start:])
+	return dst
 }

@@ -1,0 +1,385 @@
+package delta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
+)
+
+// flatTypesSchema has a column of every primitive and decimal width, all
+// nullable but one.
+func flatTypesSchema() *StructType {
+	return NewStructType(
+		NewField("id", TypeLong, false),
+		NewField("b", TypeBoolean, true),
+		NewField("i8", TypeByte, true),
+		NewField("i16", TypeShort, true),
+		NewField("i32", TypeInteger, true),
+		NewField("i64", TypeLong, true),
+		NewField("f32", TypeFloat, true),
+		NewField("f64", TypeDouble, true),
+		NewField("d9", DecimalType{Precision: 9, Scale: 2}, true),
+		NewField("d18", DecimalType{Precision: 18, Scale: 4}, true),
+		NewField("d38", DecimalType{Precision: 38, Scale: 10}, true),
+		NewField("d20", DecimalType{Precision: 20, Scale: 0}, true),
+		NewField("s", TypeString, true),
+		NewField("bin", TypeBinary, true),
+		NewField("date", TypeDate, true),
+		NewField("ts", TypeTimestamp, true),
+		NewField("ntz", TypeTimestampNTZ, true),
+	)
+}
+
+// flatTypesRow returns row i of a table of flatTypesSchema: nulls in
+// changing patterns (whole runs of them too), extreme and ordinary values,
+// and values of other Go types than readers return, which the writer
+// converts.
+func flatTypesRow(t *testing.T, i int) Row {
+	wide := new(big.Int).Exp(big.NewInt(10), big.NewInt(38), nil)
+	wide.Sub(wide, big.NewInt(int64(i+1)))
+	if i%2 == 1 {
+		wide.Neg(wide)
+	}
+	d20 := new(big.Int).Mul(big.NewInt(int64(i-50)), big.NewInt(1_000_000_007_000))
+	paris := time.FixedZone("CET", 3600)
+	at := time.Date(1969, 12, 31, 23, 59, 59, 999_000, time.UTC).Add(time.Duration(i*i) * 997 * time.Millisecond)
+	strs := []string{"", "héllo wörld 😈", "ascii", "日本語のテキスト", strings.Repeat("z", 40), "a\x00b"}
+	r := Row{
+		int64(i),
+		i%3 == 0,
+		int8(i%256 - 128),
+		int16(i*331%65536 - 32768),
+		int32(i*7919) - 1_000_000,
+		int64(i) * -922337203685477,
+		float32(i) / 4,
+		float64(i) * -1.5e300 / 1000,
+		NewDecimal(int64(i*12345)%999_999_999-499_999_999, 2),
+		NewDecimal(int64(i)*-99_999_999_999_999+999_999_999_999_999_999/2, 4),
+		Decimal{Unscaled: wide, Scale: 10},
+		Decimal{Unscaled: d20, Scale: 0},
+		strs[i%len(strs)],
+		[]byte{byte(i), 0, 255, byte(i >> 8)}[:i%5],
+		DateFromDays(int32(i*37 - 20000)),
+		at,
+		at.Add(time.Hour),
+	}
+	switch i % 5 {
+	case 1: // other Go types, converted by the writer
+		r[4], r[5], r[6], r[7] = int(r[4].(int32)), int32(i), float64(r[6].(float32)), float32(i)
+		r[8] = r[8].(Decimal).String()
+		r[9] = NewDecimal(int64(i), 0)
+		r[12], r[13] = []byte(r[12].(string)), string(r[13].([]byte))
+		r[14], r[15], r[16] = DateFromDays(int32(i)).In(paris).Add(5*time.Hour), at.In(paris), at.In(paris)
+	case 2:
+		r[15], r[16] = at.Add(1500*time.Nanosecond), at.UnixMicro()
+	}
+	// Nulls: a column is null in rows whose number it divides, and every
+	// nullable column is null from row 200 to 299.
+	for c := 1; c < len(r); c++ {
+		if i%(c+2) == 0 || i >= 200 && i < 300 {
+			r[c] = nil
+		}
+	}
+	return r
+}
+
+// normalizedRows returns the rows as readers return them.
+func normalizedRows(t *testing.T, st *StructType, rows []Row) []Row {
+	t.Helper()
+	out := make([]Row, len(rows))
+	for i, r := range rows {
+		n, err := normalizeValue(st, r)
+		if err != nil {
+			t.Fatalf("row %d: %v", i, err)
+		}
+		out[i] = n.(Row)
+	}
+	return out
+}
+
+// referenceStats computes the stats of rows value by value, with the
+// statistics collector the writer used to feed row by row.
+func referenceStats(t *testing.T, st *StructType, rows []Row) string {
+	t.Helper()
+	s := newStatsCollector(st)
+	for _, r := range normalizedRows(t, st, rows) {
+		s.add(r)
+	}
+	js, err := s.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// assertSameRowsInOrder compares rows in order.
+func assertSameRowsInOrder(t *testing.T, what string, got, want []Row) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: got %d rows, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if g, w := canon(got[i]), canon(want[i]); g != w {
+			t.Fatalf("%s: row %d differs\n got: %s\nwant: %s", what, i, g, w)
+		}
+	}
+}
+
+// checkRowGroups checks, with arrow-go, the number of row groups of a file
+// and the null count of every column chunk against the rows.
+func checkRowGroups(t *testing.T, path string, st *StructType, want []Row, rowGroupRows int) {
+	t.Helper()
+	pr, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	if n, w := pr.NumRowGroups(), (len(want)+rowGroupRows-1)/rowGroupRows; n != w {
+		t.Errorf("%d row groups, want %d", n, w)
+	}
+	start := 0
+	for rg := 0; rg < pr.NumRowGroups(); rg++ {
+		meta := pr.MetaData().RowGroup(rg)
+		n := int(meta.NumRows())
+		if rg < pr.NumRowGroups()-1 && n != rowGroupRows {
+			t.Errorf("row group %d has %d rows, want %d", rg, n, rowGroupRows)
+		}
+		for c, f := range st.Fields {
+			cc, err := meta.ColumnChunk(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stats, err := cc.Statistics()
+			if err != nil || stats == nil {
+				t.Fatalf("row group %d column %s: no statistics (%v)", rg, f.Name, err)
+			}
+			nulls := 0
+			for _, r := range want[start : start+n] {
+				if r[c] == nil {
+					nulls++
+				}
+			}
+			if stats.NullCount() != int64(nulls) {
+				t.Errorf("row group %d column %s: null count %d, want %d", rg, f.Name, stats.NullCount(), nulls)
+			}
+			checkChunkBounds(t, fmt.Sprintf("row group %d column %s", rg, f.Name), stats, nulls == n)
+		}
+		start += n
+	}
+	if start != len(want) {
+		t.Errorf("row groups hold %d rows, want %d", start, len(want))
+	}
+}
+
+// checkChunkBounds checks that a column chunk has min and max statistics
+// unless all its values are null or it is a FIXED_LEN_BYTE_ARRAY decimal,
+// whose bounds parquet-go would get wrong.
+func checkChunkBounds(t *testing.T, what string, stats metadata.TypedStatistics, allNull bool) {
+	t.Helper()
+	flba := stats.Descr().PhysicalType().String() == "FIXED_LEN_BYTE_ARRAY"
+	if want := !allNull && !flba; stats.HasMinMax() != want {
+		t.Errorf("%s: has min/max %v, want %v", what, stats.HasMinMax(), want)
+	}
+}
+
+// TestColumnarWriteReadBack writes every flat column type column by column,
+// in uneven Write calls over several row groups, and checks that arrow-go
+// reads back every value and null, that each row group has the right rows
+// and null counts, and that the Delta stats are those of the values one by
+// one.
+func TestColumnarWriteReadBack(t *testing.T) {
+	ctx := context.Background()
+	st := flatTypesSchema()
+	if !isFlat(st) {
+		t.Fatal("flat schema not taken as flat")
+	}
+	var rows []Row
+	for i := range 1000 {
+		rows = append(rows, flatTypesRow(t, i))
+	}
+	want := normalizedRows(t, st, rows)
+	for _, rg := range []int{1000, 333, 64, 7} {
+		t.Run(fmt.Sprintf("row groups of %d", rg), func(t *testing.T) {
+			dir := t.TempDir()
+			w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: int64(rg)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, n := 0, 1; i < len(rows); i, n = i+n, n*3%101+1 {
+				if err := w.Write(rows[i:min(i+n, len(rows))]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if w.NumRows() != int64(len(rows)) {
+				t.Errorf("NumRows %d, want %d", w.NumRows(), len(rows))
+			}
+			add, err := w.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, add.Path)
+			got, err := ReadParquetFile(ctx, path, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertSameRowsInOrder(t, "read back", got, want)
+			checkRowGroups(t, path, st, want, rg)
+			if ref := referenceStats(t, st, rows); add.Stats != ref {
+				t.Errorf("stats\n got: %s\nwant: %s", add.Stats, ref)
+			}
+		})
+	}
+}
+
+// TestColumnarStatsEdgeCases checks the Delta stats of columns whose bounds
+// are special: NaN and infinities, strings that are not UTF-8 or longer
+// than the prefix kept, negative zero, all-null columns, a single row.
+func TestColumnarStatsEdgeCases(t *testing.T) {
+	ctx := context.Background()
+	st := NewStructType(
+		NewField("f32", TypeFloat, true),
+		NewField("f64", TypeDouble, true),
+		NewField("s", TypeString, true),
+		NewField("long", TypeString, true),
+		NewField("none", TypeLong, true),
+		NewField("z", TypeDouble, true),
+		NewField("d38", DecimalType{Precision: 38, Scale: 0}, true),
+	)
+	maxRuneStr := strings.Repeat("é", 31) + string(maxRune) + string(maxRune) + "x"
+	cases := map[string][]Row{
+		"nan": {
+			{float32(1), 2.0, "b", "x", nil, 0.0, NewDecimal(-1, 0)},
+			{float32(math.NaN()), math.Inf(-1), "\xff\xfe", strings.Repeat("y", 40), nil, math.Copysign(0, -1), NewDecimal(1, 0)},
+			{float32(-1), -2.0, "a", maxRuneStr, nil, 0.0, NewDecimal(0, 0)},
+		},
+		"one row":  {{float32(3), 4.0, "", "", nil, math.Copysign(0, -1), NewDecimal(-5, 0)}},
+		"all null": {{nil, nil, nil, nil, nil, nil, nil}, {nil, nil, nil, nil, nil, nil, nil}},
+		"inf in a later row group": {
+			{float32(1), 1.0, "a", "a", int64(1), 1.0, NewDecimal(7, 0)},
+			{float32(2), 2.0, "b", "b", int64(2), 2.0, NewDecimal(-7, 0)},
+			{float32(math.Inf(1)), math.NaN(), "c", "c", int64(3), 3.0, nil},
+		},
+	}
+	for name, rows := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			add, err := WriteDataFile(ctx, dir, st, nil, nil, rows, WriteOptions{RowGroupRows: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ref := referenceStats(t, st, rows); add.Stats != ref {
+				t.Errorf("stats\n got: %s\nwant: %s", add.Stats, ref)
+			}
+			got, err := ReadParquetFile(ctx, filepath.Join(dir, add.Path), st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertSameRowsInOrder(t, name, got, normalizedRows(t, st, rows))
+		})
+	}
+}
+
+// TestColumnarBadRows checks that a row the writer refuses leaves nothing of
+// itself in the file, whichever column refuses it, and that the writer then
+// goes on.
+func TestColumnarBadRows(t *testing.T) {
+	ctx := context.Background()
+	st := NewStructType(
+		NewField("id", TypeLong, false),
+		NewField("s", TypeString, true),
+		NewField("d", DecimalType{Precision: 5, Scale: 1}, true),
+		NewField("w", DecimalType{Precision: 25, Scale: 1}, true),
+		NewField("n", TypeInteger, false),
+	)
+	good := func(i int) Row {
+		return Row{int64(i), fmt.Sprint("row ", i), NewDecimal(int64(i), 1), NewDecimal(int64(-i), 1), int32(i)}
+	}
+	bad := []Row{
+		{int64(100), "x", NewDecimal(100000, 1), nil, int32(1)},  // 6 digits in decimal(5,1)
+		{int64(101), "x", NewDecimal(1, 2), nil, int32(1)},       // loses a digit
+		{int64(102), "x", nil, nil, nil},                         // null in a non-nullable column
+		{int64(103), 5, nil, nil, int32(1)},                      // not a string
+		{int64(104), "x", nil, NewDecimal(1, 0), int64(1) << 40}, // out of range for integer
+		{nil, "x", nil, nil, int32(1)},                           // null first column
+		{int64(105), "x", nil, mustDec(t, "1e30"), int32(1)},     // too wide
+	}
+	dir := t.TempDir()
+	w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []Row
+	for i, b := range bad {
+		for j := range 2 {
+			r := good(10*i + j)
+			if err := w.Write([]Row{r}); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, r)
+		}
+		if err := w.Write([]Row{b}); !errors.Is(err, ErrInvalidValue) {
+			t.Errorf("bad row %d: err %v, want ErrInvalidValue", i, err)
+		}
+	}
+	add, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadParquetFile(ctx, filepath.Join(dir, add.Path), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSameRowsInOrder(t, "after bad rows", got, normalizedRows(t, st, want))
+	if ref := referenceStats(t, st, want); add.Stats != ref {
+		t.Errorf("stats\n got: %s\nwant: %s", add.Stats, ref)
+	}
+}
+
+// TestColumnarEmptyAndAbort writes a file of no rows, which reads back
+// empty, and aborts a writer while a row group may still be encoding,
+// which leaves no file.
+func TestColumnarEmptyAndAbort(t *testing.T) {
+	ctx := context.Background()
+	st := NewStructType(NewField("id", TypeLong, true), NewField("s", TypeString, true))
+	dir := t.TempDir()
+	add, err := WriteDataFile(ctx, dir, st, nil, nil, nil, WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadParquetFile(ctx, filepath.Join(dir, add.Path), st)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("empty file: %d rows, %v", len(got), err)
+	}
+	if add.Stats != `{"numRecords":0,"minValues":{},"maxValues":{},"nullCount":{"id":0,"s":0}}` {
+		t.Errorf("empty file stats %s", add.Stats)
+	}
+
+	w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []Row
+	for i := range 95 {
+		rows = append(rows, Row{int64(i), "abc"})
+	}
+	if err := w.Write(rows); err != nil {
+		t.Fatal(err)
+	}
+	w.Abort()
+	if _, err := os.Stat(filepath.Join(dir, w.Path())); !os.IsNotExist(err) {
+		t.Errorf("aborted file: %v", err)
+	}
+	if _, err := w.Close(); err == nil {
+		t.Error("Close after Abort succeeded")
+	}
+}
