@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -54,8 +55,12 @@ type Config struct {
 	// TargetFileRows is the number of rows at which data files are split
 	// (default 100000).
 	TargetFileRows int64
-	// MergeMemoryKeys is the number of changed keys per mirror held in
-	// memory during a flush before they are spilled to disk (default 100000).
+	// MergeMemoryBytes bounds the memory that holds a flush's changes to
+	// one mirror, encoded, until the merge: past it they are sorted and
+	// spilled to a run file on disk (default 32 MiB).
+	MergeMemoryBytes int
+	// MergeMemoryKeys, when set, also bounds the number of changes held
+	// in memory per mirror before a spill (tests use it to force spills).
 	MergeMemoryKeys int
 	// CheckpointInterval is the number of versions between checkpoints
 	// (default 10).
@@ -100,8 +105,11 @@ func (c *Config) defaults() {
 	if c.TargetFileRows <= 0 {
 		c.TargetFileRows = 100_000
 	}
+	if c.MergeMemoryBytes <= 0 {
+		c.MergeMemoryBytes = 32 << 20
+	}
 	if c.MergeMemoryKeys <= 0 {
-		c.MergeMemoryKeys = 100_000
+		c.MergeMemoryKeys = math.MaxInt
 	}
 	if c.CheckpointInterval == 0 {
 		c.CheckpointInterval = delta.DefaultCheckpointInterval

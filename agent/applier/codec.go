@@ -1,20 +1,20 @@
 package applier
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
 )
 
-// The spill codec writes converted rows (Go values of Delta types) to the
-// temporary run files of a large merge (see pending.go). It is private to
-// one flush: nothing written with it outlives the process.
+// The spill codec encodes converted rows (Go values of Delta types) for the
+// pending set of a merge, in memory and in the temporary run files of a
+// large merge (see pending.go). It is private to one flush: nothing written
+// with it outlives the process.
 
 const (
 	tagNil byte = iota
@@ -32,9 +32,8 @@ const (
 	tagDecimal
 	tagTime
 	tagArray
+	tagDecimal64
 )
-
-func appendUvarint(dst []byte, v uint64) []byte { return binary.AppendUvarint(dst, v) }
 
 func appendBytes(dst, b []byte) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(b)))
@@ -69,6 +68,10 @@ func appendRowValue(dst []byte, v any) []byte {
 	case []byte:
 		return appendBytes(append(dst, tagBytes), x)
 	case delta.Decimal:
+		if x.Unscaled != nil && x.Unscaled.IsInt64() {
+			dst = binary.AppendVarint(append(dst, tagDecimal64), int64(x.Scale))
+			return binary.AppendVarint(dst, x.Unscaled.Int64())
+		}
 		return appendBytes(append(dst, tagDecimal), []byte(x.String()))
 	case time.Time:
 		return binary.AppendVarint(append(dst, tagTime), x.UnixMicro())
@@ -82,27 +85,53 @@ func appendRowValue(dst []byte, v any) []byte {
 	panic(fmt.Sprintf("applier: cannot spill a %T", v))
 }
 
-// spillReader decodes values written by appendRowValue.
-type spillReader struct {
-	r *bufio.Reader
+// valueDecoder decodes values written by appendRowValue from b.
+type valueDecoder struct {
+	b []byte
 }
 
-var errSpillCorrupt = errors.New("corrupt spill file")
+var errSpillCorrupt = errors.New("corrupt spill data")
 
-func (s *spillReader) uvarint() (uint64, error) { return binary.ReadUvarint(s.r) }
-
-func (s *spillReader) bytes() ([]byte, error) {
-	n, err := s.uvarint()
-	if err != nil {
-		return nil, err
+func (d *valueDecoder) byte1() (byte, error) {
+	if len(d.b) == 0 {
+		return 0, errSpillCorrupt
 	}
-	b := make([]byte, n)
-	_, err = io.ReadFull(s.r, b)
-	return b, err
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c, nil
 }
 
-func (s *spillReader) value() (any, error) {
-	tag, err := s.r.ReadByte()
+func (d *valueDecoder) uvarint() (uint64, error) {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		return 0, errSpillCorrupt
+	}
+	d.b = d.b[n:]
+	return v, nil
+}
+
+func (d *valueDecoder) varint() (int64, error) {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		return 0, errSpillCorrupt
+	}
+	d.b = d.b[n:]
+	return v, nil
+}
+
+// bytes returns the next length-prefixed bytes, which share d's memory.
+func (d *valueDecoder) bytes() ([]byte, error) {
+	n, err := d.uvarint()
+	if err != nil || n > uint64(len(d.b)) {
+		return nil, errSpillCorrupt
+	}
+	b := d.b[:n:n]
+	d.b = d.b[n:]
+	return b, nil
+}
+
+func (d *valueDecoder) value() (any, error) {
+	tag, err := d.byte1()
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +145,7 @@ func (s *spillReader) value() (any, error) {
 	case tagTrue:
 		return true, nil
 	case tagInt8, tagInt16, tagInt32, tagInt64, tagTime:
-		v, err := binary.ReadVarint(s.r)
+		v, err := d.varint()
 		if err != nil {
 			return nil, err
 		}
@@ -132,36 +161,49 @@ func (s *spillReader) value() (any, error) {
 		}
 		return v, nil
 	case tagFloat32:
-		var b [4]byte
-		if _, err := io.ReadFull(s.r, b[:]); err != nil {
-			return nil, err
+		if len(d.b) < 4 {
+			return nil, errSpillCorrupt
 		}
-		return math.Float32frombits(binary.BigEndian.Uint32(b[:])), nil
+		v := math.Float32frombits(binary.BigEndian.Uint32(d.b))
+		d.b = d.b[4:]
+		return v, nil
 	case tagFloat64:
-		var b [8]byte
-		if _, err := io.ReadFull(s.r, b[:]); err != nil {
-			return nil, err
+		if len(d.b) < 8 {
+			return nil, errSpillCorrupt
 		}
-		return math.Float64frombits(binary.BigEndian.Uint64(b[:])), nil
+		v := math.Float64frombits(binary.BigEndian.Uint64(d.b))
+		d.b = d.b[8:]
+		return v, nil
 	case tagString:
-		b, err := s.bytes()
+		b, err := d.bytes()
 		return string(b), err
 	case tagBytes:
-		return s.bytes()
+		b, err := d.bytes()
+		return bytes.Clone(b), err
 	case tagDecimal:
-		b, err := s.bytes()
+		b, err := d.bytes()
 		if err != nil {
 			return nil, err
 		}
 		return delta.ParseDecimal(string(b))
-	case tagArray:
-		n, err := s.uvarint()
+	case tagDecimal64:
+		scale, err := d.varint()
 		if err != nil {
 			return nil, err
 		}
+		u, err := d.varint()
+		if err != nil {
+			return nil, err
+		}
+		return delta.NewDecimal(u, int32(scale)), nil
+	case tagArray:
+		n, err := d.uvarint()
+		if err != nil || n > uint64(len(d.b)) {
+			return nil, errSpillCorrupt
+		}
 		out := make([]any, n)
 		for i := range out {
-			if out[i], err = s.value(); err != nil {
+			if out[i], err = d.value(); err != nil {
 				return nil, err
 			}
 		}

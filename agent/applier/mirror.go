@@ -27,12 +27,13 @@ import (
 // big files nor creates one file per key. Rewritten files are split at
 // TargetFileRows rows, never inside a run of equal keys.
 //
-// Memory. A flush collects the net effect of its changes per key in a
-// pending set (pending.go) that spills sorted runs to disk past
-// MergeMemoryKeys keys. The merge then walks the pending keys in order
-// (a k-way merge of the runs) and the touched files in order, holding at
-// most one existing data file in memory, and streams the result into Parquet
-// writers. Memory is bounded by MergeMemoryKeys entries plus one data file
+// Memory. A flush collects its changes, encoded, in a pending set
+// (pending.go) that holds up to MergeMemoryBytes in memory and spills
+// sorted runs to disk past it. The merge then walks the pending keys in
+// order (sorted once in memory, or a k-way merge with the runs), folding
+// the changes of each key, and the touched files in order, holding at most
+// one existing data file in memory, and streams the result into Parquet
+// writers. Memory is bounded by MergeMemoryBytes plus one data file
 // (TargetFileRows rows), whatever the size of the flush, so the 1M-row
 // initial snapshot is applied like any other transaction.
 //
@@ -59,6 +60,7 @@ type mirror struct {
 	keyIdx   []int
 	pend     *pending
 	spillDir string
+	keyBuf   []byte
 	// nextFiles are the files after the merge, in effect once committed.
 	nextFiles []*mirrorFile
 }
@@ -145,28 +147,32 @@ func (m *mirror) layout() {
 
 // key returns the key of a row of data column values.
 func (m *mirror) key(row []any) string {
+	return string(m.appendKey(nil, row))
+}
+
+// appendKey appends the key of a row of data column values to dst.
+func (m *mirror) appendKey(dst []byte, row []any) []byte {
 	if m.multiset {
 		n := len(row)
 		for n > 0 && row[n-1] == nil {
 			n--
 		}
-		return string(appendKey(nil, row[:n]))
+		return appendKey(dst, row[:n])
 	}
-	var b []byte
 	for _, i := range m.keyIdx {
 		var v any
 		if i >= 0 && i < len(row) {
 			v = row[i]
 		}
-		b = appendKeyValue(b, v)
+		dst = appendKeyValue(dst, v)
 	}
-	return string(b)
+	return dst
 }
 
 // begin prepares the pending set of a flush.
 func (m *mirror) begin(a *Applier) {
 	if m.pend == nil {
-		m.pend = newPending(m.spillDir, a.cfg.MergeMemoryKeys, m.multiset)
+		m.pend = newPending(m.spillDir, a.cfg.MergeMemoryKeys, a.cfg.MergeMemoryBytes, m.multiset)
 	}
 }
 
@@ -182,6 +188,11 @@ func (m *mirror) abort() {
 func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 	m.begin(a)
 	p := m.pend
+	// key returns the key of row in a buffer reused by the next change.
+	key := func(row []any) []byte {
+		m.keyBuf = m.appendKey(m.keyBuf[:0], row)
+		return m.keyBuf
+	}
 	switch rc.op {
 	case store.OpTruncate:
 		p.truncate()
@@ -189,9 +200,9 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 	case store.OpInsert:
 		row := rc.newRow
 		if m.multiset {
-			return p.add(m.key(row), &entry{row: row, count: 1})
+			return p.add(key(row), &entry{row: row, count: 1})
 		}
-		return p.add(m.key(row), &entry{row: row})
+		return p.add(key(row), &entry{row: row})
 	case store.OpDelete:
 		old := rc.oldRow
 		if old == nil {
@@ -199,13 +210,13 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 			return nil
 		}
 		if m.multiset {
-			return p.add(m.key(old), &entry{row: old, count: -1})
+			return p.add(key(old), &entry{row: old, count: -1})
 		}
 		e := &entry{deleted: true}
 		if !rc.oldIsKey {
 			e.row = old
 		}
-		return p.add(m.key(old), e)
+		return p.add(key(old), e)
 	case store.OpUpdate:
 		row, old := rc.newRow, rc.oldRow
 		if old != nil && !rc.oldIsKey {
@@ -214,19 +225,19 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 		if m.multiset {
 			if old == nil || rc.oldIsKey {
 				a.warn(m.name, "update without the old row in a multiset mirror; treated as an insert")
-				return p.add(m.key(row), &entry{row: row, count: 1})
+				return p.add(key(row), &entry{row: row, count: 1})
 			}
-			if err := p.add(m.key(old), &entry{row: old, count: -1}); err != nil {
+			if err := p.add(key(old), &entry{row: old, count: -1}); err != nil {
 				return err
 			}
-			return p.add(m.key(row), &entry{row: row, count: 1})
+			return p.add(key(row), &entry{row: row, count: 1})
 		}
-		newKey := m.key(row)
 		if old == nil {
-			return p.add(newKey, &entry{row: row})
+			return p.add(key(row), &entry{row: row})
 		}
-		oldKey := m.key(old)
-		if oldKey == newKey {
+		oldKey := m.appendKey(nil, old)
+		newKey := key(row)
+		if bytes.Equal(oldKey, newKey) {
 			return p.add(newKey, &entry{row: row})
 		}
 		// The key changed: the old key is deleted, and unchanged values of
@@ -250,9 +261,12 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 // held in memory, else from the committed mirror. (A key whose newest
 // version was spilled to a run file is looked up in the committed mirror:
 // this only matters for a key change with unchanged TOAST values inside a
-// flush of more than MergeMemoryKeys keys.)
-func (m *mirror) lookup(ctx context.Context, a *Applier, key string) ([]any, error) {
-	e := m.pend.get(key)
+// flush whose changes exceed the merge memory budget.)
+func (m *mirror) lookup(ctx context.Context, a *Applier, key []byte) ([]any, error) {
+	e, err := m.pend.get(key)
+	if err != nil {
+		return nil, err
+	}
 	if e != nil && (e.deleted || !e.partial()) {
 		if e.deleted {
 			return nil, nil
@@ -260,13 +274,13 @@ func (m *mirror) lookup(ctx context.Context, a *Applier, key string) ([]any, err
 		return e.row, nil
 	}
 	var base []any
-	if i := m.assign([]byte(key)); i >= 0 && !m.pend.truncated {
+	if i := m.assign(key); i >= 0 && !m.pend.truncated {
 		rows, err := m.readFile(ctx, m.files[i])
 		if err != nil {
 			return nil, err
 		}
 		for _, r := range rows {
-			if r.key == key && !r.deleted {
+			if r.key == string(key) && !r.deleted {
 				base = r.data
 				break
 			}

@@ -2,6 +2,7 @@ package applier
 
 import (
 	"bufio"
+	"bytes"
 	"container/heap"
 	"encoding/binary"
 	"errors"
@@ -68,70 +69,202 @@ func fillUnchanged(row, base []any) []any {
 	return out
 }
 
-// pending collects the net effect of a flush's changes on a mirror, by key,
-// in bounded memory: when more than limit keys are held, they are sorted and
-// written to a run file, and iterate merges the runs with what is left in
-// memory, oldest first, folding the entries of one key with combine. This is
-// an external sort: memory holds at most limit entries plus one read buffer
-// per run.
+// appendEntry appends the encoding of e (without its key) to dst.
+func appendEntry(dst []byte, e *entry) []byte {
+	flags := byte(0)
+	if e.deleted {
+		flags |= 1
+	}
+	if e.row != nil {
+		flags |= 2
+	}
+	dst = append(dst, flags)
+	dst = binary.AppendVarint(dst, int64(e.count))
+	if e.row != nil {
+		dst = binary.AppendUvarint(dst, uint64(len(e.row)))
+		for _, v := range e.row {
+			dst = appendRowValue(dst, v)
+		}
+	}
+	return dst
+}
+
+// decodeEntry decodes an entry written by appendEntry.
+func decodeEntry(b []byte) (*entry, error) {
+	d := valueDecoder{b: b}
+	flags, err := d.byte1()
+	if err != nil {
+		return nil, err
+	}
+	count, err := d.varint()
+	if err != nil {
+		return nil, err
+	}
+	e := &entry{deleted: flags&1 != 0, count: int(count)}
+	if flags&2 != 0 {
+		n, err := d.uvarint()
+		if err != nil || n > uint64(len(d.b)) {
+			return nil, errSpillCorrupt
+		}
+		e.row = make([]any, n)
+		for i := range e.row {
+			if e.row[i], err = d.value(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return e, nil
+}
+
+// pending collects the effect of a flush's changes on a mirror, by key, in
+// bounded memory.
+//
+// Each change is appended, encoded (codec.go), to an arena of memory
+// blocks, with a reference to it; nothing is folded or sorted while
+// changes arrive. When the arena and its references reach maxBytes (or
+// maxKeys references), the references are sorted by key, keeping the order
+// of arrival among equal keys, and the records are written in that order to
+// a run file; the memory is then free again. iterate sorts what is left in
+// memory the same way and merges it with the runs, oldest first, folding
+// the records of one key with combine. So a flush whose changes fit the
+// budget is sorted once, in memory, and a larger one is an external sort
+// whose memory holds at most about maxBytes, plus the read buffers of the
+// runs, which share maxBytes (at least 4 KiB each).
 type pending struct {
 	multiset bool
-	limit    int
+	maxKeys  int
+	maxBytes int
 	dir      string
 
-	mem       map[string]*entry
+	// blocks hold the records of the changes since the last spill; refs
+	// point at them in order of arrival; size is the memory both take.
+	blocks [][]byte
+	refs   []pendingRef
+	size   int
+	// byKey, once get built it, indexes refs by key.
+	byKey map[string][]int32
+
 	runs      []string
 	truncated bool
 	changes   int
+	scratch   []byte
 }
 
-func newPending(dir string, limit int, multiset bool) *pending {
-	return &pending{dir: dir, limit: limit, multiset: multiset, mem: map[string]*entry{}}
+// pendingRef locates a record in the blocks: its key at
+// blocks[block][off:off+klen], its encoded entry after it, up to end.
+type pendingRef struct {
+	block, off, klen, end int32
 }
 
-// get returns the entry held in memory for key, if any.
-func (p *pending) get(key string) *entry { return p.mem[key] }
+// blockSize returns the size of an arena block: a sixteenth of the budget,
+// from 1 KiB to 256 KiB. A larger record gets a block of its own.
+func (p *pending) blockSize() int {
+	return min(max(p.maxBytes/16, 1<<10), 256<<10)
+}
+
+// refSize is the memory a reference takes.
+const refSize = 16
+
+func newPending(dir string, maxKeys, maxBytes int, multiset bool) *pending {
+	return &pending{dir: dir, maxKeys: maxKeys, maxBytes: maxBytes, multiset: multiset}
+}
+
+func (p *pending) key(r pendingRef) []byte {
+	return p.blocks[r.block][r.off : r.off+r.klen]
+}
+
+func (p *pending) body(r pendingRef) []byte {
+	return p.blocks[r.block][r.off+r.klen : r.end]
+}
 
 // add records a change's effect on key.
-func (p *pending) add(key string, e *entry) error {
+func (p *pending) add(key []byte, e *entry) error {
 	p.changes++
-	if old := p.mem[key]; old != nil {
-		p.mem[key] = combine(old, e, p.multiset)
-		return nil
+	p.scratch = appendEntry(p.scratch[:0], e)
+	need := len(key) + len(p.scratch)
+	last := len(p.blocks) - 1
+	if last < 0 || cap(p.blocks[last])-len(p.blocks[last]) < need {
+		p.blocks = append(p.blocks, make([]byte, 0, max(p.blockSize(), need)))
+		last++
+		p.size += cap(p.blocks[last])
 	}
-	p.mem[key] = e
-	if len(p.mem) >= p.limit {
+	b := p.blocks[last]
+	off := len(b)
+	b = append(append(b, key...), p.scratch...)
+	p.blocks[last] = b
+	had := cap(p.refs)
+	p.refs = append(p.refs, pendingRef{block: int32(last), off: int32(off), klen: int32(len(key)), end: int32(len(b))})
+	p.size += (cap(p.refs) - had) * refSize
+	if p.byKey != nil {
+		p.byKey[string(key)] = append(p.byKey[string(key)], int32(len(p.refs)-1))
+		p.size += len(key) + 48
+	}
+	if len(p.refs) >= p.maxKeys || p.size >= p.maxBytes {
 		return p.spill()
 	}
 	return nil
 }
 
+// get returns the folded entry held in memory for key, if any.
+func (p *pending) get(key []byte) (*entry, error) {
+	if p.byKey == nil {
+		p.byKey = map[string][]int32{}
+		for i, r := range p.refs {
+			k := p.key(r)
+			p.byKey[string(k)] = append(p.byKey[string(k)], int32(i))
+			p.size += len(k) + 48
+		}
+	}
+	var acc *entry
+	for _, i := range p.byKey[string(key)] {
+		e, err := decodeEntry(p.body(p.refs[i]))
+		if err != nil {
+			return nil, fmt.Errorf("pending changes: %w", err)
+		}
+		if acc == nil {
+			acc = e
+		} else {
+			acc = combine(acc, e, p.multiset)
+		}
+	}
+	return acc, nil
+}
+
 // truncate forgets every change so far: the mirror starts empty.
 func (p *pending) truncate() {
 	p.close()
-	p.mem = map[string]*entry{}
 	p.truncated = true
 	p.changes++
 }
 
-// close deletes the run files.
+// close deletes the run files and frees the memory.
 func (p *pending) close() {
 	for _, r := range p.runs {
 		os.Remove(r)
 	}
 	p.runs = nil
+	p.clearMemory()
 }
 
-func (p *pending) sortedKeys() []string {
-	keys := make([]string, 0, len(p.mem))
-	for k := range p.mem {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
+func (p *pending) clearMemory() {
+	p.blocks, p.refs, p.byKey, p.size = nil, nil, nil, 0
 }
 
-// spill writes the entries in memory to a new run file, sorted by key.
+// sortRefs sorts the references in memory by key; equal keys stay in order
+// of arrival, which is the order of their places in the blocks.
+func (p *pending) sortRefs() {
+	slices.SortFunc(p.refs, func(a, b pendingRef) int {
+		if c := bytes.Compare(p.key(a), p.key(b)); c != 0 {
+			return c
+		}
+		if a.block != b.block {
+			return int(a.block - b.block)
+		}
+		return int(a.off - b.off)
+	})
+}
+
+// spill writes the records in memory to a new run file, sorted by key.
 func (p *pending) spill() error {
 	if err := os.MkdirAll(p.dir, 0o750); err != nil {
 		return fmt.Errorf("spill: %w", err)
@@ -141,26 +274,12 @@ func (p *pending) spill() error {
 		return fmt.Errorf("spill: %w", err)
 	}
 	p.runs = append(p.runs, f.Name())
-	w := bufio.NewWriterSize(f, 1<<20)
+	p.sortRefs()
+	w := bufio.NewWriterSize(f, 256<<10)
 	var buf []byte
-	for _, k := range p.sortedKeys() {
-		e := p.mem[k]
-		buf = appendBytes(buf[:0], []byte(k))
-		flags := byte(0)
-		if e.deleted {
-			flags |= 1
-		}
-		if e.row != nil {
-			flags |= 2
-		}
-		buf = append(buf, flags)
-		buf = binary.AppendVarint(buf, int64(e.count))
-		if e.row != nil {
-			buf = binary.AppendUvarint(buf, uint64(len(e.row)))
-			for _, v := range e.row {
-				buf = appendRowValue(buf, v)
-			}
-		}
+	for _, r := range p.refs {
+		buf = appendBytes(buf[:0], p.key(r))
+		buf = appendBytes(buf, p.body(r))
 		if _, err := w.Write(buf); err != nil {
 			f.Close()
 			return fmt.Errorf("spill: %w", err)
@@ -173,24 +292,24 @@ func (p *pending) spill() error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("spill: %w", err)
 	}
-	clear(p.mem)
+	p.clearMemory()
 	return nil
 }
 
 // mergeSource is one sorted input of the merge: a run file or the memory.
+// key and body are the current record's, valid until next is called.
 type mergeSource struct {
-	age  int
-	key  string
-	e    *entry
-	next func() (string, *entry, error)
+	age       int
+	key, body []byte
+	next      func() error
 }
 
 type sourceHeap []*mergeSource
 
 func (h sourceHeap) Len() int { return len(h) }
 func (h sourceHeap) Less(i, j int) bool {
-	if h[i].key != h[j].key {
-		return h[i].key < h[j].key
+	if c := bytes.Compare(h[i].key, h[j].key); c != 0 {
+		return c < 0
 	}
 	return h[i].age < h[j].age
 }
@@ -203,36 +322,49 @@ func (h *sourceHeap) Pop() any {
 	return x
 }
 
-func readRunEntry(s *spillReader) (string, *entry, error) {
-	k, err := s.bytes()
-	if err != nil {
-		return "", nil, err
-	}
-	flags, err := s.r.ReadByte()
-	if err != nil {
-		return "", nil, err
-	}
-	count, err := binary.ReadVarint(s.r)
-	if err != nil {
-		return "", nil, err
-	}
-	e := &entry{deleted: flags&1 != 0, count: int(count)}
-	if flags&2 != 0 {
-		n, err := s.uvarint()
+// runSource returns the source reading a run file.
+func runSource(age int, r *bufio.Reader) *mergeSource {
+	s := &mergeSource{age: age}
+	var kbuf, bbuf []byte
+	read := func(buf []byte) ([]byte, error) {
+		n, err := binary.ReadUvarint(r)
 		if err != nil {
-			return "", nil, err
+			return nil, err
 		}
-		e.row = make([]any, n)
-		for i := range e.row {
-			if e.row[i], err = s.value(); err != nil {
-				return "", nil, err
-			}
-		}
+		buf = slices.Grow(buf[:0], int(n))[:n]
+		_, err = io.ReadFull(r, buf)
+		return buf, err
 	}
-	return string(k), e, nil
+	s.next = func() (err error) {
+		if kbuf, err = read(kbuf); err != nil {
+			return err // io.EOF at the end
+		}
+		if bbuf, err = read(bbuf); errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		s.key, s.body = kbuf, bbuf
+		return err
+	}
+	return s
 }
 
-// iterate calls fn with every key and its folded entry, in key order.
+// memorySource returns the source walking the sorted references.
+func (p *pending) memorySource(age int) *mergeSource {
+	s := &mergeSource{age: age}
+	i := 0
+	s.next = func() error {
+		if i == len(p.refs) {
+			return io.EOF
+		}
+		s.key, s.body = p.key(p.refs[i]), p.body(p.refs[i])
+		i++
+		return nil
+	}
+	return s
+}
+
+// iterate calls fn with every key and its folded entry, in key order. The
+// key is valid only during the call.
 func (p *pending) iterate(fn func(key []byte, e *entry) error) error {
 	var h sourceHeap
 	var files []*os.File
@@ -241,60 +373,59 @@ func (p *pending) iterate(fn func(key []byte, e *entry) error) error {
 			f.Close()
 		}
 	}()
+	// The read buffers of the runs share the memory budget.
+	bufSize := 256 << 10
+	if len(p.runs) > 0 {
+		bufSize = min(max(p.maxBytes/len(p.runs), 4<<10), bufSize)
+	}
 	for i, path := range p.runs {
 		f, err := os.Open(path)
 		if err != nil {
 			return fmt.Errorf("read spill: %w", err)
 		}
 		files = append(files, f)
-		sr := &spillReader{r: bufio.NewReaderSize(f, 256<<10)}
-		h = append(h, &mergeSource{age: i, next: func() (string, *entry, error) { return readRunEntry(sr) }})
+		h = append(h, runSource(i, bufio.NewReaderSize(f, bufSize)))
 	}
-	keys := p.sortedKeys()
-	h = append(h, &mergeSource{age: len(p.runs), next: func() (string, *entry, error) {
-		if len(keys) == 0 {
-			return "", nil, io.EOF
-		}
-		k := keys[0]
-		keys = keys[1:]
-		return k, p.mem[k], nil
-	}})
+	p.sortRefs()
+	h = append(h, p.memorySource(len(p.runs)))
 	live := h[:0]
 	for _, s := range h {
-		k, e, err := s.next()
+		err := s.next()
 		if errors.Is(err, io.EOF) {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("read spill: %w", err)
 		}
-		s.key, s.e = k, e
 		live = append(live, s)
 	}
 	h = live
 	heap.Init(&h)
+	var key []byte
 	for h.Len() > 0 {
-		key := h[0].key
+		key = append(key[:0], h[0].key...)
 		var acc *entry
-		for h.Len() > 0 && h[0].key == key {
+		for h.Len() > 0 && bytes.Equal(h[0].key, key) {
 			s := h[0]
-			if acc == nil {
-				acc = s.e
-			} else {
-				acc = combine(acc, s.e, p.multiset)
+			e, err := decodeEntry(s.body)
+			if err != nil {
+				return fmt.Errorf("read spill: %w", err)
 			}
-			k, e, err := s.next()
-			switch {
+			if acc == nil {
+				acc = e
+			} else {
+				acc = combine(acc, e, p.multiset)
+			}
+			switch err := s.next(); {
 			case errors.Is(err, io.EOF):
 				heap.Pop(&h)
 			case err != nil:
 				return fmt.Errorf("read spill: %w", err)
 			default:
-				s.key, s.e = k, e
 				heap.Fix(&h, 0)
 			}
 		}
-		if err := fn([]byte(key), acc); err != nil {
+		if err := fn(key, acc); err != nil {
 			return err
 		}
 	}

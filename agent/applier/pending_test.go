@@ -1,0 +1,133 @@
+package applier
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lakeside/lakeside/delta"
+)
+
+// TestPendingFoldsLikeAMap feeds random changes to pending sets with memory
+// budgets from "everything spilled" to "nothing spilled", and checks that
+// each returns, in key order, what folding every key's changes in order of
+// arrival gives.
+func TestPendingFoldsLikeAMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	value := func() any {
+		switch rng.IntN(9) {
+		case 0:
+			return nil
+		case 1:
+			return unchanged
+		case 2:
+			return rng.Int64N(1000) - 500
+		case 3:
+			return fmt.Sprint("s", rng.IntN(100))
+		case 4:
+			return delta.NewDecimal(rng.Int64N(1e6)-5e5, 2)
+		case 5:
+			d, _ := delta.ParseDecimal("123456789012345678901234567.5")
+			return d
+		case 6:
+			return delta.TimeFromMicros(rng.Int64N(1e15))
+		case 7:
+			return []any{int32(rng.IntN(9)), nil}
+		}
+		return rng.IntN(2) == 0
+	}
+	for _, multiset := range []bool{false, true} {
+		var keys [][]byte
+		var entries []*entry
+		for range 3000 {
+			e := &entry{deleted: !multiset && rng.IntN(4) == 0, count: rng.IntN(5) - 2}
+			if !e.deleted || rng.IntN(2) == 0 {
+				e.row = []any{value(), value(), value()}
+			}
+			keys = append(keys, appendKeyValue(nil, int64(rng.IntN(400))))
+			entries = append(entries, e)
+		}
+		want := map[string]*entry{}
+		for i, e := range entries {
+			if old := want[string(keys[i])]; old != nil {
+				e = combine(old, e, multiset)
+			}
+			want[string(keys[i])] = e
+		}
+		wantKeys := slices.Sorted(maps.Keys(want))
+		for _, budget := range []struct{ keys, bytes int }{{7, 16 << 10}, {500, math.MaxInt},
+			{math.MaxInt, 16 << 10}, {math.MaxInt, math.MaxInt}} {
+			t.Run(fmt.Sprintf("multiset=%v/keys=%d/bytes=%d", multiset, budget.keys, budget.bytes), func(t *testing.T) {
+				p := newPending(t.TempDir(), budget.keys, budget.bytes, multiset)
+				defer p.close()
+				for i, e := range entries {
+					if err := p.add(keys[i], e); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if budget.keys == math.MaxInt && budget.bytes == math.MaxInt {
+					if len(p.runs) != 0 {
+						t.Fatalf("%d runs spilled within the budget", len(p.runs))
+					}
+					for _, k := range wantKeys {
+						got, err := p.get([]byte(k))
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !sameEntry(got, want[k]) {
+							t.Fatalf("get %x: %+v, want %+v", k, got, want[k])
+						}
+					}
+				} else if len(p.runs) < 2 {
+					t.Fatalf("%d runs spilled, want several", len(p.runs))
+				}
+				var got []string
+				err := p.iterate(func(k []byte, e *entry) error {
+					got = append(got, string(k))
+					if !sameEntry(e, want[string(k)]) {
+						return fmt.Errorf("key %x: %+v, want %+v", k, e, want[string(k)])
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, wantKeys) {
+					t.Fatalf("iterate gave %d keys, want %d in order", len(got), len(wantKeys))
+				}
+			})
+		}
+	}
+}
+
+// sameEntry compares entries, their values as the codec gives them back.
+func sameEntry(a, b *entry) bool {
+	if a.deleted != b.deleted || a.count != b.count || len(a.row) != len(b.row) || (a.row == nil) != (b.row == nil) {
+		return false
+	}
+	for i := range a.row {
+		x, y := a.row[i], b.row[i]
+		switch xv := x.(type) {
+		case delta.Decimal:
+			yv, ok := y.(delta.Decimal)
+			if !ok || xv.Scale != yv.Scale || xv.Unscaled.Cmp(yv.Unscaled) != 0 {
+				return false
+			}
+		case time.Time:
+			yv, ok := y.(time.Time)
+			if !ok || !xv.Equal(yv) {
+				return false
+			}
+		default:
+			if !reflect.DeepEqual(x, y) {
+				return false
+			}
+		}
+	}
+	return true
+}
