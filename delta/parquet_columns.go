@@ -14,23 +14,28 @@ import (
 
 // columnarWriter writes the rows of a flat schema (every column a leaf)
 // column by column. Write appends each value, in its Parquet physical form,
-// to a typed slice of its column; a full row group is then encoded and
-// committed by a goroutine of its own while the next one fills, so that the
-// conversion of Go values and the Parquet encoding use two cores. At most
-// one row group is encoding at a time, which keeps them in order.
+// to a typed slice of its column; a full row group is then encoded by a
+// goroutine of its own while the next ones fill, so that the conversion of
+// Go values and the Parquet encoding share the cores. Up to
+// encodingRowGroups row groups encode at once, each into a
+// parquet.ConcurrentRowGroupWriter of its own, and they are committed to
+// the file in order.
 type columnarWriter struct {
 	writer  *parquet.Writer
+	schema  *StructType
 	stats   *statsCollector
 	maxRows int
-	schema  *StructType
-	// filling holds the rows of the row group being written, spare the
-	// columns of the previous one once it is encoded (nil until a first
-	// row group is full).
-	filling, spare *rowGroupColumns
-	// pending receives the result of the row group being encoded; it is
-	// nil when none is.
-	pending chan error
+	// filling holds the rows of the row group being written.
+	filling *rowGroupColumns
+	// encoding are the row groups being encoded, oldest first; free the
+	// columns of encoded ones, for reuse.
+	encoding []*encodeJob
+	free     []*rowGroupColumns
 }
+
+// encodingRowGroups is the most row groups a writer encodes at once; with
+// the one filling, it bounds the rows a writer holds in memory.
+const encodingRowGroups = 2
 
 // rowGroupColumns are the columns of one row group and what encoding them
 // needs.
@@ -41,6 +46,15 @@ type rowGroupColumns struct {
 	rg *parquet.ConcurrentRowGroupWriter
 	// buf holds the Parquet values of a slice of one column.
 	buf []parquet.Value
+}
+
+// encodeJob is a row group being encoded.
+type encodeJob struct {
+	g *rowGroupColumns
+	// err is the job's error, to be read once committed is closed.
+	err error
+	// committed is closed when the row group is in the file, or failed.
+	committed chan struct{}
 }
 
 func newColumnarWriter(w *parquet.Writer, st *StructType, stats *statsCollector, maxRows int64) *columnarWriter {
@@ -54,7 +68,7 @@ func newColumnarWriter(w *parquet.Writer, st *StructType, stats *statsCollector,
 func (c *columnarWriter) newRowGroupColumns(like *rowGroupColumns) *rowGroupColumns {
 	g := &rowGroupColumns{cols: make([]*flatColumn, len(c.schema.Fields)), rg: c.writer.BeginRowGroup()}
 	for i, f := range c.schema.Fields {
-		g.cols[i] = newFlatColumn(f, i, c.stats.cols[i])
+		g.cols[i] = newFlatColumn(f)
 		if like != nil {
 			g.cols[i].reserve(like.cols[i])
 		}
@@ -82,73 +96,121 @@ func (c *columnarWriter) writeRow(r Row, idx []int) error {
 	return nil
 }
 
-// flush starts encoding the rows written since the last flush, after the
-// row group encoding before them is done.
+// flush starts encoding the rows written since the last flush, once fewer
+// than encodingRowGroups row groups are encoding.
 func (c *columnarWriter) flush() error {
-	if c.filling.rows == 0 {
+	g := c.filling
+	if g.rows == 0 {
 		return nil
 	}
-	if err := c.wait(); err != nil {
-		return err
+	if len(c.encoding) == encodingRowGroups {
+		if err := c.waitOldest(); err != nil {
+			return err
+		}
 	}
-	g := c.filling
-	if c.spare == nil {
-		c.spare = c.newRowGroupColumns(g)
+	if n := len(c.free); n > 0 {
+		c.filling, c.free = c.free[n-1], c.free[:n-1]
+	} else {
+		c.filling = c.newRowGroupColumns(g)
 	}
-	c.filling, c.spare = c.spare, g
-	done := make(chan error, 1)
-	c.pending = done
-	go func() { done <- g.encode() }()
+	var prev *encodeJob
+	if n := len(c.encoding); n > 0 {
+		prev = c.encoding[n-1]
+	}
+	job := &encodeJob{g: g, committed: make(chan struct{})}
+	c.encoding = append(c.encoding, job)
+	go job.run(prev, c.stats)
 	return nil
 }
 
-// wait waits for the row group being encoded, if any, and returns its error.
+// waitOldest waits for the oldest row group being encoded and returns its
+// error.
+func (c *columnarWriter) waitOldest() error {
+	j := c.encoding[0]
+	<-j.committed
+	c.encoding = c.encoding[1:]
+	c.free = append(c.free, j.g)
+	return j.err
+}
+
+// wait waits for the row groups being encoded and returns the first error.
 func (c *columnarWriter) wait() error {
-	if c.pending == nil {
-		return nil
+	var first error
+	for len(c.encoding) > 0 {
+		if err := c.waitOldest(); err != nil && first == nil {
+			first = err
+		}
 	}
-	err := <-c.pending
-	c.pending = nil
-	return err
+	return first
 }
 
 // close encodes the remaining rows and waits until every row group is in
 // the file.
 func (c *columnarWriter) close() error {
-	if err := c.flush(); err != nil {
-		return err
+	err := c.flush()
+	if werr := c.wait(); err == nil {
+		err = werr
 	}
-	return c.wait()
+	return err
+}
+
+// run encodes the row group, then, once prev (if any) is committed, adds
+// its statistics to the file's and commits it, and empties the columns for
+// reuse.
+func (j *encodeJob) run(prev *encodeJob, stats *statsCollector) {
+	defer close(j.committed)
+	g := j.g
+	defer g.reset()
+	bounds, err := g.encode()
+	if prev != nil {
+		<-prev.committed
+		if prev.err != nil {
+			j.err = prev.err
+			return
+		}
+	}
+	if err != nil {
+		j.err = err
+		return
+	}
+	for i, b := range bounds {
+		b.addTo(stats.cols[i])
+	}
+	if _, err := g.rg.Commit(); err != nil {
+		j.err = fmt.Errorf("write rows: %w", err)
+	}
 }
 
 // encodeChunkRows is how many rows of a column go to parquet-go at a time:
 // it flushes a page only between such calls.
 const encodeChunkRows = 1024
 
-// encode writes the row group into the file, adds its statistics to the
-// file's and empties the columns for reuse.
-func (g *rowGroupColumns) encode() error {
+// encode writes the pages of the row group and returns the statistics of
+// its columns.
+func (g *rowGroupColumns) encode() ([]colBounds, error) {
 	writers := g.rg.ColumnWriters()
+	bounds := make([]colBounds, len(g.cols))
 	for i, col := range g.cols {
-		col.observeStats(g.rows)
+		bounds[i] = col.bounds(g.rows)
 		k := 0
 		for from := 0; from < g.rows; from += encodeChunkRows {
 			to := min(from+encodeChunkRows, g.rows)
 			g.buf, k = col.appendValues(g.buf[:0], from, to, k)
 			if _, err := writers[i].WriteRowValues(g.buf); err != nil {
-				return fmt.Errorf("write rows: column %q: %w", col.field.Name, err)
+				return nil, fmt.Errorf("write rows: column %q: %w", col.field.Name, err)
 			}
 		}
 	}
 	clear(g.buf)
-	if _, err := g.rg.Commit(); err != nil {
-		return fmt.Errorf("write rows: %w", err)
-	}
+	return bounds, nil
+}
+
+// reset empties the columns.
+func (g *rowGroupColumns) reset() {
 	for _, col := range g.cols {
 		col.truncate(0)
 	}
 	g.rows = 0
-	return nil
 }
 
 // flatKind is how the values of a leaf column are converted and stored.
@@ -178,9 +240,7 @@ const (
 // physical type uses.
 type flatColumn struct {
 	field *StructField
-	index int
 	kind  flatKind
-	stats *colStats
 	// decimal columns: the scale, the precision and 10^precision when it
 	// fits an int64.
 	scale     int32
@@ -197,13 +257,13 @@ type flatColumn struct {
 	floats  []float32
 	doubles []float64
 	// data holds the bytes of BYTE_ARRAY and FIXED_LEN_BYTE_ARRAY values;
-	// ends the end offset of each BYTE_ARRAY value in it.
+	// ends the end offset of each in it.
 	data []byte
 	ends []int
 }
 
-func newFlatColumn(f *StructField, index int, stats *colStats) *flatColumn {
-	c := &flatColumn{field: f, index: index, stats: stats}
+func newFlatColumn(f *StructField) *flatColumn {
+	c := &flatColumn{field: f}
 	switch t := f.Type.(type) {
 	case DecimalType:
 		c.scale, c.precision = int32(t.Scale), t.Precision
@@ -353,6 +413,7 @@ func (c *flatColumn) put(v any) bool {
 			return false
 		}
 		c.data = appendTwosComplement(c.data, x.Unscaled, c.size)
+		c.ends = append(c.ends, len(c.data))
 		return true
 	}
 	return false
@@ -401,40 +462,18 @@ func (c *flatColumn) truncate(rows int) {
 		c.floats = c.floats[:n]
 	case flatDouble:
 		c.doubles = c.doubles[:n]
-	case flatString, flatBinary:
+	case flatString, flatBinary, flatDecimalWide:
 		c.ends = c.ends[:n]
 		c.data = c.data[:c.end(n-1)]
-	case flatDecimalWide:
-		c.data = c.data[:n*c.size]
 	}
 }
 
-// end returns the end offset of BYTE_ARRAY value k, 0 before the first.
+// end returns the end offset of byte array value k, 0 before the first.
 func (c *flatColumn) end(k int) int {
 	if k < 0 {
 		return 0
 	}
 	return c.ends[k]
-}
-
-// value returns non-null value k of the column as a Parquet value.
-func (c *flatColumn) value(k int) parquet.Value {
-	switch c.kind {
-	case flatBoolean:
-		return parquet.BooleanValue(c.bools[k])
-	case flatByte, flatShort, flatInteger, flatDate, flatDecimal32:
-		return parquet.Int32Value(c.ints32[k])
-	case flatLong, flatTimestamp, flatTimestampNTZ, flatDecimal64:
-		return parquet.Int64Value(c.ints64[k])
-	case flatFloat:
-		return parquet.FloatValue(c.floats[k])
-	case flatDouble:
-		return parquet.DoubleValue(c.doubles[k])
-	case flatString, flatBinary:
-		return parquet.ByteArrayValue(c.data[c.end(k-1):c.ends[k]])
-	default:
-		return parquet.FixedLenByteArrayValue(c.data[k*c.size : (k+1)*c.size])
-	}
 }
 
 // appendValues appends the Parquet values, with their definition levels,
@@ -445,64 +484,113 @@ func (c *flatColumn) appendValues(dst []parquet.Value, from, to, k int) ([]parqu
 	if c.field.Nullable {
 		def = 1
 	}
-	for _, p := range c.present[from:to] {
-		if p {
-			dst = append(dst, c.value(k).Level(0, def, c.index))
-			k++
-		} else {
-			dst = append(dst, parquet.NullValue().Level(0, 0, c.index))
+	n := len(dst)
+	dst = slices.Grow(dst, to-from)[:n+to-from]
+	out, present := dst[n:], c.present[from:to]
+	switch c.kind {
+	case flatBoolean:
+		k = leveled(out, present, c.bools, k, def, parquet.BooleanValue)
+	case flatByte, flatShort, flatInteger, flatDate, flatDecimal32:
+		k = leveled(out, present, c.ints32, k, def, parquet.Int32Value)
+	case flatLong, flatTimestamp, flatTimestampNTZ, flatDecimal64:
+		k = leveled(out, present, c.ints64, k, def, parquet.Int64Value)
+	case flatFloat:
+		k = leveled(out, present, c.floats, k, def, parquet.FloatValue)
+	case flatDouble:
+		k = leveled(out, present, c.doubles, k, def, parquet.DoubleValue)
+	default:
+		value := parquet.ByteArrayValue
+		if c.kind == flatDecimalWide {
+			value = parquet.FixedLenByteArrayValue
 		}
+		start := c.end(k - 1)
+		k = leveled(out, present, c.ends, k, def, func(end int) parquet.Value {
+			v := value(c.data[start:end])
+			start = end
+			return v
+		})
 	}
 	return dst, k
 }
 
-// observeStats adds the null count and the bounds of the rows rows of the
-// column to the file's statistics, as colStats.observe would have from the
-// values one by one.
-func (c *flatColumn) observeStats(rows int) {
-	s := c.stats
-	s.nullCount += int64(rows - c.count)
-	if c.count == 0 || !hasBounds(s.typ) || s.noBounds {
-		return
+// leveled sets out[i] to the Parquet value of row i: null if not present[i],
+// else value(vals[k]) at definition level def, k counting from the given k
+// up. It returns the k after the last value. (Value.SetDefinitionLevel
+// costs a tenth of what Value.Level does, which copies the value around.)
+func leveled[T any](out []parquet.Value, present []bool, vals []T, k, def int, value func(T) parquet.Value) int {
+	for i, p := range present[:len(out)] {
+		if p {
+			out[i] = value(vals[k])
+			out[i].SetDefinitionLevel(def)
+			k++
+		} else {
+			out[i] = parquet.NullValue()
+		}
 	}
-	var lo, hi any
+	return k
+}
+
+// colBounds are the statistics of the values of a column in a row group.
+type colBounds struct {
+	nulls int64
+	// lo and hi are the smallest and largest values, nil when the column
+	// has none or its type no bounds; unbounded is a value (NaN, ±Inf, a
+	// string that is not UTF-8) that leaves the column without bounds.
+	lo, hi, unbounded any
+}
+
+// addTo adds the statistics to the file's, as colStats.observe would have
+// from the values one by one.
+func (b colBounds) addTo(s *colStats) {
+	s.nullCount += b.nulls
+	switch {
+	case b.unbounded != nil:
+		s.observe(b.unbounded)
+	case b.lo != nil:
+		s.observe(b.lo)
+		s.observe(b.hi)
+	}
+}
+
+// bounds returns the statistics of the first rows rows of the column.
+func (c *flatColumn) bounds(rows int) colBounds {
+	b := colBounds{nulls: int64(rows - c.count)}
+	if c.count == 0 || !hasBounds(c.field.Type) {
+		return b
+	}
 	switch c.kind {
 	case flatByte, flatShort, flatInteger, flatDate, flatDecimal32:
-		a, b := bounds(c.ints32)
-		lo, hi = c.fromInt64(int64(a)), c.fromInt64(int64(b))
+		lo, hi := minMax(c.ints32)
+		b.lo, b.hi = c.fromInt64(int64(lo)), c.fromInt64(int64(hi))
 	case flatLong, flatTimestamp, flatTimestampNTZ, flatDecimal64:
-		a, b := bounds(c.ints64)
-		lo, hi = c.fromInt64(a), c.fromInt64(b)
+		lo, hi := minMax(c.ints64)
+		b.lo, b.hi = c.fromInt64(lo), c.fromInt64(hi)
 	case flatFloat:
 		for _, x := range c.floats {
 			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				s.observe(x)
-				return
+				b.unbounded = x
+				return b
 			}
 		}
-		lo, hi = bounds(c.floats)
+		b.lo, b.hi = minMax(c.floats)
 	case flatDouble:
 		for _, x := range c.doubles {
 			if math.IsNaN(x) || math.IsInf(x, 0) {
-				s.observe(x)
-				return
+				b.unbounded = x
+				return b
 			}
 		}
-		lo, hi = bounds(c.doubles)
+		b.lo, b.hi = minMax(c.doubles)
 	case flatString:
-		lo, hi = c.stringBounds()
-		if lo == nil {
-			return
-		}
+		b.lo, b.hi, b.unbounded = c.stringBounds()
 	case flatDecimalWide:
-		lo, hi = c.wideBounds()
+		b.lo, b.hi = c.wideBounds()
 	}
-	s.observe(lo)
-	s.observe(hi)
+	return b
 }
 
-// bounds returns the first of the smallest and of the largest values.
-func bounds[T int32 | int64 | float32 | float64](values []T) (lo, hi T) {
+// minMax returns the first of the smallest and of the largest values.
+func minMax[T int32 | int64 | float32 | float64](values []T) (lo, hi T) {
 	lo, hi = values[0], values[0]
 	for _, x := range values[1:] {
 		if x < lo {
@@ -536,14 +624,13 @@ func (c *flatColumn) fromInt64(x int64) any {
 }
 
 // stringBounds returns the smallest and largest strings of the column, or
-// nil after recording in the statistics that a string is not valid UTF-8.
-func (c *flatColumn) stringBounds() (lo, hi any) {
+// the first that is not valid UTF-8.
+func (c *flatColumn) stringBounds() (lo, hi, unbounded any) {
 	var a, b []byte
 	for k := range c.count {
 		x := c.data[c.end(k-1):c.ends[k]]
 		if !utf8.Valid(x) {
-			c.stats.observe(string(x))
-			return nil, nil
+			return nil, nil, string(x)
 		}
 		if k == 0 || bytes.Compare(x, a) < 0 {
 			a = x
@@ -552,7 +639,7 @@ func (c *flatColumn) stringBounds() (lo, hi any) {
 			b = x
 		}
 	}
-	return string(a), string(b)
+	return string(a), string(b), nil
 }
 
 // wideBounds returns the smallest and largest FIXED_LEN_BYTE_ARRAY
