@@ -39,7 +39,8 @@ type Config struct {
 	// TablesDir holds the Delta tables, one directory per table.
 	TablesDir string
 	// FlushInterval is the longest time a queued change waits before it is
-	// applied (default 1s).
+	// applied (default 1s): counted from its arrival in the queue, and
+	// the flush starts early enough to end by then (see schedule.go).
 	FlushInterval time.Duration
 	// FlushChanges applies at once when that many changes are pending
 	// (default 100000). A transaction is never split, so a flush holds at
@@ -149,6 +150,10 @@ type Applier struct {
 
 	// clock, when set, replaces time.Now in commits (tests).
 	clock func() time.Time
+	// now is the clock of the flush schedule: time.Now, or a fake in tests.
+	now func() time.Time
+	// arrivals records when changes arrive in the queue (Notify).
+	arrivals arrivals
 	// failpoint, when set, is called at the points a crash is simulated at
 	// in tests; an error (or a panic) there stops the flush.
 	failpoint func(point, table string) error
@@ -196,18 +201,23 @@ func (f *flushStats) note(h *store.TxnHeader) {
 func New(cfg Config, db *store.DB) *Applier {
 	cfg.defaults()
 	return &Applier{
-		cfg:    cfg,
-		db:     db,
-		log:    cfg.Logger,
-		notify: make(chan struct{}, 1),
-		tm:     newTypeMapper(),
-		status: map[string]TableStatus{},
+		cfg:      cfg,
+		db:       db,
+		log:      cfg.Logger,
+		notify:   make(chan struct{}, 1),
+		tm:       newTypeMapper(),
+		status:   map[string]TableStatus{},
+		now:      time.Now,
+		arrivals: arrivals{epoch: time.Now()},
 	}
 }
 
 // Notify tells the applier that new transactions are durable in the queue.
-// It never blocks; without it the applier polls.
+// It never blocks; without it the applier polls. The time of the call is
+// the transactions' arrival, from which their flush is due (see
+// schedule.go).
 func (a *Applier) Notify() {
+	a.arrivals.note(a.now())
 	select {
 	case a.notify <- struct{}{}:
 	default:
@@ -266,32 +276,37 @@ func (a *Applier) Run(ctx context.Context) error {
 	if err := a.start(ctx); err != nil {
 		return err
 	}
-	var firstSeen time.Time
+	sched := &schedule{interval: a.cfg.FlushInterval, flushChanges: int64(a.cfg.FlushChanges), maxDefer: a.cfg.MaxDefer}
 	backoff := time.Duration(0)
 	for {
 		if ctx.Err() != nil {
 			return nil
 		}
-		upTo, changes, err := a.nextBatch()
+		// The arrivals are taken before the queue is read, so that a
+		// change the batch misses is recorded for the next one.
+		if t, ok := a.arrivals.take(); ok {
+			sched.arrive(t)
+		}
+		upTo, changes, full, err := a.nextBatch()
 		if err != nil {
 			return err
 		}
 		wait := a.cfg.PollInterval
-		if upTo != 0 {
-			if firstSeen.IsZero() {
-				firstSeen = time.Now()
-			}
-			due := firstSeen.Add(a.cfg.FlushInterval)
-			if a.cfg.Defer != nil && a.cfg.Defer() && time.Since(firstSeen) < a.cfg.MaxDefer {
-				due = time.Now().Add(a.cfg.PollInterval) // capture first
-			} else if changes >= int64(a.cfg.FlushChanges) {
-				due = time.Now()
-			}
-			if !time.Now().Before(due) {
+		if upTo == 0 {
+			sched.idle()
+		} else {
+			now := a.now()
+			deferring := a.cfg.Defer != nil && a.cfg.Defer()
+			due := sched.due(now, changes, full, deferring)
+			switch {
+			case due.IsZero():
+				// Capture catches up first.
+			case !now.Before(due):
 				err := a.flush(ctx, upTo)
 				switch {
 				case err == nil:
-					firstSeen, backoff = time.Time{}, 0
+					sched.flushed(a.now().Sub(now), full)
+					backoff = 0
 					continue
 				case ctx.Err() != nil:
 					return nil
@@ -299,8 +314,8 @@ func (a *Applier) Run(ctx context.Context) error {
 				backoff = min(max(2*backoff, time.Second), 30*time.Second)
 				a.log.Error("apply failed; retrying", "err", err, "retry_in", backoff)
 				wait = backoff
-			} else {
-				wait = min(wait, time.Until(due))
+			default:
+				wait = min(wait, due.Sub(now))
 			}
 		}
 		timer := time.NewTimer(wait)
@@ -359,13 +374,13 @@ func (a *Applier) start(ctx context.Context) error {
 }
 
 // nextBatch returns the end LSN of the last transaction of the next flush
-// (zero when the queue holds nothing after the applied position) and the
-// number of changes up to it.
+// (zero when the queue holds nothing after the applied position), the
+// number of changes up to it, and whether more is queued after it.
 //
 // The scan is incremental: while the applied position stays put, only
 // transactions queued since the last call are read, so a queue that grows
 // by many small transactions is not read again from its start each time.
-func (a *Applier) nextBatch() (upTo store.LSN, changes int64, err error) {
+func (a *Applier) nextBatch() (upTo store.LSN, changes int64, full bool, err error) {
 	err = a.db.View(func(r *store.Reader) error {
 		applied, err := r.Applied()
 		if err != nil {
@@ -389,9 +404,9 @@ func (a *Applier) nextBatch() (upTo store.LSN, changes int64, err error) {
 		})
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("applier: read queue: %w", err)
+		return 0, 0, false, fmt.Errorf("applier: read queue: %w", err)
 	}
-	return a.scan.upTo, a.scan.changes, nil
+	return a.scan.upTo, a.scan.changes, a.scan.full, nil
 }
 
 // batchScan remembers how far nextBatch has read the queue past base, the
@@ -406,7 +421,7 @@ type batchScan struct {
 // FlushChanges changes.
 func (a *Applier) applyAll(ctx context.Context) error {
 	for {
-		upTo, _, err := a.nextBatch()
+		upTo, _, _, err := a.nextBatch()
 		if err != nil || upTo == 0 {
 			return err
 		}

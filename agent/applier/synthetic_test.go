@@ -153,3 +153,50 @@ func BenchmarkApplyLargeTransaction(b *testing.B) {
 	}
 	b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 }
+
+// BenchmarkSteadyFlushes applies 30 flushes of 2000 single-row inserting
+// transactions each, as the applier sees 2k transactions a second with a
+// flush interval of 1 s, and reports the time per flush.
+func BenchmarkSteadyFlushes(b *testing.B) {
+	const flushes, perFlush = 30, 2000
+	rel := ordersRelation()
+	var txns []*store.Txn
+	for g := int64(1); g <= flushes*perFlush; g++ {
+		txns = append(txns, &store.Txn{
+			TxnHeader: store.TxnHeader{Xid: uint32(g), CommitLSN: store.LSN(g << 8), EndLSN: store.LSN(g<<8 + 1),
+				CommitTime: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).Add(time.Duration(g) * time.Millisecond / 2)},
+			Changes: []store.Change{{Op: store.OpInsert, Relation: rel.Key, New: ordersValues(g)}},
+		})
+	}
+	template := b.TempDir()
+	queueTxns(b, template, rel, txns...)
+	queued, err := os.ReadFile(filepath.Join(template, store.FileName))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		b.StopTimer()
+		dir := b.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, store.FileName), queued, 0o640); err != nil {
+			b.Fatal(err)
+		}
+		db, err := store.Open(dir, store.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		a := New(Config{TablesDir: filepath.Join(dir, "tables"), FlushChanges: perFlush,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+		if err := a.start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if err := a.applyAll(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		db.Close()
+		os.RemoveAll(dir)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N*flushes), "ms/flush")
+}

@@ -1,0 +1,94 @@
+package applier
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// When a flush is due. FlushInterval is the longest a committed change
+// waits before it is in the Delta tables, so the clock of a change starts
+// when it arrives in the queue, not when the applier gets round to looking
+// (it may be busy with the previous flush then), and a flush is started
+// early enough to end by the deadline: FlushInterval after the oldest
+// waiting change arrived, minus as long as the last flush took (at most
+// half the interval, so that a slow flush still leaves time to batch).
+//
+// Arrival times are taken on this process's monotonic clock: Notify, which
+// capture calls once a transaction is durable in the queue, records the
+// first arrival since the applier last looked; a change the applier finds
+// without having been told arrived at the latest when it is found. The
+// commit time PostgreSQL records is not used, as that server's clock need
+// not agree with this one: a change reaches the queue milliseconds after
+// its commit.
+
+// arrivals records when the first change arrived in the queue since the
+// applier last took the record. It is safe for concurrent use.
+type arrivals struct {
+	epoch time.Time
+	first atomic.Int64 // nanoseconds since epoch, plus one; zero: none
+}
+
+// note records an arrival at now, unless an earlier one is recorded.
+func (r *arrivals) note(now time.Time) {
+	r.first.CompareAndSwap(0, int64(now.Sub(r.epoch))+1)
+}
+
+// take returns the recorded arrival, if any, and forgets it.
+func (r *arrivals) take() (time.Time, bool) {
+	n := r.first.Swap(0)
+	if n == 0 {
+		return time.Time{}, false
+	}
+	return r.epoch.Add(time.Duration(n - 1)), true
+}
+
+// schedule decides when the changes waiting in the queue are flushed.
+type schedule struct {
+	interval time.Duration
+	// flushChanges flushes at once when that many changes wait.
+	flushChanges int64
+	// maxDefer bounds how long deferring holds a flush back.
+	maxDefer time.Duration
+	// arrived is when the oldest change not yet flushed arrived; zero
+	// when none is known to wait.
+	arrived time.Time
+	// lastFlush is how long the last flush took.
+	lastFlush time.Duration
+}
+
+// arrive records that changes arrived at t.
+func (s *schedule) arrive(t time.Time) {
+	if s.arrived.IsZero() || t.Before(s.arrived) {
+		s.arrived = t
+	}
+}
+
+// due returns when to flush the batch the applier found at now: changes
+// in all, full when more is queued after it (a batch is bounded by
+// flushChanges), deferring when capture asks the later stages to hold back.
+func (s *schedule) due(now time.Time, changes int64, full, deferring bool) time.Time {
+	s.arrive(now) // found now, so arrived by now at the latest
+	switch {
+	case deferring && now.Sub(s.arrived) < s.maxDefer:
+		return time.Time{} // not before capture has caught up (see Run)
+	case full || changes >= s.flushChanges:
+		return now
+	}
+	lead := min(s.lastFlush, s.interval/2)
+	return s.arrived.Add(s.interval - lead)
+}
+
+// idle records that nothing waits in the queue: every change that arrived
+// before the queue was read is applied.
+func (s *schedule) idle() {
+	s.arrived = time.Time{}
+}
+
+// flushed records a flush that took took. When the batch was full, changes
+// at least as old as the flushed ones still wait, and their arrival stays.
+func (s *schedule) flushed(took time.Duration, full bool) {
+	s.lastFlush = took
+	if !full {
+		s.arrived = time.Time{}
+	}
+}
