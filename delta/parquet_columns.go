@@ -489,38 +489,38 @@ func (c *flatColumn) appendValues(dst []parquet.Value, from, to, k int) ([]parqu
 	out, present := dst[n:], c.present[from:to]
 	switch c.kind {
 	case flatBoolean:
-		k = leveled(out, present, c.bools, k, def, parquet.BooleanValue)
+		k = leveled(out, present, c.bools, k, def, func(v *parquet.Value, x bool) { *v = parquet.BooleanValue(x) })
 	case flatByte, flatShort, flatInteger, flatDate, flatDecimal32:
-		k = leveled(out, present, c.ints32, k, def, parquet.Int32Value)
+		k = leveled(out, present, c.ints32, k, def, func(v *parquet.Value, x int32) { *v = parquet.Int32Value(x) })
 	case flatLong, flatTimestamp, flatTimestampNTZ, flatDecimal64:
-		k = leveled(out, present, c.ints64, k, def, parquet.Int64Value)
+		k = leveled(out, present, c.ints64, k, def, func(v *parquet.Value, x int64) { *v = parquet.Int64Value(x) })
 	case flatFloat:
-		k = leveled(out, present, c.floats, k, def, parquet.FloatValue)
+		k = leveled(out, present, c.floats, k, def, func(v *parquet.Value, x float32) { *v = parquet.FloatValue(x) })
 	case flatDouble:
-		k = leveled(out, present, c.doubles, k, def, parquet.DoubleValue)
+		k = leveled(out, present, c.doubles, k, def, func(v *parquet.Value, x float64) { *v = parquet.DoubleValue(x) })
 	default:
 		value := parquet.ByteArrayValue
 		if c.kind == flatDecimalWide {
 			value = parquet.FixedLenByteArrayValue
 		}
 		start := c.end(k - 1)
-		k = leveled(out, present, c.ends, k, def, func(end int) parquet.Value {
-			v := value(c.data[start:end])
+		k = leveled(out, present, c.ends, k, def, func(v *parquet.Value, end int) {
+			*v = value(c.data[start:end])
 			start = end
-			return v
 		})
 	}
 	return dst, k
 }
 
 // leveled sets out[i] to the Parquet value of row i: null if not present[i],
-// else value(vals[k]) at definition level def, k counting from the given k
-// up. It returns the k after the last value. (Value.SetDefinitionLevel
-// costs a tenth of what Value.Level does, which copies the value around.)
-func leveled[T any](out []parquet.Value, present []bool, vals []T, k, def int, value func(T) parquet.Value) int {
+// else the value set(&out[i], vals[k]) makes, at definition level def, k
+// counting from the given k up. It returns the k after the last value.
+// (Values are set in place: a Value returned by a function call, or by
+// Value.Level, is copied through the stack at several times the cost.)
+func leveled[T any](out []parquet.Value, present []bool, vals []T, k, def int, set func(*parquet.Value, T)) int {
 	for i, p := range present[:len(out)] {
 		if p {
-			out[i] = value(vals[k])
+			set(&out[i], vals[k])
 			out[i].SetDefinitionLevel(def)
 			k++
 		} else {
