@@ -24,6 +24,10 @@ const (
 	maxChangesPerSend   = 5000
 	maxBytesPerSend     = 1 << 20
 	defaultPollInterval = 200 * time.Millisecond
+	// minPollGap coalesces the queue's notifications: under load the hub
+	// reads and fans out at most this often, one message per client per
+	// turn instead of one per group commit of the queue.
+	minPollGap = 10 * time.Millisecond
 	// hugeTxnChanges: a transaction with more changes than this is not
 	// streamed row by row; clients refetch the tables' rows instead, so
 	// neither the hub nor a client holds it whole.
@@ -138,6 +142,9 @@ func (h *Hub) Run(ctx context.Context) error {
 			h.closeAll()
 			return nil
 		case <-h.notify:
+			if gap := minPollGap - time.Since(last); gap > 0 {
+				time.Sleep(gap)
+			}
 		case <-tick.C:
 		}
 	}
