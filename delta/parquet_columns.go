@@ -42,6 +42,8 @@ const encodingRowGroups = 2
 type rowGroupColumns struct {
 	cols []*flatColumn
 	rows int
+	// capRows is how many rows the columns have room for.
+	capRows int
 	// rg writes the row group into the file.
 	rg *parquet.ConcurrentRowGroupWriter
 	// buf holds the Parquet values of a slice of one column.
@@ -70,16 +72,41 @@ func (c *columnarWriter) newRowGroupColumns(like *rowGroupColumns) *rowGroupColu
 	for i, f := range c.schema.Fields {
 		g.cols[i] = newFlatColumn(f)
 		if like != nil {
-			g.cols[i].reserve(like.cols[i])
+			g.cols[i].reserve(like.rows, len(like.cols[i].data))
 		}
 	}
+	if like != nil {
+		g.capRows = like.rows
+	}
 	return g
+}
+
+// minGrowRows is the fewest rows the columns of a row group make room for.
+const minGrowRows = 1024
+
+// grow doubles the rows the columns have room for, up to maxRows, and
+// their room for byte array values in proportion. (Appending would grow
+// large slices by a quarter at a time, allocating and copying them several
+// times over.)
+func (g *rowGroupColumns) grow(maxRows int) {
+	rows := min(max(2*g.capRows, minGrowRows), maxRows)
+	for _, col := range g.cols {
+		dataBytes := 0
+		if g.rows > 0 {
+			dataBytes = len(col.data) / g.rows * rows
+		}
+		col.reserve(rows, dataBytes)
+	}
+	g.capRows = rows
 }
 
 // writeRow appends one row, whose value of column i is r[idx[i]]. On error
 // the row is not written.
 func (c *columnarWriter) writeRow(r Row, idx []int) error {
 	g := c.filling
+	if g.rows == g.capRows {
+		g.grow(c.maxRows)
+	}
 	for i, col := range g.cols {
 		if err := col.add(r[idx[i]]); err != nil {
 			for _, done := range g.cols[:i] {
@@ -430,16 +457,30 @@ func (c *flatColumn) unscaled(v any) (int64, bool) {
 	return u, u > -c.limit && u < c.limit
 }
 
-// reserve makes room for as many values as like holds.
-func (c *flatColumn) reserve(like *flatColumn) {
-	c.present = slices.Grow(c.present, len(like.present))
-	c.bools = slices.Grow(c.bools, len(like.bools))
-	c.ints32 = slices.Grow(c.ints32, len(like.ints32))
-	c.ints64 = slices.Grow(c.ints64, len(like.ints64))
-	c.floats = slices.Grow(c.floats, len(like.floats))
-	c.doubles = slices.Grow(c.doubles, len(like.doubles))
-	c.data = slices.Grow(c.data, len(like.data))
-	c.ends = slices.Grow(c.ends, len(like.ends))
+// reserve makes room for the values of rows rows, and dataBytes bytes of
+// byte array values, in all.
+func (c *flatColumn) reserve(rows, dataBytes int) {
+	c.present = growTo(c.present, rows)
+	switch c.kind {
+	case flatBoolean:
+		c.bools = growTo(c.bools, rows)
+	case flatByte, flatShort, flatInteger, flatDate, flatDecimal32:
+		c.ints32 = growTo(c.ints32, rows)
+	case flatLong, flatTimestamp, flatTimestampNTZ, flatDecimal64:
+		c.ints64 = growTo(c.ints64, rows)
+	case flatFloat:
+		c.floats = growTo(c.floats, rows)
+	case flatDouble:
+		c.doubles = growTo(c.doubles, rows)
+	default:
+		c.ends = growTo(c.ends, rows)
+		c.data = growTo(c.data, dataBytes)
+	}
+}
+
+// growTo returns s with room for n elements in all.
+func growTo[T any](s []T, n int) []T {
+	return slices.Grow(s, max(n-len(s), 0))
 }
 
 // truncate keeps the values of the first rows rows.
@@ -632,10 +673,12 @@ func (c *flatColumn) stringBounds() (lo, hi, unbounded any) {
 		if !utf8.Valid(x) {
 			return nil, nil, string(x)
 		}
-		if k == 0 || bytes.Compare(x, a) < 0 {
+		switch {
+		case k == 0:
+			a, b = x, x
+		case bytes.Compare(x, a) < 0:
 			a = x
-		}
-		if k == 0 || bytes.Compare(x, b) > 0 {
+		case bytes.Compare(x, b) > 0:
 			b = x
 		}
 	}

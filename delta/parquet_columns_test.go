@@ -204,11 +204,11 @@ func TestColumnarWriteReadBack(t *testing.T) {
 		t.Fatal("flat schema not taken as flat")
 	}
 	var rows []Row
-	for i := range 1000 {
+	for i := range 2500 {
 		rows = append(rows, flatTypesRow(t, i))
 	}
 	want := normalizedRows(t, st, rows)
-	for _, rg := range []int{1000, 333, 64, 7} {
+	for _, rg := range []int{2500, 1111, 333, 7} {
 		t.Run(fmt.Sprintf("row groups of %d", rg), func(t *testing.T) {
 			dir := t.TempDir()
 			w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: int64(rg)})
