@@ -214,8 +214,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		os.Remove(sock)
 	}()
 
+	replicaTarget := "off"
+	if a.cfg.Replica.URL != "" {
+		replicaTarget = a.cfg.Replica.Target()
+	}
 	a.log.Info("agent starting", "state_dir", a.cfg.StateDir, "slot", a.cfg.Source.Slot, "tables", len(a.cfg.Source.Tables),
-		"delta", a.cfg.Delta.TablesDir, "replica", a.cfg.Replica.Target(), "http", a.cfg.HTTP.Listen)
+		"delta", a.cfg.Delta.TablesDir, "replica", replicaTarget, "http", a.cfg.HTTP.Listen)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
