@@ -12,11 +12,12 @@ import (
 	"github.com/parquet-go/parquet-go"
 )
 
-// columnarWriter writes the rows of a flat schema (every column a leaf)
-// column by column. Write appends each value, in its Parquet physical form,
-// to a typed slice of its column; a full row group is then encoded by a
-// goroutine of its own while the next ones fill, so that the conversion of
-// Go values and the Parquet encoding share the cores. Up to
+// columnarWriter writes rows column by column. Write appends each value of
+// a leaf column, in its Parquet physical form, to a typed slice of its
+// column, and keeps the normalised values of struct, array and map columns
+// for the shredder; a full row group is then encoded by a goroutine of its
+// own while the next ones fill, so that the conversion of Go values and the
+// Parquet encoding share the cores. Up to
 // encodingRowGroups row groups encode at once, each into a
 // parquet.ConcurrentRowGroupWriter of its own, and they are committed to
 // the file in order.
@@ -40,8 +41,10 @@ const encodingRowGroups = 2
 // rowGroupColumns are the columns of one row group and what encoding them
 // needs.
 type rowGroupColumns struct {
-	cols []*flatColumn
-	rows int
+	// cols are the leaf fields of the schema, nested the others.
+	cols   []*flatColumn
+	nested []*nestedColumn
+	rows   int
 	// capRows is how many rows the columns have room for.
 	capRows int
 	// rg writes the row group into the file.
@@ -68,14 +71,23 @@ func newColumnarWriter(w *parquet.Writer, st *StructType, stats *statsCollector,
 // newRowGroupColumns returns empty columns, with room for as many values as
 // like holds when it is not nil.
 func (c *columnarWriter) newRowGroupColumns(like *rowGroupColumns) *rowGroupColumns {
-	g := &rowGroupColumns{cols: make([]*flatColumn, len(c.schema.Fields)), rg: c.writer.BeginRowGroup()}
-	for i, f := range c.schema.Fields {
-		g.cols[i] = newFlatColumn(f)
-		if like != nil {
-			g.cols[i].reserve(like.rows, len(like.cols[i].data))
+	g := &rowGroupColumns{rg: c.writer.BeginRowGroup()}
+	leaf := 0
+	for pos, f := range c.schema.Fields {
+		if isLeaf(f.Type) {
+			g.cols = append(g.cols, newFlatColumn(f, pos, leaf))
+		} else {
+			g.nested = append(g.nested, &nestedColumn{field: f, pos: pos, leaf: leaf, shred: newFieldShredder(f)})
 		}
+		leaf += numLeaves(f.Type)
 	}
 	if like != nil {
+		for i, col := range g.cols {
+			col.reserve(like.rows, len(like.cols[i].data))
+		}
+		for _, col := range g.nested {
+			col.reserve(like.rows)
+		}
 		g.capRows = like.rows
 	}
 	return g
@@ -97,6 +109,9 @@ func (g *rowGroupColumns) grow(maxRows int) {
 		}
 		col.reserve(rows, dataBytes)
 	}
+	for _, col := range g.nested {
+		col.reserve(rows)
+	}
 	g.capRows = rows
 }
 
@@ -108,10 +123,16 @@ func (c *columnarWriter) writeRow(r Row, idx []int) error {
 		g.grow(c.maxRows)
 	}
 	for i, col := range g.cols {
-		if err := col.add(r[idx[i]]); err != nil {
+		if err := col.add(r[idx[col.pos]]); err != nil {
 			for _, done := range g.cols[:i] {
 				done.truncate(g.rows)
 			}
+			return err
+		}
+	}
+	for i, col := range g.nested {
+		if err := col.add(r[idx[col.pos]]); err != nil {
+			g.truncate(g.rows, i)
 			return err
 		}
 	}
@@ -213,31 +234,111 @@ func (j *encodeJob) run(prev *encodeJob, stats *statsCollector) {
 const encodeChunkRows = 1024
 
 // encode writes the pages of the row group and returns the statistics of
-// its columns.
+// its columns, by field.
 func (g *rowGroupColumns) encode() ([]colBounds, error) {
 	writers := g.rg.ColumnWriters()
-	bounds := make([]colBounds, len(g.cols))
-	for i, col := range g.cols {
-		bounds[i] = col.bounds(g.rows)
+	bounds := make([]colBounds, len(g.cols)+len(g.nested))
+	for _, col := range g.cols {
+		bounds[col.pos] = col.bounds(g.rows)
 		k := 0
 		for from := 0; from < g.rows; from += encodeChunkRows {
 			to := min(from+encodeChunkRows, g.rows)
 			g.buf, k = col.appendValues(g.buf[:0], from, to, k)
-			if _, err := writers[i].WriteRowValues(g.buf); err != nil {
+			if _, err := writers[col.leaf].WriteRowValues(g.buf); err != nil {
 				return nil, fmt.Errorf("write rows: column %q: %w", col.field.Name, err)
 			}
 		}
 	}
 	clear(g.buf)
+	for _, col := range g.nested {
+		bounds[col.pos] = colBounds{values: col.values}
+		if err := col.encode(writers[col.leaf:], g.rows); err != nil {
+			return nil, fmt.Errorf("write rows: column %q: %w", col.field.Name, err)
+		}
+	}
 	return bounds, nil
+}
+
+// truncate keeps the first rows rows of the leaf columns and of the first
+// nested nested columns.
+func (g *rowGroupColumns) truncate(rows, nested int) {
+	for _, col := range g.cols {
+		col.truncate(rows)
+	}
+	for _, col := range g.nested[:nested] {
+		col.truncate(rows)
+	}
 }
 
 // reset empties the columns.
 func (g *rowGroupColumns) reset() {
-	for _, col := range g.cols {
-		col.truncate(0)
-	}
+	g.truncate(0, len(g.nested))
 	g.rows = 0
+}
+
+// nestedColumn holds the normalised values of a struct, array or map field
+// in a row group, which the shredder turns into the values of its leaf
+// columns when the row group is encoded.
+type nestedColumn struct {
+	field *StructField
+	// pos is the field's position in the schema, leaf that of its first
+	// leaf column.
+	pos, leaf int
+	values    []any
+	shred     *shredder
+}
+
+// newFieldShredder returns a shredder of one field that gathers the values
+// of each leaf column apart.
+func newFieldShredder(f *StructField) *shredder {
+	s := newShredder(NewStructType(f))
+	s.direct = false
+	return s
+}
+
+// add appends the value of the field in one more row.
+func (c *nestedColumn) add(v any) error {
+	if v == nil {
+		if !c.field.Nullable {
+			return fmt.Errorf("write rows: %w: null in non-nullable column %q", ErrInvalidValue, c.field.Name)
+		}
+	} else {
+		var err error
+		if v, err = normalizeValue(c.field.Type, v); err != nil {
+			return fmt.Errorf("write rows: column %q: %w", c.field.Name, err)
+		}
+	}
+	c.values = append(c.values, v)
+	return nil
+}
+
+// reserve makes room for the values of rows rows in all.
+func (c *nestedColumn) reserve(rows int) { c.values = growTo(c.values, rows) }
+
+// truncate keeps the values of the first rows rows.
+func (c *nestedColumn) truncate(rows int) {
+	clear(c.values[rows:])
+	c.values = c.values[:rows]
+}
+
+// encode shreds the values of the first rows rows and writes them to the
+// writers of the field's leaf columns, encodeChunkRows rows at a time.
+func (c *nestedColumn) encode(writers []*parquet.ColumnWriter, rows int) error {
+	for from := 0; from < rows; from += encodeChunkRows {
+		for _, v := range c.values[from:min(from+encodeChunkRows, rows)] {
+			if err := c.shred.write(c.field.Type, v, c.field.Nullable, 0, 0, 0, 0); err != nil {
+				return err
+			}
+		}
+		for j, vals := range c.shred.cols {
+			if _, err := writers[j].WriteRowValues(vals); err != nil {
+				return err
+			}
+			clear(vals)
+			c.shred.cols[j] = vals[:0]
+		}
+	}
+	return nil
 }
 
 // flatKind is how the values of a leaf column are converted and stored.
@@ -267,7 +368,9 @@ const (
 // physical type uses.
 type flatColumn struct {
 	field *StructField
-	kind  flatKind
+	// pos is the field's position in the schema, leaf its leaf column's.
+	pos, leaf int
+	kind      flatKind
 	// decimal columns: the scale, the precision and 10^precision when it
 	// fits an int64.
 	scale     int32
@@ -289,8 +392,8 @@ type flatColumn struct {
 	ends []int
 }
 
-func newFlatColumn(f *StructField) *flatColumn {
-	c := &flatColumn{field: f}
+func newFlatColumn(f *StructField, pos, leaf int) *flatColumn {
+	c := &flatColumn{field: f, pos: pos, leaf: leaf}
 	switch t := f.Type.(type) {
 	case DecimalType:
 		c.scale, c.precision = int32(t.Scale), t.Precision
@@ -578,11 +681,16 @@ type colBounds struct {
 	// has none or its type no bounds; unbounded is a value (NaN, ±Inf, a
 	// string that is not UTF-8) that leaves the column without bounds.
 	lo, hi, unbounded any
+	// values are the values of a nested column, observed one by one.
+	values []any
 }
 
 // addTo adds the statistics to the file's, as colStats.observe would have
 // from the values one by one.
 func (b colBounds) addTo(s *colStats) {
+	for _, v := range b.values {
+		s.observe(v)
+	}
 	s.nullCount += b.nulls
 	switch {
 	case b.unbounded != nil:

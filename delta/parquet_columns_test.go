@@ -200,9 +200,6 @@ func checkChunkBounds(t *testing.T, what string, stats metadata.TypedStatistics,
 func TestColumnarWriteReadBack(t *testing.T) {
 	ctx := context.Background()
 	st := flatTypesSchema()
-	if !isFlat(st) {
-		t.Fatal("flat schema not taken as flat")
-	}
 	var rows []Row
 	for i := range 2500 {
 		rows = append(rows, flatTypesRow(t, i))
@@ -381,5 +378,84 @@ func TestColumnarEmptyAndAbort(t *testing.T) {
 	}
 	if _, err := w.Close(); err == nil {
 		t.Error("Close after Abort succeeded")
+	}
+}
+
+// TestColumnarNestedFields writes a changelog-like schema, whose struct,
+// array and map columns are shredded apart from its leaf columns, over
+// several row groups with refused rows in between, and checks the values
+// arrow-go reads back and the stats against those of the values one by one.
+func TestColumnarNestedFields(t *testing.T) {
+	ctx := context.Background()
+	data := []*StructField{NewField("id", TypeLong, true), NewField("name", TypeString, true),
+		NewField("amount", DecimalType{Precision: 30, Scale: 2}, true)}
+	st := NewStructType(append(append([]*StructField{}, data...),
+		NewField("_op", TypeString, false),
+		NewField("_before", NewStructType(data...), true),
+		NewField("_unchanged", &ArrayType{ElementType: TypeString}, true),
+		NewField("m", &MapType{KeyType: TypeString, ValueType: TypeLong, ValueContainsNull: true}, true),
+		NewField("grid", &ArrayType{ElementType: &ArrayType{ElementType: TypeInteger, ContainsNull: true}, ContainsNull: true}, false),
+		NewField("tail", TypeBoolean, true))...)
+	row := func(i int) Row {
+		var before, unchanged, m any
+		switch i % 4 {
+		case 1:
+			before, unchanged, m = Row{int64(-i), "old", NewDecimal(int64(i)*-101, 2)}, []any{}, []MapEntry{}
+		case 2:
+			before, unchanged = Row{nil, nil, nil}, []any{"name", "id"}
+			m = map[string]any{"b": int64(i), "a": nil}
+		case 3:
+			before, m = Row{int64(i), fmt.Sprint(i), nil}, map[string]any{"k": 7}
+		}
+		grid := []any{[]any{int32(i), nil}, nil, []any{}}[:i%4]
+		return Row{int64(i), fmt.Sprintf("n%d", i), NewDecimal(int64(i)*1001, 2), "update", before, unchanged, m, grid, i%3 == 0}
+	}
+	bad := []Row{
+		{int64(1), "x", nil, "insert", Row{"not a long", nil, nil}, nil, nil, []any{}, nil},
+		{int64(1), "x", nil, "insert", nil, []any{nil}, nil, []any{}, nil}, // null element, not allowed
+		{int64(1), "x", nil, "insert", nil, nil, nil, nil, nil},            // null grid
+		{int64(1), "x", nil, "insert", nil, nil, map[string]any{"k": "v"}, []any{}, nil},
+		{int64(1), 5, nil, "insert", nil, nil, nil, []any{}, nil}, // a leaf column refuses it
+	}
+	dir := t.TempDir()
+	w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: 700})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []Row
+	for i := range 3000 {
+		r := row(i)
+		if err := w.Write([]Row{r}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, r)
+		if i%600 == 5 {
+			b := bad[i/600]
+			if err := w.Write([]Row{b}); !errors.Is(err, ErrInvalidValue) {
+				t.Errorf("bad row %d: err %v, want ErrInvalidValue", i/600, err)
+			}
+		}
+	}
+	add, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, add.Path)
+	got, err := ReadParquetFile(ctx, path, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	norm := normalizedRows(t, st, want)
+	assertSameRowsInOrder(t, "nested", got, norm)
+	if ref := referenceStats(t, st, want); add.Stats != ref {
+		t.Errorf("stats\n got: %s\nwant: %s", add.Stats, ref)
+	}
+	pr, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	if pr.NumRowGroups() != 5 {
+		t.Errorf("%d row groups, want 5", pr.NumRowGroups())
 	}
 }

@@ -11,18 +11,20 @@ import (
 
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/parquet-go/parquet-go"
 )
 
-// TestIsCanonicalAgreesWithNormalize checks the writer's fast path: a value
-// it takes as is must be exactly what normalizeValue would have made of it,
-// and values that need converting or checking are not taken as is.
-func TestIsCanonicalAgreesWithNormalize(t *testing.T) {
+// TestPutAgreesWithNormalize checks the writer's fast path: a value a leaf
+// column takes as is must be stored exactly as the value normalizeValue
+// makes of it, and values that need converting or checking are not taken
+// as is.
+func TestPutAgreesWithNormalize(t *testing.T) {
 	dec := DecimalType{Precision: 12, Scale: 2}
 	paris := time.FixedZone("CET", 3600)
 	cases := []struct {
-		typ       DataType
-		v         any
-		canonical bool
+		typ  DataType
+		v    any
+		asIs bool
 	}{
 		{TypeBoolean, true, true},
 		{TypeInteger, int32(-7), true},
@@ -32,13 +34,24 @@ func TestIsCanonicalAgreesWithNormalize(t *testing.T) {
 		{TypeLong, int32(5), false},
 		{TypeDouble, 2.5, true},
 		{TypeDouble, float32(2.5), false},
+		{TypeFloat, float32(2.5), true},
 		{TypeString, "héllo", true},
 		{TypeString, []byte("bytes"), false},
+		{TypeBinary, []byte{0, 1}, true},
+		{TypeBinary, "bytes", false},
 		{TypeTimestamp, time.UnixMicro(1700000000123456).UTC(), true},
 		{TypeTimestamp, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), true},
-		{TypeTimestamp, time.Date(2026, 1, 1, 0, 0, 0, 1500, time.UTC), false},
-		{TypeTimestamp, time.Date(2026, 1, 1, 0, 0, 0, 0, paris), false},
+		{TypeTimestamp, time.Date(2026, 1, 1, 0, 0, 0, 1500, time.UTC), true},
+		{TypeTimestamp, time.Date(1969, 12, 31, 23, 59, 59, 999_999_999, time.UTC), true},
+		{TypeTimestamp, time.Date(2026, 1, 1, 0, 0, 0, 0, paris), true},
 		{TypeTimestamp, int64(5), false},
+		{TypeTimestampNTZ, time.Date(2026, 1, 1, 0, 0, 0, 0, paris), true},
+		{TypeDate, DateFromDays(3), true},
+		{TypeDate, time.Date(2026, 1, 1, 23, 0, 0, 0, paris), true},
+		{TypeDate, int32(3), false},
+		{TypeShort, int16(1), true},
+		{TypeShort, 1, false},
+		{TypeByte, int8(-1), true},
 		{dec, NewDecimal(-999_999_999_999, 2), true},
 		{dec, NewDecimal(999_999_999_999, 2), true},
 		{dec, NewDecimal(1_000_000_000_000, 2), false}, // 13 digits: normalizeValue refuses it
@@ -46,16 +59,19 @@ func TestIsCanonicalAgreesWithNormalize(t *testing.T) {
 		{dec, NewDecimal(15, 1), false}, // another scale: rescaled
 		{dec, Decimal{Scale: 2}, false},
 		{dec, "1.50", false},
-		{DecimalType{Precision: 38, Scale: 0}, NewDecimal(1, 0), false}, // wide decimals take the general path
+		{DecimalType{Precision: 9, Scale: 0}, NewDecimal(-999_999_999, 0), true},
+		{DecimalType{Precision: 9, Scale: 0}, NewDecimal(1_000_000_000, 0), false},
+		{DecimalType{Precision: 38, Scale: 0}, NewDecimal(1, 0), true},
+		{DecimalType{Precision: 38, Scale: 1}, NewDecimal(1, 0), false},
+		{DecimalType{Precision: 20, Scale: 0}, Decimal{Unscaled: new(big.Int).Lsh(big.NewInt(1), 70)}, false},
 		{DecimalType{Precision: 18, Scale: 0}, Decimal{Unscaled: new(big.Int).Lsh(big.NewInt(1), 70)}, false},
-		{TypeShort, int16(1), false},
-		{TypeDate, DateFromDays(3), false},
-		{&ArrayType{ElementType: TypeLong}, []any{int64(1)}, false},
 	}
 	for _, c := range cases {
-		got := isCanonical(c.typ, c.v)
-		if got != c.canonical {
-			t.Errorf("isCanonical(%s, %#v) = %v, want %v", c.typ, c.v, got, c.canonical)
+		f := NewField("c", c.typ, true)
+		fast, slow := newFlatColumn(f, 0, 0), newFlatColumn(f, 0, 0)
+		got := fast.put(c.v)
+		if got != c.asIs {
+			t.Errorf("put(%s, %#v) = %v, want %v", c.typ, c.v, got, c.asIs)
 		}
 		if !got {
 			continue
@@ -63,8 +79,18 @@ func TestIsCanonicalAgreesWithNormalize(t *testing.T) {
 		n, err := normalizeValue(c.typ, c.v)
 		if err != nil {
 			t.Errorf("normalizeValue(%s, %#v): %v, but the fast path takes it", c.typ, c.v, err)
-		} else if canon(n) != canon(c.v) {
-			t.Errorf("normalizeValue(%s, %#v) = %s, the fast path keeps %s", c.typ, c.v, canon(n), canon(c.v))
+			continue
+		}
+		if !slow.put(n) {
+			t.Errorf("put(%s, %#v) refuses the normalised value", c.typ, n)
+			continue
+		}
+		fast.present, slow.present = []bool{true}, []bool{true}
+		fast.count, slow.count = 1, 1
+		fv, _ := fast.appendValues(nil, 0, 1, 0)
+		sv, _ := slow.appendValues(nil, 0, 1, 0)
+		if !parquet.Equal(fv[0], sv[0]) {
+			t.Errorf("put(%s, %#v) stores %v, normalizeValue makes %v", c.typ, c.v, fv[0], sv[0])
 		}
 	}
 }
@@ -136,10 +162,9 @@ func TestWriteManyBatches(t *testing.T) {
 	}
 }
 
-// TestShredInColumnOrder writes a changelog-like schema, whose rows the
-// shredder writes straight in column order (structs and arrays of one leaf
-// column), with null, empty and filled nested values, and reads it back; it
-// also checks which schemas take that path.
+// TestShredInColumnOrder checks which schemas the shredder walks in column
+// order (structs and arrays of one leaf column), and writes a changelog-like
+// schema with null, empty and filled nested values and reads it back.
 func TestShredInColumnOrder(t *testing.T) {
 	ctx := context.Background()
 	data := []*StructField{NewField("id", TypeLong, true), NewField("name", TypeString, true)}

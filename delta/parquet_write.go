@@ -69,13 +69,8 @@ type DataWriter struct {
 	partStrings []*string
 	partValues  map[string]*string
 	stats       *statsCollector
-	// columns writes the rows of a flat schema; the rows of other schemas
-	// are shredded into batch, and the shredder keeps their values.
-	columns *columnarWriter
-	shred   *shredder
-	batch   []parquet.Row
-	scratch []any
-	closed  bool
+	columns     *columnarWriter
+	closed      bool
 }
 
 // NewDataWriter creates a data file under the table root for rows of schema.
@@ -168,12 +163,7 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 	}
 	w.writer = parquet.NewWriter(f, options...)
 	w.stats = newStatsCollector(w.data)
-	if isFlat(w.data) {
-		w.columns = newColumnarWriter(w.writer, w.data, w.stats, rg)
-	} else {
-		w.shred = newShredder(w.data)
-		w.scratch = make([]any, len(w.data.Fields))
-	}
+	w.columns = newColumnarWriter(w.writer, w.data, w.stats, rg)
 	return w, nil
 }
 
@@ -205,88 +195,11 @@ func (w *DataWriter) Write(rows []Row) error {
 					ErrInvalidValue, w.full.Fields[idx].Name)
 			}
 		}
-		if w.columns != nil {
-			if err := w.columns.writeRow(r, w.dataIdx); err != nil {
-				return err
-			}
-			continue
-		}
-		for i, idx := range w.dataIdx {
-			f := w.full.Fields[idx]
-			v := r[idx]
-			if !isCanonical(f.Type, v) {
-				var err error
-				if v, err = normalizeValue(f.Type, v); err != nil {
-					return fmt.Errorf("write rows: column %q: %w", f.Name, err)
-				}
-			}
-			if v == nil && !f.Nullable {
-				return fmt.Errorf("write rows: %w: null in non-nullable column %q", ErrInvalidValue, f.Name)
-			}
-			w.scratch[i] = v
-		}
-		prow, err := w.shred.row(w.scratch)
-		if err != nil {
-			return fmt.Errorf("write rows: %w", err)
-		}
-		w.stats.add(w.scratch)
-		w.batch = append(w.batch, prow)
-		if len(w.batch) >= 1024 {
-			if err := w.flush(); err != nil {
-				return err
-			}
+		if err := w.columns.writeRow(r, w.dataIdx); err != nil {
+			return err
 		}
 	}
 	return nil
-}
-
-func (w *DataWriter) flush() error {
-	if len(w.batch) == 0 {
-		return nil
-	}
-	if _, err := w.writer.WriteRows(w.batch); err != nil {
-		return fmt.Errorf("write rows: %w", err)
-	}
-	w.batch = w.batch[:0]
-	w.shred.reset()
-	return nil
-}
-
-// isCanonical reports whether v is a non-null value of a primitive or
-// decimal column that is already what normalizeValue returns for it, so that
-// the common case (values built for their column type, as the applier's are)
-// skips the general conversion.
-func isCanonical(t DataType, v any) bool {
-	switch t {
-	case TypeBoolean:
-		_, ok := v.(bool)
-		return ok
-	case TypeInteger:
-		_, ok := v.(int32)
-		return ok
-	case TypeLong:
-		_, ok := v.(int64)
-		return ok
-	case TypeDouble:
-		_, ok := v.(float64)
-		return ok
-	case TypeString:
-		_, ok := v.(string)
-		return ok
-	case TypeTimestamp:
-		x, ok := v.(time.Time)
-		return ok && x.Location() == time.UTC && x.Nanosecond()%1000 == 0
-	}
-	if dt, ok := t.(DecimalType); ok && dt.Precision <= 18 {
-		d, ok := v.(Decimal)
-		if !ok || d.Unscaled == nil || int(d.Scale) != dt.Scale || !d.Unscaled.IsInt64() {
-			return false
-		}
-		limit := decimalLimit(dt.Precision)
-		u := d.Unscaled.Int64()
-		return u > -limit && u < limit
-	}
-	return false
 }
 
 // Close finishes the file, flushes it to stable storage and returns its add
@@ -296,11 +209,7 @@ func (w *DataWriter) Close() (*Add, error) {
 		return nil, errors.New("close data writer: already closed")
 	}
 	w.closed = true
-	flush := w.flush
-	if w.columns != nil {
-		flush = w.columns.close
-	}
-	if err := flush(); err != nil {
+	if err := w.columns.close(); err != nil {
 		w.abort()
 		return nil, err
 	}
@@ -347,9 +256,7 @@ func (w *DataWriter) Abort() {
 }
 
 func (w *DataWriter) abort() {
-	if w.columns != nil {
-		w.columns.wait()
-	}
+	w.columns.wait()
 	w.file.Close()
 	os.Remove(w.absPath)
 }
@@ -390,34 +297,26 @@ func (s *Snapshot) WriteFile(ctx context.Context, partitionValues map[string]any
 type shredder struct {
 	schema *StructType
 	cols   [][]parquet.Value
-	// buf holds the values of the rows returned since the last reset, so
-	// that a batch of rows costs few allocations.
+	// buf holds the values of the rows returned, so that a batch of rows
+	// costs few allocations.
 	buf []parquet.Value
 	// direct says that the walk of a row meets the values of each column
 	// together and in column order (the schema has no map, and no array of
 	// more than one leaf column), so they go straight into buf; otherwise
-	// they are gathered per column in cols first.
+	// they are gathered per column in cols first (and write leaves them
+	// there).
 	direct bool
-}
-
-// reset lets the shredder reuse the memory of the rows it returned: they
-// must no longer be used.
-func (s *shredder) reset() {
-	clear(s.buf)
-	s.buf = s.buf[:0]
 }
 
 func newShredder(st *StructType) *shredder {
 	return &shredder{schema: st, cols: make([][]parquet.Value, numLeaves(st)), direct: inColumnOrder(st)}
 }
 
-// isFlat reports whether every field of st is a leaf column.
-func isFlat(st *StructType) bool {
-	for _, f := range st.Fields {
-		switch f.Type.(type) {
-		case *StructType, *ArrayType, *MapType:
-			return false
-		}
+// isLeaf reports whether a column of type dt is a leaf column.
+func isLeaf(dt DataType) bool {
+	switch dt.(type) {
+	case *StructType, *ArrayType, *MapType:
+		return false
 	}
 	return true
 }
