@@ -61,3 +61,39 @@ func BenchmarkWriteDataFileOrders(b *testing.B) {
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
 	b.ReportMetric(float64(cpuTime()-cpu)/float64(n*b.N), "cpu-ns/row")
 }
+
+// BenchmarkWriteDataFileChangelog writes 256Ki rows of a changelog of the
+// orders table per iteration: its columns, the change's metadata, and the
+// struct and array columns of the row before and of unchanged columns
+// (every tenth row an update that fills them).
+func BenchmarkWriteDataFileChangelog(b *testing.B) {
+	const n = 256 * 1024
+	orders, rows := benchOrdersRows(n)
+	st := NewStructType(append(append([]*StructField{}, orders.Fields...),
+		NewField("_op", TypeString, false),
+		NewField("_lsn", TypeLong, false),
+		NewField("_commit_ts", TypeTimestamp, false),
+		NewField("_seq", TypeLong, false),
+		NewField("_before", NewStructType(orders.Fields...), true),
+		NewField("_unchanged", &ArrayType{ElementType: TypeString}, true))...)
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i, r := range rows {
+		op, before, unchanged := "insert", any(nil), any(nil)
+		if i%10 == 0 {
+			op, before, unchanged = "update", r, []any{"label"}
+		}
+		rows[i] = append(append(Row{}, r...), op, int64(i/100), at, int64(i%100), before, unchanged)
+	}
+	dir := b.TempDir()
+	b.ResetTimer()
+	cpu := cpuTime()
+	for b.Loop() {
+		add, err := WriteDataFile(context.Background(), dir, st, nil, nil, rows, WriteOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		os.Remove(filepath.Join(dir, add.Path))
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(n*b.N), "cpu-ns/row")
+}

@@ -326,6 +326,13 @@ func (c *nestedColumn) truncate(rows int) {
 func (c *nestedColumn) encode(writers []*parquet.ColumnWriter, rows int) error {
 	for from := 0; from < rows; from += encodeChunkRows {
 		for _, v := range c.values[from:min(from+encodeChunkRows, rows)] {
+			if v == nil {
+				// A null field is a null at levels 0 in each leaf column.
+				for j := range c.shred.cols {
+					c.shred.cols[j] = append(c.shred.cols[j], parquet.NullValue())
+				}
+				continue
+			}
 			if err := c.shred.write(c.field.Type, v, c.field.Nullable, 0, 0, 0, 0); err != nil {
 				return err
 			}

@@ -379,18 +379,24 @@ func (s *shredder) row(values []any) (parquet.Row, error) {
 	return parquet.Row(s.buf[start:len(s.buf):len(s.buf)]), nil
 }
 
-// put adds a value of column col to the row being shredded.
-func (s *shredder) put(col int, v parquet.Value) {
-	if s.direct {
-		s.buf = append(s.buf, v)
-	} else {
-		s.cols[col] = append(s.cols[col], v)
+// put adds a value of column col to the row being shredded, with its
+// levels. (Setting them in place costs a tenth of Value.Level, which copies
+// the value around.)
+func (s *shredder) put(col int, v parquet.Value, rep, def int) {
+	dst := &s.buf
+	if !s.direct {
+		dst = &s.cols[col]
 	}
+	*dst = append(*dst, v)
+	p := &(*dst)[len(*dst)-1]
+	p.SetRepetitionLevel(rep)
+	p.SetDefinitionLevel(def)
+	p.SetColumnIndex(col)
 }
 
 func (s *shredder) nulls(dt DataType, col, rep, def int) {
 	for c := col; c < col+numLeaves(dt); c++ {
-		s.put(c, parquet.NullValue().Level(rep, def, c))
+		s.put(c, parquet.NullValue(), rep, def)
 	}
 }
 
@@ -454,7 +460,7 @@ func (s *shredder) write(dt DataType, v any, nullable bool, col, rep, def, depth
 		if err != nil {
 			return err
 		}
-		s.put(col, pv.Level(rep, def, col))
+		s.put(col, pv, rep, def)
 	}
 	return nil
 }
