@@ -17,10 +17,10 @@ import (
 // column, and keeps the normalised values of struct, array and map columns
 // for the shredder; a full row group is then encoded by a goroutine of its
 // own while the next ones fill, so that the conversion of Go values and the
-// Parquet encoding share the cores. Up to
-// encodingRowGroups row groups encode at once, each into a
-// parquet.ConcurrentRowGroupWriter of its own, and they are committed to
-// the file in order.
+// Parquet encoding share the cores. Up to encodingRowGroups row groups
+// encode at once, each into a parquet.ConcurrentRowGroupWriter of its own,
+// and they are committed to the file in order. Once a row group fails, the
+// writer keeps returning its error.
 type columnarWriter struct {
 	writer  *parquet.Writer
 	schema  *StructType
@@ -32,6 +32,8 @@ type columnarWriter struct {
 	// columns of encoded ones, for reuse.
 	encoding []*encodeJob
 	free     []*rowGroupColumns
+	// err is the first error of a row group.
+	err error
 }
 
 // encodingRowGroups is the most row groups a writer encodes at once; with
@@ -118,6 +120,9 @@ func (g *rowGroupColumns) grow(maxRows int) {
 // writeRow appends one row, whose value of column i is r[idx[i]]. On error
 // the row is not written.
 func (c *columnarWriter) writeRow(r Row, idx []int) error {
+	if c.err != nil {
+		return c.err
+	}
 	g := c.filling
 	if g.rows == g.capRows {
 		g.grow(c.maxRows)
@@ -148,8 +153,8 @@ func (c *columnarWriter) writeRow(r Row, idx []int) error {
 // than encodingRowGroups row groups are encoding.
 func (c *columnarWriter) flush() error {
 	g := c.filling
-	if g.rows == 0 {
-		return nil
+	if c.err != nil || g.rows == 0 {
+		return c.err
 	}
 	if len(c.encoding) == encodingRowGroups {
 		if err := c.waitOldest(); err != nil {
@@ -171,35 +176,33 @@ func (c *columnarWriter) flush() error {
 	return nil
 }
 
-// waitOldest waits for the oldest row group being encoded and returns its
-// error.
+// waitOldest waits for the oldest row group being encoded and returns the
+// writer's error.
 func (c *columnarWriter) waitOldest() error {
 	j := c.encoding[0]
 	<-j.committed
 	c.encoding = c.encoding[1:]
 	c.free = append(c.free, j.g)
-	return j.err
+	if c.err == nil {
+		c.err = j.err
+	}
+	return c.err
 }
 
-// wait waits for the row groups being encoded and returns the first error.
+// wait waits for the row groups being encoded and returns the writer's
+// error.
 func (c *columnarWriter) wait() error {
-	var first error
 	for len(c.encoding) > 0 {
-		if err := c.waitOldest(); err != nil && first == nil {
-			first = err
-		}
+		c.waitOldest()
 	}
-	return first
+	return c.err
 }
 
 // close encodes the remaining rows and waits until every row group is in
 // the file.
 func (c *columnarWriter) close() error {
-	err := c.flush()
-	if werr := c.wait(); err == nil {
-		err = werr
-	}
-	return err
+	c.flush()
+	return c.wait()
 }
 
 // run encodes the row group, then, once prev (if any) is committed, adds

@@ -459,3 +459,32 @@ func TestColumnarNestedFields(t *testing.T) {
 		t.Errorf("%d row groups, want 5", pr.NumRowGroups())
 	}
 }
+
+// TestColumnarEncodeError checks that a row group that fails to reach the
+// file fails the writes after it and Close, which removes the file.
+func TestColumnarEncodeError(t *testing.T) {
+	st := NewStructType(NewField("id", TypeLong, true), NewField("s", TypeString, true))
+	dir := t.TempDir()
+	w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.file.Close() // the row groups cannot be written
+	var werr error
+	long := strings.Repeat("x", 1000)
+	for i := 0; i < 10000 && werr == nil; i++ {
+		werr = w.Write([]Row{{int64(i), fmt.Sprint(long, i)}})
+	}
+	if werr == nil {
+		t.Error("writes after a failed row group succeeded")
+	}
+	if err := w.Write([]Row{{int64(1), "x"}}); err == nil {
+		t.Errorf("a write after the error %v succeeded", werr)
+	}
+	if _, err := w.Close(); err == nil {
+		t.Error("Close succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(dir, w.Path())); !os.IsNotExist(err) {
+		t.Errorf("file of a failed writer: %v", err)
+	}
+}

@@ -54,8 +54,9 @@ type WriteOptions struct {
 // DataWriter writes one Parquet data file of a table with parquet-go and
 // computes its add action. Rows are given in table schema order; the values
 // of partition columns are not stored in the file (they must be nil or equal
-// to the writer's partition values). A DataWriter is not safe for concurrent
-// use.
+// to the writer's partition values). Full row groups are encoded on other
+// goroutines while the next rows come, so a writer holds the values of up to
+// three row groups in memory. A DataWriter is not safe for concurrent use.
 type DataWriter struct {
 	root        string
 	relPath     string
