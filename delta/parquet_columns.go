@@ -248,7 +248,7 @@ func (g *rowGroupColumns) encode() ([]colBounds, error) {
 			to := min(from+encodeChunkRows, g.rows)
 			g.buf, k = col.appendValues(g.buf[:0], from, to, k)
 			if _, err := writers[col.leaf].WriteRowValues(g.buf); err != nil {
-				return nil, fmt.Errorf("write rows: column %q: %w", col.field.Name, err)
+				return nil, errColumn(col.field, err)
 			}
 		}
 	}
@@ -256,7 +256,7 @@ func (g *rowGroupColumns) encode() ([]colBounds, error) {
 	for _, col := range g.nested {
 		bounds[col.pos] = colBounds{values: col.values}
 		if err := col.encode(writers[col.leaf:], g.rows); err != nil {
-			return nil, fmt.Errorf("write rows: column %q: %w", col.field.Name, err)
+			return nil, errColumn(col.field, err)
 		}
 	}
 	return bounds, nil
@@ -277,6 +277,16 @@ func (g *rowGroupColumns) truncate(rows, nested int) {
 func (g *rowGroupColumns) reset() {
 	g.truncate(0, len(g.nested))
 	g.rows = 0
+}
+
+// errNull is the error of a null value in a non-nullable column.
+func errNull(f *StructField) error {
+	return fmt.Errorf("write rows: %w: null in non-nullable column %q", ErrInvalidValue, f.Name)
+}
+
+// errColumn is an error about a value of a column.
+func errColumn(f *StructField, err error) error {
+	return fmt.Errorf("write rows: column %q: %w", f.Name, err)
 }
 
 // nestedColumn holds the normalised values of a struct, array or map field
@@ -303,12 +313,12 @@ func newFieldShredder(f *StructField) *shredder {
 func (c *nestedColumn) add(v any) error {
 	if v == nil {
 		if !c.field.Nullable {
-			return fmt.Errorf("write rows: %w: null in non-nullable column %q", ErrInvalidValue, c.field.Name)
+			return errNull(c.field)
 		}
 	} else {
 		var err error
 		if v, err = normalizeValue(c.field.Type, v); err != nil {
-			return fmt.Errorf("write rows: column %q: %w", c.field.Name, err)
+			return errColumn(c.field, err)
 		}
 	}
 	c.values = append(c.values, v)
@@ -402,6 +412,8 @@ type flatColumn struct {
 	ends []int
 }
 
+// newFlatColumn returns the column of a leaf field, whose type parquetSchema
+// accepted.
 func newFlatColumn(f *StructField, pos, leaf int) *flatColumn {
 	c := &flatColumn{field: f, pos: pos, leaf: leaf}
 	switch t := f.Type.(type) {
@@ -439,7 +451,7 @@ func decimalLimit(precision int) int64 {
 func (c *flatColumn) add(v any) error {
 	if v == nil {
 		if !c.field.Nullable {
-			return fmt.Errorf("write rows: %w: null in non-nullable column %q", ErrInvalidValue, c.field.Name)
+			return errNull(c.field)
 		}
 		c.present = append(c.present, false)
 		return nil
@@ -447,10 +459,10 @@ func (c *flatColumn) add(v any) error {
 	if !c.put(v) {
 		n, err := normalizeValue(c.field.Type, v)
 		if err != nil {
-			return fmt.Errorf("write rows: column %q: %w", c.field.Name, err)
+			return errColumn(c.field, err)
 		}
 		if !c.put(n) {
-			return fmt.Errorf("write rows: column %q: %w: %T for %s", c.field.Name, ErrInvalidValue, v, c.field.Type)
+			return errColumn(c.field, fmt.Errorf("%w: %T for %s", ErrInvalidValue, v, c.field.Type))
 		}
 	}
 	c.present = append(c.present, true)
