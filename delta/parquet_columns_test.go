@@ -1,6 +1,7 @@
 package delta
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -172,13 +173,56 @@ func checkRowGroups(t *testing.T, path string, st *StructType, want []Row, rowGr
 			if stats.NullCount() != int64(nulls) {
 				t.Errorf("row group %d column %s: null count %d, want %d", rg, f.Name, stats.NullCount(), nulls)
 			}
-			checkChunkBounds(t, fmt.Sprintf("row group %d column %s", rg, f.Name), stats, nulls == n)
+			what := fmt.Sprintf("row group %d column %s", rg, f.Name)
+			checkChunkBounds(t, what, stats, nulls == n)
+			if stats.HasMinMax() {
+				lo, hi := physicalBounds(t, f, want[start:start+n], c)
+				if got := stats.EncodeMin(); !bytes.Equal(got, lo) {
+					t.Errorf("%s: min %x, want %x", what, got, lo)
+				}
+				if got := stats.EncodeMax(); !bytes.Equal(got, hi) {
+					t.Errorf("%s: max %x, want %x", what, got, hi)
+				}
+			}
 		}
 		start += n
 	}
 	if start != len(want) {
 		t.Errorf("row groups hold %d rows, want %d", start, len(want))
 	}
+}
+
+// physicalBounds returns the plain encodings of the smallest and largest
+// non-null values of column c of rows, in the order of the column's Parquet
+// type.
+func physicalBounds(t *testing.T, f *StructField, rows []Row, c int) (lo, hi []byte) {
+	t.Helper()
+	node, err := parquetNode(f.Type, f.Nullable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ := node.Type()
+	col := newFlatColumn(f, 0, 0)
+	for _, r := range rows {
+		if r[c] != nil {
+			if !col.put(r[c]) {
+				t.Fatalf("column %s refuses %#v", f.Name, r[c])
+			}
+			col.present = append(col.present, true)
+			col.count++
+		}
+	}
+	vals, _ := col.appendValues(nil, 0, col.count, 0)
+	min, max := vals[0], vals[0]
+	for _, v := range vals[1:] {
+		if typ.Compare(v, min) < 0 {
+			min = v
+		}
+		if typ.Compare(v, max) > 0 {
+			max = v
+		}
+	}
+	return min.Bytes(), max.Bytes()
 }
 
 // checkChunkBounds checks that a column chunk has min and max statistics
