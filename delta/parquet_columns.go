@@ -471,8 +471,8 @@ func (c *flatColumn) add(v any) error {
 }
 
 // put appends v when it is of the Go type readers return for the column
-// and already normalised (as normalizeValue returns it); otherwise it
-// reports false and appends nothing.
+// and needs no checking, stored as what normalizeValue makes of it (a time
+// in any zone, for one); otherwise it reports false and appends nothing.
 func (c *flatColumn) put(v any) bool {
 	switch c.kind {
 	case flatBoolean:
