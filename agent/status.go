@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lakeside/lakeside/store"
+	"github.com/lakeside/lakeside/uploader"
 )
 
 // Status is the object printed by `lakeside status --json` and served by the
@@ -74,6 +75,9 @@ type TableStatus struct {
 	Version       int64  `json:"version"`
 	AppliedLSN    string `json:"applied_lsn"`
 	RemoteVersion *int64 `json:"remote_version"`
+	// RemoteError says why the table's replication is stopped or what its
+	// last attempt failed with.
+	RemoteError string `json:"remote_error,omitempty"`
 }
 
 // stateStatus fills the parts of the status that the state file holds.
@@ -121,21 +125,25 @@ func (a *Agent) Status() (*Status, error) {
 	if err := a.db.View(func(r *store.Reader) error { return stateStatus(r, st) }); err != nil {
 		return nil, err
 	}
-	remote := map[string]int64{}
+	remote := map[string]uploader.TableStatus{}
 	if a.up != nil {
 		us := a.up.Status()
 		st.Upload = &UploadStatus{Target: a.cfg.Replica.Target(), Online: us.Online, Requests: us.Requests, Errors: us.Failures,
 			Versions: us.Versions, BytesUploaded: us.BytesUploaded, LastError: us.LastError}
 		for _, t := range us.Tables {
-			remote[t.Name] = t.RemoteVersion
+			remote[t.Name] = t
 			st.Upload.BacklogVersions += t.BacklogVersions
 			st.Upload.BacklogBytes += t.BacklogBytes
 		}
 	}
 	for _, t := range a.app.Tables() {
 		ts := TableStatus{Name: t.Name, Kind: t.Kind, Path: t.Path, Version: t.Version, AppliedLSN: t.AppliedLSN.String()}
-		if v, ok := remote[t.Name]; ok {
-			ts.RemoteVersion = &v
+		if r, ok := remote[t.Name]; ok {
+			ts.RemoteVersion = &r.RemoteVersion
+			ts.RemoteError = r.Stopped
+			if ts.RemoteError == "" {
+				ts.RemoteError = r.LastError
+			}
 		}
 		st.Tables = append(st.Tables, ts)
 	}

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"syscall"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,4 +130,48 @@ func (e *e2e) waitRemote(d *daemon, what string) {
 		}
 	}
 	e.t.Fatalf("the remote did not catch up (%s); log:\n%s", what, d.stderr)
+}
+
+// TestTwoAgentsOnOneSite points a second agent, with a database of its own,
+// at the replica prefix of a first: the second stops replicating the table
+// and its status says why, while the first's remote table stays intact.
+func TestTwoAgentsOnOneSite(t *testing.T) {
+	replicaDir := t.TempDir()
+	section := "replica:\n  url: file://" + replicaDir + "\n  site: branch1\n  poll_interval: 200ms\n"
+	first := newE2EWith(t, []string{"public.stock"}, section)
+	second := newE2EWith(t, []string{"public.stock"}, section)
+	for _, e := range []*e2e{first, second} {
+		e.exec(`CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL)`)
+	}
+	first.exec(`INSERT INTO stock SELECT g, g FROM generate_series(1, 100) g`)
+	d1 := first.start()
+	first.waitApplied(d1)
+	first.waitRemote(d1, "first upload")
+	first.stop(d1)
+
+	second.exec(`INSERT INTO stock SELECT g, -g FROM generate_series(1, 50) g`)
+	d2 := second.start()
+	second.waitApplied(d2)
+	var st *agent.Status
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if st = second.status(); len(st.Tables) > 0 && st.Tables[0].RemoteError != "" {
+			break
+		}
+	}
+	if len(st.Tables) == 0 || !strings.Contains(st.Tables[0].RemoteError, "another agent") {
+		t.Fatalf("the second agent's status does not say it stopped: %+v", st.Tables)
+	}
+	out, _, _ := second.lakeside("status", "--config", second.configPath)
+	if !strings.Contains(out, "replica of public.stock") {
+		t.Fatalf("status (text) does not show the replica error:\n%s", out)
+	}
+	second.stop(d2)
+
+	// The remote table, read where the helpers read local ones
+	// (<state_dir>/tables), still equals the first database.
+	if err := os.Rename(filepath.Join(replicaDir, "branch1"), filepath.Join(replicaDir, "tables")); err != nil {
+		t.Fatal(err)
+	}
+	remote := &e2e{t: t, conn: first.conn, stateDir: replicaDir}
+	remote.compareMirror(t, "public.stock", `SELECT id, qty FROM stock`, "id", "qty")
 }

@@ -94,4 +94,9 @@ func printStatus(w io.Writer, st *agent.Status) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", t.Name, t.Kind, t.Version, remote, t.AppliedLSN)
 	}
 	tw.Flush()
+	for _, t := range st.Tables {
+		if t.RemoteError != "" {
+			fmt.Fprintf(w, "replica of %s: %s\n", t.Name, t.RemoteError)
+		}
+	}
 }
