@@ -214,7 +214,7 @@ func TestBenchDeltaParquet(t *testing.T) {
 		median(ourCPU)/1e3, median(duckNCPU)/1e3, defaultThreads, median(ourCPU)/median(duckNCPU), median(duck1CPU)/1e3, median(ourCPU)/median(duck1CPU))
 	fmt.Printf("  %d rows (int8, text, numeric(12,2), timestamptz, bool, int4), snappy, row groups of %d rows; median of %d rounds;\n",
 		n, rowGroup, benchRounds)
-	fmt.Printf("  lakeside writes on one goroutine (GOMAXPROCS %d; the garbage collector may use the other core), computes the Delta stats and fsyncs the file;\n",
+	fmt.Printf("  lakeside fills row groups on the caller's goroutine and encodes up to two at once on others (GOMAXPROCS %d), computes the Delta stats and fsyncs the file;\n",
 		runtime.GOMAXPROCS(0))
 	fmt.Printf("  files: lakeside %.1f MB, duckdb %.1f MB; load %s\n", float64(ourSize)/1e6, float64(duckSize)/1e6, loadAvg())
 }
