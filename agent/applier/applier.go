@@ -58,7 +58,7 @@ type Config struct {
 	TargetFileRows int64
 	// MergeMemoryBytes bounds the memory that holds a flush's changes to
 	// one mirror, encoded, until the merge: past it they are sorted and
-	// spilled to a run file on disk (default 32 MiB).
+	// spilled to a run file on disk (default 8 MiB).
 	MergeMemoryBytes int
 	// MergeMemoryKeys, when set, also bounds the number of changes held
 	// in memory per mirror before a spill (tests use it to force spills).
@@ -107,7 +107,7 @@ func (c *Config) defaults() {
 		c.TargetFileRows = 100_000
 	}
 	if c.MergeMemoryBytes <= 0 {
-		c.MergeMemoryBytes = 32 << 20
+		c.MergeMemoryBytes = 8 << 20
 	}
 	if c.MergeMemoryKeys <= 0 {
 		c.MergeMemoryKeys = math.MaxInt
