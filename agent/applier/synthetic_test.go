@@ -128,29 +128,7 @@ func BenchmarkApplyLargeTransaction(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for b.Loop() {
-		b.StopTimer()
-		dir := b.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, store.FileName), queued, 0o640); err != nil {
-			b.Fatal(err)
-		}
-		db, err := store.Open(dir, store.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		a := New(Config{TablesDir: filepath.Join(dir, "tables"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
-		if err := a.start(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		if err := a.applyAll(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		db.Close()
-		os.RemoveAll(dir)
-		b.StartTimer()
-	}
+	applyQueued(b, queued, 0)
 	b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 }
 
@@ -174,6 +152,13 @@ func BenchmarkSteadyFlushes(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	applyQueued(b, queued, perFlush)
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N*flushes), "ms/flush")
+}
+
+// applyQueued times, per b.Loop, applying the state file queued (a copy of
+// it each time) with flushes of flushChanges (zero: the default).
+func applyQueued(b *testing.B, queued []byte, flushChanges int) {
 	for b.Loop() {
 		b.StopTimer()
 		dir := b.TempDir()
@@ -184,7 +169,7 @@ func BenchmarkSteadyFlushes(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		a := New(Config{TablesDir: filepath.Join(dir, "tables"), FlushChanges: perFlush,
+		a := New(Config{TablesDir: filepath.Join(dir, "tables"), FlushChanges: flushChanges,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
 		if err := a.start(context.Background()); err != nil {
 			b.Fatal(err)
@@ -198,5 +183,4 @@ func BenchmarkSteadyFlushes(b *testing.B) {
 		os.RemoveAll(dir)
 		b.StartTimer()
 	}
-	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N*flushes), "ms/flush")
 }
