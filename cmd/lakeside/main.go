@@ -1,5 +1,6 @@
 // Command lakeside is the Lakeside agent: it captures committed changes from
-// PostgreSQL into a crash-safe local queue.
+// PostgreSQL into a crash-safe local queue, builds Delta Lake tables from
+// them, replicates the tables to S3 or a directory, and serves a live view.
 package main
 
 import (
@@ -75,12 +76,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprint(w, `Lakeside captures PostgreSQL changes into a crash-safe local queue.
+	fmt.Fprint(w, `Lakeside captures PostgreSQL changes into Delta Lake tables, replicates them
+to S3 or a directory, and serves a live view.
 
 Usage:
   lakeside run     --config FILE   run the agent
-  lakeside check   --config FILE   check PostgreSQL prerequisites and exit
-  lakeside status  --config FILE   show the agent's positions and queue (--json)
+  lakeside check   --config FILE   check PostgreSQL, state_dir and the replica, and exit
+  lakeside status  --config FILE   summarise capture, queue, tables and replica (--json)
   lakeside vacuum  --config FILE   delete data files past the retention (--dry-run, --json)
   lakeside demo                    run on a throwaway PostgreSQL with a sample workload
   lakeside version                 print the version
