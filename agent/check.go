@@ -103,15 +103,12 @@ func CheckReplica(ctx context.Context, cfg *Config) []Check {
 		read.Fix = "check that the credentials may GetObject under the prefix and that no proxy rewrites objects"
 	}
 	checks = append(checks, read)
-	if d, ok := client.(interface {
-		DeleteObject(ctx context.Context, key string) error
-	}); ok {
-		if err := d.DeleteObject(ctx, key); err != nil {
-			checks = append(checks, Check{Name: "replica allows deletes (for vacuum)", Problem: err.Error(),
-				Fix: "allow DeleteObject under the prefix, or remove " + key + " by hand"})
-		}
+	deletes := Check{Name: "replica allows deletes (for vacuum)", OK: true}
+	if err := client.DeleteObject(ctx, key); err != nil {
+		deletes = Check{Name: deletes.Name, Problem: err.Error(),
+			Fix: "allow DeleteObject under the prefix, or remove " + key + " by hand"}
 	}
-	return checks
+	return append(checks, deletes)
 }
 
 func putProbe(ctx context.Context, client uploader.ReplicaClient, key string, data []byte) error {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+
 	"github.com/lakeside/lakeside/uploader/s3test"
 )
 
@@ -204,13 +206,18 @@ func TestCheckReplicaAndDisk(t *testing.T) {
 
 	out, code := check(good)
 	for _, want := range []string{"✓ connect to PostgreSQL", "✓ state_dir " + e.stateDir + " is writable", "free (needs 1.1 GiB)",
-		"/lake/branch1 is reachable and writable", "✓ replica returns what was written"} {
+		"/lake/branch1 is reachable and writable", "✓ replica returns what was written", "✓ replica allows deletes"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("check with a good replica does not say %q", want)
 		}
 	}
 	if code != 0 || strings.Contains(out, "✗") {
 		t.Fatalf("check with a good replica: exit %d\n%s", code, out)
+	}
+	for obj := range s3.Client().ListObjects(context.Background(), bucket, minio.ListObjectsOptions{Recursive: true}) {
+		if obj.Err != nil || strings.Contains(obj.Key, ".lakeside-check") {
+			t.Fatalf("check left %q on the replica (%v)", obj.Key, obj.Err)
+		}
 	}
 
 	out, code = check(replica(s3.Endpoint(), "wrong-secret", "64MiB"))
