@@ -48,7 +48,7 @@ func diffValues(prefix string, a, b reflect.Value, out *[]Change) {
 		}
 		key := prefix + name
 		av, bv := a.Field(i), b.Field(i)
-		if f.Type.Kind() == reflect.Struct && f.Type.PkgPath() != "time" && f.Type.NumField() > 0 && hasYAMLFields(f.Type) {
+		if f.Type.Kind() == reflect.Struct && hasYAMLFields(f.Type) {
 			diffValues(key+".", av, bv, out)
 			continue
 		}

@@ -82,7 +82,6 @@ func (st *stream) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return st.shutdown()
 		}
-		st.s.beat(streamBeat)
 		durable := st.s.writer.Durable()
 		sinceStatus := time.Since(st.lastStatus)
 		switch {
@@ -111,6 +110,9 @@ func (st *stream) run(ctx context.Context) error {
 				return fmt.Errorf("receive: %w", err)
 			}
 			st.deadlineSet = now
+			// The loop turns at least once per read deadline: promising
+			// the next beat here keeps the clock off the per-message path.
+			st.s.beat(streamBeat)
 		}
 		raw, err := st.conn.ReceiveMessage(context.Background())
 		if err != nil {
@@ -155,6 +157,7 @@ func (st *stream) pause(ctx context.Context) (bool, error) {
 	if !paused {
 		return false, nil
 	}
+	st.s.beat(streamBeat)
 	// The flush and status updates go on, so the server keeps the
 	// connection; the server's WAL position is sampled so that the slot's
 	// growing lag shows.

@@ -346,10 +346,7 @@ func (e *e2e) timeToDelta(end string, prevMarker pglogrepl.LSN) deltaDrain {
 func TestBenchDeltaEndToEnd(t *testing.T) {
 	e := newE2EWith(t, []string{"public.orders", "public.bench_marker"}, benchDeltaConfig)
 	e.exec(benchOrdersDDL, benchMarkerDDL)
-	d := e.start()
-	waitState(t, e, d, "streaming")
-	e.stop(d)
-	e.exec(`SELECT pg_create_logical_replication_slot('baseline', 'pgoutput')`)
+	e.createSlots()
 
 	var nextID int64
 	workloads := []struct {

@@ -31,12 +31,7 @@ func TestBenchCapture(t *testing.T) {
 	// with PostgreSQL's walsender for the machine's two cores.
 	e := newE2EWith(t, []string{"public.bench"}, "delta:\n  flush_interval: 1h\n  flush_changes: 100000000\n")
 	e.exec(`CREATE TABLE bench (id int8 PRIMARY KEY, label text NOT NULL, qty int NOT NULL, at timestamptz NOT NULL DEFAULT now())`)
-	// Create the agent's slot (no snapshot) and the baseline's slot at the
-	// same point, so both see exactly the same backlog.
-	d := e.start()
-	waitState(t, e, d, "streaming")
-	e.stop(d)
-	e.exec(`SELECT pg_create_logical_replication_slot('baseline', 'pgoutput')`)
+	e.createSlots()
 
 	var nextID int64
 	workloads := []struct {
@@ -110,6 +105,16 @@ func (e *e2e) drainBoth(t *testing.T) (baseline, ours time.Duration) {
 	ours = time.Since(start)
 	e.stop(d)
 	return baseline, ours
+}
+
+// createSlots creates the agent's slot (no snapshot: the tables are empty)
+// and the baseline's slot at the same point, so that both see exactly the
+// same backlog.
+func (e *e2e) createSlots() {
+	d := e.start()
+	waitState(e.t, e, d, "streaming")
+	e.stop(d)
+	e.exec(`SELECT pg_create_logical_replication_slot('baseline', 'pgoutput')`)
 }
 
 // waitDurable polls the running agent until its queue is durable up to end.
