@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeside/lakeside/agent/pgtest"
@@ -412,6 +413,16 @@ func TestIdleSlotConfirmsServerWALEnd(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("confirmed_flush_lsn did not reach %s while idle", target)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The status says capture is not behind: what an idle walsender has
+	// decoded counts as received, so later stages do not hold back for a
+	// capture that has nothing left to catch up.
+	lsn, _ := pglogrepl.ParseLSN(target)
+	for st := h.src.Status(); st.ReceivedLSN < store.LSN(lsn); st = h.src.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("received %s, server at %s: an idle capture still looks behind", st.ReceivedLSN, st.ServerWALEnd)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

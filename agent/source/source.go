@@ -331,7 +331,8 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 		return fmt.Errorf("start replication: %w", err)
 	}
 	s.log.Info("streaming from PostgreSQL", "slot", s.cfg.Slot, "from", start.String())
-	st := &stream{s: s, conn: repl, sql: conn, decoders: decoders, rels: rels, lastQueued: start, open: map[uint32]bool{}}
+	st := &stream{s: s, conn: repl, sql: conn, decoders: decoders, rels: rels, lastQueued: start, received: start, open: map[uint32]bool{}}
+	s.receivedLSN.Store(uint64(start))
 	// Know how far behind the server this session starts before saying
 	// it streams: later stages hold back while capture catches up.
 	st.sampleServerWAL(ctx)

@@ -248,6 +248,13 @@ func (st *stream) copyData(ctx context.Context, data []byte) error {
 		}
 		st.walEnd = store.LSN(pkm.ServerWALEnd)
 		st.s.serverWALEnd.Store(uint64(st.walEnd))
+		if st.idle() {
+			// A logical walsender's keepalive carries the position it has
+			// decoded up to: with no transaction open, everything before it
+			// has been received, and capture is not behind.
+			st.received = max(st.received, st.walEnd)
+			st.s.receivedLSN.Store(uint64(st.received))
+		}
 		// With nothing in flight, the server's WAL end becomes the
 		// checkpoint once it is durable, so an idle slot holds no WAL.
 		if st.idle() && st.walEnd > st.s.writer.Durable() && st.walEnd > st.checkpointAsk {
