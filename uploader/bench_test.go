@@ -19,7 +19,7 @@ import (
 
 // benchRounds is how many times the throughput is measured; medians are
 // printed.
-const benchRounds = 5
+const benchRounds = 9
 
 // tableFiles lists the files of a local table (not the hidden ones) and
 // their total size.
