@@ -95,6 +95,7 @@ func (a *Agent) Open() error {
 		names[i] = t.String()
 	}
 	a.hub.SetSourceTables(names)
+	a.hub.SetAppIDPrefix(appIDPrefix(a.cfg.Source.Slot))
 
 	if a.cfg.Replica.URL != "" {
 		a.limiter = newBandwidthLimiter(a.cfg.Replica.MaxBytesPerSecond)
@@ -126,7 +127,7 @@ func (a *Agent) Open() error {
 		FlushChanges:   a.cfg.Delta.FlushChanges,
 		SoftDelete:     a.cfg.Delta.SoftDelete,
 		TargetFileRows: a.cfg.Delta.TargetFileRows,
-		AppIDPrefix:    "lakeside-" + a.cfg.Source.Slot,
+		AppIDPrefix:    appIDPrefix(a.cfg.Source.Slot),
 		EngineInfo:     "lakeside/" + a.version,
 		// The live view reads every transaction before the queue lets it go.
 		TrimLimit: a.hub.Offset,
@@ -158,6 +159,10 @@ func (a *Agent) Open() error {
 	}
 	return nil
 }
+
+// appIDPrefix starts the appIds of the txn actions in the Delta tables of
+// a slot's changes.
+func appIDPrefix(slot string) string { return "lakeside-" + slot }
 
 // backpressure pauses capture while the replication backlog exceeds its
 // budget (invariant 6): PostgreSQL keeps the WAL, nothing is dropped.

@@ -65,6 +65,8 @@ type Hub struct {
 	retainedSince store.LSN
 	retain        int
 	subs          map[*subscriber]struct{}
+	// appIDPrefix starts the appIds of the mirrors' txn actions.
+	appIDPrefix string
 }
 
 // retainedTxn is a transaction kept for resuming clients. A refetch marker
@@ -93,6 +95,8 @@ func NewHub(db *store.DB, tablesDir string, log *slog.Logger) *Hub {
 		rels:      map[store.RelationKey]*store.Relation{},
 		retain:    defaultRetainTxns,
 		subs:      map[*subscriber]struct{}{},
+
+		appIDPrefix: defaultAppIDPrefix,
 	}
 }
 
@@ -160,6 +164,9 @@ func epochOf(s *store.SlotState) string {
 
 // poll applies the transactions queued since the last poll and sends them.
 func (h *Hub) poll() error {
+	if err := h.resetIfNewEpoch(context.Background()); err != nil {
+		return err
+	}
 	var batch []retainedTxn
 	err := h.db.View(func(r *store.Reader) error {
 		slot, err := r.SlotState()
@@ -167,8 +174,10 @@ func (h *Hub) poll() error {
 			return err
 		}
 		h.mu.Lock()
-		if epoch := epochOf(slot); epoch != h.epoch {
-			h.resetLocked(epoch)
+		if epochOf(slot) != h.epoch {
+			// Changed since resetIfNewEpoch looked: the next poll resets.
+			h.mu.Unlock()
+			return nil
 		}
 		after := h.offset
 		h.mu.Unlock()
@@ -197,6 +206,9 @@ func (h *Hub) poll() error {
 					if t == nil {
 						t = newTableState(rel)
 						h.tables[t.name] = t
+					}
+					if hd.EndLSN <= t.seededTo {
+						continue // the rows loaded from the mirror hold it
 					}
 					out, ok := t.apply(rel, ch, !huge)
 					if !t.overflow && len(t.rows) > h.maxRows {

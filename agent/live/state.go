@@ -17,6 +17,9 @@ type tableState struct {
 	// overflow is set once the table had too many rows to keep: rows is
 	// then nil and the table is served from its mirror.
 	overflow bool
+	// seededTo is the end LSN of the last transaction the rows loaded from
+	// the table's mirror hold; the queue's changes up to it are skipped.
+	seededTo store.LSN
 }
 
 // rowState is one current row.

@@ -3,8 +3,10 @@ package live
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/lakeside/lakeside/store"
 )
 
 // writeStock runs n random changes on stock, one per transaction.
@@ -308,5 +312,110 @@ func TestLargeTableServedFromMirror(t *testing.T) {
 	var row Row
 	if code := f.get("/api/v1/tables/public.stock/rows/7", &row); code != http.StatusOK || string(row.Values["qty"]) != "7" {
 		t.Fatalf("row 7 from the mirror: %d %+v", code, row)
+	}
+}
+
+// TestRestartedHubLoadsRowsFromMirrors: the applier trims from the queue
+// what the mirrors hold, so a hub that starts again, as after an agent
+// restart, takes the rows from the mirrors. A client that resumes from an
+// offset whose changes were trimmed is told to refetch.
+func TestRestartedHubLoadsRowsFromMirrors(t *testing.T) {
+	f := newFixture(t, Config{TablesDir: t.TempDir()}, stockSchema, `INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 300) g`)
+	f.waitHub()
+	c := f.dial("?tables=public.stock")
+	c.read()
+	c.readUntil(f.hub)
+	offset, rows := c.offset, c.rows
+	c.ws.Close()
+	f.writeStock(200, 1)
+	f.waitHub()
+	f.waitTrimmedPast(offset)
+	f.waitApplied()
+
+	// A second hub starts on the same state. No transaction is written
+	// from here on: the applier trims as the first hub reads.
+	h2 := NewHub(f.db, f.cfg.TablesDir, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { h2.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(30 * time.Second)
+	for h2.Offset() < f.hub.Offset() {
+		if time.Now().After(deadline) {
+			t.Fatal("the second hub did not catch up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	srv := httptest.NewServer(NewServer(f.cfg, h2, fakeAgent{f.src}, nil, nil).Handler())
+	t.Cleanup(srv.Close)
+	f.http = srv
+
+	var page struct{ Rows []Row }
+	if code := f.get("/api/v1/tables/public.stock/rows?limit=1000", &page); code != http.StatusOK || len(page.Rows) != len(f.tableRows()) {
+		t.Fatalf("rows after the restart: status %d, %d rows, PostgreSQL has %d", code, len(page.Rows), len(f.tableRows()))
+	}
+	c2 := f.dial("?tables=public.stock")
+	c2.read()
+	c2.readUntil(h2)
+	equalRows(t, "new client after the restart", c2.rows, f.tableRows())
+
+	c3 := f.dial("?tables=public.stock&offset=" + offset)
+	c3.offset, c3.rows = offset, rows
+	c3.read() // hello
+	c3.readUntil(h2)
+	if !c3.refetch {
+		t.Fatal("an offset whose changes were trimmed before the restart was resumed, not refetched")
+	}
+	equalRows(t, "client resuming from before the restart", c3.rows, f.tableRows())
+}
+
+// waitTrimmedPast waits until the applier has trimmed the queue past the
+// offset: the queue's oldest transaction is newer.
+func (f *fixture) waitTrimmedPast(offset string) {
+	f.t.Helper()
+	_, lsn, err := parseOffset(offset)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var oldest store.LSN
+		f.db.View(func(r *store.Reader) error {
+			return r.Txns(0, func(h *store.TxnHeader, _ *store.TxnCursor) error {
+				oldest = h.EndLSN
+				return store.ErrStopScan
+			})
+		})
+		if oldest > lsn {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("the queue was not trimmed past %s", offset)
+		}
+		f.writeStock(10, 1000) // the applier trims when it flushes
+		f.waitHub()
+	}
+}
+
+// waitApplied waits until the applier has applied every queued
+// transaction: with nothing written, it neither flushes nor trims again.
+func (f *fixture) waitApplied() {
+	f.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var applied, last store.LSN
+		f.db.View(func(r *store.Reader) error {
+			applied, _ = r.Applied()
+			st, _ := r.QueueStats()
+			last = st.LastLSN
+			return nil
+		})
+		if applied >= last {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("applied up to %s of %s", applied, last)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -81,6 +81,11 @@ func (h *Hub) readMirror(ctx context.Context, table string, version int64, asOf 
 	if err != nil {
 		return nil, err
 	}
+	return mirrorRows(ctx, table, snap, rel)
+}
+
+// mirrorRows reads the rows of a mirror's snapshot, laid out per rel.
+func mirrorRows(ctx context.Context, table string, snap *delta.Snapshot, rel *store.Relation) (*travelRows, error) {
 	rows, err := snap.ReadRows(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read %s at version %d: %w", table, snap.Version(), err)

@@ -1,0 +1,141 @@
+package live
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+
+	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
+)
+
+// defaultAppIDPrefix is the applier's default appId prefix.
+const defaultAppIDPrefix = "lakeside"
+
+// SetAppIDPrefix sets the prefix of the appIds in the mirrors' txn actions
+// (the applier's AppIDPrefix): the appId of a table's mirror is
+// "<prefix>/<schema.table>/mirror", and its version the end LSN of the last
+// transaction the mirror holds.
+func (h *Hub) SetAppIDPrefix(prefix string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.appIDPrefix = prefix
+}
+
+// resetIfNewEpoch starts the hub's state over when the queue belongs to
+// another epoch than the state (and when the hub starts). The applier trims
+// from the queue what the Delta mirrors hold, so the queue alone holds only
+// what changed since the last flushes: the rows before that are loaded from
+// the mirrors, and the queue's changes a mirror already holds are skipped.
+func (h *Hub) resetIfNewEpoch(ctx context.Context) error {
+	var (
+		epoch   string
+		applied store.LSN
+		rels    map[store.RelationKey]*store.Relation
+	)
+	err := h.db.View(func(r *store.Reader) error {
+		slot, err := r.SlotState()
+		if err != nil {
+			return err
+		}
+		epoch = epochOf(slot)
+		if applied, err = r.Applied(); err != nil {
+			return err
+		}
+		rels, err = r.Relations()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	same := epoch == h.epoch
+	prefix := h.appIDPrefix
+	h.mu.Unlock()
+	if same {
+		return nil
+	}
+	tables, held := h.seed(ctx, rels, prefix)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.resetLocked(epoch)
+	h.tables = tables
+	// Every transaction after this position is in the queue: a client
+	// that resumes from an earlier offset refetches.
+	h.retainedSince = max(applied, held)
+	return nil
+}
+
+// seed reads the rows of each captured table from its mirror. It returns
+// the tables and the newest position a mirror holds. A table with more rows
+// than the hub keeps is marked overflowed: it is served from its mirror.
+func (h *Hub) seed(ctx context.Context, rels map[store.RelationKey]*store.Relation, appIDPrefix string) (map[string]*tableState, store.LSN) {
+	tables := map[string]*tableState{}
+	if h.tablesDir == "" {
+		return tables, 0
+	}
+	// The newest schema version of each table.
+	newest := map[string]*store.Relation{}
+	for _, rel := range rels {
+		name := rel.QualifiedName()
+		if cur, ok := newest[name]; !ok || rel.Key.LSN > cur.Key.LSN {
+			newest[name] = rel
+		}
+	}
+	var held store.LSN
+	for name, rel := range newest {
+		dir := filepath.Join(h.tablesDir, name)
+		if _, err := os.Stat(filepath.Join(dir, delta.LogDirName)); err != nil {
+			continue // not flushed yet: the queue holds all of it
+		}
+		t := newTableState(rel)
+		tables[name] = t
+		tbl, err := delta.Open(ctx, dir)
+		var snap *delta.Snapshot
+		if err == nil {
+			snap, err = tbl.Snapshot(ctx)
+		}
+		if err != nil {
+			// Requests for its rows go to the mirror and report the error.
+			h.log.Error("live view: cannot read the table's Delta mirror; its rows are served from the mirror", "table", name, "err", err)
+			t.overflow, t.rows = true, nil
+			continue
+		}
+		if v, ok := snap.AppTransactionVersion(appIDPrefix + "/" + name + "/mirror"); ok {
+			t.seededTo = store.LSN(v)
+			held = max(held, t.seededTo)
+		}
+		if rows, ok := mirrorRowCount(snap); !ok || rows > int64(h.maxRows) {
+			h.log.Warn("live view: table has too many rows to keep in memory; serving it from its Delta mirror", "table", name, "max_rows", h.maxRows)
+			t.overflow, t.rows = true, nil
+			continue
+		}
+		tr, err := mirrorRows(ctx, name, snap, rel)
+		if err != nil {
+			h.log.Error("live view: cannot read the table's Delta mirror; its rows are served from the mirror", "table", name, "err", err)
+			t.overflow, t.rows = true, nil
+			continue
+		}
+		for _, k := range tr.keys {
+			t.rows[k] = &rowState{key: tr.keyVals[k], json: tr.rows[k].Values}
+		}
+		h.log.Info("live view: loaded the table's rows from its Delta mirror", "table", name, "rows", len(tr.keys), "version", snap.Version())
+	}
+	return tables, held
+}
+
+// mirrorRowCount adds up the rows of a snapshot's files from their
+// statistics; ok is false when a file has none.
+func mirrorRowCount(snap *delta.Snapshot) (rows int64, ok bool) {
+	for _, add := range snap.Files() {
+		if add.Stats == "" {
+			return 0, false
+		}
+		st, err := delta.ParseStats(add.Stats)
+		if err != nil {
+			return 0, false
+		}
+		rows += st.NumRecords
+	}
+	return rows, true
+}
