@@ -129,10 +129,13 @@ func (a *Agent) Open() error {
 		TargetFileRows: a.cfg.Delta.TargetFileRows,
 		AppIDPrefix:    appIDPrefix(a.cfg.Source.Slot),
 		EngineInfo:     "lakeside/" + a.version,
-		// The live view reads every transaction before the queue lets it go.
-		TrimLimit: a.hub.Offset,
-		Defer:     a.catchingUp,
-		Logger:    a.log.With("component", "applier"),
+		Defer:          a.catchingUp,
+		Logger:         a.log.With("component", "applier"),
+	}
+	if a.cfg.HTTP.Listen != HTTPOff {
+		// The live view reads every transaction before the queue lets it
+		// go. Without it (http.listen: off) the hub does not run.
+		appCfg.TrimLimit = a.hub.Offset
 	}
 	if a.up != nil {
 		appCfg.OnCommit = a.up.Notify
@@ -243,7 +246,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	start("source", a.src.Run)
 	start("applier", a.app.Run)
-	start("live view", a.hub.Run)
+	if a.server != nil {
+		start("live view", a.hub.Run)
+	}
 	start("vacuum", a.runVacuum)
 	if a.up != nil {
 		start("uploader", a.up.Run)
