@@ -145,11 +145,20 @@ func New(cfg Config) (*Client, error) {
 	return &Client{core: core, bucket: cfg.Bucket, prefix: strings.Trim(cfg.Prefix, "/")}, nil
 }
 
+// idleConnsPerHost is how many idle connections to the server are kept:
+// more than the uploader's requests in flight at once.
+const idleConnsPerHost = 64
+
 // newRetryTransport wraps base in a go-retryablehttp round tripper with
 // policy.
 func newRetryTransport(base http.RoundTripper, policy RetryPolicy) http.RoundTripper {
 	if base == nil {
-		base = http.DefaultTransport.(*http.Transport).Clone()
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		// The uploader's workers, its commits and its deletes go to one
+		// host at once: keep their connections open between requests
+		// (net/http keeps 2 per host by default and closes the rest).
+		t.MaxIdleConnsPerHost = idleConnsPerHost
+		base = t
 	}
 	if policy == (RetryPolicy{}) {
 		policy = DefaultRetry()
