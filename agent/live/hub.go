@@ -73,9 +73,11 @@ type Hub struct {
 // stands for a transaction too large to stream (or the initial snapshot):
 // clients past it reload the rows.
 type retainedTxn struct {
-	lsn     store.LSN
-	txn     Txn
-	refetch bool
+	lsn        store.LSN
+	xid        uint32
+	commitTime time.Time
+	changes    []Change
+	refetch    bool
 }
 
 // NewHub returns a hub over db. Run feeds it. tablesDir holds the Delta
@@ -187,7 +189,7 @@ func (h *Hub) poll() error {
 		}
 		var batchBytes, batchChanges int
 		return r.Txns(after, func(hd *store.TxnHeader, c *store.TxnCursor) error {
-			txn := Txn{LSN: hd.EndLSN.String(), Xid: hd.Xid, CommitTime: hd.CommitTime.UTC().Format(time.RFC3339Nano)}
+			txn := retainedTxn{lsn: hd.EndLSN, xid: hd.Xid, commitTime: hd.CommitTime}
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			for k, v := range rels {
@@ -216,10 +218,8 @@ func (h *Hub) poll() error {
 						h.log.Warn("live view: table has too many rows to keep in memory; serving it from its Delta mirror", "table", t.name, "max_rows", h.maxRows)
 					}
 					if ok && !huge {
-						txn.Changes = append(txn.Changes, out)
-						for _, v := range out.Row {
-							size += len(v)
-						}
+						txn.changes = append(txn.changes, out)
+						size += out.size()
 					}
 				}
 				return nil
@@ -237,9 +237,9 @@ func (h *Hub) poll() error {
 				batch, batchBytes, batchChanges = nil, 0, 0
 				return nil
 			}
-			batch = append(batch, retainedTxn{lsn: hd.EndLSN, txn: txn})
+			batch = append(batch, txn)
 			batchBytes += size
-			batchChanges += len(txn.Changes)
+			batchChanges += len(txn.changes)
 			if batchBytes >= maxBytesPerSend || batchChanges >= maxChangesPerSend {
 				h.publishLocked(batch)
 				batch, batchBytes, batchChanges = nil, 0, 0
@@ -601,11 +601,8 @@ func (h *Hub) refetchAfter(lsn store.LSN) bool {
 // size estimates a retained transaction's encoded size.
 func (rt *retainedTxn) size() int {
 	n := 64
-	for _, c := range rt.txn.Changes {
-		n += 32 + len(c.Key)
-		for _, v := range c.Row {
-			n += len(v) + 8
-		}
+	for i := range rt.changes {
+		n += rt.changes[i].size()
 	}
 	return n
 }

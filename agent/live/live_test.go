@@ -257,6 +257,9 @@ func (c *client) read() string {
 		var m Changes
 		json.Unmarshal(data, &m)
 		for _, txn := range m.Txns {
+			if at, err := time.Parse(time.RFC3339Nano, txn.CommitTime); err != nil || time.Since(at) > time.Hour || txn.Xid == 0 || !strings.Contains(txn.LSN, "/") {
+				c.t.Fatalf("transaction with lsn %q, xid %d, commit time %q", txn.LSN, txn.Xid, txn.CommitTime)
+			}
 			for _, ch := range txn.Changes {
 				c.received++
 				switch ch.Op {

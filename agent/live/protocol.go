@@ -37,7 +37,11 @@
 // does not answer within 40.
 package live
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/lakeside/lakeside/store"
+)
 
 // Message types.
 const (
@@ -115,6 +119,11 @@ type Change struct {
 	Key    string                     `json:"key,omitempty"`
 	OldKey string                     `json:"old_key,omitempty"`
 	Row    map[string]json.RawMessage `json:"row,omitempty"`
+
+	// raw, when set, is the captured change not yet rendered into Key,
+	// OldKey and Row (see render), laid out per rel.
+	raw *store.Change
+	rel *store.Relation
 }
 
 // Refetch tells the client to drop its rows; snapshots follow.

@@ -62,6 +62,13 @@ func (t *tableState) apply(rel *store.Relation, c *store.Change, wantOut bool) (
 	}
 	out.Table = t.name
 	out.Op = c.Op.String()
+	if t.overflow {
+		// No rows are kept: the change is rendered only if a client
+		// is sent it.
+		raw := *c
+		out.raw, out.rel = &raw, rel
+		return out, true
+	}
 	switch c.Op {
 	case store.OpTruncate:
 		if t.rows != nil {
@@ -106,6 +113,51 @@ func (t *tableState) apply(rel *store.Relation, c *store.Change, wantOut bool) (
 	}
 	out.Key, out.Row = k, row.json
 	return out, true
+}
+
+// render fills Key, OldKey and Row of a change kept raw. Unchanged TOASTed
+// values are left out: the client keeps the value it has.
+func (c *Change) render() {
+	raw, rel := c.raw, c.rel
+	if raw == nil {
+		return
+	}
+	c.raw, c.rel = nil, nil
+	switch raw.Op {
+	case store.OpTruncate:
+		return
+	case store.OpDelete:
+		_, c.Key = keyOf(rel, raw.Old)
+		return
+	}
+	_, c.Key = keyOf(rel, raw.New)
+	if raw.Op == store.OpUpdate && raw.Old != nil {
+		if _, oldKey := keyOf(rel, raw.Old); oldKey != c.Key {
+			c.OldKey = oldKey
+		}
+	}
+	c.Row = make(map[string]json.RawMessage, len(rel.Columns))
+	for i, col := range rel.Columns {
+		if i < len(raw.New) && raw.New[i].Kind != store.KindUnchanged {
+			c.Row[col.Name] = jsonValue(raw.New[i])
+		}
+	}
+}
+
+// size estimates a change's encoded size.
+func (c *Change) size() int {
+	n := 32 + len(c.Key) + len(c.OldKey)
+	for _, v := range c.Row {
+		n += len(v) + 8
+	}
+	if c.raw != nil {
+		for _, vals := range [][]store.Value{c.raw.Old, c.raw.New} {
+			for _, v := range vals {
+				n += len(v.Bytes) + 8
+			}
+		}
+	}
+	return n
 }
 
 // sortedKeys returns the keys of the current rows in primary-key order.

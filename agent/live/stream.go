@@ -98,11 +98,17 @@ func (s *subscriber) closeLocked(code int, reason string) {
 func (s *subscriber) changesFor(offset string, batch []retainedTxn) (Changes, bool) {
 	m := Changes{Type: TypeChanges, Offset: offset}
 	for _, rt := range batch {
-		t := Txn{LSN: rt.txn.LSN, Xid: rt.txn.Xid, CommitTime: rt.txn.CommitTime}
-		for _, c := range rt.txn.Changes {
-			if s.tables[c.Table] {
-				t.Changes = append(t.Changes, c)
+		var t Txn
+		for i := range rt.changes {
+			if c := &rt.changes[i]; s.tables[c.Table] {
+				// Rendered in place: the hub's lock is held, and the
+				// next subscriber or resume finds it done.
+				c.render()
+				t.Changes = append(t.Changes, *c)
 			}
+		}
+		if len(t.Changes) > 0 {
+			t.LSN, t.Xid, t.CommitTime = rt.lsn.String(), rt.xid, rt.commitTime.UTC().Format(time.RFC3339Nano)
 		}
 		if len(t.Changes) > 0 {
 			m.Txns = append(m.Txns, t)
