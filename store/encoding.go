@@ -25,6 +25,9 @@ const (
 	recordRelation  byte = 'R'
 	recordSlotState byte = 'S'
 	recordMeta      byte = 'M'
+	// recordInlineTxn is a queued transaction of one chunk stored as one
+	// value: its header record and its chunk record (see AppendTxn).
+	recordInlineTxn byte = 'T'
 )
 
 // encoder appends to a byte slice.
@@ -335,4 +338,25 @@ func decodeRelation(data []byte) (*Relation, error) {
 		return nil, fmt.Errorf("decode relation: %w", err)
 	}
 	return r, nil
+}
+
+// encodeInlineTxn frames a transaction's header and its only chunk as one
+// record: the length of the header record, the header record, the chunk
+// record.
+func encodeInlineTxn(hdr, chunk []byte) []byte {
+	e := newEncoder(recordInlineTxn, len(hdr)+len(chunk)+4)
+	e.bytes(hdr)
+	e.buf = append(e.buf, chunk...)
+	return e.finish()
+}
+
+// decodeInlineTxn splits an inline transaction into its header and chunk
+// records, without copying; each is checked again when decoded.
+func decodeInlineTxn(data []byte) (hdr, chunk []byte, err error) {
+	d := newDecoder(recordInlineTxn, data)
+	n := d.length(1)
+	if d.err != nil {
+		return nil, nil, fmt.Errorf("decode inline transaction: %w", d.err)
+	}
+	return d.buf[:n], d.buf[n:], nil
 }

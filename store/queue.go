@@ -34,14 +34,29 @@ type Writer struct {
 }
 
 // AppendTxn adds a committed transaction to the queue, keyed by its end LSN,
-// in chunks of at most chunkSize changes. A transaction whose end LSN is
-// already queued is an error: the caller deduplicates against the checkpoint.
+// in chunks of at most chunkSize changes. A transaction of one chunk, the
+// common small one, is one value (header and chunk); a larger one is a
+// bucket of its header and chunks. A transaction whose end LSN is already
+// queued is an error: the caller deduplicates against the checkpoint.
 func (w *Writer) AppendTxn(t *Txn, chunkSize int) error {
 	if chunkSize <= 0 {
 		chunkSize = DefaultChunkSize
 	}
 	q := w.tx.Bucket(bucketQueue)
-	b, err := q.CreateBucket(lsnKey(t.EndLSN))
+	key := lsnKey(t.EndLSN)
+	if len(t.Changes) <= chunkSize {
+		if q.Get(key) != nil || q.Bucket(key) != nil {
+			return fmt.Errorf("queue transaction at %s: %w", t.EndLSN, bolt.ErrBucketExists)
+		}
+		h := t.TxnHeader
+		h.Changes = int64(len(t.Changes))
+		data := encodeInlineTxn(encodeTxnHeader(&h), encodeChunk(0, t.Changes))
+		if err := q.Put(key, data); err != nil {
+			return fmt.Errorf("queue transaction at %s: %w", t.EndLSN, err)
+		}
+		return w.countTxn(&h, int64(len(data)))
+	}
+	b, err := q.CreateBucket(key)
 	if err != nil {
 		return fmt.Errorf("queue transaction at %s: %w", t.EndLSN, err)
 	}
@@ -68,11 +83,16 @@ func (w *Writer) finishTxn(b *bolt.Bucket, h *TxnHeader, size int64) error {
 	if err := b.Put(headerKey, hdr); err != nil {
 		return fmt.Errorf("queue transaction at %s: %w", h.EndLSN, err)
 	}
+	return w.countTxn(h, size+int64(len(hdr)))
+}
+
+// countTxn counts a queued transaction of size bytes in the totals.
+func (w *Writer) countTxn(h *TxnHeader, size int64) error {
 	if err := w.loadStats(); err != nil {
 		return err
 	}
 	w.stats.Transactions++
-	w.stats.Bytes += size + int64(len(hdr))
+	w.stats.Bytes += size
 	w.stats.LastLSN = max(w.stats.LastLSN, h.EndLSN)
 	return nil
 }
@@ -152,8 +172,16 @@ func (w *Writer) Trim(upTo LSN) (int, error) {
 		doomed = append(doomed, k)
 	}
 	for _, k := range doomed {
-		size := txnBytes(q.Bucket(k), false)
-		if err := q.DeleteBucket(k); err != nil {
+		var size int64
+		var err error
+		if v := q.Get(k); v != nil {
+			size = int64(len(v))
+			err = q.Delete(k)
+		} else {
+			size = txnBytes(q.Bucket(k), false)
+			err = q.DeleteBucket(k)
+		}
+		if err != nil {
 			return 0, fmt.Errorf("trim queue: %w", err)
 		}
 		w.stats.Transactions--
@@ -186,12 +214,21 @@ func txnBytes(b *bolt.Bucket, spooled bool) int64 {
 // TxnCursor gives access to one queued transaction's changes.
 type TxnCursor struct {
 	b *bolt.Bucket
+	// chunk is the only chunk of an inline transaction (b is nil).
+	chunk []byte
 }
 
 // Chunks calls fn with each chunk of the transaction's changes, in order.
 // The slices are owned by the callee. A transaction that was streamed holds
 // its chunks in the spool bucket that moved into it at commit.
 func (t *TxnCursor) Chunks(fn func(changes []Change) error) error {
+	if t.b == nil {
+		_, changes, err := decodeChunk(t.chunk)
+		if err != nil {
+			return fmt.Errorf("chunk: %w", err)
+		}
+		return fn(changes)
+	}
 	return eachChunk(t.b, func(_ uint32, changes []Change) error { return fn(changes) })
 }
 
@@ -238,19 +275,26 @@ var errStop = errors.New("stop")
 func (r *Reader) Txns(after LSN, fn func(h *TxnHeader, t *TxnCursor) error) error {
 	q := r.tx.Bucket(bucketQueue)
 	c := q.Cursor()
-	for k, _ := c.Seek(lsnKey(after + 1)); k != nil; k, _ = c.Next() {
-		b := q.Bucket(k)
-		if b == nil {
-			return fmt.Errorf("queue entry %x: %w: not a transaction", k, ErrCorrupt)
+	for k, v := c.Seek(lsnKey(after + 1)); k != nil; k, v = c.Next() {
+		var cur TxnCursor
+		var hdr []byte
+		if v != nil {
+			var err error
+			if hdr, cur.chunk, err = decodeInlineTxn(v); err != nil {
+				return fmt.Errorf("queue entry %x: %w", k, err)
+			}
+		} else {
+			cur.b = q.Bucket(k)
+			hdr = cur.b.Get(headerKey)
 		}
-		h, err := decodeTxnHeader(b.Get(headerKey))
+		h, err := decodeTxnHeader(hdr)
 		if err != nil {
 			return fmt.Errorf("queue entry %x: %w", k, err)
 		}
 		if uint64(h.EndLSN) != binary.BigEndian.Uint64(k) {
 			return fmt.Errorf("queue entry %x: %w: header says end LSN %s", k, ErrCorrupt, h.EndLSN)
 		}
-		if err := fn(&h, &TxnCursor{b: b}); err != nil {
+		if err := fn(&h, &cur); err != nil {
 			if errors.Is(err, ErrStopScan) {
 				return nil
 			}

@@ -95,8 +95,14 @@ func FuzzDecodeChunk(f *testing.F) {
 func TestQueueOrderAndChunks(t *testing.T) {
 	db := openTest(t)
 	err := db.Update(func(w *Writer) error {
+		// 100 fits one chunk and is stored inline; the others are
+		// buckets of chunks.
 		for _, end := range []LSN{300, 100, 200} {
-			if err := w.AppendTxn(sampleTxn(end, 5), 2); err != nil {
+			chunkSize := 2
+			if end == 100 {
+				chunkSize = 0
+			}
+			if err := w.AppendTxn(sampleTxn(end, 5), chunkSize); err != nil {
 				return err
 			}
 		}
@@ -117,13 +123,35 @@ func TestQueueOrderAndChunks(t *testing.T) {
 	if len(got) != 3 || got[0].EndLSN != 100 || got[1].EndLSN != 200 || got[2].EndLSN != 300 {
 		t.Fatalf("order: %v", got)
 	}
-	want := sampleTxn(200, 5)
-	want.TxnHeader.Changes = 6
-	if !reflect.DeepEqual(got[1], want) {
-		t.Fatalf("txn differs:\n got %+v\nwant %+v", got[1], want)
+	for i, end := range []LSN{100, 200} {
+		want := sampleTxn(end, 5)
+		want.TxnHeader.Changes = 6
+		if !reflect.DeepEqual(got[i], want) {
+			t.Fatalf("txn differs:\n got %+v\nwant %+v", got[i], want)
+		}
 	}
-	if err := db.Update(func(w *Writer) error { return w.AppendTxn(sampleTxn(200, 1), 0) }); err == nil {
-		t.Fatal("appending a transaction twice succeeded")
+	for _, again := range []struct {
+		end       LSN
+		chunkSize int
+	}{{200, 0}, {100, 0}, {100, 2}} {
+		if err := db.Update(func(w *Writer) error { return w.AppendTxn(sampleTxn(again.end, 5), again.chunkSize) }); err == nil {
+			t.Fatalf("appending transaction %d twice (chunk size %d) succeeded", again.end, again.chunkSize)
+		}
+	}
+}
+
+func TestInlineTransactionCorruptionIsDetected(t *testing.T) {
+	txn := sampleTxn(1000, 2)
+	data := encodeInlineTxn(encodeTxnHeader(&txn.TxnHeader), encodeChunk(0, txn.Changes))
+	for i := range data {
+		bad := append([]byte(nil), data...)
+		bad[i] ^= 0x40
+		if _, _, err := decodeInlineTxn(bad); !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupportedFormat) {
+			t.Fatalf("flipping byte %d: err = %v, want ErrCorrupt", i, err)
+		}
+	}
+	if _, _, err := decodeInlineTxn(encodeChunk(0, txn.Changes)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("chunk read as inline transaction: err = %v", err)
 	}
 }
 
@@ -215,7 +243,11 @@ func TestTrimAndStats(t *testing.T) {
 	db := openTest(t)
 	err := db.Update(func(w *Writer) error {
 		for end := LSN(10); end <= 50; end += 10 {
-			if err := w.AppendTxn(sampleTxn(end, 3), 2); err != nil {
+			chunkSize := 2 // a bucket of chunks; every other one inline
+			if end%20 == 0 {
+				chunkSize = 0
+			}
+			if err := w.AppendTxn(sampleTxn(end, 3), chunkSize); err != nil {
 				return err
 			}
 		}
