@@ -5,7 +5,9 @@
 //
 // The file has these top-level buckets:
 //
-//	queue     end LSN (8 bytes) -> bucket: 0 -> TxnHeader, 1..n -> chunks of changes
+//	queue     end LSN (8 bytes) -> TxnHeader and its one chunk of changes, framed as one record
+//	          or, for a larger or streamed transaction,
+//	          end LSN (8 bytes) -> bucket: 0 -> TxnHeader, 1..n -> chunks of changes
 //	spool     spool id (8 bytes) -> bucket: 0 -> spool totals, 1..n -> chunks of changes
 //	relations OID (4 bytes) + LSN (8 bytes) -> Relation
 //	meta      name -> value (checkpoint, slot state, queue totals)
