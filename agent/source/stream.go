@@ -78,63 +78,103 @@ type stream struct {
 // down cleanly and returns nil) or the connection fails.
 func (st *stream) run(ctx context.Context) error {
 	interval := st.s.cfg.StatusInterval
+	// The chores (stopping, status updates, pausing, the read deadline)
+	// are done before the first read, after every choresEvery messages,
+	// and whenever a read timed out: the clock stays off the per-message
+	// path.
+	sinceChores := choresEvery
 	for {
-		if ctx.Err() != nil {
-			return st.shutdown()
-		}
-		durable := st.s.writer.Durable()
-		sinceStatus := time.Since(st.lastStatus)
-		switch {
-		case st.idle() && sinceStatus >= idleProbe:
-			// Ask for a keepalive: its WAL end becomes the checkpoint, so
-			// an idle slot's confirmed position follows the server's WAL.
-			if err := st.sendStatus(ctx, true); err != nil {
-				return err
-			}
-		case sinceStatus >= interval || (durable != st.acked && sinceStatus >= ackEvery):
-			if err := st.sendStatus(ctx, false); err != nil {
-				return err
-			}
-		}
-		st.sampleServerWAL(ctx)
-		if paused, err := st.pause(ctx); err != nil {
-			return err
-		} else if paused {
-			continue
-		}
-		// A read deadline on the socket, rather than a context per message,
-		// bounds the wait: it is far cheaper at hundreds of thousands of
-		// messages a second, and a timeout leaves the connection usable.
-		if now := time.Now(); now.Sub(st.deadlineSet) >= readTimeout/4 {
-			if err := st.conn.Conn().SetReadDeadline(now.Add(readTimeout)); err != nil {
-				return fmt.Errorf("receive: %w", err)
-			}
-			st.deadlineSet = now
-			// The loop turns at least once per read deadline: promising
-			// the next beat here keeps the clock off the per-message path.
-			st.s.beat(streamBeat)
-		}
-		raw, err := st.conn.ReceiveMessage(context.Background())
-		if err != nil {
+		if sinceChores >= choresEvery {
+			sinceChores = 0
 			if ctx.Err() != nil {
 				return st.shutdown()
 			}
-			if pgconn.Timeout(err) {
-				continue
-			}
-			return fmt.Errorf("receive: %w", err)
-		}
-		switch msg := raw.(type) {
-		case *pgproto3.CopyData:
-			if err := st.copyData(ctx, msg.Data); err != nil {
+			if err := st.statusChore(ctx, interval); err != nil {
 				return err
 			}
-		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("replication: %w", pgconn.ErrorResponseToPgError(msg))
-		case *pgproto3.CopyDone:
-			return errors.New("replication: server ended the stream")
+			st.sampleServerWAL(ctx)
+			if paused, err := st.pause(ctx); err != nil {
+				return err
+			} else if paused {
+				sinceChores = choresEvery // read nothing until resumed
+				continue
+			}
+			// A read deadline on the socket, rather than a context per
+			// message, bounds the wait: it is far cheaper at hundreds of
+			// thousands of messages a second, and a timeout leaves the
+			// connection usable.
+			if now := time.Now(); now.Sub(st.deadlineSet) >= readTimeout/4 {
+				if err := st.conn.Conn().SetReadDeadline(now.Add(readTimeout)); err != nil {
+					return fmt.Errorf("receive: %w", err)
+				}
+				st.deadlineSet = now
+				// The chores come at least once per read deadline:
+				// promising the next beat here keeps the clock off the
+				// per-message path.
+				st.s.beat(streamBeat)
+			}
+		}
+		sinceChores++
+		switch err := st.receive(ctx); {
+		case errors.Is(err, errReadTimeout):
+			sinceChores = choresEvery
+		case errors.Is(err, errStopping):
+			return st.shutdown()
+		case err != nil:
+			return err
 		}
 	}
+}
+
+// statusChore sends a status update when one is due: every interval, about
+// once a second while the durable position moves, and as a keepalive
+// request when idle.
+func (st *stream) statusChore(ctx context.Context, interval time.Duration) error {
+	durable := st.s.writer.Durable()
+	sinceStatus := time.Since(st.lastStatus)
+	switch {
+	case st.idle() && sinceStatus >= idleProbe:
+		// Ask for a keepalive: its WAL end becomes the checkpoint, so an
+		// idle slot's confirmed position follows the server's WAL.
+		return st.sendStatus(ctx, true)
+	case sinceStatus >= interval || (durable != st.acked && sinceStatus >= ackEvery):
+		return st.sendStatus(ctx, false)
+	}
+	return nil
+}
+
+// choresEvery is how many messages are received between two turns of the
+// streaming loop's chores.
+const choresEvery = 64
+
+// Results of receive that are not failures: nothing came before the read
+// deadline, or the stream is stopping.
+var (
+	errReadTimeout = errors.New("read timed out")
+	errStopping    = errors.New("stopping")
+)
+
+// receive reads and handles one message.
+func (st *stream) receive(ctx context.Context) error {
+	raw, err := st.conn.ReceiveMessage(context.Background())
+	if err != nil {
+		if ctx.Err() != nil {
+			return errStopping
+		}
+		if pgconn.Timeout(err) {
+			return errReadTimeout
+		}
+		return fmt.Errorf("receive: %w", err)
+	}
+	switch msg := raw.(type) {
+	case *pgproto3.CopyData:
+		return st.copyData(ctx, msg.Data)
+	case *pgproto3.ErrorResponse:
+		return fmt.Errorf("replication: %w", pgconn.ErrorResponseToPgError(msg))
+	case *pgproto3.CopyDone:
+		return errors.New("replication: server ended the stream")
+	}
+	return nil
 }
 
 // pause waits a moment, reading nothing, while the agent asks capture to
