@@ -26,7 +26,6 @@ import (
 	"github.com/duckdb/duckdb-go/v2"
 	"github.com/jackc/pglogrepl"
 
-	"github.com/lakeside/lakeside/agent"
 	"github.com/lakeside/lakeside/agent/pgtest"
 	"github.com/lakeside/lakeside/delta"
 )
@@ -306,18 +305,14 @@ type deltaDrain struct {
 // (recorded once every table of a flush has committed) has reached it.
 func (e *e2e) timeToDelta(end string, prevMarker pglogrepl.LSN) deltaDrain {
 	e.t.Helper()
-	cfg, err := agent.LoadConfig(e.configPath)
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	endLSN, _ := pglogrepl.ParseLSN(end)
 	var r deltaDrain
 	start := time.Now()
 	d := e.start()
 	defer e.stop(d)
 	for deadline := start.Add(10 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		st, err := agent.ReadStatus(context.Background(), cfg)
-		if err != nil || !st.Running {
+		st, ok := socketStatus(e.stateDir)
+		if !ok {
 			continue
 		}
 		if cp, _ := pglogrepl.ParseLSN(st.CheckpointLSN); r.captured == 0 && cp >= endLSN {

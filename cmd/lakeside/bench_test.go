@@ -4,7 +4,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,14 +146,36 @@ func (e *e2e) createSlots() {
 // waitDurable polls the running agent until its queue is durable up to end.
 func (e *e2e) waitDurable(end pglogrepl.LSN) {
 	for {
-		cfg, _ := agent.LoadConfig(e.configPath)
-		if st, err := agent.ReadStatus(context.Background(), cfg); err == nil && st.Running {
+		if st, ok := socketStatus(e.stateDir); ok {
 			if cp, err := pglogrepl.ParseLSN(st.CheckpointLSN); err == nil && cp >= end {
 				return
 			}
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// socketStatus asks the agent running on stateDir for its status through
+// the control socket only; ok is false while it does not answer. (While the
+// agent starts and its socket is not there yet, ReadStatus waits seconds for
+// the state file's lock: timed polls must not.)
+func socketStatus(stateDir string) (st *agent.Status, ok bool) {
+	sock := filepath.Join(stateDir, agent.SocketName)
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://lakeside/status")
+	if err != nil {
+		return nil, false
+	}
+	defer resp.Body.Close()
+	st = new(agent.Status)
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(st) != nil {
+		return nil, false
+	}
+	return st, true
 }
 
 func median(xs []float64) float64 {
