@@ -8,9 +8,16 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/lakeside/lakeside/agent"
+)
+
+// The agent's garbage collection settings (see Run).
+const (
+	gcPercent   = 400
+	memoryLimit = 128 << 20
 )
 
 // runCommand runs the agent.
@@ -43,6 +50,17 @@ func (c *runCommand) Run(ctx context.Context) error {
 		// Measured on 2 cores, one scheduler thread captures about a fifth
 		// faster than two. GOMAXPROCS in the environment overrides this.
 		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/2))
+	}
+	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
+		// Capture allocates for every change and keeps little of it: a
+		// collection each time the heap doubles stalls the reading of the
+		// stream (measured on 2 cores: collecting at 5x captures 10-20%
+		// more single-row transactions a second). The memory limit keeps
+		// the heap bounded all the same (a 2M-row transaction captured
+		// and applied peaks at 125 MB anonymous memory). GOGC or
+		// GOMEMLIMIT in the environment overrides both.
+		debug.SetGCPercent(gcPercent)
+		debug.SetMemoryLimit(memoryLimit)
 	}
 	a := agent.New(cfg, log, Version)
 
