@@ -45,7 +45,7 @@ func (w *Writer) AppendTxn(t *Txn, chunkSize int) error {
 	q := w.tx.Bucket(bucketQueue)
 	key := lsnKey(t.EndLSN)
 	if len(t.Changes) <= chunkSize {
-		if q.Get(key) != nil || q.Bucket(key) != nil {
+		if k, _ := q.Cursor().Seek(key); bytes.Equal(k, key) {
 			return fmt.Errorf("queue transaction at %s: %w", t.EndLSN, bolt.ErrBucketExists)
 		}
 		h := t.TxnHeader
