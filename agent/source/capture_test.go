@@ -429,6 +429,56 @@ func TestIdleSlotConfirmsServerWALEnd(t *testing.T) {
 	h.checkItems()
 }
 
+// TestServerWALEndHoldsWhileCatchingUp: while capture drains a backlog, the
+// status keeps the server's WAL end it sampled; the walsender's keepalives
+// (which carry only how far it has decoded) do not lower it, so the later
+// stages see that capture is behind.
+func TestServerWALEndHoldsWhileCatchingUp(t *testing.T) {
+	h := newHarness(t)
+	h.exec(itemsTable)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	h.start()
+	h.waitStreaming()
+	h.waitXid(h.xid(`INSERT INTO items VALUES (1, 1, NULL)`))
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	h.exec(`DO $$ BEGIN FOR i IN 2..30001 LOOP INSERT INTO items VALUES (i, i, NULL); COMMIT; END LOOP; END $$`)
+	var text string
+	if err := h.conn.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&text); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := pglogrepl.ParseLSN(text)
+	end := store.LSN(l)
+
+	h.start()
+	h.waitStreaming()
+	sawEnd, sawBehind := false, false
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st := h.src.Status()
+		if st.ServerWALEnd >= end {
+			sawEnd = true
+			sawBehind = sawBehind || st.ReceivedLSN < end
+		} else if sawEnd {
+			t.Fatalf("the server's WAL end went back from %s to %s while capture was at %s", end, st.ServerWALEnd, st.ReceivedLSN)
+		}
+		var cp store.LSN
+		h.db.View(func(r *store.Reader) error { cp, _ = r.Checkpoint(); return nil })
+		if cp >= end && st.ReceivedLSN >= end {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("capture did not catch up")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !sawBehind {
+		t.Fatal("the status never showed capture behind the server's WAL end while it drained the backlog")
+	}
+	h.checkItems()
+}
+
 // TestSchemaVersionsAreKeptApart: every schema change is a new version in
 // the history, and each change refers to the version its values follow.
 func TestSchemaVersionsAreKeptApart(t *testing.T) {

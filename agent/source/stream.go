@@ -286,21 +286,26 @@ func (st *stream) copyData(ctx context.Context, data []byte) error {
 		if err != nil {
 			return fmt.Errorf("parse keepalive: %w", err)
 		}
-		st.walEnd = store.LSN(pkm.ServerWALEnd)
+		// A logical walsender's keepalive carries the position it has
+		// decoded up to, which trails the server's WAL end while capture
+		// catches up: it raises what is known of the WAL end, never
+		// lowers it.
+		decoded := store.LSN(pkm.ServerWALEnd)
+		st.walEnd = max(st.walEnd, decoded)
 		st.s.serverWALEnd.Store(uint64(st.walEnd))
 		if st.idle() {
-			// A logical walsender's keepalive carries the position it has
-			// decoded up to: with no transaction open, everything before it
-			// has been received, and capture is not behind.
-			st.received = max(st.received, st.walEnd)
+			// With no transaction open, everything before the decoded
+			// position has been received; it becomes the checkpoint once
+			// it is durable, so an idle slot holds no WAL. (Only the
+			// decoded position: a transaction that commits after it may
+			// have begun before it.)
+			st.received = max(st.received, decoded)
 			st.s.receivedLSN.Store(uint64(st.received))
-		}
-		// With nothing in flight, the server's WAL end becomes the
-		// checkpoint once it is durable, so an idle slot holds no WAL.
-		if st.idle() && st.walEnd > st.s.writer.Durable() && st.walEnd > st.checkpointAsk {
-			st.checkpointAsk = st.walEnd
-			if err := st.s.writer.send(writeOp{kind: opCheckpoint, lsn: st.walEnd}); err != nil {
-				return err
+			if decoded > st.s.writer.Durable() && decoded > st.checkpointAsk {
+				st.checkpointAsk = decoded
+				if err := st.s.writer.send(writeOp{kind: opCheckpoint, lsn: decoded}); err != nil {
+					return err
+				}
 			}
 		}
 		if pkm.ReplyRequested {
