@@ -180,8 +180,11 @@ func (a *Agent) backpressure() (bool, string) {
 }
 
 // catchUpBytes is how far behind the server's WAL capture must be for the
-// later stages to give it the CPU.
-const catchUpBytes = 8 << 20
+// later stages to give it the CPU. At a steady load capture is within a few
+// transactions of the server; a backlog of even a few MB (a restart, a burst)
+// is drained first, and the live view's clients then refetch once instead of
+// being streamed every change of it.
+const catchUpBytes = 1 << 20
 
 // catchingUp reports whether capture is far behind PostgreSQL: the applier
 // and the live view then hold back, so that a small machine spends itself

@@ -32,6 +32,10 @@ const (
 	// streamed row by row; clients refetch the tables' rows instead, so
 	// neither the hub nor a client holds it whole.
 	hugeTxnChanges = 10000
+	// defaultFarBehind: a hub that finds more changes than this queued
+	// after its offset applies them without streaming them, and then has
+	// its clients refetch (see poll).
+	defaultFarBehind = 20000
 	// defaultMaxRows bounds the rows of one table the hub keeps in memory;
 	// a larger table is served from its Delta mirror.
 	defaultMaxRows = 50000
@@ -64,6 +68,7 @@ type Hub struct {
 	// retainedSince is the offset after which every transaction is retained.
 	retainedSince store.LSN
 	retain        int
+	farBehind     int64
 	subs          map[*subscriber]struct{}
 	// appIDPrefix starts the appIds of the mirrors' txn actions.
 	appIDPrefix string
@@ -96,6 +101,7 @@ func NewHub(db *store.DB, tablesDir string, log *slog.Logger) *Hub {
 		tables:    map[string]*tableState{},
 		rels:      map[store.RelationKey]*store.Relation{},
 		retain:    defaultRetainTxns,
+		farBehind: defaultFarBehind,
 		subs:      map[*subscriber]struct{}{},
 
 		appIDPrefix: defaultAppIDPrefix,
@@ -170,6 +176,7 @@ func (h *Hub) poll() error {
 		return err
 	}
 	var batch []retainedTxn
+	var farBehind bool
 	err := h.db.View(func(r *store.Reader) error {
 		slot, err := r.SlotState()
 		if err != nil {
@@ -181,9 +188,24 @@ func (h *Hub) poll() error {
 			h.mu.Unlock()
 			return nil
 		}
-		after := h.offset
+		after, limit := h.offset, h.farBehind
 		h.mu.Unlock()
 		rels, err := r.Relations()
+		if err != nil {
+			return err
+		}
+		// A hub far behind the queue (it held back while capture caught
+		// up with a backlog) does not stream the backlog to every client
+		// change by change: it applies it, and the clients refetch the
+		// rows once.
+		var pending int64
+		err = r.Txns(after, func(hd *store.TxnHeader, _ *store.TxnCursor) error {
+			if pending += hd.Changes; pending > limit {
+				farBehind = true
+				return store.ErrStopScan
+			}
+			return nil
+		})
 		if err != nil {
 			return err
 		}
@@ -195,7 +217,7 @@ func (h *Hub) poll() error {
 			for k, v := range rels {
 				h.rels[k] = v
 			}
-			huge := hd.Snapshot || hd.Changes > hugeTxnChanges
+			huge := hd.Snapshot || hd.Changes > hugeTxnChanges || farBehind
 			var size int
 			err := c.Chunks(func(changes []store.Change) error {
 				for i := range changes {
@@ -228,6 +250,9 @@ func (h *Hub) poll() error {
 				return err
 			}
 			h.offset = hd.EndLSN
+			if farBehind {
+				return nil // one refetch marker follows the backlog
+			}
 			if huge {
 				// Send what came before, then the marker on its own.
 				if len(batch) > 0 {
@@ -250,10 +275,14 @@ func (h *Hub) poll() error {
 	if err != nil {
 		return err
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if len(batch) > 0 {
-		h.mu.Lock()
 		h.publishLocked(batch)
-		h.mu.Unlock()
+	}
+	if farBehind {
+		h.log.Debug("live view: applied a backlog without streaming it; clients refetch", "up_to", h.offset, "clients", len(h.subs))
+		h.publishLocked([]retainedTxn{{lsn: h.offset, refetch: true}})
 	}
 	return nil
 }

@@ -419,3 +419,39 @@ func (f *fixture) waitApplied() {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestHubFarBehindHasClientsRefetch: a hub that finds more changes queued
+// than it streams (it held back while capture caught up) applies them and
+// has its clients refetch, once, instead of sending them change by change.
+func TestHubFarBehindHasClientsRefetch(t *testing.T) {
+	f := newFixture(t, Config{}, stockSchema, `INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 50) g`)
+	f.waitHub()
+	c := f.dial("?tables=public.stock")
+	c.read()
+	c.readUntil(f.hub)
+	offset := c.offset
+	f.hub.mu.Lock()
+	f.hub.farBehind = 0 // any change is a backlog
+	f.hub.mu.Unlock()
+	f.writeStock(20, 1)
+	f.waitHub()
+	for !c.refetch {
+		c.read()
+	}
+	if c.received != 0 {
+		t.Fatalf("the client was sent %d changes of the backlog before the refetch", c.received)
+	}
+	// It connects again, as the page does, and takes the rows afresh.
+	c2 := f.dial("?tables=public.stock")
+	c2.read()
+	c2.readUntil(f.hub)
+	equalRows(t, "client after the backlog", c2.rows, f.tableRows())
+	// A client that resumes from before the backlog is told to refetch.
+	c3 := f.dial("?tables=public.stock&offset=" + offset)
+	c3.read() // hello
+	if typ := c3.read(); typ != TypeRefetch {
+		t.Fatalf("a client resuming from before the backlog got %s, want refetch", typ)
+	}
+	c3.readUntil(f.hub)
+	equalRows(t, "client resuming from before the backlog", c3.rows, f.tableRows())
+}

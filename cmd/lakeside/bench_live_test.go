@@ -208,27 +208,50 @@ func (e *e2e) drainBacklog(t *testing.T, addr string, tables []string, n, client
 
 	start := time.Now()
 	d := e.start()
-	var conns []*websocket.Conn
-	for len(conns) < clients {
-		ws, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/api/v1/stream?tables="+strings.Join(tables, ","), nil)
-		if err != nil {
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		conns = append(conns, ws)
-		go func() {
+	// Each client reads everything and, like the web page, connects
+	// again when the server closes the stream (a refetch).
+	url := "ws://" + addr + "/api/v1/stream?tables=" + strings.Join(tables, ",")
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	connected := make(chan struct{}, clients)
+	for range clients {
+		wg.Go(func() {
+			first := true
 			for {
-				if _, _, err := ws.ReadMessage(); err != nil {
+				ws, _, err := websocket.DefaultDialer.Dial(url, nil)
+				if err != nil {
+					select {
+					case <-done:
+						return
+					case <-time.After(5 * time.Millisecond):
+						continue
+					}
+				}
+				if first {
+					connected <- struct{}{}
+					first = false
+				}
+				go func() { <-done; ws.Close() }()
+				for {
+					if _, _, err := ws.ReadMessage(); err != nil {
+						break
+					}
+				}
+				select {
+				case <-done:
 					return
+				default:
 				}
 			}
-		}()
+		})
+	}
+	for range clients {
+		<-connected
 	}
 	e.waitDurable(end)
 	took := time.Since(start)
-	for _, c := range conns {
-		c.Close()
-	}
+	close(done)
+	wg.Wait()
 	e.stop(d)
 	return took
 }
