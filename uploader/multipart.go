@@ -116,7 +116,7 @@ func (u *Uploader) uploadParts(ctx context.Context, t Table, j fileJob, key stri
 				fail(fmt.Errorf("%w: %s: %w", ErrLocal, j.rel, err))
 				return
 			}
-			body := Body{R: u.limit(ctx, io.NewSectionReader(f, off, psize)), Size: psize, SHA256: sha}
+			body := u.newBody(ctx, f, off, psize, sha)
 			etag, err := u.client.UploadPart(ctx, key, m.UploadID, n, body)
 			if err != nil {
 				fail(err)

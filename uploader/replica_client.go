@@ -59,6 +59,10 @@ type Body struct {
 	Size   int64
 	MD5    []byte
 	SHA256 []byte
+	// Reopen, when set, returns a reader of the same bytes from the start:
+	// a client retries the request with it instead of holding the body
+	// in memory for a retry.
+	Reopen func() io.Reader
 }
 
 // Part is a completed part of a multipart upload.

@@ -149,7 +149,7 @@ func (u *Uploader) uploadFile(ctx context.Context, t Table, j fileJob) (int64, e
 	if err != nil {
 		return 0, fmt.Errorf("%w: %s: %w", ErrLocal, j.rel, err)
 	}
-	body := Body{R: u.limit(ctx, io.NewSectionReader(f, 0, size)), Size: size, SHA256: sha}
+	body := u.newBody(ctx, f, 0, size, sha)
 	err = u.client.PutObject(ctx, key, body, PutOptions{IfNoneMatch: true})
 	if errors.Is(err, ErrPreconditionFailed) {
 		err = u.checkSame(ctx, key, io.NewSectionReader(f, 0, size))
@@ -179,7 +179,7 @@ func (u *Uploader) putCommit(ctx context.Context, t Table, v int64) error {
 func (u *Uploader) putBytes(ctx context.Context, key string, data []byte, ifNoneMatch bool) error {
 	size := int64(len(data))
 	sha, _ := checksum(bytes.NewReader(data), size)
-	body := Body{R: u.limit(ctx, bytes.NewReader(data)), Size: size, SHA256: sha}
+	body := u.newBody(ctx, bytes.NewReader(data), 0, size, sha)
 	err := u.client.PutObject(ctx, key, body, PutOptions{IfNoneMatch: ifNoneMatch})
 	if err == nil {
 		u.bytes.Add(size)
@@ -232,4 +232,11 @@ func (u *Uploader) limit(ctx context.Context, r io.Reader) io.Reader {
 		return r
 	}
 	return &limitedReader{ctx: ctx, r: r, lim: u.opts.Limiter}
+}
+
+// newBody returns the body of size bytes of r from off, read through the
+// uploader's bandwidth limit on every attempt.
+func (u *Uploader) newBody(ctx context.Context, r io.ReaderAt, off, size int64, sha []byte) Body {
+	open := func() io.Reader { return u.limit(ctx, io.NewSectionReader(r, off, size)) }
+	return Body{R: open(), Size: size, SHA256: sha, Reopen: open}
 }

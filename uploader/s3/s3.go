@@ -173,7 +173,7 @@ func newRetryTransport(base http.RoundTripper, policy RetryPolicy) http.RoundTri
 	rc.CheckRetry = retryablehttp.DefaultRetryPolicy
 	// Hand the last response to minio-go so it can read the S3 error.
 	rc.ErrorHandler = retryablehttp.PassthroughErrorHandler
-	return &retryablehttp.RoundTripper{Client: rc}
+	return replayTransport{next: &retryablehttp.RoundTripper{Client: rc}}
 }
 
 // jitterBackoff is capped exponential backoff with full jitter; a longer
@@ -206,6 +206,7 @@ func (c *Client) object(key string) string {
 
 // PutObject stores body under key in one request.
 func (c *Client) PutObject(ctx context.Context, key string, body uploader.Body, opts uploader.PutOptions) error {
+	ctx = withReopen(ctx, body.Reopen, body.Size)
 	po := minio.PutObjectOptions{DisableContentSha256: true, DisableMultipart: true}
 	if opts.IfNoneMatch {
 		po.SetMatchETagExcept("*")
@@ -247,6 +248,7 @@ func (c *Client) CreateMultipartUpload(ctx context.Context, key string) (string,
 
 // UploadPart uploads one part.
 func (c *Client) UploadPart(ctx context.Context, key, uploadID string, number int, body uploader.Body) (string, error) {
+	ctx = withReopen(ctx, body.Reopen, body.Size)
 	p, err := c.core.PutObjectPart(ctx, c.bucket, c.object(key), uploadID, number, body.R, body.Size, minio.PutObjectPartOptions{
 		Md5Base64:            base64.StdEncoding.EncodeToString(body.MD5),
 		Sha256Hex:            hex.EncodeToString(body.SHA256),
