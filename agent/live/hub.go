@@ -315,10 +315,7 @@ func (h *Hub) publishLocked(batch []retainedTxn) {
 	}
 	offset := h.offsetString(batch[len(batch)-1].lsn)
 	if batch[0].refetch {
-		// The client reconnects without an offset and takes a new snapshot.
-		for s := range h.subs {
-			s.refetch("a transaction too large to stream")
-		}
+		h.refetchAllLocked("a transaction or backlog too large to stream")
 		return
 	}
 	// Subscribers of the same tables get the same bytes: each distinct
@@ -334,6 +331,49 @@ func (h *Hub) publishLocked(batch []retainedTxn) {
 			s.enqueueEncoded(data)
 		}
 	}
+}
+
+// refetchAllLocked tells every client to drop its rows and sends it the
+// current rows on the same connection, the snapshot of each group of
+// tables encoded once. A client of a table that is served from its mirror
+// or not captured yet is closed instead: it reconnects without an offset
+// and takes a new snapshot.
+func (h *Hub) refetchAllLocked(reason string) {
+	encoded := map[string][][]byte{}
+	for s := range h.subs {
+		msgs, ok := encoded[s.tablesKey]
+		if !ok {
+			msgs = h.encodeRefetchLocked(s.tableNames(), reason)
+			encoded[s.tablesKey] = msgs
+		}
+		if msgs == nil {
+			s.refetch(reason)
+			continue
+		}
+		for _, m := range msgs {
+			s.enqueueEncoded(m)
+		}
+	}
+}
+
+// encodeRefetchLocked encodes a refetch and the snapshot of tables, or
+// returns nil when a table's rows are not in memory.
+func (h *Hub) encodeRefetchLocked(tables []string, reason string) [][]byte {
+	for _, n := range tables {
+		if t := h.tables[n]; t == nil || t.overflow {
+			return nil
+		}
+	}
+	msgs := append([]any{Refetch{Type: TypeRefetch, Reason: reason}}, h.snapshotLocked(tables)...)
+	out := make([][]byte, 0, len(msgs))
+	for _, m := range msgs {
+		data, err := json.Marshal(m)
+		if err != nil {
+			return nil
+		}
+		out = append(out, data)
+	}
+	return out
 }
 
 func (h *Hub) offsetString(l store.LSN) string {

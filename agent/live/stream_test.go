@@ -422,7 +422,8 @@ func (f *fixture) waitApplied() {
 
 // TestHubFarBehindHasClientsRefetch: a hub that finds more changes queued
 // than it streams (it held back while capture caught up) applies them and
-// has its clients refetch, once, instead of sending them change by change.
+// has its clients refetch, once, instead of sending them change by change:
+// the current rows follow the refetch on the same connection.
 func TestHubFarBehindHasClientsRefetch(t *testing.T) {
 	f := newFixture(t, Config{}, stockSchema, `INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 50) g`)
 	f.waitHub()
@@ -441,7 +442,10 @@ func TestHubFarBehindHasClientsRefetch(t *testing.T) {
 	if c.received != 0 {
 		t.Fatalf("the client was sent %d changes of the backlog before the refetch", c.received)
 	}
-	// It connects again, as the page does, and takes the rows afresh.
+	// The current rows follow on the same connection.
+	c.readUntil(f.hub)
+	equalRows(t, "client after the refetch", c.rows, f.tableRows())
+	// A client that connects anew takes the rows too.
 	c2 := f.dial("?tables=public.stock")
 	c2.read()
 	c2.readUntil(f.hub)
