@@ -29,9 +29,10 @@ func (h *Hub) SetAppIDPrefix(prefix string) {
 // the mirrors, and the queue's changes a mirror already holds are skipped.
 func (h *Hub) resetIfNewEpoch(ctx context.Context) error {
 	var (
-		epoch   string
-		applied store.LSN
-		rels    map[store.RelationKey]*store.Relation
+		epoch, prefix string
+		same          bool
+		applied       store.LSN
+		rels          map[store.RelationKey]*store.Relation
 	)
 	err := h.db.View(func(r *store.Reader) error {
 		slot, err := r.SlotState()
@@ -39,21 +40,20 @@ func (h *Hub) resetIfNewEpoch(ctx context.Context) error {
 			return err
 		}
 		epoch = epochOf(slot)
+		h.mu.Lock()
+		same, prefix = epoch == h.epoch, h.appIDPrefix
+		h.mu.Unlock()
+		if same {
+			return nil
+		}
 		if applied, err = r.Applied(); err != nil {
 			return err
 		}
 		rels, err = r.Relations()
 		return err
 	})
-	if err != nil {
+	if err != nil || same {
 		return err
-	}
-	h.mu.Lock()
-	same := epoch == h.epoch
-	prefix := h.appIDPrefix
-	h.mu.Unlock()
-	if same {
-		return nil
 	}
 	tables, held := h.seed(ctx, rels, prefix)
 	h.mu.Lock()
