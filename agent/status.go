@@ -165,37 +165,50 @@ func (a *Agent) controlHandler() http.Handler {
 	return mux
 }
 
-// ReadStatus asks the agent running on stateDir for its status through the
-// control socket, or, when none runs, reads the state file.
-func ReadStatus(ctx context.Context, cfg *Config) (*Status, error) {
-	sock := filepath.Join(cfg.StateDir, SocketName)
-	client := &http.Client{
-		Timeout: 5 * time.Second,
-		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		}},
-	}
+// ErrNoAgent means no agent answers on the control socket.
+var ErrNoAgent = errors.New("no agent answers on the control socket")
+
+// AskStatus asks the agent running on stateDir for its status through the
+// control socket only; it fails at once with ErrNoAgent when none answers
+// (none runs, or one is still starting).
+func AskStatus(ctx context.Context, stateDir string) (*Status, error) {
+	sock := filepath.Join(stateDir, SocketName)
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}
+	defer tr.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lakeside/status", nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := client.Do(req)
-	if err == nil {
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return nil, fmt.Errorf("read status: %w", err)
-		}
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("agent status: %s", body)
-		}
-		var st Status
-		if err := json.Unmarshal(body, &st); err != nil {
-			return nil, fmt.Errorf("decode status: %w", err)
-		}
-		return &st, nil
+	resp, err := (&http.Client{Timeout: 5 * time.Second, Transport: tr}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoAgent, err)
 	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read status: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("agent status: %s", body)
+	}
+	var st Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		return nil, fmt.Errorf("decode status: %w", err)
+	}
+	return &st, nil
+}
+
+// ReadStatus asks the agent running on stateDir for its status through the
+// control socket, or, when none answers, reads the state file.
+func ReadStatus(ctx context.Context, cfg *Config) (*Status, error) {
+	st, err := AskStatus(ctx, cfg.StateDir)
+	if !errors.Is(err, ErrNoAgent) {
+		return st, err
+	}
+	sock := filepath.Join(cfg.StateDir, SocketName)
 	db, err := store.Open(cfg.StateDir, store.Options{ReadOnly: true, LockTimeout: 2 * time.Second})
 	if errors.Is(err, store.ErrLocked) {
 		return nil, fmt.Errorf("an agent holds %s but does not answer on %s", cfg.StateDir, sock)
@@ -204,7 +217,7 @@ func ReadStatus(ctx context.Context, cfg *Config) (*Status, error) {
 		return nil, fmt.Errorf("no agent is running and the state cannot be read: %w", err)
 	}
 	defer db.Close()
-	st := &Status{State: "stopped", Slot: cfg.Source.Slot}
+	st = &Status{State: "stopped", Slot: cfg.Source.Slot}
 	if err := db.View(func(r *store.Reader) error { return stateStatus(r, st) }); err != nil {
 		return nil, err
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/duckdb/duckdb-go/v2"
 	"github.com/jackc/pglogrepl"
 
+	"github.com/lakeside/lakeside/agent"
 	"github.com/lakeside/lakeside/agent/pgtest"
 	"github.com/lakeside/lakeside/delta"
 )
@@ -311,8 +312,8 @@ func (e *e2e) timeToDelta(end string, prevMarker pglogrepl.LSN) deltaDrain {
 	d := e.start()
 	defer e.stop(d)
 	for deadline := start.Add(10 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		st, ok := socketStatus(e.stateDir)
-		if !ok {
+		st, err := agent.AskStatus(context.Background(), e.stateDir)
+		if err != nil {
 			continue
 		}
 		if cp, _ := pglogrepl.ParseLSN(st.CheckpointLSN); r.captured == 0 && cp >= endLSN {

@@ -4,10 +4,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,36 +143,15 @@ func (e *e2e) createSlots() {
 // waitDurable polls the running agent until its queue is durable up to end.
 func (e *e2e) waitDurable(end pglogrepl.LSN) {
 	for {
-		if st, ok := socketStatus(e.stateDir); ok {
+		// The control socket only: while the agent starts, ReadStatus
+		// would wait seconds for the state file's lock.
+		if st, err := agent.AskStatus(context.Background(), e.stateDir); err == nil {
 			if cp, err := pglogrepl.ParseLSN(st.CheckpointLSN); err == nil && cp >= end {
 				return
 			}
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// socketStatus asks the agent running on stateDir for its status through
-// the control socket only; ok is false while it does not answer. (While the
-// agent starts and its socket is not there yet, ReadStatus waits seconds for
-// the state file's lock: timed polls must not.)
-func socketStatus(stateDir string) (st *agent.Status, ok bool) {
-	sock := filepath.Join(stateDir, agent.SocketName)
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("http://lakeside/status")
-	if err != nil {
-		return nil, false
-	}
-	defer resp.Body.Close()
-	st = new(agent.Status)
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(st) != nil {
-		return nil, false
-	}
-	return st, true
 }
 
 func median(xs []float64) float64 {
