@@ -74,6 +74,9 @@ func Open(dir string, opts Options) (*DB, error) {
 		Timeout:      timeout,
 		ReadOnly:     opts.ReadOnly,
 		FreelistType: bolt.FreelistMapType,
+		// The free page list is rebuilt at open instead of written with
+		// every commit: the file of a drained queue is mostly free pages.
+		NoFreelistSync: true,
 		// bbolt remaps the file as it grows, and a remap waits for every
 		// read transaction to end. The applier and the live view read
 		// while capture writes; reserving address space up front (not
@@ -121,6 +124,31 @@ func (db *DB) Update(fn func(w *Writer) error) error {
 		return w.flush()
 	})
 }
+
+// Begin starts a write transaction that the caller ends with Commit or
+// Rollback, from the goroutine that began it. It holds the state file's
+// write lock until then; Update is the form for a transaction that fits in
+// one function.
+func (db *DB) Begin() (*Writer, error) {
+	tx, err := db.bolt.Begin(true)
+	if err != nil {
+		return nil, err
+	}
+	return &Writer{Reader: Reader{tx: tx}}, nil
+}
+
+// Commit writes the transaction's changes and fsyncs them. The transaction
+// is over whatever it returns.
+func (w *Writer) Commit() error {
+	if err := w.flush(); err != nil {
+		w.tx.Rollback()
+		return err
+	}
+	return w.tx.Commit()
+}
+
+// Rollback discards the transaction's changes.
+func (w *Writer) Rollback() error { return w.tx.Rollback() }
 
 // View runs fn in a read transaction that sees one consistent state.
 func (db *DB) View(fn func(r *Reader) error) error {
