@@ -45,6 +45,17 @@ type Source struct {
 	connectedOnce sync.Once
 }
 
+// behindBytes is how far behind the server's WAL capture must be to count
+// as draining a backlog.
+const behindBytes = 1 << 20
+
+// behind reports whether capture is draining a backlog: the server's WAL
+// ends more than behindBytes past what was received.
+func (s *Source) behind() bool {
+	end := s.serverWALEnd.Load()
+	return end > s.receivedLSN.Load()+behindBytes
+}
+
 // Status describes the source's connection and positions.
 type Status struct {
 	// State is "starting", "snapshot", "streaming" or "disconnected".
@@ -167,7 +178,7 @@ func (s *Source) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("read checkpoint: %w", err)
 	}
-	w := newQueueWriter(s.db, s.log, checkpoint, s.cfg.OnDurable)
+	w := newQueueWriter(s.db, s.log, checkpoint, s.cfg.OnDurable, s.behind)
 	s.mu.Lock()
 	s.writer = w
 	s.mu.Unlock()

@@ -67,15 +67,29 @@ type queueWriter struct {
 	stopped chan struct{}
 	// onDurable is called after each durable write, if set.
 	onDurable func()
+	// behind reports whether capture is draining a backlog, if set.
+	behind func() bool
+	// commitEvery is the least time between commits while behind.
+	commitEvery time.Duration
+	// fullDiskPause is how long the writer waits before it retries a
+	// write that found the disk full.
+	fullDiskPause time.Duration
+	// beforeCommit, if set, is called before each commit; an error it
+	// returns fails the commit as the disk would (tests only).
+	beforeCommit func() error
 }
 
-func newQueueWriter(db *store.DB, log *slog.Logger, checkpoint store.LSN, onDurable func()) *queueWriter {
+func newQueueWriter(db *store.DB, log *slog.Logger, checkpoint store.LSN, onDurable func(), behind func() bool) *queueWriter {
 	w := &queueWriter{
 		db:        db,
 		log:       log,
 		ops:       make(chan writeOp, maxBatchOps),
 		stopped:   make(chan struct{}),
 		onDurable: onDurable,
+		behind:    behind,
+
+		commitEvery:   catchUpCommitEvery,
+		fullDiskPause: 5 * time.Second,
 	}
 	w.cond = sync.NewCond(&w.mu)
 	w.durable.Store(uint64(checkpoint))
@@ -147,68 +161,146 @@ func (w *queueWriter) close() error {
 // run applies operations until ops is closed or a write fails for a reason
 // other than a full disk. A full disk pauses the writer (and so, through
 // backpressure, the reading from PostgreSQL) and retries; nothing is dropped.
+//
+// Each operation is applied as it arrives, into a bbolt transaction that is
+// committed (fsync'd) once no more operations are waiting: many operations
+// share one fsync under load (group commit). While capture drains a backlog
+// (behind), commits are at most catchUpCommitEvery apart instead, so that
+// fsyncs take less of the time the walsender waits for its socket to drain.
 func (w *queueWriter) run() {
 	defer close(w.stopped)
-	var carry []writeOp
+	var (
+		open       openTxn
+		lastCommit = time.Now()
+		timer      = time.NewTimer(time.Hour)
+	)
+	timer.Stop()
+	defer timer.Stop()
 	for {
-		batch := carry
-		carry = nil
-		if len(batch) == 0 {
-			op, ok := <-w.ops
-			if !ok {
+		op, ok, commitNow := w.next(&open, lastCommit, timer)
+		if commitNow {
+			if !w.commit(&open) {
 				return
 			}
-			batch = append(batch, op)
+			lastCommit = time.Now()
+			continue
 		}
-	drain:
-		for len(batch) < maxBatchOps {
-			select {
-			case op, ok := <-w.ops:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, op)
-			default:
-				break drain
-			}
-		}
-		applied, checkpoint, cleared, err := w.write(batch)
-		for err != nil && errors.Is(err, syscall.ENOSPC) {
-			w.log.Error("state disk is full; capture is paused until space is freed", "path", w.db.Path(), "err", err)
-			time.Sleep(5 * time.Second)
-			applied, checkpoint, cleared, err = w.write(batch)
-		}
-		if err != nil {
-			w.fail(fmt.Errorf("write queue: %w", err), batch)
-			// Fail everything still queued too.
-			for op := range w.ops {
-				if op.done != nil {
-					op.done <- err
-				}
-			}
+		if !ok {
+			w.commit(&open)
 			return
 		}
-		carry = batch[applied:]
-		if cleared || checkpoint > w.Durable() {
-			w.durable.Store(uint64(checkpoint))
-		}
-		var weight int64
-		for _, op := range batch[:applied] {
-			weight += op.weight
-			if op.done != nil {
-				op.done <- nil
+		if op.kind == opSpoolCommit && open.tx != nil && open.tx.SpoolTouched(op.spool) {
+			// A spool is committed in a transaction of its own (see
+			// store.Writer.SpoolCommit).
+			if !w.commit(&open) {
+				return
 			}
+			lastCommit = time.Now()
 		}
-		w.mu.Lock()
-		w.pending -= weight
-		w.cond.Broadcast()
-		w.mu.Unlock()
-		if w.onDurable != nil {
-			w.onDurable()
+		if err := w.retryFull(func() error { return open.apply(w.db, op) }, &open); err != nil {
+			if open.tx != nil {
+				open.tx.Rollback()
+			}
+			w.fail(fmt.Errorf("write queue: %w", err), append(open.ops, op))
+			return
+		}
+		if op.done != nil || open.weight >= maxOpenWeight || len(open.ops) >= maxBatchOps {
+			if !w.commit(&open) {
+				return
+			}
+			lastCommit = time.Now()
 		}
 	}
 }
 
+// maxOpenWeight is how many changes an open transaction takes before it is
+// committed, whatever the time: half of what may wait in memory, so that
+// capture goes on reading while the writer commits.
+const maxOpenWeight = maxPendingChanges / 2
+
+// catchUpCommitEvery is the least time between two commits while capture
+// drains a backlog.
+const catchUpCommitEvery = 100 * time.Millisecond
+
+// next waits for the next operation. With a transaction open, it returns
+// commitNow instead when nothing more is waiting and a commit is due.
+func (w *queueWriter) next(open *openTxn, lastCommit time.Time, timer *time.Timer) (op writeOp, ok, commitNow bool) {
+	if open.tx == nil {
+		op, ok = <-w.ops
+		return op, ok, false
+	}
+	select {
+	case op, ok = <-w.ops:
+		return op, ok, false
+	default:
+	}
+	wait := time.Duration(0)
+	if w.behind != nil && w.behind() {
+		wait = w.commitEvery - time.Since(lastCommit)
+	}
+	if wait <= 0 {
+		return op, false, true
+	}
+	timer.Reset(wait)
+	defer timer.Stop()
+	select {
+	case op, ok = <-w.ops:
+		return op, ok, false
+	case <-timer.C:
+		return op, false, true
+	}
+}
+
+// retryFull runs write, and while it fails because the disk is full, rolls
+// the open transaction back, waits, applies its operations again and runs
+// write again.
+func (w *queueWriter) retryFull(write func() error, open *openTxn) error {
+	err := write()
+	for err != nil && errors.Is(err, syscall.ENOSPC) {
+		w.log.Error("state disk is full; capture is paused until space is freed", "path", w.db.Path(), "err", err)
+		time.Sleep(w.fullDiskPause)
+		if err = open.reapply(w.db); err == nil {
+			err = write()
+		}
+	}
+	return err
+}
+
+// commit commits the open transaction, if any, and publishes what became
+// durable. It returns false when the writer failed.
+func (w *queueWriter) commit(open *openTxn) bool {
+	if open.tx == nil {
+		return true
+	}
+	commit := func() error { return open.commit(w.beforeCommit) }
+	if err := w.retryFull(commit, open); err != nil {
+		if open.tx != nil {
+			open.tx.Rollback()
+		}
+		w.fail(fmt.Errorf("write queue: %w", err), open.ops)
+		return false
+	}
+	if open.cleared || open.checkpoint > w.Durable() {
+		w.durable.Store(uint64(open.checkpoint))
+	}
+	for _, op := range open.ops {
+		if op.done != nil {
+			op.done <- nil
+		}
+	}
+	w.mu.Lock()
+	w.pending -= open.weight
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	*open = openTxn{ops: open.ops[:0]}
+	if w.onDurable != nil {
+		w.onDurable()
+	}
+	return true
+}
+
+// fail records err, fails the operations of batch and everything still
+// queued, and stops the writer from accepting more.
 func (w *queueWriter) fail(err error, batch []writeOp) {
 	w.mu.Lock()
 	w.err = err
@@ -219,45 +311,88 @@ func (w *queueWriter) fail(err error, batch []writeOp) {
 			op.done <- err
 		}
 	}
+	for op := range w.ops {
+		if op.done != nil {
+			op.done <- err
+		}
+	}
 }
 
-// write applies a prefix of batch in one bbolt transaction and returns how
-// many operations it applied and the checkpoint it recorded. It stops before
-// committing a spool that the same transaction changed (see
-// store.Writer.SpoolCommit).
+// openTxn is the writer's bbolt transaction and the operations applied in it.
 //
-// After a batch that cleared the state, the checkpoint starts again from what
-// the batch recorded (zero when nothing).
-func (w *queueWriter) write(batch []writeOp) (applied int, checkpoint store.LSN, cleared bool, err error) {
-	err = w.db.Update(func(tx *store.Writer) error {
-		checkpoint, applied, cleared = 0, 0, false
-		for _, op := range batch {
-			if op.kind == opSpoolCommit && tx.SpoolTouched(op.spool) {
-				break
-			}
-			if err := apply(tx, &op); err != nil {
-				return err
-			}
-			applied++
-			switch op.kind {
-			case opAppendTxn:
-				checkpoint = max(checkpoint, op.txn.EndLSN)
-			case opSpoolCommit:
-				checkpoint = max(checkpoint, op.header.EndLSN)
-			case opCheckpoint:
-				checkpoint = max(checkpoint, op.lsn)
-			case opClearState:
-				checkpoint, cleared = 0, true
-			}
+// After an operation that cleared the state, the checkpoint starts again
+// from what the later operations record (zero when none).
+type openTxn struct {
+	tx         *store.Writer
+	ops        []writeOp
+	weight     int64
+	checkpoint store.LSN
+	cleared    bool
+}
+
+// apply applies op, beginning a transaction if none is open.
+func (t *openTxn) apply(db *store.DB, op writeOp) error {
+	if t.tx == nil {
+		tx, err := db.Begin()
+		if err != nil {
+			return err
 		}
-		if checkpoint > 0 {
-			if err := tx.SetCheckpoint(checkpoint); err != nil {
-				return err
-			}
+		t.tx = tx
+	}
+	if err := apply(t.tx, &op); err != nil {
+		return err
+	}
+	t.ops = append(t.ops, op)
+	t.weight += op.weight
+	switch op.kind {
+	case opAppendTxn:
+		t.checkpoint = max(t.checkpoint, op.txn.EndLSN)
+	case opSpoolCommit:
+		t.checkpoint = max(t.checkpoint, op.header.EndLSN)
+	case opCheckpoint:
+		t.checkpoint = max(t.checkpoint, op.lsn)
+	case opClearState:
+		t.checkpoint, t.cleared = 0, true
+	}
+	return nil
+}
+
+// commit records the checkpoint and commits, after calling before if it is
+// set. The transaction is closed whatever it returns; on failure the
+// operations stay, for reapply.
+func (t *openTxn) commit(before func() error) error {
+	tx := t.tx
+	t.tx = nil
+	if before != nil {
+		if err := before(); err != nil {
+			tx.Rollback()
+			return err
 		}
-		return nil
-	})
-	return applied, checkpoint, cleared, err
+	}
+	if t.checkpoint > 0 {
+		if err := tx.SetCheckpoint(t.checkpoint); err != nil {
+			tx.Rollback()
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// reapply rolls back the open transaction, if any, and applies its
+// operations again in a new one.
+func (t *openTxn) reapply(db *store.DB) error {
+	if t.tx != nil {
+		t.tx.Rollback()
+	}
+	ops := t.ops
+	*t = openTxn{}
+	for _, op := range ops {
+		if err := t.apply(db, op); err != nil {
+			t.ops = append(t.ops, ops[len(t.ops):]...)
+			return err
+		}
+	}
+	return nil
 }
 
 func apply(tx *store.Writer, op *writeOp) error {

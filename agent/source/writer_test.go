@@ -1,0 +1,193 @@
+package source
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lakeside/lakeside/store"
+)
+
+// writerHarness runs a queueWriter on a state file of its own.
+type writerHarness struct {
+	t       *testing.T
+	db      *store.DB
+	w       *queueWriter
+	commits atomic.Int64
+	log     *lockedBuffer
+}
+
+// lockedBuffer is a bytes.Buffer safe for the writer's goroutine and the test.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// newWriterHarness starts a writer; behind says whether capture is draining
+// a backlog, and setup adjusts the writer before it starts.
+func newWriterHarness(t *testing.T, behind bool, setup func(w *queueWriter)) *writerHarness {
+	t.Helper()
+	db, err := store.Open(t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	h := &writerHarness{t: t, db: db, log: &lockedBuffer{}}
+	log := slog.New(slog.NewTextHandler(h.log, nil))
+	h.w = newQueueWriter(db, log, 0, func() { h.commits.Add(1) }, func() bool { return behind })
+	if setup != nil {
+		setup(h.w)
+	}
+	go h.w.run()
+	t.Cleanup(func() { h.w.close() })
+	return h
+}
+
+// appendTxn sends a one-row transaction ending at end.
+func (h *writerHarness) appendTxn(end store.LSN) {
+	h.t.Helper()
+	txn := &store.Txn{
+		TxnHeader: store.TxnHeader{Xid: uint32(end), CommitLSN: end - 1, EndLSN: end, CommitTime: time.Now()},
+		Changes: []store.Change{{Op: store.OpInsert, Relation: store.RelationKey{OID: 16384, LSN: 1},
+			New: []store.Value{{Kind: store.KindInt64, Int: int64(end)}}}},
+	}
+	if err := h.w.send(writeOp{kind: opAppendTxn, txn: txn}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// queued returns the end LSNs of the queued transactions.
+func (h *writerHarness) queued() []store.LSN {
+	h.t.Helper()
+	var ends []store.LSN
+	err := h.db.View(func(r *store.Reader) error {
+		txns, err := r.ReadTxns(0, 1000)
+		for _, txn := range txns {
+			ends = append(ends, txn.EndLSN)
+		}
+		return err
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return ends
+}
+
+// waitDurable waits until the writer says lsn is durable.
+func (h *writerHarness) waitDurable(lsn store.LSN) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for h.w.Durable() < lsn {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("durable %s, want %s", h.w.Durable(), lsn)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestWriterCommitsOnceNothingMoreIsWaiting(t *testing.T) {
+	h := newWriterHarness(t, false, nil)
+	h.appendTxn(100)
+	// No sync: a transaction alone is committed as soon as the writer has
+	// nothing more to apply.
+	h.waitDurable(100)
+	if got := h.queued(); len(got) != 1 || got[0] != 100 {
+		t.Fatalf("queued %v, want [100]", got)
+	}
+}
+
+func TestWriterSpacesCommitsWhileBehind(t *testing.T) {
+	h := newWriterHarness(t, true, func(w *queueWriter) { w.commitEvery = time.Hour })
+	h.appendTxn(100)
+	// Give the writer time to apply the first transaction alone: caught
+	// up, it would commit it now.
+	time.Sleep(100 * time.Millisecond)
+	if d := h.w.Durable(); d != 0 {
+		t.Fatalf("durable %s while behind, before the commit interval", d)
+	}
+	h.appendTxn(200)
+	if err := h.w.sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := h.w.Durable(); d != 200 {
+		t.Fatalf("durable %s after sync, want 0/C8", d)
+	}
+	if n := h.commits.Load(); n != 1 {
+		t.Fatalf("%d commits, want both transactions in one", n)
+	}
+	if got := h.queued(); len(got) != 2 || got[0] != 100 || got[1] != 200 {
+		t.Fatalf("queued %v, want [100 200]", got)
+	}
+}
+
+func TestWriterRetriesAFullDiskWithEverythingApplied(t *testing.T) {
+	var fails atomic.Int64
+	h := newWriterHarness(t, true, func(w *queueWriter) {
+		w.commitEvery = time.Hour
+		w.fullDiskPause = 10 * time.Millisecond
+		w.beforeCommit = func() error {
+			if fails.Add(1) <= 2 {
+				return syscall.ENOSPC
+			}
+			return nil
+		}
+	})
+	h.appendTxn(100)
+	h.appendTxn(200)
+	if err := h.w.sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.queued(); len(got) != 2 || got[0] != 100 || got[1] != 200 {
+		t.Fatalf("queued %v after the disk had room again, want [100 200]", got)
+	}
+	if d := h.w.Durable(); d != 200 {
+		t.Fatalf("durable %s, want 0/C8", d)
+	}
+	if n := strings.Count(h.log.String(), "state disk is full"); n != 2 {
+		t.Fatalf("logged a full disk %d times, want 2:\n%s", n, h.log)
+	}
+	// The writer goes on after the disk has room.
+	h.appendTxn(300)
+	if err := h.w.sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := h.w.Durable(); d != 300 {
+		t.Fatalf("durable %s, want 0/12C", d)
+	}
+}
+
+func TestWriterFailureFailsEverySync(t *testing.T) {
+	h := newWriterHarness(t, false, func(w *queueWriter) {
+		w.beforeCommit = func() error { return errors.New("disk on fire") }
+	})
+	h.appendTxn(100)
+	err := h.w.sync(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "disk on fire") {
+		t.Fatalf("sync after a failed commit: %v", err)
+	}
+	if err := h.w.send(writeOp{kind: opSync}); err == nil {
+		t.Fatal("a failed writer accepted an operation")
+	}
+	if got := h.queued(); len(got) != 0 {
+		t.Fatalf("queued %v after a failed commit", got)
+	}
+}
