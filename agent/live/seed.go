@@ -63,6 +63,10 @@ func (h *Hub) resetIfNewEpoch(ctx context.Context) error {
 	// Every transaction after this position is in the queue: a client
 	// that resumes from an earlier offset refetches.
 	h.retainedSince = max(applied, held)
+	// Every mirror holds the transactions up to the applied position, and
+	// the rows were loaded from the mirrors: the hub is there, even when
+	// the queue holds nothing after it.
+	h.offset = applied
 	return nil
 }
 

@@ -337,12 +337,18 @@ func TestRestartedHubLoadsRowsFromMirrors(t *testing.T) {
 	h2 := NewHub(f.db, f.cfg.TablesDir, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { h2.Run(ctx); close(done) }()
+	var runErr error
+	go func() { runErr = h2.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	deadline := time.Now().Add(30 * time.Second)
 	for h2.Offset() < f.hub.Offset() {
+		select {
+		case <-done:
+			t.Fatalf("the second hub stopped: %v", runErr)
+		default:
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("the second hub did not catch up")
+			t.Fatalf("the second hub did not catch up: at %s, the first at %s", h2.Offset(), f.hub.Offset())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -367,6 +373,48 @@ func TestRestartedHubLoadsRowsFromMirrors(t *testing.T) {
 		t.Fatal("an offset whose changes were trimmed before the restart was resumed, not refetched")
 	}
 	equalRows(t, "client resuming from before the restart", c3.rows, f.tableRows())
+}
+
+// TestRestartedHubOnAnEmptyQueueIsAtTheAppliedPosition: when the applier
+// has trimmed the whole queue, a hub that starts again has its rows from the
+// mirrors and reports their position, not the start of time.
+func TestRestartedHubOnAnEmptyQueueIsAtTheAppliedPosition(t *testing.T) {
+	f := newFixture(t, Config{TablesDir: t.TempDir()}, stockSchema, `INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 30) g`)
+	f.writeStock(5, 1)
+	f.waitHub()
+	f.waitApplied()
+	var applied store.LSN
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		queued := 0
+		f.db.View(func(r *store.Reader) error {
+			var err error
+			if applied, err = r.Applied(); err != nil {
+				return err
+			}
+			return r.Txns(0, func(*store.TxnHeader, *store.TxnCursor) error { queued++; return nil })
+		})
+		if queued == 0 && applied > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the queue still holds %d transactions", queued)
+		}
+	}
+
+	h2 := NewHub(f.db, f.cfg.TablesDir, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { h2.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for deadline := time.Now().Add(10 * time.Second); h2.Offset() != applied; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted hub is at %s, want the applied position %s", h2.Offset(), applied)
+		}
+	}
+	want := f.tableRows()
+	if rows, _, err := h2.rowsPage("public.stock", "", 1000); err != nil || len(rows) != len(want) {
+		t.Fatalf("the restarted hub has %d rows of public.stock, PostgreSQL %d (%v)", len(rows), len(want), err)
+	}
 }
 
 // waitTrimmedPast waits until the applier has trimmed the queue past the
