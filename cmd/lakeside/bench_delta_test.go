@@ -295,6 +295,8 @@ func (e *e2e) walLSN() string {
 // until the queue held the whole backlog, and until the Delta tables did.
 type deltaDrain struct {
 	captured, applied time.Duration
+	// cpu is the CPU time (user and system) the agent used, start to stop.
+	cpu time.Duration
 	// marker is the end LSN of the backlog's last transaction.
 	marker pglogrepl.LSN
 }
@@ -304,13 +306,15 @@ type deltaDrain struct {
 // tables hold the whole backlog: the marker's mirror has applied a
 // transaction after prevMarker, and the applier's applied position
 // (recorded once every table of a flush has committed) has reached it.
-func (e *e2e) timeToDelta(end string, prevMarker pglogrepl.LSN) deltaDrain {
+func (e *e2e) timeToDelta(end string, prevMarker pglogrepl.LSN) (r deltaDrain) {
 	e.t.Helper()
 	endLSN, _ := pglogrepl.ParseLSN(end)
-	var r deltaDrain
 	start := time.Now()
 	d := e.start()
-	defer e.stop(d)
+	defer func() {
+		e.stop(d)
+		r.cpu = d.cmd.ProcessState.UserTime() + d.cmd.ProcessState.SystemTime()
+	}()
 	for deadline := start.Add(10 * time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		st, err := agent.AskStatus(context.Background(), e.stateDir)
 		if err != nil {
@@ -367,7 +371,7 @@ func TestBenchDeltaEndToEnd(t *testing.T) {
 	round := 0
 	fmt.Println()
 	for _, w := range workloads {
-		var baselines, ours, ratios, captures, applies []float64
+		var baselines, ours, ratios, captures, applies, cpus []float64
 		for r := 0; r < benchRounds; r++ {
 			w.run()
 			round++
@@ -380,13 +384,15 @@ func TestBenchDeltaEndToEnd(t *testing.T) {
 			ours = append(ours, float64(w.rows)/o.applied.Seconds())
 			ratios = append(ratios, b.Seconds()/o.applied.Seconds())
 			captures, applies = append(captures, o.captured.Seconds()), append(applies, (o.applied-o.captured).Seconds())
+			cpus = append(cpus, o.cpu.Seconds())
 		}
 		fmt.Printf("BENCH delta end to end, %s: lakeside %.0fk rows/s, pg_recvlogical %.0fk rows/s, ratio %.2f (target >= 0.8)\n",
 			w.name, median(ours)/1e3, median(baselines)/1e3, median(ratios))
-		fmt.Printf("  lakeside: capture into the queue %.1f s, then Delta commits %.1f s more (medians)\n", median(captures), median(applies))
+		fmt.Printf("  lakeside: capture into the queue %.1f s, then Delta commits %.1f s more; the agent used %.1f s of CPU (medians)\n",
+			median(captures), median(applies), median(cpus))
 	}
 	fmt.Printf("  median of %d rounds; lakeside: from its start until changelog and mirror committed the backlog (flush_interval 1s);\n", benchRounds)
-	fmt.Printf("  pg_recvlogical: the same backlog from its own slot to /dev/null; load %s\n", loadAvg())
+	fmt.Printf("  pg_recvlogical: the same backlog from its own slot to /dev/null; load %s; %d cores\n", loadAvg(), runtime.NumCPU())
 }
 
 // deltaCommit is one commit of a table written by the agent: the end LSN of
