@@ -244,12 +244,20 @@ func TestRestartResumesWithoutLossOrDuplicates(t *testing.T) {
 	h.checkItems()
 }
 
-func TestReconnectsAfterConnectionLossAndServerCrash(t *testing.T) {
+// streamingItems starts capture of the items table, after running the
+// extra SQL, and waits until it streams.
+func streamingItems(t *testing.T, extra ...string) *harness {
+	t.Helper()
 	h := newHarness(t)
-	h.exec(itemsTable)
+	h.exec(append([]string{itemsTable}, extra...)...)
 	h.cfg.Tables = []Table{{"public", "items"}}
 	h.start()
 	h.waitStreaming()
+	return h
+}
+
+func TestReconnectsAfterConnectionLossAndServerCrash(t *testing.T) {
+	h := streamingItems(t)
 	ctx := context.Background()
 
 	// The walsender is terminated by an administrator.
@@ -388,11 +396,7 @@ func TestPreflightNamesTheFix(t *testing.T) {
 }
 
 func TestIdleSlotConfirmsServerWALEnd(t *testing.T) {
-	h := newHarness(t)
-	h.exec(itemsTable, `CREATE TABLE other (a int)`)
-	h.cfg.Tables = []Table{{"public", "items"}}
-	h.start()
-	h.waitStreaming()
+	h := streamingItems(t, `CREATE TABLE other (a int)`)
 	h.waitXid(h.xid(`INSERT INTO items VALUES (1, 1, NULL)`))
 	// Write WAL that the publication does not include.
 	h.exec(`INSERT INTO other SELECT generate_series(1, 10000)`)
@@ -434,11 +438,7 @@ func TestIdleSlotConfirmsServerWALEnd(t *testing.T) {
 // (which carry only how far it has decoded) do not lower it, so the later
 // stages see that capture is behind.
 func TestServerWALEndHoldsWhileCatchingUp(t *testing.T) {
-	h := newHarness(t)
-	h.exec(itemsTable)
-	h.cfg.Tables = []Table{{"public", "items"}}
-	h.start()
-	h.waitStreaming()
+	h := streamingItems(t)
 	h.waitXid(h.xid(`INSERT INTO items VALUES (1, 1, NULL)`))
 	if err := h.stop(); err != nil {
 		t.Fatal(err)
@@ -482,11 +482,7 @@ func TestServerWALEndHoldsWhileCatchingUp(t *testing.T) {
 // TestSchemaVersionsAreKeptApart: every schema change is a new version in
 // the history, and each change refers to the version its values follow.
 func TestSchemaVersionsAreKeptApart(t *testing.T) {
-	h := newHarness(t)
-	h.exec(itemsTable)
-	h.cfg.Tables = []Table{{"public", "items"}}
-	h.start()
-	h.waitStreaming()
+	h := streamingItems(t)
 	h.xid(`INSERT INTO items VALUES (1, 1, 'a')`)
 	h.exec(`ALTER TABLE items ADD COLUMN extra int`)
 	h.xid(`INSERT INTO items VALUES (2, 2, 'b', 20)`)
