@@ -179,21 +179,12 @@ func (a *Agent) backpressure() (bool, string) {
 	return false, ""
 }
 
-// catchUpBytes is how far behind the server's WAL capture must be for the
-// later stages to give it the CPU. At a steady load capture is within a few
-// transactions of the server; a backlog of even a few MB (a restart, a burst)
-// is drained first, and the live view's clients then refetch once instead of
-// being streamed every change of it.
-const catchUpBytes = 1 << 20
-
-// catchingUp reports whether capture is far behind PostgreSQL: the applier
-// and the live view then hold back, so that a small machine spends itself
-// on shrinking the WAL the server keeps for the slot.
-func (a *Agent) catchingUp() bool {
-	st := a.src.Status()
-	// Until the server has said where its WAL ends, assume the worst.
-	return st.ServerWALEnd == 0 || st.ServerWALEnd > st.ReceivedLSN+catchUpBytes
-}
+// catchingUp reports whether capture is far behind PostgreSQL (see
+// source.Source.CatchingUp): the applier and the live view then hold back,
+// so that a small machine spends itself on shrinking the WAL the server
+// keeps for the slot, and the live view's clients refetch once afterwards
+// instead of being streamed every change of the backlog.
+func (a *Agent) catchingUp() bool { return a.src.CatchingUp() }
 
 // DB returns the open state file (nil before Open).
 func (a *Agent) DB() *store.DB { return a.db }

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"time"
@@ -172,31 +170,19 @@ var ErrNoAgent = errors.New("no agent answers on the control socket")
 // control socket only; it fails at once with ErrNoAgent when none answers
 // (none runs, or one is still starting).
 func AskStatus(ctx context.Context, stateDir string) (*Status, error) {
-	sock := filepath.Join(stateDir, SocketName)
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}
-	defer tr.CloseIdleConnections()
+	client := controlClient(filepath.Join(stateDir, SocketName), 5*time.Second)
+	defer client.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lakeside/status", nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := (&http.Client{Timeout: 5 * time.Second, Transport: tr}).Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoAgent, err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("read status: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("agent status: %s", body)
-	}
 	var st Status
-	if err := json.Unmarshal(body, &st); err != nil {
-		return nil, fmt.Errorf("decode status: %w", err)
+	if err := readReply(resp, "status", &st); err != nil {
+		return nil, err
 	}
 	return &st, nil
 }

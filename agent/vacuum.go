@@ -164,6 +164,24 @@ func controlClient(sock string, timeout time.Duration) *http.Client {
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: dial}}
 }
 
+// readReply reads the agent's reply on the control socket into v, a JSON
+// object, and closes its body. A reply other than 200 OK is the agent's
+// error text.
+func readReply(resp *http.Response, what string, v any) error {
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", what, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("agent %s: %s", what, body)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("decode %s: %w", what, err)
+	}
+	return nil
+}
+
 // ErrAgentNotAnswering is returned (wrapped) by RunVacuum when an agent
 // holds the state directory but does not answer on its control socket.
 var ErrAgentNotAnswering = errors.New("the running agent does not answer")
@@ -182,17 +200,9 @@ func RunVacuum(ctx context.Context, cfg *Config, dryRun bool, log *slog.Logger) 
 	}
 	resp, err := controlClient(sock, 0).Do(req)
 	if err == nil {
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return nil, fmt.Errorf("read vacuum report: %w", err)
-		}
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("agent vacuum: %s", body)
-		}
 		var rep VacuumReport
-		if err := json.Unmarshal(body, &rep); err != nil {
-			return nil, fmt.Errorf("decode vacuum report: %w", err)
+		if err := readReply(resp, "vacuum report", &rep); err != nil {
+			return nil, err
 		}
 		return &rep, nil
 	}

@@ -45,15 +45,19 @@ type Source struct {
 	connectedOnce sync.Once
 }
 
-// behindBytes is how far behind the server's WAL capture must be to count
-// as draining a backlog.
-const behindBytes = 1 << 20
+// catchUpBytes is how far behind the server's WAL capture must be to count
+// as catching up. At a steady load capture is within a few transactions of
+// the server; a backlog of even a few MB (a restart, a burst) is drained
+// first: the queue is committed less often, and the later stages give
+// capture the CPU.
+const catchUpBytes = 1 << 20
 
-// behind reports whether capture is draining a backlog: the server's WAL
-// ends more than behindBytes past what was received.
-func (s *Source) behind() bool {
+// CatchingUp reports whether capture is draining a backlog: the server's WAL
+// ends more than catchUpBytes past what was received. Until the server has
+// said where its WAL ends, it assumes the worst.
+func (s *Source) CatchingUp() bool {
 	end := s.serverWALEnd.Load()
-	return end > s.receivedLSN.Load()+behindBytes
+	return end == 0 || end > s.receivedLSN.Load()+catchUpBytes
 }
 
 // Status describes the source's connection and positions.
@@ -178,7 +182,7 @@ func (s *Source) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("read checkpoint: %w", err)
 	}
-	w := newQueueWriter(s.db, s.log, checkpoint, s.cfg.OnDurable, s.behind)
+	w := newQueueWriter(s.db, s.log, checkpoint, s.cfg.OnDurable, s.CatchingUp)
 	s.mu.Lock()
 	s.writer = w
 	s.mu.Unlock()

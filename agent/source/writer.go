@@ -77,6 +77,8 @@ type queueWriter struct {
 	// beforeCommit, if set, is called before each commit; an error it
 	// returns fails the commit as the disk would (tests only).
 	beforeCommit func() error
+	// lastCommit is when the writer last committed (its goroutine only).
+	lastCommit time.Time
 }
 
 func newQueueWriter(db *store.DB, log *slog.Logger, checkpoint store.LSN, onDurable func(), behind func() bool) *queueWriter {
@@ -169,23 +171,17 @@ func (w *queueWriter) close() error {
 // fsyncs take less of the time the walsender waits for its socket to drain.
 func (w *queueWriter) run() {
 	defer close(w.stopped)
-	var (
-		open       openTxn
-		lastCommit = time.Now()
-		timer      = time.NewTimer(time.Hour)
-	)
-	timer.Stop()
-	defer timer.Stop()
+	var open openTxn
+	w.lastCommit = time.Now()
 	for {
-		op, ok, commitNow := w.next(&open, lastCommit, timer)
-		if commitNow {
+		op, ok, commitNow := w.next(&open)
+		switch {
+		case commitNow:
 			if !w.commit(&open) {
 				return
 			}
-			lastCommit = time.Now()
 			continue
-		}
-		if !ok {
+		case !ok:
 			w.commit(&open)
 			return
 		}
@@ -195,20 +191,16 @@ func (w *queueWriter) run() {
 			if !w.commit(&open) {
 				return
 			}
-			lastCommit = time.Now()
 		}
 		if err := w.retryFull(func() error { return open.apply(w.db, op) }, &open); err != nil {
-			if open.tx != nil {
-				open.tx.Rollback()
-			}
-			w.fail(fmt.Errorf("write queue: %w", err), append(open.ops, op))
+			open.ops = append(open.ops, op)
+			w.abort(&open, err)
 			return
 		}
 		if op.done != nil || open.weight >= maxOpenWeight || len(open.ops) >= maxBatchOps {
 			if !w.commit(&open) {
 				return
 			}
-			lastCommit = time.Now()
 		}
 	}
 }
@@ -224,7 +216,7 @@ const catchUpCommitEvery = 100 * time.Millisecond
 
 // next waits for the next operation. With a transaction open, it returns
 // commitNow instead when nothing more is waiting and a commit is due.
-func (w *queueWriter) next(open *openTxn, lastCommit time.Time, timer *time.Timer) (op writeOp, ok, commitNow bool) {
+func (w *queueWriter) next(open *openTxn) (op writeOp, ok, commitNow bool) {
 	if open.tx == nil {
 		op, ok = <-w.ops
 		return op, ok, false
@@ -236,17 +228,15 @@ func (w *queueWriter) next(open *openTxn, lastCommit time.Time, timer *time.Time
 	}
 	wait := time.Duration(0)
 	if w.behind != nil && w.behind() {
-		wait = w.commitEvery - time.Since(lastCommit)
+		wait = w.commitEvery - time.Since(w.lastCommit)
 	}
 	if wait <= 0 {
 		return op, false, true
 	}
-	timer.Reset(wait)
-	defer timer.Stop()
 	select {
 	case op, ok = <-w.ops:
 		return op, ok, false
-	case <-timer.C:
+	case <-time.After(wait):
 		return op, false, true
 	}
 }
@@ -272,14 +262,11 @@ func (w *queueWriter) commit(open *openTxn) bool {
 	if open.tx == nil {
 		return true
 	}
-	commit := func() error { return open.commit(w.beforeCommit) }
-	if err := w.retryFull(commit, open); err != nil {
-		if open.tx != nil {
-			open.tx.Rollback()
-		}
-		w.fail(fmt.Errorf("write queue: %w", err), open.ops)
+	if err := w.retryFull(func() error { return open.commit(w.beforeCommit) }, open); err != nil {
+		w.abort(open, err)
 		return false
 	}
+	w.lastCommit = time.Now()
 	if open.cleared || open.checkpoint > w.Durable() {
 		w.durable.Store(uint64(open.checkpoint))
 	}
@@ -297,6 +284,16 @@ func (w *queueWriter) commit(open *openTxn) bool {
 		w.onDurable()
 	}
 	return true
+}
+
+// abort rolls back the open transaction, if it is still open, and fails
+// the writer with err.
+func (w *queueWriter) abort(open *openTxn, err error) {
+	if open.tx != nil {
+		open.tx.Rollback()
+		open.tx = nil
+	}
+	w.fail(fmt.Errorf("write queue: %w", err), open.ops)
 }
 
 // fail records err, fails the operations of batch and everything still

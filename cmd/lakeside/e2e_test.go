@@ -423,16 +423,13 @@ func TestLiveViewAfterRestart(t *testing.T) {
 	e.waitCaughtUp(d)
 
 	want := map[string]string{}
-	rows, err := e.conn.Query(context.Background(), `SELECT id, qty FROM stock`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id, qty int
-		if err := rows.Scan(&id, &qty); err != nil {
-			t.Fatal(err)
-		}
+	rows, _ := e.conn.Query(context.Background(), `SELECT id, qty FROM stock`)
+	var id, qty int
+	if _, err := pgx.ForEachRow(rows, []any{&id, &qty}, func() error {
 		want[fmt.Sprint(id)] = fmt.Sprint(qty)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	var got map[string]string
 	deadline := time.Now().Add(30 * time.Second)
