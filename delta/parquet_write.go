@@ -68,10 +68,14 @@ type DataWriter struct {
 	dataIdx     []int
 	partIdx     []int
 	partStrings []*string
-	partValues  map[string]*string
-	stats       *statsCollector
-	columns     *columnarWriter
-	closed      bool
+	// partSeen holds, per partition column, the last row value found equal
+	// to the file's partition value, so that a run of equal values is
+	// serialised and checked once.
+	partSeen   []any
+	partValues map[string]*string
+	stats      *statsCollector
+	columns    *columnarWriter
+	closed     bool
 }
 
 // NewDataWriter creates a data file under the table root for rows of schema.
@@ -95,6 +99,7 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 		w.partValues[pc] = s
 		w.partIdx = append(w.partIdx, idx)
 		w.partStrings = append(w.partStrings, s)
+		w.partSeen = append(w.partSeen, nil)
 		isPart[pc] = true
 	}
 	for k := range partitionValues {
@@ -184,7 +189,7 @@ func (w *DataWriter) Write(rows []Row) error {
 			return fmt.Errorf("write rows: %w: row has %d values, schema has %d columns", ErrInvalidValue, len(r), len(w.full.Fields))
 		}
 		for j, idx := range w.partIdx {
-			if r[idx] == nil {
+			if r[idx] == nil || samePartitionValue(w.partSeen[j], r[idx]) {
 				continue
 			}
 			s, err := SerializePartitionValue(w.full.Fields[idx].Type, r[idx])
@@ -195,12 +200,23 @@ func (w *DataWriter) Write(rows []Row) error {
 				return fmt.Errorf("write rows: %w: partition column %q differs from the file's partition value",
 					ErrInvalidValue, w.full.Fields[idx].Name)
 			}
+			w.partSeen[j] = r[idx]
 		}
 		if err := w.columns.writeRow(r, w.dataIdx); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// samePartitionValue reports whether v is known to serialise as seen does:
+// both are the same value of a comparable scalar type.
+func samePartitionValue(seen, v any) bool {
+	switch v.(type) {
+	case string, bool, int8, int16, int32, int64, float32, float64, time.Time:
+		return seen == v
+	}
+	return false
 }
 
 // Close finishes the file, flushes it to stable storage and returns its add

@@ -86,6 +86,12 @@ func TestPartitionedRoundTrip(t *testing.T) {
 	if _, err := s.WriteFile(ctx, map[string]any{"s": "x"}, []Row{{int64(1), "y", nil, nil, nil, nil, nil}}, WriteOptions{}); !errors.Is(err, ErrInvalidValue) {
 		t.Errorf("mismatched partition value: %v", err)
 	}
+	// So is one that follows rows with the file's value (a run of equal
+	// values is checked once).
+	run := []Row{{int64(1), "x", nil, nil, nil, nil, nil}, {int64(2), "x", nil, nil, nil, nil, nil}, {int64(3), "y", nil, nil, nil, nil, nil}}
+	if _, err := s.WriteFile(ctx, map[string]any{"s": "x"}, run, WriteOptions{}); !errors.Is(err, ErrInvalidValue) {
+		t.Errorf("mismatched partition value after matching ones: %v", err)
+	}
 }
 
 func TestInvalidValues(t *testing.T) {

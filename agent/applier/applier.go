@@ -161,6 +161,10 @@ type Applier struct {
 	// tables holds the source tables loaded so far, by qualified name. It
 	// is dropped after a failed flush and loaded again from disk.
 	tables map[string]*sourceTable
+	// lastRel and lastTable are the schema version of the last change
+	// routed and its table: changes come in runs of one table.
+	lastRel   *store.Relation
+	lastTable *sourceTable
 	// warnings counts values that could not be represented in this flush.
 	warnings map[string]int
 

@@ -50,11 +50,64 @@ type changelog struct {
 	writers map[int32]*clWriter
 	adds    []delta.Action
 	rows    int64
+
+	// txn holds the values every row of the transaction being added
+	// shares, converted to the row's interface values once.
+	txn txnValues
+	// ops holds the values of the _op column, by store.Op.
+	ops [store.OpTruncate + 1]any
+}
+
+// txnValues are the changelog values of one transaction's rows.
+type txnValues struct {
+	// of is the transaction's header (its end LSN, xid and commit time).
+	of                 store.TxnHeader
+	lsn, xid, ts, date any
+	day                int32
+}
+
+// values returns the values of h's rows.
+func (c *changelog) values(h *store.TxnHeader) *txnValues {
+	if t := &c.txn.of; c.txn.lsn == nil || t.EndLSN != h.EndLSN || t.Xid != h.Xid || !t.CommitTime.Equal(h.CommitTime) {
+		day := delta.DaysSinceEpoch(h.CommitTime.UTC())
+		c.txn = txnValues{of: *h, lsn: int64(h.EndLSN), xid: int64(h.Xid), ts: h.CommitTime,
+			date: delta.DateFromDays(day), day: day}
+	}
+	return &c.txn
+}
+
+// op returns the _op value of op.
+func (c *changelog) op(op store.Op) any {
+	if int(op) >= len(c.ops) {
+		return op.String()
+	}
+	if c.ops[op] == nil {
+		c.ops[op] = op.String()
+	}
+	return c.ops[op]
 }
 
 type clWriter struct {
-	w    *delta.DataWriter
+	w *delta.DataWriter
+	// rows are the rows not yet given to w. Their slices are used again
+	// for the next rows once w has them (it keeps their values, not the
+	// slices).
 	rows []delta.Row
+}
+
+// newRow appends an empty row of n values to w.rows and returns it.
+func (w *clWriter) newRow(n int) delta.Row {
+	if i := len(w.rows); i < cap(w.rows) {
+		w.rows = w.rows[:i+1]
+		if r := w.rows[i]; len(r) == n {
+			clear(r)
+			return r
+		}
+		w.rows[i] = make(delta.Row, n)
+		return w.rows[i]
+	}
+	w.rows = append(w.rows, make(delta.Row, n))
+	return w.rows[len(w.rows)-1]
 }
 
 func changelogSchema(cols *columns) *delta.StructType {
@@ -125,7 +178,19 @@ func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange
 	if err := c.ensureColumns(a); err != nil {
 		return err
 	}
-	row := make(delta.Row, len(c.schema.Fields))
+	tv := c.values(h)
+	day := tv.day
+	w := c.writers[day]
+	if w == nil {
+		dw, err := delta.NewDataWriter(c.t.Path(), c.schema, []string{colCommitDate},
+			map[string]any{colCommitDate: tv.date}, a.writeOptions())
+		if err != nil {
+			return fmt.Errorf("changelog %s: %w", c.name, err)
+		}
+		w = &clWriter{w: dw}
+		c.writers[day] = w
+	}
+	row := w.newRow(len(c.schema.Fields))
 	image := rc.newRow
 	if rc.op == store.OpDelete {
 		image = rc.oldRow
@@ -151,25 +216,12 @@ func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange
 		}
 		row[c.beforeIdx] = before
 	}
-	row[c.opIdx] = rc.op.String()
-	row[c.lsnIdx] = int64(h.EndLSN)
-	row[c.xidIdx] = int64(h.Xid)
-	row[c.tsIdx] = h.CommitTime
+	row[c.opIdx] = c.op(rc.op)
+	row[c.lsnIdx] = tv.lsn
+	row[c.xidIdx] = tv.xid
+	row[c.tsIdx] = tv.ts
 	row[c.seqIdx] = seq
-	day := delta.DaysSinceEpoch(h.CommitTime.UTC())
-	row[c.dateIdx] = delta.DateFromDays(day)
-
-	w := c.writers[day]
-	if w == nil {
-		dw, err := delta.NewDataWriter(c.t.Path(), c.schema, []string{colCommitDate},
-			map[string]any{colCommitDate: delta.DateFromDays(day)}, a.writeOptions())
-		if err != nil {
-			return fmt.Errorf("changelog %s: %w", c.name, err)
-		}
-		w = &clWriter{w: dw}
-		c.writers[day] = w
-	}
-	w.rows = append(w.rows, row)
+	row[c.dateIdx] = tv.date
 	c.rows++
 	if len(w.rows) >= 1024 {
 		if err := w.w.Write(w.rows); err != nil {

@@ -119,6 +119,7 @@ func (a *Applier) reset() {
 		st.mirror.abort()
 	}
 	a.tables = nil
+	a.lastRel, a.lastTable = nil, nil
 }
 
 // applyChange routes one change to its table's changelog and mirror, unless
@@ -163,8 +164,12 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 // its Delta tables. Existing tables are opened first so that their columns
 // come before the columns of the current schema version.
 func (a *Applier) table(ctx context.Context, rel *store.Relation) (*sourceTable, error) {
+	if rel == a.lastRel && a.lastTable != nil {
+		return a.lastTable, nil
+	}
 	name := rel.QualifiedName()
 	if st := a.tables[name]; st != nil {
+		a.lastRel, a.lastTable = rel, st
 		return st, nil
 	}
 	st := &sourceTable{name: name, cols: newColumns(a.tm, a.log, a)}
@@ -202,5 +207,6 @@ func (a *Applier) table(ctx context.Context, rel *store.Relation) (*sourceTable,
 		}
 	}
 	a.tables[name] = st
+	a.lastRel, a.lastTable = rel, st
 	return st, nil
 }
