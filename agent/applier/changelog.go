@@ -89,25 +89,8 @@ func (c *changelog) op(op store.Op) any {
 
 type clWriter struct {
 	w *delta.DataWriter
-	// rows are the rows not yet given to w. Their slices are used again
-	// for the next rows once w has them (it keeps their values, not the
-	// slices).
+	// rows are the rows not yet given to w (see nextRow).
 	rows []delta.Row
-}
-
-// newRow appends an empty row of n values to w.rows and returns it.
-func (w *clWriter) newRow(n int) delta.Row {
-	if i := len(w.rows); i < cap(w.rows) {
-		w.rows = w.rows[:i+1]
-		if r := w.rows[i]; len(r) == n {
-			clear(r)
-			return r
-		}
-		w.rows[i] = make(delta.Row, n)
-		return w.rows[i]
-	}
-	w.rows = append(w.rows, make(delta.Row, n))
-	return w.rows[len(w.rows)-1]
 }
 
 func changelogSchema(cols *columns) *delta.StructType {
@@ -190,7 +173,8 @@ func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange
 		w = &clWriter{w: dw}
 		c.writers[day] = w
 	}
-	row := w.newRow(len(c.schema.Fields))
+	var row delta.Row
+	w.rows, row = nextRow(w.rows, len(c.schema.Fields))
 	image := rc.newRow
 	if rc.op == store.OpDelete {
 		image = rc.oldRow

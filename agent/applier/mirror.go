@@ -378,7 +378,8 @@ func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
 		}
 		w.w, w.min = dw, []byte(key)
 	}
-	row := make(delta.Row, len(m.schema.Fields))
+	var row delta.Row
+	w.buf, row = nextRow(w.buf, len(m.schema.Fields))
 	for i, v := range data {
 		if i < len(m.dataPos) && m.dataPos[i] >= 0 {
 			if v == unchanged {
@@ -391,7 +392,6 @@ func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
 	if m.delIdx >= 0 {
 		row[m.delIdx] = deleted
 	}
-	w.buf = append(w.buf, row)
 	w.lastKey = key
 	w.written++
 	if len(w.buf) >= 1024 {

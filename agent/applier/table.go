@@ -133,3 +133,21 @@ func nowMillis(clock func() time.Time) int64 {
 	}
 	return time.Now().UnixMilli()
 }
+
+// nextRow appends an empty row of n values to rows, which buffers rows for
+// a delta.DataWriter, and returns both. Once the writer has the buffered
+// rows (it keeps their values, not the slices), rows[:0] makes their
+// slices the next ones nextRow returns.
+func nextRow(rows []delta.Row, n int) ([]delta.Row, delta.Row) {
+	if i := len(rows); i < cap(rows) {
+		rows = rows[:i+1]
+		if r := rows[i]; len(r) == n {
+			clear(r)
+			return rows, r
+		}
+		rows[i] = make(delta.Row, n)
+		return rows, rows[i]
+	}
+	r := make(delta.Row, n)
+	return append(rows, r), r
+}
