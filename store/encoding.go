@@ -55,7 +55,14 @@ func (e *encoder) finish() []byte {
 type decoder struct {
 	buf []byte
 	err error
+	// shared makes bytes return slices of buf, not copies, and values
+	// carve their slices from slab (see TxnCursor.SharedChunks).
+	shared bool
+	slab   []Value
 }
+
+// sharedSlabValues is the fewest values a shared decoder allocates at once.
+const sharedSlabValues = 1024
 
 func newDecoder(record byte, data []byte) *decoder {
 	d := &decoder{}
@@ -132,6 +139,11 @@ func (d *decoder) bytes() []byte {
 	n := d.length(1)
 	if d.err != nil {
 		return nil
+	}
+	if d.shared {
+		b := d.buf[:n:n]
+		d.buf = d.buf[n:]
+		return b
 	}
 	b := make([]byte, n)
 	copy(b, d.buf[:n])
@@ -214,7 +226,15 @@ func (d *decoder) values() []Value {
 	if n == 0 || d.err != nil {
 		return nil
 	}
-	vs := make([]Value, n-1)
+	var vs []Value
+	if d.shared {
+		if len(d.slab) < n-1 {
+			d.slab = make([]Value, max(n-1, sharedSlabValues))
+		}
+		vs, d.slab = d.slab[:n-1:n-1], d.slab[n-1:]
+	} else {
+		vs = make([]Value, n-1)
+	}
 	for i := range vs {
 		d.value(&vs[i])
 	}
@@ -244,7 +264,18 @@ func encodeChunk(subXid uint32, changes []Change) []byte {
 }
 
 func decodeChunk(data []byte) (subXid uint32, changes []Change, err error) {
+	return decodeChunkWith(newDecoder(recordChunk, data))
+}
+
+// decodeSharedChunk is decodeChunk for a caller that keeps nothing of the
+// changes once data may change (see TxnCursor.SharedChunks).
+func decodeSharedChunk(data []byte) (subXid uint32, changes []Change, err error) {
 	d := newDecoder(recordChunk, data)
+	d.shared = true
+	return decodeChunkWith(d)
+}
+
+func decodeChunkWith(d *decoder) (subXid uint32, changes []Change, err error) {
 	subXid = uint32(d.uvarint())
 	n := d.length(4)
 	changes = make([]Change, n)

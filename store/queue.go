@@ -222,31 +222,47 @@ type TxnCursor struct {
 // The slices are owned by the callee. A transaction that was streamed holds
 // its chunks in the spool bucket that moved into it at commit.
 func (t *TxnCursor) Chunks(fn func(changes []Change) error) error {
+	return t.chunks(decodeChunk, fn)
+}
+
+// SharedChunks is Chunks for a callee that keeps nothing of a chunk's
+// changes once it returns: their byte values are slices of the state file's
+// memory, valid only in the read transaction, and their value slices share
+// one allocation. A large transaction is read without copying it value by
+// value.
+func (t *TxnCursor) SharedChunks(fn func(changes []Change) error) error {
+	return t.chunks(decodeSharedChunk, fn)
+}
+
+func (t *TxnCursor) chunks(decode chunkDecoder, fn func(changes []Change) error) error {
 	if t.b == nil {
-		_, changes, err := decodeChunk(t.chunk)
+		_, changes, err := decode(t.chunk)
 		if err != nil {
 			return fmt.Errorf("chunk: %w", err)
 		}
 		return fn(changes)
 	}
-	return eachChunk(t.b, func(_ uint32, changes []Change) error { return fn(changes) })
+	return eachChunk(t.b, decode, func(_ uint32, changes []Change) error { return fn(changes) })
 }
+
+// chunkDecoder is decodeChunk or decodeSharedChunk.
+type chunkDecoder func(data []byte) (subXid uint32, changes []Change, err error)
 
 // eachChunk decodes the chunks of a queue entry or spool in order, descending
 // into a nested spool bucket.
-func eachChunk(b *bolt.Bucket, fn func(subXid uint32, changes []Change) error) error {
+func eachChunk(b *bolt.Bucket, decode chunkDecoder, fn func(subXid uint32, changes []Change) error) error {
 	c := b.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		if bytes.Equal(k, headerKey) {
 			continue
 		}
 		if v == nil {
-			if err := eachChunk(b.Bucket(k), fn); err != nil {
+			if err := eachChunk(b.Bucket(k), decode, fn); err != nil {
 				return err
 			}
 			continue
 		}
-		subXid, changes, err := decodeChunk(v)
+		subXid, changes, err := decode(v)
 		if err != nil {
 			return fmt.Errorf("chunk %x: %w", k, err)
 		}

@@ -68,6 +68,26 @@ func TestChunkRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSharedChunkDecodesInPlace checks that a shared chunk decodes to the
+// same changes as a copied one, with far fewer allocations: its byte
+// values are slices of the record and its value slices share allocations.
+func TestSharedChunkDecodesInPlace(t *testing.T) {
+	in := sampleTxn(1000, 100).Changes
+	data := encodeChunk(77, in)
+	sub, out, err := decodeSharedChunk(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub != 77 || !reflect.DeepEqual(in, out) {
+		t.Fatalf("round trip differs (subxid %d):\n in %+v\nout %+v", sub, in, out)
+	}
+	copied := testing.AllocsPerRun(10, func() { decodeChunk(data) })
+	shared := testing.AllocsPerRun(10, func() { decodeSharedChunk(data) })
+	if shared*4 > copied {
+		t.Errorf("a shared chunk of %d changes took %.0f allocations, a copied one %.0f", len(in), shared, copied)
+	}
+}
+
 func TestCorruptionIsDetected(t *testing.T) {
 	data := encodeChunk(0, sampleTxn(1000, 2).Changes)
 	for i := range data {
@@ -89,6 +109,7 @@ func FuzzDecodeChunk(f *testing.F) {
 	f.Add(encodeChunk(3, sampleTxn(10, 2).Changes))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _, _ = decodeChunk(data) // must not panic or allocate without bound
+		_, _, _ = decodeSharedChunk(data)
 	})
 }
 

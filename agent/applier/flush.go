@@ -48,7 +48,7 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 			}
 			txns++
 			var seq int64
-			return cur.Chunks(func(chs []store.Change) error {
+			return cur.SharedChunks(func(chs []store.Change) error {
 				for i := range chs {
 					seq++
 					changes++
