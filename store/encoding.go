@@ -57,8 +57,9 @@ type decoder struct {
 	err error
 	// shared makes bytes return slices of buf, not copies, and values
 	// carve their slices from slab (see TxnCursor.SharedChunks).
-	shared bool
-	slab   []Value
+	shared   bool
+	slab     []Value
+	slabSize int
 }
 
 // sharedSlabValues is the fewest values a shared decoder allocates at once.
@@ -229,7 +230,10 @@ func (d *decoder) values() []Value {
 	var vs []Value
 	if d.shared {
 		if len(d.slab) < n-1 {
-			d.slab = make([]Value, max(n-1, sharedSlabValues))
+			// Each allocation doubles the last, up to sharedSlabValues:
+			// a chunk of one small change allocates only what it needs.
+			d.slabSize = min(max(n-1, 2*d.slabSize), max(n-1, sharedSlabValues))
+			d.slab = make([]Value, d.slabSize)
 		}
 		vs, d.slab = d.slab[:n-1:n-1], d.slab[n-1:]
 	} else {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -86,6 +87,25 @@ func TestSharedChunkDecodesInPlace(t *testing.T) {
 	if shared*4 > copied {
 		t.Errorf("a shared chunk of %d changes took %.0f allocations, a copied one %.0f", len(in), shared, copied)
 	}
+	// A chunk of one small change (a queue of single-row transactions)
+	// takes no more memory shared than copied.
+	small := encodeChunk(0, []Change{{Op: OpInsert, Relation: RelationKey{OID: 1, LSN: 2},
+		New: []Value{{Kind: KindInt64, Int: 1}, {Kind: KindString, Bytes: []byte("x")}}}})
+	if c, s := allocatedBytes(func() { decodeChunk(small) }), allocatedBytes(func() { decodeSharedChunk(small) }); s > c {
+		t.Errorf("a shared chunk of one change allocated %d bytes, a copied one %d", s, c)
+	}
+}
+
+// allocatedBytes returns the bytes fn allocates, averaged over 100 runs.
+func allocatedBytes(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range 100 {
+		fn()
+	}
+	runtime.ReadMemStats(&after)
+	return (after.TotalAlloc - before.TotalAlloc) / 100
 }
 
 func TestCorruptionIsDetected(t *testing.T) {
