@@ -98,8 +98,10 @@ test: deps vet
 demo: deps build
 	$(BIN)/lakeside demo
 
+# The benchmark packages run one after the other (-p 1): run together, they
+# would share the cores and each one's figures would be the other's noise.
 bench: deps build
-	$(GO) test -count=1 -tags bench -run '^TestBench' -timeout 60m -v ./cmd/lakeside ./uploader
+	$(GO) test -p 1 -count=1 -tags bench -run '^TestBench' -timeout 60m -v ./cmd/lakeside ./uploader
 
 clean:
 	rm -rf $(BIN) dist
