@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -146,21 +145,6 @@ func (a *Agent) Status() (*Status, error) {
 		st.Tables = append(st.Tables, ts)
 	}
 	return st, nil
-}
-
-func (a *Agent) controlHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /vacuum", a.vacuumHandler)
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		st, err := a.Status()
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(st)
-	})
-	return mux
 }
 
 // ErrNoAgent means no agent answers on the control socket.

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -153,33 +151,6 @@ func (a *Agent) vacuumHandler(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(rep) // per-table errors are in the report
-}
-
-// controlClient returns an HTTP client that talks to the agent's control
-// socket at sock.
-func controlClient(sock string, timeout time.Duration) *http.Client {
-	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}
-	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: dial}}
-}
-
-// readReply reads the agent's reply on the control socket into v, a JSON
-// object, and closes its body. A reply other than 200 OK is the agent's
-// error text.
-func readReply(resp *http.Response, what string, v any) error {
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", what, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("agent %s: %s", what, body)
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("decode %s: %w", what, err)
-	}
-	return nil
 }
 
 // ErrAgentNotAnswering is returned (wrapped) by RunVacuum when an agent

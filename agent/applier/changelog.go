@@ -60,17 +60,17 @@ type changelog struct {
 
 // txnValues are the changelog values of one transaction's rows.
 type txnValues struct {
-	// of is the transaction's header (its end LSN, xid and commit time).
-	of                 store.TxnHeader
+	// endLSN identifies the transaction (zero before the first).
+	endLSN             store.LSN
 	lsn, xid, ts, date any
 	day                int32
 }
 
 // values returns the values of h's rows.
 func (c *changelog) values(h *store.TxnHeader) *txnValues {
-	if t := &c.txn.of; c.txn.lsn == nil || t.EndLSN != h.EndLSN || t.Xid != h.Xid || !t.CommitTime.Equal(h.CommitTime) {
+	if c.txn.endLSN != h.EndLSN || c.txn.lsn == nil {
 		day := delta.DaysSinceEpoch(h.CommitTime.UTC())
-		c.txn = txnValues{of: *h, lsn: int64(h.EndLSN), xid: int64(h.Xid), ts: h.CommitTime,
+		c.txn = txnValues{endLSN: h.EndLSN, lsn: int64(h.EndLSN), xid: int64(h.Xid), ts: h.CommitTime,
 			date: delta.DateFromDays(day), day: day}
 	}
 	return &c.txn

@@ -109,8 +109,6 @@ func (s *subscriber) changesFor(offset string, batch []retainedTxn) (Changes, bo
 		}
 		if len(t.Changes) > 0 {
 			t.LSN, t.Xid, t.CommitTime = rt.lsn.String(), rt.xid, rt.commitTime.UTC().Format(time.RFC3339Nano)
-		}
-		if len(t.Changes) > 0 {
 			m.Txns = append(m.Txns, t)
 		}
 	}

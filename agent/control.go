@@ -1,0 +1,58 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// The control socket (SocketName in the state directory) serves the running
+// agent's status and runs vacuums on request, for the status and vacuum
+// commands: both ends are here.
+
+// controlHandler serves the control socket.
+func (a *Agent) controlHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /vacuum", a.vacuumHandler)
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		st, err := a.Status()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(st)
+	})
+	return mux
+}
+
+// controlClient returns an HTTP client that talks to the agent's control
+// socket at sock.
+func controlClient(sock string, timeout time.Duration) *http.Client {
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: dial}}
+}
+
+// readReply reads the agent's reply on the control socket into v, a JSON
+// object, and closes its body. A reply other than 200 OK is the agent's
+// error text.
+func readReply(resp *http.Response, what string, v any) error {
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", what, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("agent %s: %s", what, body)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("decode %s: %w", what, err)
+	}
+	return nil
+}
