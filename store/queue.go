@@ -166,28 +166,31 @@ func (w *Writer) Trim(upTo LSN) (int, error) {
 		return 0, err
 	}
 	limit := lsnKey(upTo)
-	var doomed [][]byte
+	// One seek per entry: the cursor deletes an inline entry where it
+	// stands, and seeks past what it deleted (after a delete, Next would
+	// skip an entry; First would walk the emptied pages again each time).
+	var key []byte
+	trimmed := 0
 	c := q.Cursor()
-	for k, _ := c.First(); k != nil && bytes.Compare(k, limit) <= 0; k, _ = c.Next() {
-		doomed = append(doomed, k)
-	}
-	for _, k := range doomed {
+	for k, v := c.First(); k != nil && bytes.Compare(k, limit) <= 0; k, v = c.Seek(key) {
+		key = append(key[:0], k...)
 		var size int64
 		var err error
-		if v := q.Get(k); v != nil {
+		if v != nil {
 			size = int64(len(v))
-			err = q.Delete(k)
+			err = c.Delete()
 		} else {
-			size = txnBytes(q.Bucket(k), false)
-			err = q.DeleteBucket(k)
+			size = txnBytes(q.Bucket(key), false)
+			err = q.DeleteBucket(key)
 		}
 		if err != nil {
 			return 0, fmt.Errorf("trim queue: %w", err)
 		}
 		w.stats.Transactions--
 		w.stats.Bytes -= size
+		trimmed++
 	}
-	return len(doomed), nil
+	return trimmed, nil
 }
 
 // txnBytes adds up the size of a queue entry's records, as counted when it

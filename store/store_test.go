@@ -323,6 +323,58 @@ func TestTrimAndStats(t *testing.T) {
 	}
 }
 
+// TestTrimAcrossPages trims a queue of thousands of entries, inline and
+// bucketed, spread over many pages: exactly the entries at or below the
+// limit go, and the totals follow.
+func TestTrimAcrossPages(t *testing.T) {
+	db := openTest(t)
+	const n = 3000
+	err := db.Update(func(w *Writer) error {
+		for i := LSN(1); i <= n; i++ {
+			chunkSize := 0 // inline
+			if i%500 == 0 {
+				chunkSize = 1 // a bucket of chunks
+			}
+			if err := w.AppendTxn(sampleTxn(i*10, 2), chunkSize); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trimmed int
+	if err := db.Update(func(w *Writer) error { trimmed, err = w.Trim(n / 2 * 10); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if trimmed != n/2 {
+		t.Fatalf("trimmed %d, want %d", trimmed, n/2)
+	}
+	var left []LSN
+	var stats QueueStats
+	err = db.View(func(r *Reader) error {
+		if err := r.Txns(0, func(h *TxnHeader, _ *TxnCursor) error { left = append(left, h.EndLSN); return nil }); err != nil {
+			return err
+		}
+		stats, err = r.QueueStats()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != n/2 || left[0] != (n/2+1)*10 || left[len(left)-1] != n*10 || stats.Transactions != n/2 {
+		t.Fatalf("after the trim: %d entries (%v … %v), stats %+v", len(left), left[:1], left[len(left)-1:], stats)
+	}
+	if err := db.Update(func(w *Writer) error { trimmed, err = w.Trim(n * 10); return err }); err != nil {
+		t.Fatal(err)
+	}
+	db.View(func(r *Reader) error { stats, err = r.QueueStats(); return err })
+	if trimmed != n/2 || stats.Transactions != 0 || stats.Bytes != 0 {
+		t.Fatalf("full trim: trimmed %d, stats %+v", trimmed, stats)
+	}
+}
+
 func TestStatePersistsAndLocks(t *testing.T) {
 	dir := t.TempDir()
 	db, err := Open(dir, Options{})
