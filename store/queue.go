@@ -45,8 +45,15 @@ func (w *Writer) AppendTxn(t *Txn, chunkSize int) error {
 	q := w.tx.Bucket(bucketQueue)
 	key := lsnKey(t.EndLSN)
 	if len(t.Changes) <= chunkSize {
-		if k, _ := q.Cursor().Seek(key); bytes.Equal(k, key) {
-			return fmt.Errorf("queue transaction at %s: %w", t.EndLSN, bolt.ErrBucketExists)
+		if err := w.loadStats(); err != nil {
+			return err
+		}
+		// Put would replace an entry: look for one, unless the end LSN
+		// is past every entry ever queued (capture appends in order).
+		if t.EndLSN <= w.stats.LastLSN {
+			if k, _ := q.Cursor().Seek(key); bytes.Equal(k, key) {
+				return fmt.Errorf("queue transaction at %s: %w", t.EndLSN, bolt.ErrBucketExists)
+			}
 		}
 		h := t.TxnHeader
 		h.Changes = int64(len(t.Changes))
