@@ -279,6 +279,9 @@ func (w *queueWriter) commit(open *openTxn) bool {
 	w.pending -= open.weight
 	w.cond.Broadcast()
 	w.mu.Unlock()
+	// The slice is used again; the operations it held (their changes)
+	// are not kept alive by it.
+	clear(open.ops)
 	*open = openTxn{ops: open.ops[:0]}
 	if w.onDurable != nil {
 		w.onDurable()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -124,6 +125,39 @@ func (h *writerHarness) waitDurable(lsn store.LSN) {
 			h.t.Fatalf("durable %s, want %s", h.w.Durable(), lsn)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestWriterKeepsNothingDurable checks that the writer lets go of a
+// transaction once it is durable: the operations of its open transaction
+// are kept in a slice that is used again, and a captured backlog must not
+// stay in memory through it.
+func TestWriterKeepsNothingDurable(t *testing.T) {
+	// Behind, with commits far apart: the first three transactions and
+	// the sync share one commit, the next transaction and sync another.
+	h := newWriterHarness(t, true, func(w *queueWriter) { w.commitEvery = time.Hour })
+	h.appendTxn(100)
+	h.appendTxn(200)
+	var collected atomic.Bool
+	txn := &store.Txn{
+		TxnHeader: store.TxnHeader{Xid: 300, CommitLSN: 299, EndLSN: 300, CommitTime: time.Now()},
+		Changes: []store.Change{{Op: store.OpInsert, Relation: store.RelationKey{OID: 16384, LSN: 1},
+			New: []store.Value{{Kind: store.KindInt64, Int: 300}}}},
+	}
+	runtime.SetFinalizer(txn, func(*store.Txn) { collected.Store(true) })
+	if err := h.w.send(writeOp{kind: opAppendTxn, txn: txn}); err != nil {
+		t.Fatal(err)
+	}
+	txn = nil
+	h.syncTo(300)
+	h.appendTxn(400)
+	h.syncTo(400)
+	for i := 0; i < 20 && !collected.Load(); i++ {
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !collected.Load() {
+		t.Fatal("a durable transaction is still referenced by the writer")
 	}
 }
 
