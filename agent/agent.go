@@ -46,6 +46,8 @@ type Agent struct {
 	server  *live.Server  // nil when http.listen is off
 	limiter *rate.Limiter // upload bandwidth, nil when replication is off
 	metrics *prometheus.Registry
+	// vacuumed adds up the vacuums the agent ran (see Vacuum).
+	vacuumed vacuumTotals
 
 	// reloadMu guards effective, the configuration as changed by reloads
 	// (cfg stays as started).

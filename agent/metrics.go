@@ -17,6 +17,8 @@ type collector struct {
 	capturedTxns, receivedChanges             *prometheus.Desc
 	deltaCommits, deltaFilesAdded             *prometheus.Desc
 	deltaFilesRemoved, uploadErrors           *prometheus.Desc
+	vacuumRuns, vacuumFailures                *prometheus.Desc
+	vacuumFiles, vacuumBytes, vacuumLast      *prometheus.Desc
 }
 
 func (a *Agent) newMetrics() *prometheus.Registry {
@@ -47,6 +49,11 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 		deltaCommits:      d("delta_commits_total", "Delta commits written.", "table", "kind"),
 		deltaFilesAdded:   d("delta_files_added_total", "Data files added by Delta commits.", "table", "kind"),
 		deltaFilesRemoved: d("delta_files_removed_total", "Data files removed (rewritten or deleted) by Delta commits.", "table", "kind"),
+		vacuumRuns:        d("vacuum_runs_total", "Vacuums of the Delta tables (dry runs aside)."),
+		vacuumFailures:    d("vacuum_failures_total", "Vacuums that failed for at least one table."),
+		vacuumFiles:       d("vacuum_deleted_files_total", "Files deleted locally by vacuums: data files, and log files (commits and checkpoints) past the log retention.", "kind"),
+		vacuumBytes:       d("vacuum_deleted_bytes_total", "Bytes of the files deleted locally by vacuums."),
+		vacuumLast:        d("vacuum_last_success_timestamp_seconds", "When a vacuum last succeeded for every table (Unix time); absent before the first."),
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -56,7 +63,8 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.confirmed, c.checkpoint, c.lag, c.lagSeconds, c.queueTxns, c.queueBytes, c.paused,
 		c.clients, c.tableVersion, c.remoteVersion, c.backlogBytes, c.backlogVersions, c.requests, c.versions, c.uploadedBytes, c.online,
-		c.capturedTxns, c.receivedChanges, c.deltaCommits, c.deltaFilesAdded, c.deltaFilesRemoved, c.uploadErrors} {
+		c.capturedTxns, c.receivedChanges, c.deltaCommits, c.deltaFilesAdded, c.deltaFilesRemoved, c.uploadErrors,
+		c.vacuumRuns, c.vacuumFailures, c.vacuumFiles, c.vacuumBytes, c.vacuumLast} {
 		ch <- d
 	}
 }
@@ -72,6 +80,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	v := c.a.vacuumed.counts()
+	counter(c.vacuumRuns, float64(v.runs))
+	counter(c.vacuumFailures, float64(v.failures))
+	counter(c.vacuumFiles, float64(v.files), "data")
+	counter(c.vacuumFiles, float64(v.logFiles), "log")
+	counter(c.vacuumBytes, float64(v.bytes))
+	if !v.lastSuccess.IsZero() {
+		gauge(c.vacuumLast, float64(v.lastSuccess.UnixNano())/1e9)
 	}
 	counter(c.capturedTxns, float64(src.Transactions))
 	counter(c.receivedChanges, float64(src.Changes))

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
@@ -111,7 +112,56 @@ func (a *Agent) Vacuum(ctx context.Context, dryRun bool) (*VacuumReport, error) 
 			a.up.Notify() // the remote deletes run with the next pass
 		}
 	}
+	if !dryRun {
+		a.vacuumed.add(rep, err, time.Now())
+	}
 	return rep, err
+}
+
+// vacuumTotals adds up the agent's vacuums (dry runs aside) for its
+// metrics. It is safe for concurrent use.
+type vacuumTotals struct {
+	mu sync.Mutex
+	n  vacuumCounts
+}
+
+// vacuumCounts are the totals of the agent's vacuums.
+type vacuumCounts struct {
+	// runs counts the vacuums, failures those that failed for at least
+	// one table.
+	runs, failures int64
+	// files, logFiles and bytes are what the vacuums deleted locally.
+	files, logFiles, bytes int64
+	// lastSuccess is when a vacuum last succeeded for every table.
+	lastSuccess time.Time
+}
+
+// add counts a vacuum that ended at now with rep (nil when it failed
+// before looking at any table) and err.
+func (v *vacuumTotals) add(rep *VacuumReport, err error, now time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.n.runs++
+	if err != nil {
+		v.n.failures++
+	} else {
+		v.n.lastSuccess = now
+	}
+	if rep == nil {
+		return
+	}
+	for _, t := range rep.Tables {
+		v.n.files += int64(t.Files)
+		v.n.logFiles += int64(t.LogFiles)
+		v.n.bytes += t.Bytes
+	}
+}
+
+// counts returns the totals so far.
+func (v *vacuumTotals) counts() vacuumCounts {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.n
 }
 
 func (a *Agent) logVacuum(rep *VacuumReport) {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -140,6 +141,20 @@ func TestVacuumNeverDeletesWhatIsNotUploaded(t *testing.T) {
 
 // TestVacuumThroughRunningAgent checks that `lakeside vacuum` asks the agent
 // that holds the state file, through the control socket.
+// TestVacuumTotalsCountFailures: a failed vacuum counts as a run and a
+// failure, adds what it deleted before failing, and is not a success.
+func TestVacuumTotalsCountFailures(t *testing.T) {
+	var v vacuumTotals
+	ok := time.Unix(1000, 0)
+	v.add(&VacuumReport{Tables: []TableVacuum{{Files: 2, LogFiles: 1, Bytes: 300}}}, nil, ok)
+	v.add(&VacuumReport{Tables: []TableVacuum{{Files: 1, Bytes: 50}, {Error: "read log"}}}, errors.New("table b: read log"), ok.Add(time.Hour))
+	v.add(nil, errors.New("list tables"), ok.Add(2*time.Hour))
+	got := v.counts()
+	if got.runs != 3 || got.failures != 2 || got.files != 3 || got.logFiles != 1 || got.bytes != 350 || !got.lastSuccess.Equal(ok) {
+		t.Fatalf("totals: %+v", got)
+	}
+}
+
 func TestVacuumThroughRunningAgent(t *testing.T) {
 	stateDir := t.TempDir()
 	cfg := &Config{StateDir: stateDir,
@@ -170,12 +185,18 @@ func TestVacuumThroughRunningAgent(t *testing.T) {
 	if !rep.Agent || !rep.DryRun || rep.Tables[0].Files != 1 || !vt.exists(1) {
 		t.Fatalf("dry run through the agent: %+v", rep)
 	}
+	if v := a.vacuumed.counts(); v.runs != 0 {
+		t.Fatalf("a dry run counted in the vacuum metrics: %+v", v)
+	}
 	rep, err = RunVacuum(t.Context(), cfg, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !rep.Agent || rep.Tables[0].Files != 1 || vt.exists(1) || !vt.exists(2) {
 		t.Fatalf("vacuum through the agent: %+v", rep)
+	}
+	if v := a.vacuumed.counts(); v.runs != 1 || v.failures != 0 || v.files != 1 || v.bytes != rep.Tables[0].Bytes || v.bytes <= 0 || v.lastSuccess.IsZero() {
+		t.Fatalf("vacuum metrics after one vacuum: %+v", v)
 	}
 
 	srv.Close()

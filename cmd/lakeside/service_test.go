@@ -359,6 +359,8 @@ func checkMetrics(t *testing.T, url, token string) {
 		{"lakeside_replica_backlog_bytes", false}, {"lakeside_replica_backlog_versions", false},
 		{"lakeside_replica_errors_total", false}, {"lakeside_replica_requests_total", true},
 		{"lakeside_websocket_clients", false},
+		{"lakeside_vacuum_runs_total", false}, {"lakeside_vacuum_failures_total", false},
+		{"lakeside_vacuum_deleted_files_total", false}, {"lakeside_vacuum_deleted_bytes_total", false},
 	} {
 		v, ok := values[m.name]
 		if !ok || (m.positive && v <= 0) {
