@@ -34,6 +34,10 @@ type columnarWriter struct {
 	free     []*rowGroupColumns
 	// err is the first error of a row group.
 	err error
+	// buffers lends columns from closed writers of the same data schema
+	// (key), and takes this one's back (see lend).
+	buffers *ColumnBuffers
+	key     string
 }
 
 // encodingRowGroups is the most row groups a writer encodes at once; with
@@ -68,6 +72,36 @@ func newColumnarWriter(w *parquet.Writer, st *StructType, stats *statsCollector,
 	c := &columnarWriter{writer: w, schema: st, stats: stats, maxRows: int(maxRows)}
 	c.filling = c.newRowGroupColumns(nil)
 	return c
+}
+
+// lend makes the writer borrow its columns from buffers, where key (the
+// data schema) names them, and give them back once closed.
+func (c *columnarWriter) lend(buffers *ColumnBuffers, key string) {
+	c.buffers, c.key = buffers, key
+	if g := buffers.take(key); g != nil {
+		g.rg = c.writer.BeginRowGroup()
+		c.filling = g
+	}
+	for range encodingRowGroups {
+		g := buffers.take(key)
+		if g == nil {
+			break
+		}
+		c.free = append(c.free, g)
+	}
+}
+
+// giveBack gives the columns of a closed writer to its buffers, if any.
+func (c *columnarWriter) giveBack() {
+	if c.buffers == nil {
+		return
+	}
+	gs := c.free
+	if c.filling != nil {
+		gs = append(gs, c.filling)
+	}
+	c.free, c.filling = nil, nil
+	c.buffers.give(c.key, gs)
 }
 
 // newRowGroupColumns returns empty columns, with room for as many values as
@@ -150,10 +184,15 @@ func (c *columnarWriter) writeRow(r Row, idx []int) error {
 }
 
 // flush starts encoding the rows written since the last flush, once fewer
-// than encodingRowGroups row groups are encoding.
-func (c *columnarWriter) flush() error {
+// than encodingRowGroups row groups are encoding, and takes columns for the
+// next rows.
+func (c *columnarWriter) flush() error { return c.encode(true) }
+
+// encode starts encoding the rows written since the last flush; more says
+// whether more rows follow, which then need columns of their own.
+func (c *columnarWriter) encode(more bool) error {
 	g := c.filling
-	if c.err != nil || g.rows == 0 {
+	if c.err != nil || g == nil || g.rows == 0 {
 		return c.err
 	}
 	if len(c.encoding) == encodingRowGroups {
@@ -161,9 +200,15 @@ func (c *columnarWriter) flush() error {
 			return err
 		}
 	}
-	if n := len(c.free); n > 0 {
+	switch n := len(c.free); {
+	case !more:
+		c.filling = nil
+	case n > 0:
 		c.filling, c.free = c.free[n-1], c.free[:n-1]
-	} else {
+		if c.filling.rg == nil { // lent (see lend)
+			c.filling.rg = c.writer.BeginRowGroup()
+		}
+	default:
 		c.filling = c.newRowGroupColumns(g)
 	}
 	var prev *encodeJob
@@ -199,9 +244,9 @@ func (c *columnarWriter) wait() error {
 }
 
 // close encodes the remaining rows and waits until every row group is in
-// the file.
+// the file. The writer takes no more rows.
 func (c *columnarWriter) close() error {
-	c.flush()
+	c.encode(false)
 	return c.wait()
 }
 

@@ -49,6 +49,9 @@ type WriteOptions struct {
 	// CreatedBy names the writer in the Parquet footer, such as
 	// "lakeside version 1.2.0".
 	CreatedBy string
+	// Buffers, when set, lends the writer the column buffers of writers
+	// closed before it and takes its own back when it is closed.
+	Buffers *ColumnBuffers
 }
 
 // DataWriter writes one Parquet data file of a table with parquet-go and
@@ -170,6 +173,13 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 	w.writer = parquet.NewWriter(f, options...)
 	w.stats = newStatsCollector(w.data)
 	w.columns = newColumnarWriter(w.writer, w.data, w.stats, rg)
+	if opts.Buffers != nil {
+		key, err := w.data.SchemaString()
+		if err != nil {
+			return nil, fmt.Errorf("new data writer: %w", err)
+		}
+		w.columns.lend(opts.Buffers, key)
+	}
 	return w, nil
 }
 
@@ -230,6 +240,7 @@ func (w *DataWriter) Close() (*Add, error) {
 		w.abort()
 		return nil, err
 	}
+	w.columns.giveBack()
 	if err := w.writer.Close(); err != nil {
 		w.abort()
 		return nil, fmt.Errorf("close data writer: %w", err)

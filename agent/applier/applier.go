@@ -165,6 +165,9 @@ type Applier struct {
 	// routed and its table: changes come in runs of one table.
 	lastRel   *store.Relation
 	lastTable *sourceTable
+	// buffers passes the column buffers of one data file to the next
+	// during a flush; they are released when it ends.
+	buffers delta.ColumnBuffers
 	// warnings counts values that could not be represented in this flush.
 	warnings map[string]int
 
@@ -453,7 +456,7 @@ func (a *Applier) warn(where, problem string) {
 }
 
 func (a *Applier) writeOptions() delta.WriteOptions {
-	return delta.WriteOptions{Compression: a.cfg.Compression, CreatedBy: a.cfg.EngineInfo}
+	return delta.WriteOptions{Compression: a.cfg.Compression, CreatedBy: a.cfg.EngineInfo, Buffers: &a.buffers}
 }
 
 // errNoRelation reports a change whose schema version is not in the history.

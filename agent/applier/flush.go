@@ -20,6 +20,7 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 	start := time.Now()
 	a.warnings = map[string]int{}
 	defer func() {
+		a.buffers.Release()
 		for w, n := range a.warnings {
 			a.log.Warn("values not representable", "problem", w, "count", n)
 		}
