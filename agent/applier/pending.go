@@ -91,29 +91,38 @@ func appendEntry(dst []byte, e *entry) []byte {
 
 // decodeEntry decodes an entry written by appendEntry.
 func decodeEntry(b []byte) (*entry, error) {
+	e := &entry{}
+	return e, decodeEntryInto(e, b)
+}
+
+// decodeEntryInto decodes an entry written by appendEntry into e, using
+// its row's memory again.
+func decodeEntryInto(e *entry, b []byte) error {
 	d := valueDecoder{b: b}
 	flags, err := d.byte1()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	count, err := d.varint()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	e := &entry{deleted: flags&1 != 0, count: int(count)}
-	if flags&2 != 0 {
-		n, err := d.uvarint()
-		if err != nil || n > uint64(len(d.b)) {
-			return nil, errSpillCorrupt
-		}
-		e.row = make([]any, n)
-		for i := range e.row {
-			if e.row[i], err = d.value(); err != nil {
-				return nil, err
-			}
+	e.deleted, e.count = flags&1 != 0, int(count)
+	if flags&2 == 0 {
+		e.row = nil
+		return nil
+	}
+	n, err := d.uvarint()
+	if err != nil || n > uint64(len(d.b)) {
+		return errSpillCorrupt
+	}
+	e.row = slices.Grow(e.row[:0], int(n))[:n]
+	for i := range e.row {
+		if e.row[i], err = d.value(); err != nil {
+			return err
 		}
 	}
-	return e, nil
+	return nil
 }
 
 // pending collects the effect of a flush's changes on a mirror, by key, in
@@ -364,7 +373,7 @@ func (p *pending) memorySource(age int) *mergeSource {
 }
 
 // iterate calls fn with every key and its folded entry, in key order. The
-// key is valid only during the call.
+// key and the entry (its row too) are valid only during the call.
 func (p *pending) iterate(fn func(key []byte, e *entry) error) error {
 	var h sourceHeap
 	var files []*os.File
@@ -402,13 +411,19 @@ func (p *pending) iterate(fn func(key []byte, e *entry) error) error {
 	h = live
 	heap.Init(&h)
 	var key []byte
+	// decoded are the entries of one key, used again for the next: fn
+	// keeps nothing of them.
+	var decoded []*entry
 	for h.Len() > 0 {
 		key = append(key[:0], h[0].key...)
 		var acc *entry
-		for h.Len() > 0 && bytes.Equal(h[0].key, key) {
+		for n := 0; h.Len() > 0 && bytes.Equal(h[0].key, key); n++ {
 			s := h[0]
-			e, err := decodeEntry(s.body)
-			if err != nil {
+			if n == len(decoded) {
+				decoded = append(decoded, &entry{})
+			}
+			e := decoded[n]
+			if err := decodeEntryInto(e, s.body); err != nil {
 				return fmt.Errorf("read spill: %w", err)
 			}
 			if acc == nil {
