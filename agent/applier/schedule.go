@@ -12,6 +12,10 @@ import (
 // early enough to end by the deadline: FlushInterval after the oldest
 // waiting change arrived, minus as long as the last flush took (at most
 // half the interval, so that a slow flush still leaves time to batch).
+// A backlog is the exception: while capture catches up the flushes are held
+// back, and once it has, the backlog is applied at once, in as many full
+// batches as it takes, and the changes that came during the first of those
+// flushes (the backlog's last transactions) right after it.
 //
 // Arrival times are taken on this process's monotonic clock: Notify, which
 // capture calls once a transaction is durable in the queue, records the
@@ -54,6 +58,10 @@ type schedule struct {
 	arrived time.Time
 	// lastFlush is how long the last flush took.
 	lastFlush time.Duration
+	// heldBack is set while a flush is held back for capture; tail, for
+	// the batch after the first flush once capture caught up: changes
+	// that came during that flush are the end of the same backlog.
+	heldBack, tail bool
 }
 
 // arrive records that changes arrived at t.
@@ -70,8 +78,9 @@ func (s *schedule) due(now time.Time, changes int64, full, deferring bool) time.
 	s.arrive(now) // found now, so arrived by now at the latest
 	switch {
 	case deferring && now.Sub(s.arrived) < s.maxDefer:
+		s.heldBack = true
 		return time.Time{} // not before capture has caught up (see Run)
-	case full || changes >= s.flushChanges:
+	case full || changes >= s.flushChanges || s.tail:
 		return now
 	}
 	lead := min(s.lastFlush, s.interval/2)
@@ -81,13 +90,14 @@ func (s *schedule) due(now time.Time, changes int64, full, deferring bool) time.
 // idle records that nothing waits in the queue: every change that arrived
 // before the queue was read is applied.
 func (s *schedule) idle() {
-	s.arrived = time.Time{}
+	s.arrived, s.heldBack, s.tail = time.Time{}, false, false
 }
 
 // flushed records a flush that took took. When the batch was full, changes
 // at least as old as the flushed ones still wait, and their arrival stays.
 func (s *schedule) flushed(took time.Duration, full bool) {
 	s.lastFlush = took
+	s.tail, s.heldBack = s.heldBack, false
 	if !full {
 		s.arrived = time.Time{}
 	}

@@ -140,3 +140,42 @@ func TestArrivalsKeepTheFirstUntilTaken(t *testing.T) {
 		t.Fatal("an arrival taken twice")
 	}
 }
+
+// TestBacklogTailIsFlushedAtOnce: after holding back for capture, the
+// changes that arrive during the first flush (the end of the backlog) are
+// flushed right after it, and batching resumes after that.
+func TestBacklogTailIsFlushedAtOnce(t *testing.T) {
+	ms := time.Millisecond
+	clock := newFakeClock()
+	a := newFakeApplier(clock)
+	s := &schedule{interval: time.Second, flushChanges: 1000, maxDefer: time.Minute}
+
+	// Held back while capture catches up.
+	a.Notify()
+	if t0, ok := a.arrivals.take(); ok {
+		s.arrive(t0)
+	}
+	clock.advance(3 * time.Second)
+	if due := s.due(clock.now(), 500, false, true); !due.IsZero() {
+		t.Fatalf("due at %v while capture catches up, want held back", due.Sub(clock.at(0)))
+	}
+	// Caught up: the backlog is due at once; its flush takes 300 ms, and
+	// the backlog's last transaction arrives during it.
+	if due := s.due(clock.now(), 900, false, false); due.After(clock.now()) {
+		t.Fatalf("backlog due at %v, want by now", due.Sub(clock.at(0)))
+	}
+	start := clock.now()
+	clock.advance(100 * ms)
+	a.Notify()
+	clock.advance(200 * ms)
+	s.flushed(clock.now().Sub(start), false)
+	if due := step(a, s, 1, false); !due.Equal(clock.now()) {
+		t.Fatalf("the backlog's tail is due at %v, want now (%v)", due.Sub(clock.at(0)), clock.now().Sub(clock.at(0)))
+	}
+	// After the tail's flush, a new change waits for its batch as usual.
+	s.flushed(10*ms, false)
+	a.Notify()
+	if due := step(a, s, 1, false); !due.Equal(clock.now().Add(time.Second - 10*ms)) {
+		t.Fatalf("a change after the backlog is due at %v, want in 990ms", due.Sub(clock.now()))
+	}
+}
