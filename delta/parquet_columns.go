@@ -35,7 +35,7 @@ type columnarWriter struct {
 	// err is the first error of a row group.
 	err error
 	// buffers lends columns from closed writers of the same data schema
-	// (key), and takes this one's back (see lend).
+	// (key), and takes this one's back (see newColumnarWriter).
 	buffers *ColumnBuffers
 	key     string
 }
@@ -68,27 +68,24 @@ type encodeJob struct {
 	committed chan struct{}
 }
 
-func newColumnarWriter(w *parquet.Writer, st *StructType, stats *statsCollector, maxRows int64) *columnarWriter {
-	c := &columnarWriter{writer: w, schema: st, stats: stats, maxRows: int(maxRows)}
-	c.filling = c.newRowGroupColumns(nil)
-	return c
-}
-
-// lend makes the writer borrow its columns from buffers, where key (the
-// data schema) names them, and give them back once closed.
-func (c *columnarWriter) lend(buffers *ColumnBuffers, key string) {
-	c.buffers, c.key = buffers, key
+// newColumnarWriter returns a writer of row groups of at most maxRows rows
+// into w. With buffers, it borrows its columns from those of closed writers
+// of the same data schema (key), and gives them back once closed.
+func newColumnarWriter(w *parquet.Writer, st *StructType, stats *statsCollector, maxRows int64, buffers *ColumnBuffers, key string) *columnarWriter {
+	c := &columnarWriter{writer: w, schema: st, stats: stats, maxRows: int(maxRows), buffers: buffers, key: key}
 	if g := buffers.take(key); g != nil {
-		g.rg = c.writer.BeginRowGroup()
+		g.rg = w.BeginRowGroup()
 		c.filling = g
-	}
-	for range encodingRowGroups {
-		g := buffers.take(key)
-		if g == nil {
-			break
+		for range encodingRowGroups {
+			if g = buffers.take(key); g == nil {
+				break
+			}
+			c.free = append(c.free, g)
 		}
-		c.free = append(c.free, g)
+	} else {
+		c.filling = c.newRowGroupColumns(nil)
 	}
+	return c
 }
 
 // giveBack gives the columns of a closed writer to its buffers, if any.
@@ -205,7 +202,7 @@ func (c *columnarWriter) encode(more bool) error {
 		c.filling = nil
 	case n > 0:
 		c.filling, c.free = c.free[n-1], c.free[:n-1]
-		if c.filling.rg == nil { // lent (see lend)
+		if c.filling.rg == nil { // borrowed (see newColumnarWriter)
 			c.filling.rg = c.writer.BeginRowGroup()
 		}
 	default:

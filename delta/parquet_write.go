@@ -139,6 +139,12 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 	if err != nil {
 		return nil, fmt.Errorf("new data writer: %w", err)
 	}
+	var key string // names the data schema's columns in opts.Buffers
+	if opts.Buffers != nil {
+		if key, err = w.data.SchemaString(); err != nil {
+			return nil, fmt.Errorf("new data writer: %w", err)
+		}
+	}
 	id, err := newUUID()
 	if err != nil {
 		return nil, err
@@ -172,14 +178,7 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 	}
 	w.writer = parquet.NewWriter(f, options...)
 	w.stats = newStatsCollector(w.data)
-	w.columns = newColumnarWriter(w.writer, w.data, w.stats, rg)
-	if opts.Buffers != nil {
-		key, err := w.data.SchemaString()
-		if err != nil {
-			return nil, fmt.Errorf("new data writer: %w", err)
-		}
-		w.columns.lend(opts.Buffers, key)
-	}
+	w.columns = newColumnarWriter(w.writer, w.data, w.stats, rg, opts.Buffers, key)
 	return w, nil
 }
 
