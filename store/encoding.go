@@ -65,27 +65,21 @@ type decoder struct {
 // sharedSlabValues is the fewest values a shared decoder allocates at once.
 const sharedSlabValues = 1024
 
-func newDecoder(record byte, data []byte) *decoder {
-	d := &decoder{}
+func newDecoder(record byte, data []byte) decoder {
 	if len(data) < 6 {
-		d.err = fmt.Errorf("%w: record of %d bytes is too short", ErrCorrupt, len(data))
-		return d
+		return decoder{err: fmt.Errorf("%w: record of %d bytes is too short", ErrCorrupt, len(data))}
 	}
 	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
 	if crc32.Checksum(body, castagnoli) != sum {
-		d.err = fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
-		return d
+		return decoder{err: fmt.Errorf("%w: checksum mismatch", ErrCorrupt)}
 	}
 	if body[0] != formatVersion {
-		d.err = fmt.Errorf("%w: record format %d, this build reads format %d", ErrUnsupportedFormat, body[0], formatVersion)
-		return d
+		return decoder{err: fmt.Errorf("%w: record format %d, this build reads format %d", ErrUnsupportedFormat, body[0], formatVersion)}
 	}
 	if body[1] != record {
-		d.err = fmt.Errorf("%w: record type %q where %q was expected", ErrCorrupt, body[1], record)
-		return d
+		return decoder{err: fmt.Errorf("%w: record type %q where %q was expected", ErrCorrupt, body[1], record)}
 	}
-	d.buf = body[2:]
-	return d
+	return decoder{buf: body[2:]}
 }
 
 func (d *decoder) fail(what string) {
@@ -268,7 +262,8 @@ func encodeChunk(subXid uint32, changes []Change) []byte {
 }
 
 func decodeChunk(data []byte) (subXid uint32, changes []Change, err error) {
-	return decodeChunkWith(newDecoder(recordChunk, data))
+	d := newDecoder(recordChunk, data)
+	return decodeChunkWith(&d)
 }
 
 // decodeSharedChunk is decodeChunk for a caller that keeps nothing of the
@@ -276,7 +271,7 @@ func decodeChunk(data []byte) (subXid uint32, changes []Change, err error) {
 func decodeSharedChunk(data []byte) (subXid uint32, changes []Change, err error) {
 	d := newDecoder(recordChunk, data)
 	d.shared = true
-	return decodeChunkWith(d)
+	return decodeChunkWith(&d)
 }
 
 func decodeChunkWith(d *decoder) (subXid uint32, changes []Change, err error) {

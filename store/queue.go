@@ -298,11 +298,15 @@ var errStop = errors.New("stop")
 
 // Txns calls fn for each queued transaction with an end LSN above after, in
 // commit order. Returning ErrStopScan from fn ends the scan without error.
+// The header and the cursor are valid only until fn returns: the next
+// transaction reuses them.
 func (r *Reader) Txns(after LSN, fn func(h *TxnHeader, t *TxnCursor) error) error {
 	q := r.tx.Bucket(bucketQueue)
 	c := q.Cursor()
+	var h TxnHeader
+	var cur TxnCursor
 	for k, v := c.Seek(lsnKey(after + 1)); k != nil; k, v = c.Next() {
-		var cur TxnCursor
+		cur = TxnCursor{}
 		var hdr []byte
 		if v != nil {
 			var err error
@@ -313,8 +317,8 @@ func (r *Reader) Txns(after LSN, fn func(h *TxnHeader, t *TxnCursor) error) erro
 			cur.b = q.Bucket(k)
 			hdr = cur.b.Get(headerKey)
 		}
-		h, err := decodeTxnHeader(hdr)
-		if err != nil {
+		var err error
+		if h, err = decodeTxnHeader(hdr); err != nil {
 			return fmt.Errorf("queue entry %x: %w", k, err)
 		}
 		if uint64(h.EndLSN) != binary.BigEndian.Uint64(k) {

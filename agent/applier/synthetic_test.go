@@ -184,3 +184,27 @@ func applyQueued(b *testing.B, queued []byte, flushChanges int) {
 		b.StartTimer()
 	}
 }
+
+// BenchmarkApplyBacklog applies 100k single-row inserting transactions in
+// one flush: the apply stage of the end-to-end benchmark's backlog of small
+// transactions, without PostgreSQL and capture.
+func BenchmarkApplyBacklog(b *testing.B) {
+	const txnCount = 100_000
+	rel := ordersRelation()
+	txns := make([]*store.Txn, 0, txnCount)
+	for g := int64(1); g <= txnCount; g++ {
+		txns = append(txns, &store.Txn{
+			TxnHeader: store.TxnHeader{Xid: uint32(g), CommitLSN: store.LSN(g << 8), EndLSN: store.LSN(g<<8 + 1),
+				CommitTime: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).Add(time.Duration(g) * 10 * time.Microsecond)},
+			Changes: []store.Change{{Op: store.OpInsert, Relation: rel.Key, New: ordersValues(g)}},
+		})
+	}
+	template := b.TempDir()
+	queueTxns(b, template, rel, txns...)
+	queued, err := os.ReadFile(filepath.Join(template, store.FileName))
+	if err != nil {
+		b.Fatal(err)
+	}
+	applyQueued(b, queued, 0)
+	b.ReportMetric(float64(txnCount)*float64(b.N)/b.Elapsed().Seconds(), "txns/s")
+}
