@@ -386,8 +386,8 @@ func TestBenchDeltaEndToEnd(t *testing.T) {
 			captures, applies = append(captures, o.captured.Seconds()), append(applies, (o.applied-o.captured).Seconds())
 			cpus = append(cpus, o.cpu.Seconds())
 		}
-		fmt.Printf("BENCH delta end to end, %s: lakeside %.0fk rows/s, pg_recvlogical %.0fk rows/s, ratio %.2f (target >= 0.8)\n",
-			w.name, median(ours)/1e3, median(baselines)/1e3, median(ratios))
+		fmt.Printf("BENCH delta end to end, %s: lakeside %.0fk rows/s, pg_recvlogical %.0fk rows/s, ratio %.2f (rounds %s; target >= 0.8)\n",
+			w.name, median(ours)/1e3, median(baselines)/1e3, median(ratios), spread(ratios))
 		fmt.Printf("  lakeside: capture into the queue %.1f s, then Delta commits %.1f s more; the agent used %.1f s of CPU (medians)\n",
 			median(captures), median(applies), median(cpus))
 	}

@@ -66,7 +66,7 @@ func TestBenchCapture(t *testing.T) {
 		}},
 	}
 	fmt.Println()
-	fmt.Printf("%-46s %16s %16s %8s\n", "capture workload (median of 3 rounds)", "pg_recvlogical", "lakeside", "ratio")
+	fmt.Printf("%-46s %16s %16s %8s  %s\n", "capture workload (median of 3 rounds)", "pg_recvlogical", "lakeside", "ratio", "rounds")
 	for _, w := range workloads {
 		// Each round drains the same backlog with both, one after the
 		// other, so the ratio is taken per round and the median printed.
@@ -83,7 +83,7 @@ func TestBenchCapture(t *testing.T) {
 			ours = append(ours, float64(w.rows)/o.Seconds())
 			ratios = append(ratios, b.Seconds()/o.Seconds())
 		}
-		fmt.Printf("%-46s %11.0f rows/s %11.0f rows/s %8.2f\n", w.name, median(baselines), median(ours), median(ratios))
+		fmt.Printf("%-46s %11.0f rows/s %11.0f rows/s %8.2f  %s\n", w.name, median(baselines), median(ours), median(ratios), spread(ratios))
 	}
 	fmt.Println("ratio = lakeside rows/s ÷ pg_recvlogical rows/s; lakeside counts a row once it is fsync'd in the queue and acknowledged (target ≥ 0.9);")
 	fmt.Println("the capture stage alone: Delta flushes are held back for the drain")
@@ -152,6 +152,12 @@ func (e *e2e) waitDurable(end pglogrepl.LSN) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// spread gives the lowest and the highest of xs, the ratios of the rounds,
+// so that a reader sees how much one round can differ from another.
+func spread(xs []float64) string {
+	return fmt.Sprintf("%.2f–%.2f", slices.Min(xs), slices.Max(xs))
 }
 
 func median(xs []float64) float64 {
