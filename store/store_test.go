@@ -96,6 +96,45 @@ func TestSharedChunkDecodesInPlace(t *testing.T) {
 	}
 }
 
+// TestScanOfSmallTxnsAllocatesLittle checks what reading a queue of
+// single-row transactions costs per transaction: the decoders of its header
+// and chunk, its header and its cursor take no allocation of their own;
+// what is left is the chunk's change slice and its values.
+func TestScanOfSmallTxnsAllocatesLittle(t *testing.T) {
+	db := openTest(t)
+	const txns = 200
+	err := db.Update(func(w *Writer) error {
+		for i := range LSN(txns) {
+			txn := &Txn{TxnHeader: TxnHeader{Xid: uint32(i), CommitLSN: 100 + 16*i, EndLSN: 108 + 16*i, CommitTime: time.UnixMicro(1700000000123456)},
+				Changes: []Change{{Op: OpInsert, Relation: RelationKey{OID: 1, LSN: 2}, New: []Value{{Kind: KindInt64, Int: int64(i)}, {Kind: KindString, Bytes: []byte("x")}}}}}
+			if err := w.AppendTxn(txn, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scan := func() (n int) {
+		if err := db.View(func(r *Reader) error {
+			return r.Txns(0, func(h *TxnHeader, c *TxnCursor) error {
+				return c.SharedChunks(func(changes []Change) error { n += len(changes); return nil })
+			})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := scan(); n != txns {
+		t.Fatalf("scanned %d changes, want %d", n, txns)
+	}
+	perTxn := testing.AllocsPerRun(5, func() { scan() }) / txns
+	if perTxn > 2.5 {
+		t.Errorf("reading a single-row transaction took %.1f allocations", perTxn)
+	}
+}
+
 // allocatedBytes returns the bytes fn allocates, averaged over 100 runs.
 func allocatedBytes(fn func()) uint64 {
 	var before, after runtime.MemStats
