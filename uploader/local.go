@@ -134,18 +134,39 @@ func versionFiles(ctx context.Context, tbl *delta.Table, root string, version in
 		if !ok {
 			continue
 		}
-		local, err := delta.ResolvePath(root, add.Path)
+		j, err := dataFileJob(root, version, add.Path)
 		if err != nil {
-			return nil, 0, fmt.Errorf("%w: version %d: %w", ErrLocal, version, err)
+			return nil, 0, err
 		}
-		rel, err := filepath.Rel(root, local)
-		if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			return nil, 0, fmt.Errorf("%w: version %d: file %s is outside the table", ErrLocal, version, add.Path)
-		}
-		jobs = append(jobs, fileJob{version: version, rel: filepath.ToSlash(rel), local: local})
+		jobs = append(jobs, j)
 		size += add.Size
 	}
 	return jobs, size, nil
+}
+
+// dataFileJob returns the upload of the data file an add action of version
+// names by path, which must lie inside the table at root.
+func dataFileJob(root string, version int64, path string) (fileJob, error) {
+	local, err := delta.ResolvePath(root, path)
+	if err != nil {
+		return fileJob{}, fmt.Errorf("%w: version %d: %w", ErrLocal, version, err)
+	}
+	rel, err := filepath.Rel(root, local)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return fileJob{}, fmt.Errorf("%w: version %d: file %s is outside the table", ErrLocal, version, path)
+	}
+	return fileJob{version: version, rel: filepath.ToSlash(rel), local: local}, nil
+}
+
+// commitsFrom reports whether the local log holds every commit from
+// version v to the latest.
+func (l *localLog) commitsFrom(v int64) bool {
+	for ; v <= l.latest; v++ {
+		if _, ok := l.commits[v]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // checksum returns the SHA-256 of size bytes of r. It is the checksum the

@@ -34,10 +34,12 @@ func (u *Uploader) syncTable(ctx context.Context, t Table) error {
 	u.updateBacklog(ctx, t, l, st)
 	tbl := delta.New(t.Path)
 
-	// Checkpoints written locally after their commit went up.
+	// Checkpoints written locally after their commit went up. One that
+	// some later commit is no longer local for is not needed (a newer one
+	// is), and its data files may never have gone up to this remote.
 	var late []fileJob
 	for v := range l.checkpoints {
-		if v <= st.RemoteVersion {
+		if v <= st.RemoteVersion && l.commitsFrom(v+1) {
 			late = append(late, checkpointJob(t, v))
 		}
 	}
@@ -45,10 +47,63 @@ func (u *Uploader) syncTable(ctx context.Context, t Table) error {
 		return err
 	}
 
+	if err := u.startFromCheckpoint(ctx, t, tbl, l, &st); err != nil {
+		return err
+	}
 	if err := u.uploadVersions(ctx, t, tbl, l, &st); err != nil {
 		return err
 	}
 	return u.putLastCheckpoint(ctx, t, &st)
+}
+
+// startFromCheckpoint starts the remote copy of a table at a local
+// checkpoint when the remote lacks commits the local log no longer holds.
+// The local log keeps old commits only until they are uploaded and past
+// retention, so a replica pointed at a new target finds the newest commits
+// and their checkpoints, not version 0. The data files of the oldest usable
+// checkpoint's snapshot and the checkpoint itself go up; the remote then
+// continues from that version, as a table whose older commits were cleaned
+// up does: readers start from the checkpoint, and time travel reaches back
+// to it. A checkpoint is usable when every commit after it is local.
+func (u *Uploader) startFromCheckpoint(ctx context.Context, t Table, tbl *delta.Table, l *localLog, st *store.UploadState) error {
+	from := st.RemoteVersion + 1
+	if _, ok := l.commits[from]; ok || from > l.latest {
+		return nil
+	}
+	// The oldest usable checkpoint: the remote gets the history the local
+	// log still has.
+	start := int64(-1)
+	for v := range l.checkpoints {
+		if v >= from && (start < 0 || v < start) && l.commitsFrom(v+1) {
+			start = v
+		}
+	}
+	if start < 0 {
+		return fmt.Errorf("%w: commit %d is missing from the local log, and no local checkpoint after it can start the remote copy", ErrLocal, from)
+	}
+	snap, err := tbl.SnapshotAt(ctx, start)
+	if err != nil {
+		return fmt.Errorf("%w: read checkpoint %d: %w", ErrLocal, start, err)
+	}
+	var jobs []fileJob
+	for _, add := range snap.Files() {
+		j, err := dataFileJob(t.Path, start, add.Path)
+		if err != nil {
+			return err
+		}
+		jobs = append(jobs, j)
+	}
+	if err := u.uploadFiles(ctx, t, jobs); err != nil {
+		return err
+	}
+	// The checkpoint after every file it names.
+	if err := u.uploadFiles(ctx, t, []fileJob{checkpointJob(t, start)}); err != nil {
+		return err
+	}
+	u.log.Warn("replica started from a local checkpoint: the commits before it were removed locally after an earlier upload",
+		"table", t.Name, "version", start, "data_files", len(jobs), "remote_had", st.RemoteVersion)
+	st.RemoteVersion, st.LastSuccess = start, u.opts.Now().UTC()
+	return u.saveState(t.Name, *st)
 }
 
 func checkpointJob(t Table, v int64) fileJob {

@@ -3,7 +3,11 @@ package uploader_test
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/lakeside/lakeside/delta"
@@ -155,4 +159,101 @@ func readLastCheckpointVersion(t testing.TB, dir string) (int64, []byte, bool) {
 		return 0, nil, false
 	}
 	return lc.Version, data, true
+}
+
+// TestReplicaStartsFromLocalCheckpoint points a new remote at tables whose
+// oldest commits were removed locally (log retention after an upload to an
+// earlier target). The remote starts at the oldest local checkpoint that
+// every later commit is local for: it gets that checkpoint, the data files of
+// its snapshot and the commits after it, and then equals the local table at
+// every version from there. An older checkpoint that some later commit is
+// missing for goes up neither then nor later; with no usable checkpoint the
+// pass fails with ErrLocal and uploads nothing.
+func TestReplicaStartsFromLocalCheckpoint(t *testing.T) {
+	eachBackend(t, func(t *testing.T, newBackend func(t *testing.T) *backend) {
+		b := newBackend(t)
+		ctx := t.Context()
+		root := t.TempDir()
+		lt := newLocalTable(t, root, "public.items")
+		for range 25 { // versions 1..25, checkpoints at 10 and 20
+			lt.commit(3, 20)
+		}
+		logDir := filepath.Join(lt.tbl.Path(), delta.LogDirName)
+		// Retention removed commits 0..12: checkpoint 10 is left but not
+		// usable, checkpoint 20 is.
+		for v := range int64(13) {
+			if err := os.Remove(filepath.Join(logDir, delta.CommitFileName(v))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var commits []int64
+		u := newUploader(t, openDB(t, t.TempDir()), b, root, func(o *uploader.Options) {
+			o.Hook = func(_ context.Context, r uploader.Request) error {
+				if _, rel, _ := strings.Cut(r.Key, "/"); r.After && r.Op == "put" {
+					if v, ok := parseCommit(rel); ok {
+						commits = append(commits, v)
+					}
+				}
+				return nil
+			}
+		})
+		for pass := range 2 {
+			if err := u.SyncOnce(ctx); err != nil {
+				t.Fatalf("pass %d: %v", pass, err)
+			}
+		}
+		if want := []int64{21, 22, 23, 24, 25}; !slices.Equal(commits, want) {
+			t.Errorf("commits uploaded: %v, want %v", commits, want)
+		}
+		dir := b.download(t, lt.name)
+		for v := int64(20); v <= lt.version; v++ {
+			if got, want := rowsAt(t, dir, v), rowsAt(t, lt.tbl.Path(), v); !slices.Equal(got, want) {
+				t.Fatalf("version %d: remote has %d rows, local %d", v, len(got), len(want))
+			}
+		}
+		if got := rowsAt(t, dir, lt.version); len(got) != 3*25 {
+			t.Fatalf("remote latest has %d rows, want %d", len(got), 3*25)
+		}
+		if v, _, ok := readLastCheckpointVersion(t, dir); !ok || v != 20 {
+			t.Errorf("remote _last_checkpoint names %d (%v), want 20", v, ok)
+		}
+		if _, err := os.Stat(filepath.Join(dir, delta.LogDirName, delta.CheckpointFileName(10))); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("checkpoint 10, which commits 11 and 12 are missing for, is on the remote: %v", err)
+		}
+		st := u.Status()
+		if len(st.Tables) != 1 || st.Tables[0].RemoteVersion != lt.version || st.Tables[0].LastError != "" {
+			t.Fatalf("status = %+v", st)
+		}
+
+		// Another table whose log lost every checkpoint it could start
+		// from: a clear error, nothing uploaded.
+		lost := newLocalTable(t, root, "public.lost")
+		for range 12 {
+			lost.commit(1, 10)
+		}
+		lostLog := filepath.Join(lost.tbl.Path(), delta.LogDirName)
+		for v := range int64(11) {
+			os.Remove(filepath.Join(lostLog, delta.CommitFileName(v)))
+		}
+		os.Remove(filepath.Join(lostLog, delta.CheckpointFileName(10)))
+		err := u.SyncOnce(ctx)
+		if !errors.Is(err, uploader.ErrLocal) || !strings.Contains(err.Error(), "no local checkpoint") {
+			t.Fatalf("err = %v, want ErrLocal naming the missing checkpoint", err)
+		}
+		t.Logf("error: %v", err)
+		var keys []string
+		if b.server != nil {
+			keys = listRemote(t, b, "lake/"+site+"/"+lost.name)
+		} else {
+			filepath.WalkDir(b.download(t, lost.name), func(p string, d fs.DirEntry, err error) error {
+				if err == nil && !d.IsDir() {
+					keys = append(keys, p)
+				}
+				return nil
+			})
+		}
+		if len(keys) != 0 {
+			t.Errorf("the remote got %v", keys)
+		}
+	})
 }
