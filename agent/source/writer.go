@@ -270,6 +270,11 @@ func (w *queueWriter) commit(open *openTxn) bool {
 	if open.cleared || open.checkpoint > w.Durable() {
 		w.durable.Store(uint64(open.checkpoint))
 	}
+	// onDurable runs before the waiting syncs return, so that a caller of
+	// sync finds what it triggers done.
+	if w.onDurable != nil {
+		w.onDurable()
+	}
 	for _, op := range open.ops {
 		if op.done != nil {
 			op.done <- nil
@@ -283,9 +288,6 @@ func (w *queueWriter) commit(open *openTxn) bool {
 	// are not kept alive by it.
 	clear(open.ops)
 	*open = openTxn{ops: open.ops[:0]}
-	if w.onDurable != nil {
-		w.onDurable()
-	}
 	return true
 }
 
