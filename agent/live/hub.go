@@ -70,6 +70,12 @@ type Hub struct {
 	retain        int
 	farBehind     int64
 	subs          map[*subscriber]struct{}
+	// snapshots holds, by group of tables, the encoded snapshot pages of
+	// the rows at snapshotsAt (epoch and offset): clients that connect
+	// together (the page open in many back offices, all reconnecting after
+	// a restart) share one encoding.
+	snapshots   map[string][][]byte
+	snapshotsAt string
 	// appIDPrefix starts the appIds of the mirrors' txn actions.
 	appIDPrefix string
 }
@@ -298,6 +304,7 @@ func (h *Hub) resetLocked(epoch string) {
 	h.tables = map[string]*tableState{}
 	h.rels = map[store.RelationKey]*store.Relation{}
 	h.retained, h.retainedSince = nil, 0
+	h.snapshots, h.snapshotsAt = nil, ""
 	for s := range h.subs {
 		s.refetch("the agent's state was reset")
 	}
@@ -425,12 +432,12 @@ func (h *Hub) tableInfosLocked(names []string) []TableInfo {
 //
 // snapshot reports whether the client takes snapshots (rather than resuming),
 // so that the caller adds those of tables served from mirrors.
-func (h *Hub) subscribe(s *subscriber, tables []string, offset string) (first []any, snapshot bool, err error) {
+func (h *Hub) subscribe(s *subscriber, tables []string, offset string) (first []any, snap [][]byte, snapshot bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, n := range tables {
 		if h.tables[n] == nil {
-			return nil, false, h.missingLocked(n)
+			return nil, nil, false, h.missingLocked(n)
 		}
 	}
 	if tables == nil {
@@ -447,12 +454,12 @@ func (h *Hub) subscribe(s *subscriber, tables []string, offset string) (first []
 	if offset != "" {
 		epoch, lsn, err := parseOffset(offset)
 		if err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		switch {
 		case epoch == h.epoch && lsn == h.offset:
 			h.subs[s] = struct{}{}
-			return first, false, nil
+			return first, nil, false, nil
 		case epoch == h.epoch && lsn < h.offset && lsn >= h.retainedSince && !h.refetchAfter(lsn):
 			var missed []retainedTxn
 			for _, rt := range h.retained {
@@ -473,13 +480,39 @@ func (h *Hub) subscribe(s *subscriber, tables []string, offset string) (first []
 					first = append(first, m)
 				}
 			}
-			return first, false, nil
+			return first, nil, false, nil
 		default:
 			first = append(first, Refetch{Type: TypeRefetch, Reason: "offset " + offset + " is not retained"})
 		}
 	}
+	if snap, err = h.encodedSnapshotLocked(s.tablesKey, tables); err != nil {
+		return nil, nil, false, err
+	}
 	h.subs[s] = struct{}{}
-	return append(first, h.snapshotLocked(tables)...), true, nil
+	return first, snap, true, nil
+}
+
+// encodedSnapshotLocked returns the encoded snapshot pages of tables (whose
+// sorted names make key), encoding them only if no client of the same tables
+// took them at the current offset.
+func (h *Hub) encodedSnapshotLocked(key string, tables []string) ([][]byte, error) {
+	if at := h.offsetString(h.offset); h.snapshotsAt != at {
+		h.snapshots, h.snapshotsAt = map[string][][]byte{}, at
+	}
+	if pages, ok := h.snapshots[key]; ok {
+		return pages, nil
+	}
+	msgs := h.snapshotLocked(tables)
+	pages := make([][]byte, 0, len(msgs))
+	for _, m := range msgs {
+		data, err := json.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("encode snapshot: %w", err)
+		}
+		pages = append(pages, data)
+	}
+	h.snapshots[key] = pages
+	return pages, nil
 }
 
 func (h *Hub) snapshotLocked(tables []string) []any {

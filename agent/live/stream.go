@@ -155,7 +155,7 @@ func (srv *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	conn.SetReadLimit(maxClientBytes)
 
 	sub := newSubscriber(srv.cfg.ClientQueueBytes)
-	first, snapshot, err := srv.hub.subscribe(sub, tables, offset)
+	first, snap, snapshot, err := srv.hub.subscribe(sub, tables, offset)
 	if err != nil {
 		code := CloseBadRequest
 		if errors.Is(err, errNotCaptured) {
@@ -187,6 +187,13 @@ func (srv *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	for _, m := range first {
 		data, err := json.Marshal(m)
 		if err != nil || !write(data) {
+			return
+		}
+	}
+	// The rows in memory, encoded once for every client of these tables
+	// at this offset.
+	for _, data := range snap {
+		if !write(data) {
 			return
 		}
 	}

@@ -507,3 +507,41 @@ func TestHubFarBehindHasClientsRefetch(t *testing.T) {
 	c3.readUntil(f.hub)
 	equalRows(t, "client resuming from before the backlog", c3.rows, f.tableRows())
 }
+
+// TestClientsOfTheSameTablesShareTheSnapshotEncoding connects clients of the
+// same tables at one offset: they are given the same encoded snapshot pages,
+// not one encoding each, and a client connecting after a change gets the
+// rows with the change.
+func TestClientsOfTheSameTablesShareTheSnapshotEncoding(t *testing.T) {
+	f := newFixture(t, Config{}, stockSchema, `INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 1500) g`)
+	f.waitHub()
+	subscribe := func() [][]byte {
+		t.Helper()
+		s := newSubscriber(1 << 20)
+		_, snap, snapshot, err := f.hub.subscribe(s, []string{"public.stock"}, "")
+		if err != nil || !snapshot {
+			t.Fatalf("subscribe: snapshot %v, err %v", snapshot, err)
+		}
+		f.hub.unsubscribe(s)
+		return snap
+	}
+	a, b := subscribe(), subscribe()
+	if len(a) != 2 || len(b) != 2 {
+		t.Fatalf("%d and %d snapshot pages, want 2 pages of 1500 rows each", len(a), len(b))
+	}
+	for i := range a {
+		if &a[i][0] != &b[i][0] {
+			t.Fatalf("page %d was encoded again for the second client", i)
+		}
+	}
+	f.exec(`UPDATE stock SET label = 'changed' WHERE id = 1500`)
+	f.waitHub()
+	c := subscribe()
+	if &c[1][0] == &a[1][0] || !strings.Contains(string(c[1]), `"changed"`) || strings.Contains(string(a[1]), `"changed"`) {
+		t.Fatalf("the snapshot after a change is not encoded anew with it:\n%s", c[1])
+	}
+	// Clients on the wire get the same rows as the table.
+	cl := f.dial("?tables=public.stock")
+	cl.readUntil(f.hub)
+	equalRows(t, "snapshot", cl.rows, f.tableRows())
+}
