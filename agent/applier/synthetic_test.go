@@ -137,22 +137,7 @@ func BenchmarkApplyLargeTransaction(b *testing.B) {
 // flush interval of 1 s, and reports the time per flush.
 func BenchmarkSteadyFlushes(b *testing.B) {
 	const flushes, perFlush = 30, 2000
-	rel := ordersRelation()
-	var txns []*store.Txn
-	for g := int64(1); g <= flushes*perFlush; g++ {
-		txns = append(txns, &store.Txn{
-			TxnHeader: store.TxnHeader{Xid: uint32(g), CommitLSN: store.LSN(g << 8), EndLSN: store.LSN(g<<8 + 1),
-				CommitTime: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).Add(time.Duration(g) * time.Millisecond / 2)},
-			Changes: []store.Change{{Op: store.OpInsert, Relation: rel.Key, New: ordersValues(g)}},
-		})
-	}
-	template := b.TempDir()
-	queueTxns(b, template, rel, txns...)
-	queued, err := os.ReadFile(filepath.Join(template, store.FileName))
-	if err != nil {
-		b.Fatal(err)
-	}
-	applyQueued(b, queued, perFlush)
+	applyQueued(b, queueSingleRowTxns(b, flushes*perFlush, time.Millisecond/2), perFlush)
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N*flushes), "ms/flush")
 }
 
@@ -190,12 +175,20 @@ func applyQueued(b *testing.B, queued []byte, flushChanges int) {
 // transactions, without PostgreSQL and capture.
 func BenchmarkApplyBacklog(b *testing.B) {
 	const txnCount = 100_000
+	applyQueued(b, queueSingleRowTxns(b, txnCount, 10*time.Microsecond), 0)
+	b.ReportMetric(float64(txnCount)*float64(b.N)/b.Elapsed().Seconds(), "txns/s")
+}
+
+// queueSingleRowTxns returns a state file whose queue holds n transactions,
+// each inserting one orders row, committed spacing apart.
+func queueSingleRowTxns(b *testing.B, n int64, spacing time.Duration) []byte {
+	b.Helper()
 	rel := ordersRelation()
-	txns := make([]*store.Txn, 0, txnCount)
-	for g := int64(1); g <= txnCount; g++ {
+	txns := make([]*store.Txn, 0, n)
+	for g := int64(1); g <= n; g++ {
 		txns = append(txns, &store.Txn{
 			TxnHeader: store.TxnHeader{Xid: uint32(g), CommitLSN: store.LSN(g << 8), EndLSN: store.LSN(g<<8 + 1),
-				CommitTime: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).Add(time.Duration(g) * 10 * time.Microsecond)},
+				CommitTime: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).Add(time.Duration(g) * spacing)},
 			Changes: []store.Change{{Op: store.OpInsert, Relation: rel.Key, New: ordersValues(g)}},
 		})
 	}
@@ -205,6 +198,5 @@ func BenchmarkApplyBacklog(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	applyQueued(b, queued, 0)
-	b.ReportMetric(float64(txnCount)*float64(b.N)/b.Elapsed().Seconds(), "txns/s")
+	return queued
 }
