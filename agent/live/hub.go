@@ -256,6 +256,9 @@ func (h *Hub) poll() error {
 				return err
 			}
 			h.offset = hd.EndLSN
+			// The encoded snapshots are of the rows before: dropped
+			// now rather than kept until the next client comes.
+			h.snapshots, h.snapshotsAt = nil, ""
 			if farBehind {
 				return nil // one refetch marker follows the backlog
 			}
@@ -496,7 +499,7 @@ func (h *Hub) subscribe(s *subscriber, tables []string, offset string) (first []
 // sorted names make key), encoding them only if no client of the same tables
 // took them at the current offset.
 func (h *Hub) encodedSnapshotLocked(key string, tables []string) ([][]byte, error) {
-	if at := h.offsetString(h.offset); h.snapshotsAt != at {
+	if at := h.offsetString(h.offset); h.snapshots == nil || h.snapshotsAt != at {
 		h.snapshots, h.snapshotsAt = map[string][][]byte{}, at
 	}
 	if pages, ok := h.snapshots[key]; ok {
