@@ -88,6 +88,8 @@ func appendRowValue(dst []byte, v any) []byte {
 // valueDecoder decodes values written by appendRowValue from b.
 type valueDecoder struct {
 	b []byte
+	// decimals, if set, makes the decimals (see decimalSlab).
+	decimals *decimalSlab
 }
 
 var errSpillCorrupt = errors.New("corrupt spill data")
@@ -194,6 +196,9 @@ func (d *valueDecoder) value() (any, error) {
 		u, err := d.varint()
 		if err != nil {
 			return nil, err
+		}
+		if d.decimals != nil {
+			return d.decimals.decimal(u, int32(scale)), nil
 		}
 		return delta.NewDecimal(u, int32(scale)), nil
 	case tagArray:

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -251,5 +252,29 @@ func checkRows(t *testing.T, what string, rows []tableRow, cols []string, want [
 	}
 	if !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("%s:\n got  %q\n want %q", what, got, want)
+	}
+}
+
+// TestDecimalSlabMakesTheSameDecimals checks decimals made from slab blocks
+// against delta.NewDecimal, across block boundaries and the int64 range, and
+// that a decimal keeps its value while later ones are made.
+func TestDecimalSlabMakesTheSameDecimals(t *testing.T) {
+	values := []int64{0, 1, -1, 42, -4200, math.MaxInt64, math.MinInt64, math.MinInt64 + 1, 999999999999999999, -999999999999999999}
+	for i := int64(0); i < 3*decimalSlabSize; i++ {
+		values = append(values, i*7919-1_000_000)
+	}
+	var slab decimalSlab
+	made := make([]delta.Decimal, len(values))
+	for i, v := range values {
+		made[i] = slab.decimal(v, 2)
+	}
+	for i, v := range values {
+		want := delta.NewDecimal(v, 2)
+		if made[i].Scale != 2 || made[i].Unscaled.Cmp(want.Unscaled) != 0 || made[i].String() != want.String() {
+			t.Fatalf("value %d: slab made %s, want %s", v, made[i], want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { slab.decimal(-12345, 2) }); n > 0.1 {
+		t.Errorf("a decimal from the slab took %.2f allocations", n)
 	}
 }

@@ -92,13 +92,13 @@ func appendEntry(dst []byte, e *entry) []byte {
 // decodeEntry decodes an entry written by appendEntry.
 func decodeEntry(b []byte) (*entry, error) {
 	e := &entry{}
-	return e, decodeEntryInto(e, b)
+	return e, decodeEntryInto(e, b, nil)
 }
 
 // decodeEntryInto decodes an entry written by appendEntry into e, using
-// its row's memory again.
-func decodeEntryInto(e *entry, b []byte) error {
-	d := valueDecoder{b: b}
+// its row's memory again; decimals, if not nil, makes its decimals.
+func decodeEntryInto(e *entry, b []byte, decimals *decimalSlab) error {
+	d := valueDecoder{b: b, decimals: decimals}
 	flags, err := d.byte1()
 	if err != nil {
 		return err
@@ -414,6 +414,7 @@ func (p *pending) iterate(fn func(key []byte, e *entry) error) error {
 	// decoded are the entries of one key, used again for the next: fn
 	// keeps nothing of them.
 	var decoded []*entry
+	var decimals decimalSlab
 	for h.Len() > 0 {
 		key = append(key[:0], h[0].key...)
 		var acc *entry
@@ -423,7 +424,7 @@ func (p *pending) iterate(fn func(key []byte, e *entry) error) error {
 				decoded = append(decoded, &entry{})
 			}
 			e := decoded[n]
-			if err := decodeEntryInto(e, s.body); err != nil {
+			if err := decodeEntryInto(e, s.body, &decimals); err != nil {
 				return fmt.Errorf("read spill: %w", err)
 			}
 			if acc == nil {

@@ -3,6 +3,8 @@ package applier
 import (
 	"fmt"
 	"math"
+	"math/big"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -136,12 +138,13 @@ func converterFor(dt delta.DataType, column string, w warner) converter {
 	var conv converter
 	switch t := dt.(type) {
 	case delta.DecimalType:
+		var decimals decimalSlab
 		conv = func(v *store.Value) any {
 			if v.Kind != store.KindNumeric {
 				return convertPlain(delta.TypeString, v)
 			}
 			if u, ok := smallDecimal(v.Bytes, t.Precision, t.Scale); ok {
-				return delta.NewDecimal(u, int32(t.Scale))
+				return decimals.decimal(u, int32(t.Scale))
 			}
 			d, err := delta.ParseDecimal(string(v.Bytes))
 			if err == nil {
@@ -343,4 +346,37 @@ func valueText(v *store.Value) any {
 		return "{" + strings.Join(parts, ",") + "}"
 	}
 	return nil
+}
+
+// decimalSlab makes the decimals of up to 18 digits that conversions
+// produce. Their big.Ints and one-word magnitudes come from blocks of
+// decimalSlabSize: two allocations a block instead of two a value. A block
+// stays in memory while a decimal made from it does; nothing changes a
+// decimal's value once made. The zero value is ready to use; it is not safe
+// for concurrent use.
+type decimalSlab struct {
+	ints  []big.Int
+	words []big.Word
+}
+
+const decimalSlabSize = 256
+
+// decimal returns unscaled × 10^-scale.
+func (s *decimalSlab) decimal(unscaled int64, scale int32) delta.Decimal {
+	if bits.UintSize < 64 {
+		return delta.NewDecimal(unscaled, scale)
+	}
+	if len(s.ints) == 0 {
+		s.ints, s.words = make([]big.Int, decimalSlabSize), make([]big.Word, decimalSlabSize)
+	}
+	z := &s.ints[0]
+	if mag := uint64(unscaled); unscaled < 0 {
+		s.words[0] = big.Word(-mag)
+		z.SetBits(s.words[:1:1]).Neg(z)
+	} else if mag != 0 {
+		s.words[0] = big.Word(mag)
+		z.SetBits(s.words[:1:1])
+	}
+	s.ints, s.words = s.ints[1:], s.words[1:]
+	return delta.Decimal{Unscaled: z, Scale: scale}
 }
