@@ -88,10 +88,13 @@ func TestSharedChunkDecodesInPlace(t *testing.T) {
 		t.Errorf("a shared chunk of %d changes took %.0f allocations, a copied one %.0f", len(in), shared, copied)
 	}
 	// A chunk of one small change (a queue of single-row transactions)
-	// takes no more memory shared than copied.
+	// takes no more memory shared than copied (they differ by a byte; the
+	// margin is for the runtime's own allocations during a measurement,
+	// far below the value slab a shared decoder must not allocate for one
+	// change).
 	small := encodeChunk(0, []Change{{Op: OpInsert, Relation: RelationKey{OID: 1, LSN: 2},
 		New: []Value{{Kind: KindInt64, Int: 1}, {Kind: KindString, Bytes: []byte("x")}}}})
-	if c, s := allocatedBytes(func() { decodeChunk(small) }), allocatedBytes(func() { decodeSharedChunk(small) }); s > c {
+	if c, s := allocatedBytes(func() { decodeChunk(small) }), allocatedBytes(func() { decodeSharedChunk(small) }); s > c+64 {
 		t.Errorf("a shared chunk of one change allocated %d bytes, a copied one %d", s, c)
 	}
 }
@@ -135,16 +138,23 @@ func TestScanOfSmallTxnsAllocatesLittle(t *testing.T) {
 	}
 }
 
-// allocatedBytes returns the bytes fn allocates, averaged over 100 runs.
+// allocatedBytes returns the bytes fn allocates, averaged over 100 runs:
+// the least of five such measurements, since whatever else allocates
+// meanwhile only adds to one.
 func allocatedBytes(fn func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for range 100 {
-		fn()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	least := uint64(math.MaxUint64)
+	for range 5 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for range 100 {
+			fn()
+		}
+		runtime.ReadMemStats(&after)
+		least = min(least, (after.TotalAlloc-before.TotalAlloc)/100)
 	}
-	runtime.ReadMemStats(&after)
-	return (after.TotalAlloc - before.TotalAlloc) / 100
+	return least
 }
 
 func TestCorruptionIsDetected(t *testing.T) {
