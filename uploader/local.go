@@ -58,6 +58,9 @@ type localLog struct {
 	commits     map[int64]int64 // version -> size of N.json
 	checkpoints map[int64]int64 // version -> size of N.checkpoint.parquet
 	latest      int64           // newest commit, -1 when none
+	// tail is the oldest version from which every commit up to latest is
+	// local (latest+1 when there is none).
+	tail int64
 }
 
 // readLocalLog lists the local _delta_log of a table.
@@ -89,6 +92,11 @@ func readLocalLog(root string) (*localLog, error) {
 			l.latest = max(l.latest, v)
 		} else {
 			l.checkpoints[v] = fi.Size()
+		}
+	}
+	for l.tail = l.latest + 1; l.tail > 0; l.tail-- {
+		if _, ok := l.commits[l.tail-1]; !ok {
+			break
 		}
 	}
 	return l, nil
@@ -160,14 +168,7 @@ func dataFileJob(root string, version int64, path string) (fileJob, error) {
 
 // commitsFrom reports whether the local log holds every commit from
 // version v to the latest.
-func (l *localLog) commitsFrom(v int64) bool {
-	for ; v <= l.latest; v++ {
-		if _, ok := l.commits[v]; !ok {
-			return false
-		}
-	}
-	return true
-}
+func (l *localLog) commitsFrom(v int64) bool { return v >= l.tail }
 
 // checksum returns the SHA-256 of size bytes of r. It is the checksum the
 // uploader sends with every body and the remote verifies; an MD5 as well
