@@ -88,7 +88,7 @@ func appendRowValue(dst []byte, v any) []byte {
 // valueDecoder decodes values written by appendRowValue from b.
 type valueDecoder struct {
 	b []byte
-	// decimals, if set, makes the decimals (see decimalSlab).
+	// decimals makes the decimals (see decimalSlab).
 	decimals *decimalSlab
 }
 
@@ -197,10 +197,7 @@ func (d *valueDecoder) value() (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if d.decimals != nil {
-			return d.decimals.decimal(u, int32(scale)), nil
-		}
-		return delta.NewDecimal(u, int32(scale)), nil
+		return d.decimals.decimal(u, int32(scale)), nil
 	case tagArray:
 		n, err := d.uvarint()
 		if err != nil || n > uint64(len(d.b)) {

@@ -89,14 +89,8 @@ func appendEntry(dst []byte, e *entry) []byte {
 	return dst
 }
 
-// decodeEntry decodes an entry written by appendEntry.
-func decodeEntry(b []byte) (*entry, error) {
-	e := &entry{}
-	return e, decodeEntryInto(e, b, nil)
-}
-
 // decodeEntryInto decodes an entry written by appendEntry into e, using
-// its row's memory again; decimals, if not nil, makes its decimals.
+// its row's memory again; decimals makes its decimals.
 func decodeEntryInto(e *entry, b []byte, decimals *decimalSlab) error {
 	d := valueDecoder{b: b, decimals: decimals}
 	flags, err := d.byte1()
@@ -157,6 +151,8 @@ type pending struct {
 	truncated bool
 	changes   int
 	scratch   []byte
+	// decimals makes the decimals of the entries read back.
+	decimals decimalSlab
 }
 
 // pendingRef locates a record in the blocks: its key at
@@ -226,8 +222,8 @@ func (p *pending) get(key []byte) (*entry, error) {
 	}
 	var acc *entry
 	for _, i := range p.byKey[string(key)] {
-		e, err := decodeEntry(p.body(p.refs[i]))
-		if err != nil {
+		e := &entry{}
+		if err := decodeEntryInto(e, p.body(p.refs[i]), &p.decimals); err != nil {
 			return nil, fmt.Errorf("pending changes: %w", err)
 		}
 		if acc == nil {
@@ -414,7 +410,6 @@ func (p *pending) iterate(fn func(key []byte, e *entry) error) error {
 	// decoded are the entries of one key, used again for the next: fn
 	// keeps nothing of them.
 	var decoded []*entry
-	var decimals decimalSlab
 	for h.Len() > 0 {
 		key = append(key[:0], h[0].key...)
 		var acc *entry
@@ -424,7 +419,7 @@ func (p *pending) iterate(fn func(key []byte, e *entry) error) error {
 				decoded = append(decoded, &entry{})
 			}
 			e := decoded[n]
-			if err := decodeEntryInto(e, s.body, &decimals); err != nil {
+			if err := decodeEntryInto(e, s.body, &p.decimals); err != nil {
 				return fmt.Errorf("read spill: %w", err)
 			}
 			if acc == nil {

@@ -29,10 +29,15 @@ func newFakeApplier(clock *fakeClock) *Applier {
 // step runs what Run does before it decides: it takes the arrivals, then
 // reads the queue, which it finds holding changes.
 func step(a *Applier, s *schedule, changes int64, full bool) time.Time {
+	return stepDeferring(a, s, changes, full, false)
+}
+
+// stepDeferring is step while capture is (deferring) or is not catching up.
+func stepDeferring(a *Applier, s *schedule, changes int64, full, deferring bool) time.Time {
 	if t, ok := a.arrivals.take(); ok {
 		s.arrive(t)
 	}
-	return s.due(a.now(), changes, full, false)
+	return s.due(a.now(), changes, full, deferring)
 }
 
 func TestFlushDueFromArrivalNotFromWhenTheApplierLooks(t *testing.T) {
@@ -152,16 +157,13 @@ func TestBacklogTailIsFlushedAtOnce(t *testing.T) {
 
 	// Held back while capture catches up.
 	a.Notify()
-	if t0, ok := a.arrivals.take(); ok {
-		s.arrive(t0)
-	}
 	clock.advance(3 * time.Second)
-	if due := s.due(clock.now(), 500, false, true); !due.IsZero() {
+	if due := stepDeferring(a, s, 500, false, true); !due.IsZero() {
 		t.Fatalf("due at %v while capture catches up, want held back", due.Sub(clock.at(0)))
 	}
 	// Caught up: the backlog is due at once; its flush takes 300 ms, and
 	// the backlog's last transaction arrives during it.
-	if due := s.due(clock.now(), 900, false, false); due.After(clock.now()) {
+	if due := step(a, s, 900, false); due.After(clock.now()) {
 		t.Fatalf("backlog due at %v, want by now", due.Sub(clock.at(0)))
 	}
 	start := clock.now()
