@@ -87,6 +87,17 @@ func TestBenchCapture(t *testing.T) {
 	}
 	fmt.Println("ratio = lakeside rows/s ÷ pg_recvlogical rows/s; lakeside counts a row once it is fsync'd in the queue and acknowledged (target ≥ 0.9);")
 	fmt.Println("the capture stage alone: Delta flushes are held back for the drain")
+	fmt.Printf("over the server's Unix socket, whose send buffer (net.core.wmem_default) is %s: how far the walsender can run ahead (README)\n", socketSendBuffer())
+}
+
+// socketSendBuffer returns the send buffer a new Unix socket gets on this
+// machine, which is what the walsender has to run ahead of its reader.
+func socketSendBuffer() string {
+	b, err := os.ReadFile("/proc/sys/net/core/wmem_default")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b)) + " bytes"
 }
 
 // drainBoth times pg_recvlogical and the agent each draining the backlog up
