@@ -170,6 +170,25 @@ func dataFileJob(root string, version int64, path string) (fileJob, error) {
 // version v to the latest.
 func (l *localLog) commitsFrom(v int64) bool { return v >= l.tail }
 
+// startCheckpoint tells where a remote copy whose next version is from
+// starts: restart is false when commit from is local (or there is nothing
+// after it), and the copy goes on commit by commit. Otherwise commit from
+// was removed locally, and the copy starts at checkpoint v, the oldest at
+// or after from that every later commit is local for; v is -1 when there
+// is none.
+func (l *localLog) startCheckpoint(from int64) (v int64, restart bool) {
+	if _, ok := l.commits[from]; ok || from > l.latest {
+		return -1, false
+	}
+	v = -1
+	for c := range l.checkpoints {
+		if c >= from && (v < 0 || c < v) && l.commitsFrom(c+1) {
+			v = c
+		}
+	}
+	return v, true
+}
+
 // checksum returns the SHA-256 of size bytes of r. It is the checksum the
 // uploader sends with every body and the remote verifies; an MD5 as well
 // would cost a second hash of every byte on a small machine and check

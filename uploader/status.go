@@ -118,19 +118,27 @@ func (u *Uploader) Status() Status {
 }
 
 // updateBacklog records a table's local and remote versions and the sizes
-// of the versions in between, reading only commits not seen before.
+// of the versions in between, reading only commits not seen before. A
+// remote copy that starts from a local checkpoint (see startFromCheckpoint)
+// has the checkpoint and the data files of its snapshot as its first
+// version, and nothing before it.
 func (u *Uploader) updateBacklog(ctx context.Context, t Table, l *localLog, st store.UploadState) {
+	first := st.RemoteVersion + 1
+	start, restart := l.startCheckpoint(first)
+	if restart && start >= 0 {
+		first = start
+	}
 	u.mu.Lock()
 	ts := u.tableLocked(t.Name)
 	ts.localVersion, ts.remoteVersion = l.latest, st.RemoteVersion
 	ts.lastSuccess, ts.stopped = st.LastSuccess, st.Stopped
 	for v := range ts.pending {
-		if v <= st.RemoteVersion {
+		if v < first {
 			delete(ts.pending, v)
 		}
 	}
 	var missing []int64
-	for v := st.RemoteVersion + 1; v <= l.latest; v++ {
+	for v := first; v <= l.latest; v++ {
 		if _, ok := ts.pending[v]; !ok {
 			missing = append(missing, v)
 		}
@@ -142,6 +150,14 @@ func (u *Uploader) updateBacklog(ctx context.Context, t Table, l *localLog, st s
 	tbl := delta.New(t.Path)
 	sizes := make(map[int64]int64, len(missing))
 	for _, v := range missing {
+		if restart && v == start {
+			n, err := snapshotBytes(ctx, tbl, v)
+			if err != nil {
+				break
+			}
+			sizes[v] = n + l.checkpoints[v]
+			continue
+		}
 		_, n, err := versionFiles(ctx, tbl, t.Path, v)
 		if err != nil {
 			break
@@ -155,6 +171,20 @@ func (u *Uploader) updateBacklog(ctx context.Context, t Table, l *localLog, st s
 		}
 	}
 	u.mu.Unlock()
+}
+
+// snapshotBytes returns the size of the data files of a table's snapshot
+// at version.
+func snapshotBytes(ctx context.Context, tbl *delta.Table, version int64) (int64, error) {
+	snap, err := tbl.SnapshotAt(ctx, version)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, add := range snap.Files() {
+		n += add.Size
+	}
+	return n, nil
 }
 
 // setRemote records a table's progress in memory.

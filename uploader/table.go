@@ -66,17 +66,12 @@ func (u *Uploader) syncTable(ctx context.Context, t Table) error {
 // up does: readers start from the checkpoint, and time travel reaches back
 // to it. A checkpoint is usable when every commit after it is local.
 func (u *Uploader) startFromCheckpoint(ctx context.Context, t Table, tbl *delta.Table, l *localLog, st *store.UploadState) error {
-	from := st.RemoteVersion + 1
-	if _, ok := l.commits[from]; ok || from > l.latest {
-		return nil
-	}
 	// The oldest usable checkpoint: the remote gets the history the local
 	// log still has.
-	start := int64(-1)
-	for v := range l.checkpoints {
-		if v >= from && (start < 0 || v < start) && l.commitsFrom(v+1) {
-			start = v
-		}
+	from := st.RemoteVersion + 1
+	start, restart := l.startCheckpoint(from)
+	if !restart {
+		return nil
 	}
 	if start < 0 {
 		return fmt.Errorf("%w: commit %d is missing from the local log, and no local checkpoint after it can start the remote copy", ErrLocal, from)

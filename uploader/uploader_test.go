@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/lakeside/lakeside/delta"
@@ -187,8 +188,14 @@ func TestReplicaStartsFromLocalCheckpoint(t *testing.T) {
 			}
 		}
 		var commits []int64
-		u := newUploader(t, openDB(t, t.TempDir()), b, root, func(o *uploader.Options) {
+		var u *uploader.Uploader
+		var atFirstPut sync.Once
+		var backlog uploader.Backlog
+		u = newUploader(t, openDB(t, t.TempDir()), b, root, func(o *uploader.Options) {
 			o.Hook = func(_ context.Context, r uploader.Request) error {
+				if r.Op == "put" {
+					atFirstPut.Do(func() { backlog = u.Backlog() })
+				}
 				if _, rel, _ := strings.Cut(r.Key, "/"); r.After && r.Op == "put" {
 					if v, ok := parseCommit(rel); ok {
 						commits = append(commits, v)
@@ -204,6 +211,11 @@ func TestReplicaStartsFromLocalCheckpoint(t *testing.T) {
 		}
 		if want := []int64{21, 22, 23, 24, 25}; !slices.Equal(commits, want) {
 			t.Errorf("commits uploaded: %v, want %v", commits, want)
+		}
+		// Before the first upload, the backlog was what the copy had to
+		// upload: versions 20 (its checkpoint and snapshot) to 25.
+		if want := restartBacklog(t, lt.tbl, 20, lt.version); backlog.Versions != 6 || backlog.Bytes != want {
+			t.Errorf("backlog before the first upload: %d versions, %d bytes; want 6 versions, %d bytes", backlog.Versions, backlog.Bytes, want)
 		}
 		dir := b.download(t, lt.name)
 		for v := int64(20); v <= lt.version; v++ {
@@ -256,4 +268,44 @@ func TestReplicaStartsFromLocalCheckpoint(t *testing.T) {
 			t.Errorf("the remote got %v", keys)
 		}
 	})
+}
+
+// restartBacklog returns the bytes a remote copy of tbl that starts from
+// checkpoint start has to upload up to version latest: the checkpoint and
+// the data files of its snapshot, then each later commit, the data files
+// it adds and its checkpoint, if any.
+func restartBacklog(t *testing.T, tbl *delta.Table, start, latest int64) int64 {
+	t.Helper()
+	ctx := t.Context()
+	size := func(name string) int64 {
+		info, err := os.Stat(filepath.Join(tbl.LogPath(), name))
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Size()
+	}
+	snap, err := tbl.SnapshotAt(ctx, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := size(delta.CheckpointFileName(start))
+	for _, f := range snap.Files() {
+		n += f.Size
+	}
+	for v := start + 1; v <= latest; v++ {
+		n += size(delta.CommitFileName(v)) + size(delta.CheckpointFileName(v))
+		actions, err := tbl.ReadCommit(ctx, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range actions {
+			if add, ok := a.(*delta.Add); ok {
+				n += add.Size
+			}
+		}
+	}
+	return n
 }
