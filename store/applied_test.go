@@ -70,3 +70,50 @@ func TestAppliedAndTrim(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestClearSlotStateStartsANewGeneration(t *testing.T) {
+	db, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	generation := func() uint64 {
+		var g uint64
+		if err := db.View(func(r *Reader) (err error) { g, err = r.Generation(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	if g := generation(); g != 0 {
+		t.Fatalf("generation of a new state file = %d, want 0", g)
+	}
+	for want := uint64(1); want <= 2; want++ {
+		err := db.Update(func(w *Writer) error {
+			txn := &Txn{TxnHeader: TxnHeader{Xid: 1, CommitLSN: 99, EndLSN: 100, CommitTime: time.Now()}}
+			if err := w.AppendTxn(txn, 0); err != nil {
+				return err
+			}
+			return w.ClearSlotState()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := generation(); g != want {
+			t.Fatalf("generation after %d clears = %d", want, g)
+		}
+	}
+	// Appending and applying leave it alone.
+	err = db.Update(func(w *Writer) error {
+		txn := &Txn{TxnHeader: TxnHeader{Xid: 2, CommitLSN: 199, EndLSN: 200, CommitTime: time.Now()}}
+		if err := w.AppendTxn(txn, 0); err != nil {
+			return err
+		}
+		return w.SetApplied(200)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := generation(); g != 2 {
+		t.Fatalf("generation after an append = %d, want 2", g)
+	}
+}

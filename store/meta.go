@@ -7,6 +7,7 @@ import (
 var (
 	keyCheckpoint = []byte("checkpoint")
 	keySlotState  = []byte("slot")
+	keyGeneration = []byte("generation")
 )
 
 // Checkpoint returns the replication checkpoint: the end LSN of the last
@@ -96,10 +97,25 @@ func (w *Writer) SetSlotState(s *SlotState) error {
 	return w.tx.Bucket(bucketMeta).Put(keySlotState, e.finish())
 }
 
+// Generation counts the times the queue was cleared (ClearSlotState). A
+// reader that keeps what it read of the queue from one read transaction to
+// the next compares it, so as not to take a new queue for the one it read.
+func (r *Reader) Generation() (uint64, error) {
+	g, err := r.metaLSN(keyGeneration, "queue generation")
+	return uint64(g), err
+}
+
 // ClearSlotState forgets the slot and everything captured through it: the
 // queue, spools, schema history and checkpoint. Used when an interrupted
-// initial snapshot starts over.
+// initial snapshot starts over. The queue's generation goes up by one.
 func (w *Writer) ClearSlotState() error {
+	gen, err := w.Generation()
+	if err != nil {
+		return err
+	}
+	if err := w.raiseMetaLSN(keyGeneration, "queue generation", LSN(gen+1)); err != nil {
+		return err
+	}
 	for _, name := range [][]byte{bucketQueue, bucketSpool, bucketRelations} {
 		if err := w.tx.DeleteBucket(name); err != nil {
 			return fmt.Errorf("clear %s: %w", name, err)

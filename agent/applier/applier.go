@@ -170,6 +170,10 @@ type Applier struct {
 	buffers delta.ColumnBuffers
 	// warnings counts values that could not be represented in this flush.
 	warnings map[string]int
+	// read is how far the pending flush has read the queue;
+	// readAheadFailed stops reading ahead until the next flush.
+	read            queueRead
+	readAheadFailed bool
 
 	mu      sync.Mutex
 	status  map[string]TableStatus
@@ -307,7 +311,9 @@ func (a *Applier) Run(ctx context.Context) error {
 			due := sched.due(now, changes, full, deferring)
 			switch {
 			case due.IsZero():
-				// Capture catches up first.
+				// Capture catches up first; the batch is read
+				// meanwhile.
+				a.readAhead(ctx, upTo)
 			case !now.Before(due):
 				err := a.flush(ctx, upTo)
 				switch {

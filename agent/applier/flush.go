@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"time"
 
@@ -12,58 +13,29 @@ import (
 )
 
 // flush applies the queued transactions after the applied position up to
-// and including the one ending at upTo: the changes are streamed chunk by
-// chunk into the changelogs' Parquet writers and the mirrors' pending sets,
-// then each touched table commits once (changelog first, then mirror), and
-// finally the applied position is recorded and the queue trimmed.
+// and including the one ending at upTo: the changes not read ahead yet
+// (readAhead) are streamed chunk by chunk into the changelogs' Parquet
+// writers and the mirrors' pending sets, then each touched table commits
+// once (changelog first, then mirror), and finally the applied position is
+// recorded and the queue trimmed.
 func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 	start := time.Now()
-	a.warnings = map[string]int{}
 	defer func() {
 		a.buffers.Release()
 		for w, n := range a.warnings {
 			a.log.Warn("values not representable", "problem", w, "count", n)
 		}
 		a.warnings = nil
+		a.readAheadFailed = false
 		if err != nil {
 			a.reset()
 		}
 	}()
-	if a.tables == nil {
-		a.tables = map[string]*sourceTable{}
+	if err := a.ingest(ctx, upTo, false); err != nil {
+		return err
 	}
-	var applied store.LSN
-	var txns, changes int64
-	err = a.db.View(func(r *store.Reader) error {
-		var err error
-		if applied, err = r.Applied(); err != nil {
-			return err
-		}
-		rels, err := r.Relations()
-		if err != nil {
-			return err
-		}
-		return r.Txns(applied, func(h *store.TxnHeader, cur *store.TxnCursor) error {
-			if h.EndLSN > upTo {
-				return store.ErrStopScan
-			}
-			txns++
-			var seq int64
-			return cur.SharedChunks(func(chs []store.Change) error {
-				for i := range chs {
-					seq++
-					changes++
-					if err := a.applyChange(ctx, rels, h, seq, &chs[i]); err != nil {
-						return err
-					}
-				}
-				return ctx.Err()
-			})
-		})
-	})
-	if err != nil {
-		return fmt.Errorf("apply up to %s: %w", upTo, err)
-	}
+	txns, changes := a.read.txns, a.read.changes
+	a.read = queueRead{}
 	names := make([]string, 0, len(a.tables))
 	for n := range a.tables {
 		names = append(names, n)
@@ -112,9 +84,107 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 	return nil
 }
 
+// queueRead is how far the pending flush has read the queue: through the
+// transaction ending at upTo (zero: nothing yet), in the queue's
+// generation, txns and changes in all.
+type queueRead struct {
+	upTo          store.LSN
+	generation    uint64
+	txns, changes int64
+}
+
+// yieldEvery is how many changes reading ahead handles between two turns
+// it gives to the other goroutines: capture shares the scheduler thread
+// and reads the stream in between, long before the walsender's socket
+// fills (a few dozen changes take some tens of microseconds).
+const yieldEvery = 32
+
+// ingest reads the queued transactions after those the pending flush has
+// read, up to and including the one ending at upTo, into the changelogs'
+// Parquet writers and the mirrors' pending sets. With yield, it gives its
+// turn away every yieldEvery changes. A queue cleared since the last read
+// (an initial snapshot that starts over) is read again from its start.
+// After a failure the caller drops what was read (reset).
+func (a *Applier) ingest(ctx context.Context, upTo store.LSN, yield bool) error {
+	if a.warnings == nil {
+		a.warnings = map[string]int{}
+	}
+	err := a.db.View(func(r *store.Reader) error {
+		gen, err := r.Generation()
+		if err != nil {
+			return err
+		}
+		if a.read.upTo != 0 && gen != a.read.generation {
+			a.reset()
+			a.warnings = map[string]int{}
+		}
+		a.read.generation = gen
+		if a.tables == nil {
+			a.tables = map[string]*sourceTable{}
+		}
+		applied, err := r.Applied()
+		if err != nil {
+			return err
+		}
+		rels, err := r.Relations()
+		if err != nil {
+			return err
+		}
+		return r.Txns(max(applied, a.read.upTo), func(h *store.TxnHeader, cur *store.TxnCursor) error {
+			if h.EndLSN > upTo {
+				return store.ErrStopScan
+			}
+			a.read.txns++
+			var seq int64
+			return cur.SharedChunks(func(chs []store.Change) error {
+				for i := range chs {
+					seq++
+					a.read.changes++
+					if yield && a.read.changes%yieldEvery == 0 {
+						runtime.Gosched()
+					}
+					if err := a.applyChange(ctx, rels, h, seq, &chs[i]); err != nil {
+						return err
+					}
+				}
+				return ctx.Err()
+			})
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("apply up to %s: %w", upTo, err)
+	}
+	a.read.upTo = max(a.read.upTo, upTo)
+	return nil
+}
+
+// readAhead reads the batch that ends at upTo into the pending flush while
+// the flush is held back for capture to catch up. Capture's pace is the
+// walsender's, and the scheduler thread it shares has time left over:
+// reading the queue there, yielding often, leaves the flush that follows
+// only the rest of the batch to read before it writes and commits. Nothing
+// is committed. After a failure, what was read is dropped and reading
+// ahead stops until the next flush, which reads the batch again and
+// reports what fails.
+func (a *Applier) readAhead(ctx context.Context, upTo store.LSN) {
+	if a.readAheadFailed || upTo <= a.read.upTo {
+		return
+	}
+	if err := a.ingest(ctx, upTo, true); err != nil {
+		a.reset()
+		a.warnings = nil
+		a.buffers.Release()
+		a.readAheadFailed = true
+		if ctx.Err() == nil {
+			a.log.Debug("reading ahead stopped until the next flush", "err", err)
+		}
+	}
+}
+
 // reset drops the in-memory state after a failure; the next flush loads
 // the tables again from disk.
 func (a *Applier) reset() {
+	a.read = queueRead{}
 	for _, st := range a.tables {
 		st.changelog.abort()
 		st.mirror.abort()

@@ -1,0 +1,232 @@
+package applier
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lakeside/lakeside/store"
+)
+
+// readAheadQueue returns the transactions of the read-ahead tests: orders
+// 1 to 50 inserted, then 3 deleted and 51 inserted, then 5 given the
+// values of 105 (its id kept) and 52 inserted.
+func readAheadQueue() []*store.Txn {
+	rel := ordersRelation()
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	insert := func(id int64) store.Change {
+		return store.Change{Op: store.OpInsert, Relation: rel.Key, New: ordersValues(id)}
+	}
+	first := &store.Txn{TxnHeader: store.TxnHeader{Xid: 1, CommitLSN: 0x1000, EndLSN: 0x1001, CommitTime: at}}
+	for id := int64(1); id <= 50; id++ {
+		first.Changes = append(first.Changes, insert(id))
+	}
+	newFive := ordersValues(105)
+	newFive[0] = store.Value{Kind: store.KindInt64, Int: 5}
+	return []*store.Txn{
+		first,
+		{TxnHeader: store.TxnHeader{Xid: 2, CommitLSN: 0x2000, EndLSN: 0x2001, CommitTime: at.Add(time.Second)},
+			Changes: []store.Change{{Op: store.OpDelete, Relation: rel.Key, Old: ordersValues(3)}, insert(51)}},
+		{TxnHeader: store.TxnHeader{Xid: 3, CommitLSN: 0x3000, EndLSN: 0x3001, CommitTime: at.Add(2 * time.Second)},
+			Changes: []store.Change{{Op: store.OpUpdate, Relation: rel.Key, New: newFive, Old: ordersValues(5)}, insert(52)}},
+	}
+}
+
+// checkReadAheadTables checks the tables after the transactions of
+// readAheadQueue were applied: the mirror holds orders 1 to 52 but 3, with
+// order 5's new quantity, and the changelog each of the 54 changes once.
+func checkReadAheadTables(t *testing.T, tablesDir string) {
+	t.Helper()
+	var ids []int64
+	for _, r := range readTable(t, filepath.Join(tablesDir, "public.orders"), "id") {
+		id := r.get("id").(int64)
+		ids = append(ids, id)
+		if id == 5 && r.get("qty") != int32(105) {
+			t.Errorf("order 5 has qty %v, want 105", r.get("qty"))
+		}
+	}
+	var want []int64
+	for id := int64(1); id <= 52; id++ {
+		if id != 3 {
+			want = append(want, id)
+		}
+	}
+	if !slices.Equal(ids, want) {
+		t.Errorf("mirror ids %v, want %v", ids, want)
+	}
+	changes := readTable(t, filepath.Join(tablesDir, "public.orders_changes"), "_lsn", "_seq")
+	if len(changes) != 54 {
+		t.Fatalf("changelog holds %d changes, want 54", len(changes))
+	}
+	for i := 1; i < len(changes); i++ {
+		if changes[i].get("_lsn") == changes[i-1].get("_lsn") && changes[i].get("_seq") == changes[i-1].get("_seq") {
+			t.Fatalf("change %v/%v is in the changelog twice", changes[i].get("_lsn"), changes[i].get("_seq"))
+		}
+	}
+}
+
+// applied returns the applied position recorded in the state file.
+func applied(t *testing.T, db *store.DB) store.LSN {
+	t.Helper()
+	var l store.LSN
+	if err := db.View(func(r *store.Reader) (err error) { l, err = r.Applied(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestReadAheadThenFlushAppliesEachChangeOnce(t *testing.T) {
+	ctx := context.Background()
+	txns := readAheadQueue()
+	dir := t.TempDir()
+	queueTxns(t, dir, ordersRelation(), txns[:2]...)
+	db, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tablesDir := filepath.Join(dir, "tables")
+	a := New(Config{TablesDir: tablesDir, MergeMemoryKeys: 8, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	if err := a.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Read ahead twice over the same batch: the second time reads nothing.
+	for range 2 {
+		a.readAhead(ctx, txns[1].EndLSN)
+		if a.read.upTo != txns[1].EndLSN || a.read.txns != 2 || a.read.changes != 52 {
+			t.Fatalf("read ahead %+v, want through %s: 2 transactions, 52 changes", a.read, txns[1].EndLSN)
+		}
+	}
+	if l := applied(t, db); l != 0 {
+		t.Fatalf("applied position %s after reading ahead, want nothing applied", l)
+	}
+	for _, st := range a.Tables() {
+		if st.Version > 0 {
+			t.Fatalf("%s has version %d after reading ahead: something was committed", st.Name, st.Version)
+		}
+	}
+
+	// A transaction that arrives meanwhile is read by the flush.
+	err = db.Update(func(w *store.Writer) error { return w.AppendTxn(txns[2], 0) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.flush(ctx, txns[2].EndLSN); err != nil {
+		t.Fatal(err)
+	}
+	if a.read != (queueRead{}) {
+		t.Fatalf("after the flush, the pending flush has read %+v", a.read)
+	}
+	if l := applied(t, db); l != txns[2].EndLSN {
+		t.Fatalf("applied position %s, want %s", l, txns[2].EndLSN)
+	}
+	checkReadAheadTables(t, tablesDir)
+}
+
+// TestReadAheadOfAClearedQueueIsDropped: what was read ahead of a queue
+// that is then cleared (an initial snapshot starting over) is not
+// committed; the flush reads the new queue.
+func TestReadAheadOfAClearedQueueIsDropped(t *testing.T) {
+	ctx := context.Background()
+	txns := readAheadQueue()
+	dir := t.TempDir()
+	stale := &store.Txn{TxnHeader: txns[0].TxnHeader, Changes: slices.Clone(txns[0].Changes)}
+	for i := range stale.Changes {
+		stale.Changes[i].New = ordersValues(int64(1000 + i))
+	}
+	queueTxns(t, dir, ordersRelation(), stale)
+	db, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tablesDir := filepath.Join(dir, "tables")
+	a := New(Config{TablesDir: tablesDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	if err := a.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.readAhead(ctx, stale.EndLSN)
+	if a.read.changes != 50 {
+		t.Fatalf("read ahead %+v, want 50 changes", a.read)
+	}
+	err = db.Update(func(w *store.Writer) error {
+		if err := w.ClearSlotState(); err != nil {
+			return err
+		}
+		if err := w.PutRelation(ordersRelation()); err != nil {
+			return err
+		}
+		for _, txn := range txns {
+			if err := w.AppendTxn(txn, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.flush(ctx, txns[2].EndLSN); err != nil {
+		t.Fatal(err)
+	}
+	checkReadAheadTables(t, tablesDir)
+}
+
+// TestRunReadsAheadWhileCaptureCatchesUp: while capture catches up, Run
+// holds the flush back but reads the batch (the mirror's pending set
+// spills, and nothing is committed); once capture has caught up, the
+// flush commits every change once.
+func TestRunReadsAheadWhileCaptureCatchesUp(t *testing.T) {
+	txns := readAheadQueue()
+	dir := t.TempDir()
+	queueTxns(t, dir, ordersRelation(), txns...)
+	db, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tablesDir := filepath.Join(dir, "tables")
+	var catchingUp atomic.Bool
+	catchingUp.Store(true)
+	a := New(Config{TablesDir: tablesDir, MergeMemoryKeys: 8, FlushInterval: 50 * time.Millisecond, PollInterval: 10 * time.Millisecond,
+		Defer: catchingUp.Load, MaxDefer: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	a.Notify()
+
+	spill := spillDir(tablesDir, "public.orders")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if runs, _ := os.ReadDir(spill); len(runs) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the mirror's pending set did not fill while capture caught up: the batch was not read ahead")
+		}
+	}
+	if l := applied(t, db); l != 0 {
+		t.Fatalf("applied position %s while capture catches up, want the flush held back", l)
+	}
+
+	catchingUp.Store(false)
+	a.Notify()
+	for deadline := time.Now().Add(10 * time.Second); applied(t, db) < txns[2].EndLSN; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the batch was not flushed once capture caught up")
+		}
+	}
+	checkReadAheadTables(t, tablesDir)
+}
