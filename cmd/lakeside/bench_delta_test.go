@@ -397,6 +397,7 @@ func TestBenchDeltaEndToEnd(t *testing.T) {
 			round++
 			e.exec(fmt.Sprintf(`INSERT INTO bench_marker VALUES (%d)`, round))
 			end := e.walLSN()
+			e.settleSlots()
 			b := e.recvLogical("baseline", end)
 			o := e.timeToDelta(end, marker)
 			marker = o.marker
