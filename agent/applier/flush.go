@@ -106,9 +106,6 @@ const yieldEvery = 32
 // (an initial snapshot that starts over) is read again from its start.
 // After a failure the caller drops what was read (reset).
 func (a *Applier) ingest(ctx context.Context, upTo store.LSN, yield bool) error {
-	if a.warnings == nil {
-		a.warnings = map[string]int{}
-	}
 	err := a.db.View(func(r *store.Reader) error {
 		gen, err := r.Generation()
 		if err != nil {
@@ -116,9 +113,11 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, yield bool) error 
 		}
 		if a.read.upTo != 0 && gen != a.read.generation {
 			a.reset()
-			a.warnings = map[string]int{}
 		}
 		a.read.generation = gen
+		if a.warnings == nil {
+			a.warnings = map[string]int{}
+		}
 		if a.tables == nil {
 			a.tables = map[string]*sourceTable{}
 		}
@@ -172,7 +171,6 @@ func (a *Applier) readAhead(ctx context.Context, upTo store.LSN) {
 	}
 	if err := a.ingest(ctx, upTo, true); err != nil {
 		a.reset()
-		a.warnings = nil
 		a.buffers.Release()
 		a.readAheadFailed = true
 		if ctx.Err() == nil {
@@ -181,10 +179,11 @@ func (a *Applier) readAhead(ctx context.Context, upTo store.LSN) {
 	}
 }
 
-// reset drops the in-memory state after a failure; the next flush loads
+// reset drops the in-memory state after a failure, with what was read of
+// the queue and the warnings counted while reading it; the next flush loads
 // the tables again from disk.
 func (a *Applier) reset() {
-	a.read = queueRead{}
+	a.read, a.warnings = queueRead{}, nil
 	for _, st := range a.tables {
 		st.changelog.abort()
 		st.mirror.abort()

@@ -71,8 +71,8 @@ func checkReadAheadTables(t *testing.T, tablesDir string) {
 	}
 }
 
-// applied returns the applied position recorded in the state file.
-func applied(t *testing.T, db *store.DB) store.LSN {
+// appliedPosition returns the applied position recorded in the state file.
+func appliedPosition(t *testing.T, db *store.DB) store.LSN {
 	t.Helper()
 	var l store.LSN
 	if err := db.View(func(r *store.Reader) (err error) { l, err = r.Applied(); return err }); err != nil {
@@ -104,7 +104,7 @@ func TestReadAheadThenFlushAppliesEachChangeOnce(t *testing.T) {
 			t.Fatalf("read ahead %+v, want through %s: 2 transactions, 52 changes", a.read, txns[1].EndLSN)
 		}
 	}
-	if l := applied(t, db); l != 0 {
+	if l := appliedPosition(t, db); l != 0 {
 		t.Fatalf("applied position %s after reading ahead, want nothing applied", l)
 	}
 	for _, st := range a.Tables() {
@@ -124,7 +124,7 @@ func TestReadAheadThenFlushAppliesEachChangeOnce(t *testing.T) {
 	if a.read != (queueRead{}) {
 		t.Fatalf("after the flush, the pending flush has read %+v", a.read)
 	}
-	if l := applied(t, db); l != txns[2].EndLSN {
+	if l := appliedPosition(t, db); l != txns[2].EndLSN {
 		t.Fatalf("applied position %s, want %s", l, txns[2].EndLSN)
 	}
 	checkReadAheadTables(t, tablesDir)
@@ -217,13 +217,13 @@ func TestRunReadsAheadWhileCaptureCatchesUp(t *testing.T) {
 			t.Fatal("the mirror's pending set did not fill while capture caught up: the batch was not read ahead")
 		}
 	}
-	if l := applied(t, db); l != 0 {
+	if l := appliedPosition(t, db); l != 0 {
 		t.Fatalf("applied position %s while capture catches up, want the flush held back", l)
 	}
 
 	catchingUp.Store(false)
 	a.Notify()
-	for deadline := time.Now().Add(10 * time.Second); applied(t, db) < txns[2].EndLSN; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); appliedPosition(t, db) < txns[2].EndLSN; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the batch was not flushed once capture caught up")
 		}
