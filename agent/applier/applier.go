@@ -168,8 +168,10 @@ type Applier struct {
 	// buffers passes the column buffers of one data file to the next
 	// during a flush; they are released when it ends.
 	buffers delta.ColumnBuffers
-	// warnings counts values that could not be represented in this flush.
+	// warnings counts values that could not be represented in this flush;
+	// warnMu guards it while the flush writes its tables' data at once.
 	warnings map[string]int
+	warnMu   sync.Mutex
 	// read is how far the pending flush has read the queue;
 	// readAheadFailed stops reading ahead until the next flush.
 	read            queueRead
@@ -315,7 +317,7 @@ func (a *Applier) Run(ctx context.Context) error {
 				// meanwhile.
 				a.readAhead(ctx, upTo)
 			case !now.Before(due):
-				err := a.flush(ctx, upTo)
+				err := a.flush(ctx, upTo, full)
 				switch {
 				case err == nil:
 					sched.flushed(a.now().Sub(now), full)
@@ -434,11 +436,11 @@ type batchScan struct {
 // FlushChanges changes.
 func (a *Applier) applyAll(ctx context.Context) error {
 	for {
-		upTo, _, _, err := a.nextBatch()
+		upTo, _, full, err := a.nextBatch()
 		if err != nil || upTo == 0 {
 			return err
 		}
-		if err := a.flush(ctx, upTo); err != nil {
+		if err := a.flush(ctx, upTo, full); err != nil {
 			return err
 		}
 	}
@@ -452,8 +454,11 @@ func (a *Applier) fail(point, table string) error {
 	return a.failpoint(point, table)
 }
 
-// warn counts a value problem; flush logs the counts once per flush.
+// warn counts a value problem; flush logs the counts once per flush. It is
+// safe for the concurrent writes of a flush (writeData).
 func (a *Applier) warn(where, problem string) {
+	a.warnMu.Lock()
+	defer a.warnMu.Unlock()
 	if a.warnings == nil {
 		a.log.Warn(problem, "where", where)
 		return

@@ -145,11 +145,11 @@ func (c *changelog) layout() {
 
 // ensureColumns closes the open writers and extends the schema when the data
 // columns grew since the writers were opened.
-func (c *changelog) ensureColumns(a *Applier) error {
+func (c *changelog) ensureColumns() error {
 	if len(c.dataPos) == len(c.cols.cols) {
 		return nil
 	}
-	if err := c.closeWriters(a); err != nil {
+	if err := c.write(); err != nil {
 		return err
 	}
 	c.layout()
@@ -158,7 +158,7 @@ func (c *changelog) ensureColumns(a *Applier) error {
 
 // add appends one change.
 func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange) error {
-	if err := c.ensureColumns(a); err != nil {
+	if err := c.ensureColumns(); err != nil {
 		return err
 	}
 	tv := c.values(h)
@@ -238,15 +238,6 @@ func (c *changelog) closeWriter(day int32) error {
 	return nil
 }
 
-func (c *changelog) closeWriters(a *Applier) error {
-	for day := range c.writers {
-		if err := c.closeWriter(day); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // abort discards the writers of a failed flush.
 func (c *changelog) abort() {
 	for day, w := range c.writers {
@@ -256,14 +247,20 @@ func (c *changelog) abort() {
 	c.adds, c.rows = nil, 0
 }
 
-// finish closes the writers and commits the flush's files.
-func (c *changelog) finish(ctx context.Context, a *Applier, ci commitInfo) error {
-	if err := c.ensureColumns(a); err != nil {
-		return err
+// write closes the flush's writers: the flush's data files are then all
+// written, and adds holds them. It touches nothing but this table, so
+// flush runs it alongside the other tables' (see writeData).
+func (c *changelog) write() error {
+	for day := range c.writers {
+		if err := c.closeWriter(day); err != nil {
+			return err
+		}
 	}
-	if err := c.closeWriters(a); err != nil {
-		return err
-	}
+	return nil
+}
+
+// commit commits the files write wrote.
+func (c *changelog) commit(ctx context.Context, a *Applier, ci commitInfo) error {
 	if err := a.fail("data-written", c.name); err != nil {
 		return err
 	}

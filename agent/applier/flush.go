@@ -6,8 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
+	"slices"
+	"strings"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/lakeside/lakeside/store"
 )
@@ -15,10 +18,14 @@ import (
 // flush applies the queued transactions after the applied position up to
 // and including the one ending at upTo: the changes not read ahead yet
 // (readAhead) are streamed chunk by chunk into the changelogs' Parquet
-// writers and the mirrors' pending sets, then each touched table commits
-// once (changelog first, then mirror), and finally the applied position is
-// recorded and the queue trimmed.
-func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
+// writers and the mirrors' pending sets, the touched tables' data files are
+// written (writeData), then each touched table commits once (changelog
+// first, then mirror), and finally the applied position is recorded and
+// the queue trimmed. With more, another flush follows at once (the batch
+// was full): the queue is then trimmed only up to where it was applied
+// before, and the rest by the next flush, so that trimming does not hold
+// up the tables.
+func (a *Applier) flush(ctx context.Context, upTo store.LSN, more bool) (err error) {
 	start := time.Now()
 	defer func() {
 		a.buffers.Release()
@@ -36,20 +43,18 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 	}
 	txns, changes := a.read.txns, a.read.changes
 	a.read = queueRead{}
-	names := make([]string, 0, len(a.tables))
-	for n := range a.tables {
-		names = append(names, n)
+	touched := a.touched()
+	if err := a.writeData(ctx, touched); err != nil {
+		return fmt.Errorf("apply up to %s: %w", upTo, err)
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		st := a.tables[n]
+	for _, st := range touched {
 		if st.clFlush.ci.changes > 0 {
-			if err := st.changelog.finish(ctx, a, st.clFlush.ci); err != nil {
+			if err := st.changelog.commit(ctx, a, st.clFlush.ci); err != nil {
 				return fmt.Errorf("apply up to %s: %w", upTo, err)
 			}
 		}
 		if st.mrFlush.ci.changes > 0 {
-			if err := st.mirror.finish(ctx, a, st.mrFlush.ci); err != nil {
+			if err := st.mirror.commit(ctx, a, st.mrFlush.ci); err != nil {
 				return fmt.Errorf("apply up to %s: %w", upTo, err)
 			}
 		}
@@ -59,6 +64,9 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 		return err
 	}
 	trimTo := upTo
+	if more {
+		trimTo = a.Applied()
+	}
 	if a.cfg.TrimLimit != nil {
 		trimTo = min(trimTo, a.cfg.TrimLimit())
 	}
@@ -82,6 +90,47 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 	a.mu.Unlock()
 	a.log.Debug("applied", "up_to", upTo, "transactions", txns, "changes", changes, "trimmed", trimmed, "took", time.Since(start))
 	return nil
+}
+
+// touched returns the source tables the pending flush changes, by name.
+func (a *Applier) touched() []*sourceTable {
+	var out []*sourceTable
+	for _, st := range a.tables {
+		if st.clFlush.ci.changes > 0 || st.mrFlush.ci.changes > 0 {
+			out = append(out, st)
+		}
+	}
+	slices.SortFunc(out, func(x, y *sourceTable) int { return strings.Compare(x.name, y.name) })
+	return out
+}
+
+// writeData writes the data files of the flush: each touched changelog
+// closes its writers and each touched mirror merges its changes. Each
+// writes files of its own table only, so they run side by side, as many
+// at once as Go has scheduler threads (GOMAXPROCS); the commits follow, in
+// order, once all are written. The first failure stops the others.
+func (a *Applier) writeData(ctx context.Context, touched []*sourceTable) error {
+	for _, st := range touched {
+		if st.clFlush.ci.changes > 0 {
+			if err := st.changelog.ensureColumns(); err != nil {
+				return err
+			}
+		}
+		if st.mrFlush.ci.changes > 0 {
+			st.mirror.prepare(a)
+		}
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for _, st := range touched {
+		if st.clFlush.ci.changes > 0 {
+			g.Go(st.changelog.write)
+		}
+		if st.mrFlush.ci.changes > 0 {
+			g.Go(func() error { return st.mirror.write(ctx, a) })
+		}
+	}
+	return g.Wait()
 }
 
 // queueRead is how far the pending flush has read the queue: through the

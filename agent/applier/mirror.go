@@ -61,7 +61,11 @@ type mirror struct {
 	pend     *pending
 	spillDir string
 	keyBuf   []byte
-	// nextFiles are the files after the merge, in effect once committed.
+	// merged and operation are the actions and the operation of the
+	// commit write prepared; nextFiles are the files after it, in effect
+	// once committed.
+	merged    []delta.Action
+	operation string
 	nextFiles []*mirrorFile
 }
 
@@ -176,12 +180,13 @@ func (m *mirror) begin(a *Applier) {
 	}
 }
 
-// abort forgets a failed flush.
+// abort forgets a failed flush (and, once committed, a finished one).
 func (m *mirror) abort() {
 	if m.pend != nil {
 		m.pend.close()
 		m.pend = nil
 	}
+	m.merged, m.operation, m.nextFiles = nil, "", nil
 }
 
 // add records one change.
@@ -581,21 +586,34 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 	return actions, operation, nil
 }
 
-// finish merges the flush's changes and commits them.
-func (m *mirror) finish(ctx context.Context, a *Applier, ci commitInfo) error {
+// prepare readies the mirror for write, in the flush's goroutine.
+func (m *mirror) prepare(a *Applier) {
 	if len(m.dataPos) != len(m.cols.cols) {
 		m.layout()
 	}
 	m.begin(a)
+}
+
+// write merges the flush's changes into new data files; merged holds the
+// actions that add them and remove the files they replace. It touches
+// nothing but this table, so flush runs it alongside the other tables'
+// (see writeData).
+func (m *mirror) write(ctx context.Context, a *Applier) error {
 	actions, op, err := m.merge(ctx, a)
 	if err != nil {
 		return err
 	}
+	m.merged, m.operation = actions, op
+	return nil
+}
+
+// commit commits what write merged.
+func (m *mirror) commit(ctx context.Context, a *Applier, ci commitInfo) error {
 	if err := a.fail("data-written", m.name); err != nil {
 		return err
 	}
-	ci.operation = op
-	if err := a.commit(ctx, m.deltaTable, actions, ci); err != nil {
+	ci.operation = m.operation
+	if err := a.commit(ctx, m.deltaTable, m.merged, ci); err != nil {
 		return err
 	}
 	m.files, m.nextFiles = m.nextFiles, nil

@@ -118,7 +118,7 @@ func TestReadAheadThenFlushAppliesEachChangeOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.flush(ctx, txns[2].EndLSN); err != nil {
+	if err := a.flush(ctx, txns[2].EndLSN, false); err != nil {
 		t.Fatal(err)
 	}
 	if a.read != (queueRead{}) {
@@ -173,7 +173,7 @@ func TestReadAheadOfAClearedQueueIsDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.flush(ctx, txns[2].EndLSN); err != nil {
+	if err := a.flush(ctx, txns[2].EndLSN, false); err != nil {
 		t.Fatal(err)
 	}
 	checkReadAheadTables(t, tablesDir)

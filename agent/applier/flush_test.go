@@ -1,0 +1,162 @@
+package applier
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lakeside/lakeside/store"
+)
+
+// TestFlushWritesEveryTableBeforeCommitting checks that a flush writes the
+// data files of all the Delta tables it touches before it commits the
+// first of them (writeData), that the commits still come one table after
+// the other in their fixed order, and that value problems found by two
+// mirrors merging at the same time are each counted (run it with -race).
+func TestFlushWritesEveryTableBeforeCommitting(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	dir := t.TempDir()
+	db, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	orders := ordersRelation()
+	returns := ordersRelation()
+	returns.Key.OID, returns.Name = orders.Key.OID+1, "returns"
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	txn := &store.Txn{TxnHeader: store.TxnHeader{Xid: 1, CommitLSN: 0x1000, EndLSN: 0x1001, CommitTime: at}}
+	for _, rel := range []*store.Relation{orders, returns} {
+		for id := int64(1); id <= 20; id++ {
+			txn.Changes = append(txn.Changes, store.Change{Op: store.OpInsert, Relation: rel.Key, New: ordersValues(id)})
+		}
+		// An update of a row neither the mirror nor the flush holds, its
+		// label an unchanged TOAST value: written as null, with a warning.
+		update := ordersValues(500)
+		update[1] = store.Value{Kind: store.KindUnchanged}
+		txn.Changes = append(txn.Changes, store.Change{Op: store.OpUpdate, Relation: rel.Key, New: update})
+	}
+	err = db.Update(func(w *store.Writer) error {
+		for _, rel := range []*store.Relation{orders, returns} {
+			if err := w.PutRelation(rel); err != nil {
+				return err
+			}
+		}
+		return w.AppendTxn(txn, 0)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var logged bytes.Buffer
+	tablesDir := filepath.Join(dir, "tables")
+	a := New(Config{TablesDir: tablesDir, Logger: slog.New(slog.NewTextHandler(&logged, nil))}, db)
+	if err := a.start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var commits []string
+	var filesAtFirstCommit map[string]int
+	a.failpoint = func(point, table string) error {
+		if point != "before-commit" {
+			return nil
+		}
+		if filesAtFirstCommit == nil {
+			filesAtFirstCommit = dataFiles(t, tablesDir)
+		}
+		commits = append(commits, table)
+		return nil
+	}
+	if err := a.applyAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	tables := []string{"public.orders_changes", "public.orders", "public.returns_changes", "public.returns"}
+	if strings.Join(commits, " ") != strings.Join(tables, " ") {
+		t.Errorf("commits in the order %v, want %v", commits, tables)
+	}
+	for _, tb := range tables {
+		if filesAtFirstCommit[tb] == 0 {
+			t.Errorf("%s had no data file written when the first table committed", tb)
+		}
+	}
+	for _, tb := range []string{"public.orders", "public.returns"} {
+		want := `problem="` + tb + `: unchanged TOAST value without an existing row; written as null" count=1`
+		if !strings.Contains(logged.String(), want) {
+			t.Errorf("log lacks %s; log:\n%s", want, logged.String())
+		}
+	}
+}
+
+// dataFiles counts the Parquet data files under each table of tablesDir.
+func dataFiles(t *testing.T, tablesDir string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	err := filepath.WalkDir(tablesDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(path) != ".parquet" || strings.Contains(path, "_delta_log") {
+			return err
+		}
+		rel, err := filepath.Rel(tablesDir, path)
+		if err != nil {
+			return err
+		}
+		out[strings.Split(rel, string(filepath.Separator))[0]]++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestFullBatchLeavesTrimmingToTheNextFlush checks that a flush followed at
+// once by another (its batch was full) leaves its own transactions in the
+// queue for that flush to trim, and that the last flush trims everything
+// applied.
+func TestFullBatchLeavesTrimmingToTheNextFlush(t *testing.T) {
+	ctx := context.Background()
+	txns := readAheadQueue() // 50 changes, then 2 and 2
+	dir := t.TempDir()
+	queueTxns(t, dir, ordersRelation(), txns...)
+	db, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	queued := func() int64 {
+		var st store.QueueStats
+		if err := db.View(func(r *store.Reader) (err error) { st, err = r.QueueStats(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return st.Transactions
+	}
+	tablesDir := filepath.Join(dir, "tables")
+	a := New(Config{TablesDir: tablesDir, FlushChanges: 50, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	if err := a.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var applied []store.LSN
+	var queuedAfter []int64
+	a.cfg.OnCommit = func() {
+		applied = append(applied, appliedPosition(t, db))
+		queuedAfter = append(queuedAfter, queued())
+	}
+	if err := a.applyAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The first batch is the first transaction, full; the second the rest.
+	if want := []store.LSN{txns[0].EndLSN, txns[2].EndLSN}; !slices.Equal(applied, want) {
+		t.Fatalf("flushes applied up to %v, want %v", applied, want)
+	}
+	if want := []int64{3, 0}; !slices.Equal(queuedAfter, want) {
+		t.Errorf("after each flush the queue held %v transactions, want %v", queuedAfter, want)
+	}
+	checkReadAheadTables(t, tablesDir)
+}
