@@ -48,6 +48,8 @@ type Agent struct {
 	metrics *prometheus.Registry
 	// vacuumed adds up the vacuums the agent ran (see Vacuum).
 	vacuumed vacuumTotals
+	// threads sets GOMAXPROCS by what capture does; nil leaves it alone.
+	threads *threads
 
 	// reloadMu guards effective, the configuration as changed by reloads
 	// (cfg stays as started).
@@ -62,6 +64,15 @@ func New(cfg *Config, log *slog.Logger, version string) *Agent {
 		log = slog.Default()
 	}
 	return &Agent{cfg: cfg, log: log, version: version}
+}
+
+// ShareCPUs makes the agent run its Go code on catchingUp threads at once
+// (GOMAXPROCS) while capture drains a backlog, leaving the other CPUs to
+// PostgreSQL's walsender, and on otherwise threads once capture has caught
+// up. It applies catchingUp at once. Call it before Run; without it the
+// agent leaves GOMAXPROCS as it is.
+func (a *Agent) ShareCPUs(catchingUp, otherwise int) {
+	a.threads = newThreads(a.log, catchingUp, otherwise, nil)
 }
 
 // SourceConfig converts the configuration for the replication source.
@@ -150,6 +161,9 @@ func (a *Agent) Open() error {
 		a.app.Notify()
 	}
 	srcCfg.Pause = a.backpressure
+	if a.threads != nil {
+		srcCfg.OnCatchUp = a.threads.follow
+	}
 	a.src = source.New(srcCfg, db)
 	a.hub.SetDefer(a.catchingUp)
 	a.metrics = a.newMetrics()

@@ -436,7 +436,8 @@ func TestIdleSlotConfirmsServerWALEnd(t *testing.T) {
 // TestServerWALEndHoldsWhileCatchingUp: while capture drains a backlog, the
 // status keeps the server's WAL end it sampled; the walsender's keepalives
 // (which carry only how far it has decoded) do not lower it, so the later
-// stages see that capture is behind.
+// stages see that capture is behind. OnCatchUp is told once, when capture
+// has caught up.
 func TestServerWALEndHoldsWhileCatchingUp(t *testing.T) {
 	h := streamingItems(t)
 	h.waitXid(h.xid(`INSERT INTO items VALUES (1, 1, NULL)`))
@@ -451,6 +452,14 @@ func TestServerWALEndHoldsWhileCatchingUp(t *testing.T) {
 	l, _ := pglogrepl.ParseLSN(text)
 	end := store.LSN(l)
 
+	var mu sync.Mutex
+	var told []string
+	h.cfg.OnCatchUp = func(catchingUp bool) {
+		st := h.src.Status()
+		mu.Lock()
+		defer mu.Unlock()
+		told = append(told, fmt.Sprintf("%v with %d bytes to go", catchingUp, int64(st.ServerWALEnd)-int64(st.ReceivedLSN)))
+	}
 	h.start()
 	h.waitStreaming()
 	sawEnd, sawBehind := false, false
@@ -477,6 +486,16 @@ func TestServerWALEndHoldsWhileCatchingUp(t *testing.T) {
 		t.Fatal("the status never showed capture behind the server's WAL end while it drained the backlog")
 	}
 	h.checkItems()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) != 1 || !strings.HasPrefix(told[0], "false with ") {
+		t.Fatalf("OnCatchUp was told %q, want once that capture caught up", told)
+	}
+	var left int64
+	fmt.Sscanf(told[0], "false with %d", &left)
+	if left > catchUpBytes {
+		t.Errorf("OnCatchUp was told capture caught up with %d bytes to go, more than %d", left, catchUpBytes)
+	}
 }
 
 // TestSchemaVersionsAreKeptApart: every schema change is a new version in

@@ -36,6 +36,11 @@ type Config struct {
 	// OnDurable, when set, is called after each write that made changes
 	// durable in the queue (from the writer's goroutine; it must not block).
 	OnDurable func()
+	// OnCatchUp, when set, is told each time CatchingUp changes: true as
+	// capture falls behind by a backlog, false once it has caught up. It is
+	// called from the capture goroutine, between two messages, and must
+	// not block.
+	OnCatchUp func(catchingUp bool)
 	// Pause, when set, is asked before each read from PostgreSQL; while it
 	// says true (with a reason), the source reads nothing and PostgreSQL
 	// keeps the WAL (invariant 6: backpressure, never drop).

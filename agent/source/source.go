@@ -33,6 +33,9 @@ type Source struct {
 	lastCommitMicros                        atomic.Int64
 	// Counts since start: transactions queued, row changes received.
 	txnsQueued, changesReceived atomic.Int64
+	// catchingUp is what OnCatchUp was last told (the capture goroutine's
+	// own).
+	catchingUp bool
 	// beatBy is when the capture loop promises to beat again (Unix
 	// nanoseconds); see Alive.
 	beatBy atomic.Int64
@@ -58,6 +61,17 @@ const catchUpBytes = 1 << 20
 func (s *Source) CatchingUp() bool {
 	end := s.serverWALEnd.Load()
 	return end == 0 || end > s.receivedLSN.Load()+catchUpBytes
+}
+
+// noteCatchUp tells OnCatchUp when CatchingUp changed. The capture
+// goroutine calls it after it moves the positions.
+func (s *Source) noteCatchUp() {
+	if c := s.CatchingUp(); c != s.catchingUp {
+		s.catchingUp = c
+		if s.cfg.OnCatchUp != nil {
+			s.cfg.OnCatchUp(c)
+		}
+	}
 }
 
 // Status describes the source's connection and positions.
@@ -94,7 +108,7 @@ func New(cfg Config, db *store.DB) *Source {
 		cfg.StatusInterval = 10 * time.Second
 	}
 	s := &Source{cfg: cfg, db: db, log: log, ready: make(chan struct{}), connected: make(chan struct{}),
-		status: Status{State: "starting", Since: time.Now()}}
+		status: Status{State: "starting", Since: time.Now()}, catchingUp: true}
 	s.beat(startupGrace)
 	return s
 }

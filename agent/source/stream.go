@@ -236,6 +236,7 @@ func (st *stream) sampleServerWAL(ctx context.Context) {
 	if l, err := pglogrepl.ParseLSN(text); err == nil && store.LSN(l) > st.walEnd {
 		st.walEnd = store.LSN(l)
 		st.s.serverWALEnd.Store(uint64(st.walEnd))
+		st.s.noteCatchUp()
 	}
 }
 
@@ -308,6 +309,7 @@ func (st *stream) copyData(ctx context.Context, data []byte) error {
 				}
 			}
 		}
+		st.s.noteCatchUp()
 		if pkm.ReplyRequested {
 			return st.sendStatus(ctx, false)
 		}
@@ -325,6 +327,7 @@ func (st *stream) copyData(ctx context.Context, data []byte) error {
 		}
 		st.s.receivedLSN.Store(uint64(st.received))
 		st.s.serverWALEnd.Store(uint64(st.walEnd))
+		st.s.noteCatchUp()
 	}
 	return nil
 }

@@ -44,13 +44,6 @@ func (c *runCommand) Run(ctx context.Context) error {
 	level := new(slog.LevelVar)
 	level.Set(cfg.SlogLevel())
 	log := newLogger(cfg, level, c.stderr).With("version", Version)
-	if os.Getenv("GOMAXPROCS") == "" {
-		// The agent shares a small machine with PostgreSQL, whose walsender
-		// is the other half of every capture: leave it CPUs of its own.
-		// Measured on 2 cores, one scheduler thread captures about a fifth
-		// faster than two. GOMAXPROCS in the environment overrides this.
-		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/2))
-	}
 	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
 		// Capture allocates for every change and keeps little of it: a
 		// collection each time the heap doubles stalls the reading of the
@@ -63,6 +56,16 @@ func (c *runCommand) Run(ctx context.Context) error {
 		debug.SetMemoryLimit(memoryLimit)
 	}
 	a := agent.New(cfg, log, Version)
+	if os.Getenv("GOMAXPROCS") == "" {
+		// The agent shares a small machine with PostgreSQL, whose walsender
+		// is the other half of every capture: while capture drains a
+		// backlog, the agent leaves it CPUs of its own (measured on 2
+		// cores, one scheduler thread captures about a fifth faster than
+		// two). Once capture has caught up, the agent uses them all: a
+		// flush writes its tables side by side. GOMAXPROCS in the
+		// environment overrides this.
+		a.ShareCPUs(runtime.NumCPU()/2, runtime.NumCPU())
+	}
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -281,10 +282,15 @@ replica:
 	e.stop(d)
 
 	lines := strings.Split(strings.TrimSpace(d.log()), "\n")
+	allThreads := false
 	for _, line := range lines {
 		var rec map[string]any
 		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["msg"] == nil || rec["level"] == nil {
 			t.Errorf("log line is not a JSON record: %q", line)
+		}
+		// Capture started caught up: the agent runs on every CPU.
+		if rec["msg"] == "scheduler threads" && rec["catching_up"] == false && rec["count"] == float64(runtime.NumCPU()) {
+			allThreads = true
 		}
 		for _, secret := range []string{password, s3test.SecretKey, token} {
 			if strings.Contains(line, secret) {
@@ -294,6 +300,9 @@ replica:
 	}
 	if len(lines) < 5 {
 		t.Fatalf("only %d log lines:\n%s", len(lines), d.log())
+	}
+	if !allThreads {
+		t.Errorf("the agent never logged that it runs on all %d CPUs once capture caught up", runtime.NumCPU())
 	}
 }
 

@@ -1,0 +1,35 @@
+package agent
+
+import (
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+)
+
+// TestThreadsFollowCapture checks the scheduler threads the agent runs on:
+// the catching-up count from the start, all of them once capture has
+// caught up, and no change when capture's state does not change.
+func TestThreadsFollowCapture(t *testing.T) {
+	var set []int
+	th := newThreads(slog.New(slog.NewTextHandler(io.Discard, nil)), 1, 4, func(n int) int {
+		set = append(set, n)
+		return 0
+	})
+	for _, catchingUp := range []bool{true, false, false, true, false} {
+		th.follow(catchingUp)
+	}
+	if want := []int{1, 4, 1, 4}; !slices.Equal(set, want) {
+		t.Fatalf("GOMAXPROCS set to %v, want %v", set, want)
+	}
+	// A machine of one CPU keeps its one thread.
+	set = nil
+	th = newThreads(slog.New(slog.NewTextHandler(io.Discard, nil)), 0, 1, func(n int) int {
+		set = append(set, n)
+		return 0
+	})
+	th.follow(false)
+	if want := []int{1}; !slices.Equal(set, want) {
+		t.Fatalf("on one CPU GOMAXPROCS set to %v, want %v", set, want)
+	}
+}
