@@ -92,9 +92,10 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 # RACE_PACKAGES run a second time under the race detector: the packages whose
-# own goroutines share state (a flush writes its tables side by side; the
-# agent's stages and the state file are used from several goroutines).
-RACE_PACKAGES := ./agent ./agent/applier ./store ./uploader
+# goroutines share state (capture reads and writes on goroutines of its own,
+# a flush writes its tables side by side, and the agent's stages share the
+# state file).
+RACE_PACKAGES := ./agent ./agent/applier ./agent/source ./store ./uploader
 
 test: deps vet
 	mkdir -p dist/test-artifacts
