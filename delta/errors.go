@@ -35,3 +35,7 @@ var ErrInvalidValue = errors.New("delta: invalid value")
 // ErrInvalidSchema is returned (wrapped) when a schema string cannot be parsed
 // or a schema is not usable for the requested operation.
 var ErrInvalidSchema = errors.New("delta: invalid schema")
+
+// ErrRowsLost reports a data file that would not hold every row written to
+// it. It is a bug, caught before the file is used.
+var ErrRowsLost = errors.New("delta: rows lost writing a data file")

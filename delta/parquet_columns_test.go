@@ -532,3 +532,27 @@ func TestColumnarEncodeError(t *testing.T) {
 		t.Errorf("file of a failed writer: %v", err)
 	}
 }
+
+// TestCloseRefusesAFileMissingRows checks that Close compares the rows the
+// file holds with the rows written: a row that did not reach the file (here
+// counted without being written) fails the close and leaves no file.
+func TestCloseRefusesAFileMissingRows(t *testing.T) {
+	st := NewStructType(NewField("id", TypeLong, false))
+	dir := t.TempDir()
+	w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 7 {
+		if err := w.Write([]Row{{int64(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.stats.numRecords++
+	if _, err := w.Close(); !errors.Is(err, ErrRowsLost) || !strings.Contains(err.Error(), "8 rows written, the file holds 7") {
+		t.Fatalf("close: %v, want ErrRowsLost: 8 rows written, the file holds 7", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("a refused file was left behind: %v", entries)
+	}
+}

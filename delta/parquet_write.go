@@ -244,6 +244,12 @@ func (w *DataWriter) Close() (*Add, error) {
 		w.abort()
 		return nil, fmt.Errorf("close data writer: %w", err)
 	}
+	// The file must hold every row written: a row lost on its way to the
+	// file is an error, never a smaller file.
+	if n := w.writer.File().NumRows(); n != w.stats.numRecords {
+		w.abort()
+		return nil, fmt.Errorf("close data writer: %w: %d rows written, the file holds %d", ErrRowsLost, w.stats.numRecords, n)
+	}
 	if err := w.file.Sync(); err != nil {
 		w.abort()
 		return nil, fmt.Errorf("close data writer: %w", err)

@@ -473,6 +473,11 @@ func (a *Applier) writeOptions() delta.WriteOptions {
 // errNoRelation reports a change whose schema version is not in the history.
 var errNoRelation = errors.New("change refers to an unknown schema version")
 
+// errFileRows reports a mirror data file that does not hold as many rows as
+// its stats in the Delta log say: the merge that would rewrite it stops
+// rather than drop rows.
+var errFileRows = errors.New("data file and its stats disagree")
+
 // errSchemaMismatch reports a change whose values do not match its schema
 // version: the schema history is wrong, and nothing is guessed.
 var errSchemaMismatch = errors.New("change does not match its schema version")

@@ -3,6 +3,7 @@ package applier
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -159,4 +160,56 @@ func TestFullBatchLeavesTrimmingToTheNextFlush(t *testing.T) {
 		t.Errorf("after each flush the queue held %v transactions, want %v", queuedAfter, want)
 	}
 	checkReadAheadTables(t, tablesDir)
+}
+
+// TestMergeRefusesAFileShorterThanItsStats checks that a merge that would
+// rewrite a mirror file stops with an error, committing nothing, when the
+// file holds fewer rows than its stats in the log say.
+func TestMergeRefusesAFileShorterThanItsStats(t *testing.T) {
+	ctx := context.Background()
+	txns := readAheadQueue()
+	dir := t.TempDir()
+	queueTxns(t, dir, ordersRelation(), txns[0])
+	db, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tablesDir := filepath.Join(dir, "tables")
+	cfg := Config{TablesDir: tablesDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	a := New(cfg, db)
+	if err := a.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.applyAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(w *store.Writer) error { return w.AppendTxn(txns[1], 0) }); err != nil {
+		t.Fatal(err)
+	}
+
+	a = New(cfg, db)
+	if err := a.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ingest(ctx, txns[1].EndLSN, false); err != nil {
+		t.Fatal(err)
+	}
+	m := a.tables["public.orders"].mirror
+	if len(m.files) != 1 || m.files[0].rows != 50 {
+		t.Fatalf("mirror files %+v, want one of 50 rows", m.files)
+	}
+	m.files[0].rows++ // as if the file had lost a row
+	before := m.version
+	if err := a.flush(ctx, txns[1].EndLSN, false); !errors.Is(err, errFileRows) {
+		t.Fatalf("flush: %v, want errFileRows", err)
+	}
+	for _, st := range a.Tables() {
+		if st.Name == "public.orders" && st.Kind == KindMirror && st.Version != before {
+			t.Errorf("the mirror committed version %d after the refused merge", st.Version)
+		}
+	}
+	if l := appliedPosition(t, db); l != txns[0].EndLSN {
+		t.Errorf("applied position %s, want %s", l, txns[0].EndLSN)
+	}
 }

@@ -72,7 +72,8 @@ type mirror struct {
 type mirrorFile struct {
 	add            *delta.Add
 	minKey, maxKey []byte
-	rows           int64
+	// rows is the file's row count from its stats (-1: no stats).
+	rows int64
 }
 
 const (
@@ -110,7 +111,7 @@ func (a *Applier) openMirror(ctx context.Context, name string, cols *columns, re
 		return nil, fmt.Errorf("open %s: bad %s: %w", name, confKey, err)
 	}
 	for _, add := range snap.Files() {
-		f := &mirrorFile{add: add}
+		f := &mirrorFile{add: add, rows: -1}
 		f.minKey, _ = hex.DecodeString(add.Tags[tagMinKey])
 		f.maxKey, _ = hex.DecodeString(add.Tags[tagMaxKey])
 		if st, err := delta.ParseStats(add.Stats); err == nil {
@@ -338,6 +339,11 @@ func (m *mirror) readFile(ctx context.Context, f *mirrorFile) ([]baseRow, error)
 	rows, err := delta.ReadParquetFile(ctx, path, m.schema)
 	if err != nil {
 		return nil, fmt.Errorf("mirror %s: read %s: %w", m.name, f.add.Path, err)
+	}
+	// The file is rewritten from these rows: fewer than its stats count
+	// would drop rows from the mirror.
+	if f.rows >= 0 && int64(len(rows)) != f.rows {
+		return nil, fmt.Errorf("mirror %s: read %s: %w: %d rows, its stats say %d", m.name, f.add.Path, errFileRows, len(rows), f.rows)
 	}
 	out := make([]baseRow, len(rows))
 	for i, r := range rows {

@@ -72,7 +72,7 @@ func TestStressCrashesWhileAppending(t *testing.T) {
 	}
 	tablesDir := filepath.Join(dir, "tables")
 	points := []string{"data-written", "before-commit", "after-commit", "before-checkpoint", "before-applied"}
-	for round := 0; round < 40; round++ {
+	for round := 0; round < 25; round++ {
 		appendTxns(20 + rng.IntN(200))
 		a := New(Config{TablesDir: tablesDir, FlushChanges: 500 + rng.IntN(3000), TargetFileRows: 700, MergeMemoryKeys: 300,
 			CheckpointInterval: 3, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)

@@ -214,18 +214,30 @@ func (e *e2e) compareMirror(t *testing.T, table, query string, cols ...string) {
 		}
 		want[fmt.Sprint(vals...)] = true
 	}
-	got := e.deltaRows(table)
-	if len(got) != len(want) {
-		t.Fatalf("mirror %s has %d rows, PostgreSQL %d", table, len(got), len(want))
-	}
-	for _, r := range got {
+	got := map[string]bool{}
+	var extra []string
+	for _, r := range e.deltaRows(table) {
 		vals := make([]any, len(cols))
 		for i, c := range cols {
 			vals[i] = r[c]
 		}
-		if key := fmt.Sprint(vals...); !want[key] {
-			t.Fatalf("mirror %s row %s is not in PostgreSQL", table, key)
+		key := fmt.Sprint(vals...)
+		if !want[key] || got[key] {
+			extra = append(extra, key)
 		}
+		got[key] = true
+	}
+	var missing []string
+	for key := range want {
+		if !got[key] {
+			missing = append(missing, key)
+		}
+	}
+	if len(missing) > 0 || len(extra) > 0 {
+		slices.Sort(missing)
+		slices.Sort(extra)
+		t.Fatalf("mirror %s differs from PostgreSQL's %d rows: %d missing (first %v), %d not in PostgreSQL or repeated (first %v)",
+			table, len(want), len(missing), missing[:min(len(missing), 5)], len(extra), extra[:min(len(extra), 5)])
 	}
 }
 
