@@ -113,13 +113,7 @@ func TestChangesConvertedOnceForBothTables(t *testing.T) {
 				{TxnHeader: store.TxnHeader{Xid: 2, CommitLSN: 0x2000, EndLSN: 0x2001, CommitTime: at.Add(time.Second)},
 					Changes: []store.Change{update(2, 22), {Op: store.OpDelete, Relation: rel.Key, Old: keyOnly(3), OldIsKey: true}, update(4, 40)}},
 			}
-			dir := t.TempDir()
-			queueTxns(t, dir, rel, txns...)
-			db, err := store.Open(dir, store.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
+			db, dir := openQueued(t, rel, txns...)
 			var logged strings.Builder
 			a := New(Config{TablesDir: filepath.Join(dir, "tables"), FlushChanges: flushChanges,
 				Logger: slog.New(slog.NewTextHandler(&logged, nil))}, db)

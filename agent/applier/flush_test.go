@@ -124,13 +124,7 @@ func dataFiles(t *testing.T, tablesDir string) map[string]int {
 func TestFullBatchLeavesTrimmingToTheNextFlush(t *testing.T) {
 	ctx := context.Background()
 	txns := readAheadQueue() // 50 changes, then 2 and 2
-	dir := t.TempDir()
-	queueTxns(t, dir, ordersRelation(), txns...)
-	db, err := store.Open(dir, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db, dir := openQueued(t, ordersRelation(), txns...)
 	queued := func() int64 {
 		var st store.QueueStats
 		if err := db.View(func(r *store.Reader) (err error) { st, err = r.QueueStats(); return err }); err != nil {
@@ -168,13 +162,7 @@ func TestFullBatchLeavesTrimmingToTheNextFlush(t *testing.T) {
 func TestMergeRefusesAFileShorterThanItsStats(t *testing.T) {
 	ctx := context.Background()
 	txns := readAheadQueue()
-	dir := t.TempDir()
-	queueTxns(t, dir, ordersRelation(), txns[0])
-	db, err := store.Open(dir, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db, dir := openQueued(t, ordersRelation(), txns[0])
 	tablesDir := filepath.Join(dir, "tables")
 	cfg := Config{TablesDir: tablesDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	a := New(cfg, db)

@@ -84,13 +84,7 @@ func appliedPosition(t *testing.T, db *store.DB) store.LSN {
 func TestReadAheadThenFlushAppliesEachChangeOnce(t *testing.T) {
 	ctx := context.Background()
 	txns := readAheadQueue()
-	dir := t.TempDir()
-	queueTxns(t, dir, ordersRelation(), txns[:2]...)
-	db, err := store.Open(dir, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db, dir := openQueued(t, ordersRelation(), txns[:2]...)
 	tablesDir := filepath.Join(dir, "tables")
 	a := New(Config{TablesDir: tablesDir, MergeMemoryKeys: 8, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
 	if err := a.start(ctx); err != nil {
@@ -114,8 +108,7 @@ func TestReadAheadThenFlushAppliesEachChangeOnce(t *testing.T) {
 	}
 
 	// A transaction that arrives meanwhile is read by the flush.
-	err = db.Update(func(w *store.Writer) error { return w.AppendTxn(txns[2], 0) })
-	if err != nil {
+	if err := db.Update(func(w *store.Writer) error { return w.AppendTxn(txns[2], 0) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.flush(ctx, txns[2].EndLSN, false); err != nil {
@@ -185,13 +178,7 @@ func TestReadAheadOfAClearedQueueIsDropped(t *testing.T) {
 // flush commits every change once.
 func TestRunReadsAheadWhileCaptureCatchesUp(t *testing.T) {
 	txns := readAheadQueue()
-	dir := t.TempDir()
-	queueTxns(t, dir, ordersRelation(), txns...)
-	db, err := store.Open(dir, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db, dir := openQueued(t, ordersRelation(), txns...)
 	tablesDir := filepath.Join(dir, "tables")
 	var catchingUp atomic.Bool
 	catchingUp.Store(true)

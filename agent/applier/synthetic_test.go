@@ -110,6 +110,20 @@ func queueTxns(tb testing.TB, dir string, rel *store.Relation, txns ...*store.Tx
 	}
 }
 
+// openQueued returns an open state file whose queue holds txns, with the
+// schema version rel, and its directory; the test's end closes it.
+func openQueued(t *testing.T, rel *store.Relation, txns ...*store.Txn) (*store.DB, string) {
+	t.Helper()
+	dir := t.TempDir()
+	queueTxns(t, dir, rel, txns...)
+	db, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, dir
+}
+
 // BenchmarkApplyLargeTransaction applies one transaction of 1M inserted
 // rows (LAKESIDE_BENCH_ROWS overrides the count) to new tables: the apply
 // stage of the end-to-end benchmark, without PostgreSQL and capture.
