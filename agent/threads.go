@@ -3,7 +3,6 @@ package agent
 import (
 	"log/slog"
 	"runtime"
-	"sync"
 )
 
 // threads sets how many threads run the agent's Go code at once
@@ -17,8 +16,7 @@ type threads struct {
 	catchingUp, otherwise int
 	// set sets GOMAXPROCS (runtime.GOMAXPROCS; a fake in tests).
 	set func(int) int
-
-	mu  sync.Mutex
+	// now is the count set last.
 	now int
 }
 
@@ -33,14 +31,14 @@ func newThreads(log *slog.Logger, catchingUp, otherwise int, set func(int) int) 
 	return t
 }
 
-// follow sets the count for capture catching up, or not.
+// follow sets the count for capture catching up, or not. It is called by
+// one goroutine at a time: newThreads, then the source's capture goroutine
+// (source.Config.OnCatchUp).
 func (t *threads) follow(catchingUp bool) {
 	n := t.otherwise
 	if catchingUp {
 		n = t.catchingUp
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if n == t.now {
 		return
 	}

@@ -24,15 +24,8 @@ import (
 // mirrors merging at the same time are each counted (run it with -race).
 func TestFlushWritesEveryTableBeforeCommitting(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	dir := t.TempDir()
-	db, err := store.Open(dir, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	orders := ordersRelation()
-	returns := ordersRelation()
-	returns.Key.OID, returns.Name = orders.Key.OID+1, "returns"
+	orders, returns := ordersRelation(), returnsRelation()
+	db, dir := openRelations(t, orders, returns)
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	txn := &store.Txn{TxnHeader: store.TxnHeader{Xid: 1, CommitLSN: 0x1000, EndLSN: 0x1001, CommitTime: at}}
 	for _, rel := range []*store.Relation{orders, returns} {
@@ -45,15 +38,7 @@ func TestFlushWritesEveryTableBeforeCommitting(t *testing.T) {
 		update[1] = store.Value{Kind: store.KindUnchanged}
 		txn.Changes = append(txn.Changes, store.Change{Op: store.OpUpdate, Relation: rel.Key, New: update})
 	}
-	err = db.Update(func(w *store.Writer) error {
-		for _, rel := range []*store.Relation{orders, returns} {
-			if err := w.PutRelation(rel); err != nil {
-				return err
-			}
-		}
-		return w.AppendTxn(txn, 0)
-	})
-	if err != nil {
+	if err := db.Update(func(w *store.Writer) error { return w.AppendTxn(txn, 0) }); err != nil {
 		t.Fatal(err)
 	}
 

@@ -622,7 +622,7 @@ func (m *mirror) commit(ctx context.Context, a *Applier, ci commitInfo) error {
 	if err := a.commit(ctx, m.deltaTable, m.merged, ci); err != nil {
 		return err
 	}
-	m.files, m.nextFiles = m.nextFiles, nil
+	m.files = m.nextFiles
 	m.abort()
 	return nil
 }

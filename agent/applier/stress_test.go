@@ -21,25 +21,8 @@ import (
 func TestStressCrashesWhileAppending(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	ctx := context.Background()
-	dir := t.TempDir()
-	db, err := store.Open(dir, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	rels := []*store.Relation{ordersRelation(), ordersRelation()}
-	rels[1].Key.OID, rels[1].Name = rels[0].Key.OID+1, "returns"
-	err = db.Update(func(w *store.Writer) error {
-		for _, r := range rels {
-			if err := w.PutRelation(r); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rels := []*store.Relation{ordersRelation(), returnsRelation()}
+	db, dir := openRelations(t, rels...)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 2))

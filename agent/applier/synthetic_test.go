@@ -110,6 +110,37 @@ func queueTxns(tb testing.TB, dir string, rel *store.Relation, txns ...*store.Tx
 	}
 }
 
+// returnsRelation is a second table shaped like orders.
+func returnsRelation() *store.Relation {
+	r := ordersRelation()
+	r.Key.OID, r.Name = r.Key.OID+1, "returns"
+	return r
+}
+
+// openRelations returns an open state file whose schema history holds rels
+// and whose queue is empty, and its directory; the test's end closes it.
+func openRelations(t *testing.T, rels ...*store.Relation) (*store.DB, string) {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	err = db.Update(func(w *store.Writer) error {
+		for _, r := range rels {
+			if err := w.PutRelation(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, dir
+}
+
 // openQueued returns an open state file whose queue holds txns, with the
 // schema version rel, and its directory; the test's end closes it.
 func openQueued(t *testing.T, rel *store.Relation, txns ...*store.Txn) (*store.DB, string) {
