@@ -330,6 +330,11 @@ func (a *Applier) Run(ctx context.Context) error {
 				a.log.Error("apply failed; retrying", "err", err, "retry_in", backoff)
 				wait = backoff
 			default:
+				// Not due yet: what is queued is read meanwhile, so
+				// that the flush has only the newest changes left to
+				// read. (Once capture has caught up, the last of a
+				// backlog arrives in the time before its flush.)
+				a.readAhead(ctx, upTo)
 				wait = min(wait, due.Sub(now))
 			}
 		}

@@ -207,13 +207,13 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, yield bool) error 
 }
 
 // readAhead reads the batch that ends at upTo into the pending flush while
-// the flush is held back for capture to catch up. Capture's pace is the
-// walsender's, and the scheduler thread it shares has time left over:
-// reading the queue there, yielding often, leaves the flush that follows
-// only the rest of the batch to read before it writes and commits. Nothing
-// is committed. After a failure, what was read is dropped and reading
-// ahead stops until the next flush, which reads the batch again and
-// reports what fails.
+// the flush is not due yet: held back for capture to catch up, or waiting
+// for its deadline. Capture's pace is the walsender's, and the scheduler
+// thread it shares has time left over: reading the queue there, yielding
+// often, leaves the flush that follows only the rest of the batch to read
+// before it writes and commits. Nothing is committed. After a failure,
+// what was read is dropped and reading ahead stops until the next flush,
+// which reads the batch again and reports what fails.
 func (a *Applier) readAhead(ctx context.Context, upTo store.LSN) {
 	if a.readAheadFailed || upTo <= a.read.upTo {
 		return

@@ -217,3 +217,45 @@ func TestRunReadsAheadWhileCaptureCatchesUp(t *testing.T) {
 	}
 	checkReadAheadTables(t, tablesDir)
 }
+
+// TestRunReadsAheadUntilTheFlushIsDue: with capture caught up, Run reads
+// the batch while its flush waits for the deadline (the mirror's pending
+// set spills, and nothing is committed); the flush then commits every
+// change once.
+func TestRunReadsAheadUntilTheFlushIsDue(t *testing.T) {
+	txns := readAheadQueue()
+	db, dir := openQueued(t, ordersRelation(), txns...)
+	tablesDir := filepath.Join(dir, "tables")
+	a := New(Config{TablesDir: tablesDir, MergeMemoryKeys: 8, FlushInterval: time.Hour, PollInterval: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	a.Notify()
+
+	spill := spillDir(tablesDir, "public.orders")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if runs, _ := os.ReadDir(spill); len(runs) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the mirror's pending set did not fill while the flush waited: the batch was not read ahead")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if l := appliedPosition(t, db); l != 0 {
+		t.Fatalf("applied position %s before the flush was due, want nothing applied", l)
+	}
+	if a.read.upTo != txns[2].EndLSN || a.read.changes != 54 {
+		t.Fatalf("read ahead %+v, want through %s: 54 changes", a.read, txns[2].EndLSN)
+	}
+
+	// The flush, when due, commits what was read.
+	if err := a.flush(context.Background(), txns[2].EndLSN, false); err != nil {
+		t.Fatal(err)
+	}
+	checkReadAheadTables(t, tablesDir)
+}

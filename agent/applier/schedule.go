@@ -12,11 +12,12 @@ import (
 // early enough to end by the deadline: FlushInterval after the oldest
 // waiting change arrived, minus as long as the last flush took (at most
 // half the interval, so that a slow flush still leaves time to batch).
-// A backlog is the exception: while capture catches up the flushes are held
-// back (the first batch is read ahead meanwhile, see readAhead), and once it
-// has, the backlog is applied at once, in as many full batches as it takes,
-// and the changes that came during the first of those flushes (the
-// backlog's last transactions) right after it.
+// Until a flush is due, its batch is read ahead (see readAhead). A backlog
+// is the exception: while capture catches up the flushes are held back
+// (the first batch is read ahead meanwhile), and once it has, the backlog
+// is applied at once, in as many full batches as it takes, and the changes
+// that came during the first of those flushes (the backlog's last
+// transactions) right after it.
 //
 // Arrival times are taken on this process's monotonic clock: Notify, which
 // capture calls once a transaction is durable in the queue, records the
