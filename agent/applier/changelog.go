@@ -50,6 +50,8 @@ type changelog struct {
 	writers map[int32]*clWriter
 	adds    []delta.Action
 	rows    int64
+	// closer closes full files in the background.
+	closer closer
 
 	// txn holds the values every row of the transaction being added
 	// shares, converted to the row's interface values once.
@@ -221,6 +223,8 @@ func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange
 	return nil
 }
 
+// closeWriter writes the buffered rows of a partition's writer and closes
+// it in the background.
 func (c *changelog) closeWriter(day int32) error {
 	w := c.writers[day]
 	delete(c.writers, day)
@@ -230,11 +234,10 @@ func (c *changelog) closeWriter(day int32) error {
 			return fmt.Errorf("changelog %s: %w", c.name, err)
 		}
 	}
-	add, err := w.w.Close()
+	err := c.closer.start(w.w, func(add *delta.Add, _ int64) { c.adds = append(c.adds, add) })
 	if err != nil {
 		return fmt.Errorf("changelog %s: %w", c.name, err)
 	}
-	c.adds = append(c.adds, add)
 	return nil
 }
 
@@ -244,6 +247,7 @@ func (c *changelog) abort() {
 		w.w.Abort()
 		delete(c.writers, day)
 	}
+	c.closer.abort()
 	c.adds, c.rows = nil, 0
 }
 
@@ -255,6 +259,9 @@ func (c *changelog) write() error {
 		if err := c.closeWriter(day); err != nil {
 			return err
 		}
+	}
+	if err := c.closer.wait(); err != nil {
+		return fmt.Errorf("changelog %s: %w", c.name, err)
 	}
 	return nil
 }

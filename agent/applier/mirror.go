@@ -33,9 +33,10 @@ import (
 // order (sorted once in memory, or a k-way merge with the runs), folding
 // the changes of each key, and the touched files in order, holding at most
 // one existing data file in memory, and streams the result into Parquet
-// writers. Memory is bounded by MergeMemoryBytes plus one data file
-// (TargetFileRows rows), whatever the size of the flush, so the 1M-row
-// initial snapshot is applied like any other transaction.
+// writers. Memory is bounded by MergeMemoryBytes plus two data files
+// (TargetFileRows rows each: one filling while the one before it closes,
+// see closer.go), whatever the size of the flush, so the 1M-row initial
+// snapshot is applied like any other transaction.
 //
 // Keys. The key is the replica identity's columns as the first schema
 // version names them, stored in the table configuration lakeside.key. A
@@ -363,7 +364,8 @@ func (m *mirror) readFile(ctx context.Context, f *mirrorFile) ([]baseRow, error)
 }
 
 // mergeWriter writes the rewritten rows of one group into files of at most
-// TargetFileRows rows, never splitting equal keys.
+// TargetFileRows rows, never splitting equal keys. A full file closes in
+// the background while the next one fills (see closer).
 type mergeWriter struct {
 	m       *mirror
 	a       *Applier
@@ -371,7 +373,9 @@ type mergeWriter struct {
 	buf     []delta.Row
 	min     []byte
 	lastKey string
+	// files are the files written, in key order; closer closes the last.
 	files   []*mirrorFile
+	closer  closer
 	written int64
 }
 
@@ -414,26 +418,37 @@ func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
 	return nil
 }
 
+// close writes the buffered rows to the file being written and closes it
+// in the background.
 func (w *mergeWriter) close() error {
 	if w.w == nil {
 		return nil
 	}
+	dw := w.w
+	w.w = nil
 	if len(w.buf) > 0 {
-		if err := w.w.Write(w.buf); err != nil {
-			w.w.Abort()
-			w.w = nil
+		if err := dw.Write(w.buf); err != nil {
+			dw.Abort()
 			return fmt.Errorf("mirror %s: %w", w.m.name, err)
 		}
 		w.buf = w.buf[:0]
 	}
-	rows := w.w.NumRows()
-	add, err := w.w.Close()
-	w.w = nil
+	minKey, maxKey := w.min, []byte(w.lastKey)
+	err := w.closer.start(dw, func(add *delta.Add, rows int64) {
+		add.Tags = map[string]string{tagMinKey: hex.EncodeToString(minKey), tagMaxKey: hex.EncodeToString(maxKey)}
+		w.files = append(w.files, &mirrorFile{add: add, minKey: minKey, maxKey: maxKey, rows: rows})
+	})
 	if err != nil {
 		return fmt.Errorf("mirror %s: %w", w.m.name, err)
 	}
-	add.Tags = map[string]string{tagMinKey: hex.EncodeToString(w.min), tagMaxKey: hex.EncodeToString([]byte(w.lastKey))}
-	w.files = append(w.files, &mirrorFile{add: add, minKey: w.min, maxKey: []byte(w.lastKey), rows: rows})
+	return nil
+}
+
+// finish waits until every file is written.
+func (w *mergeWriter) finish() error {
+	if err := w.closer.wait(); err != nil {
+		return fmt.Errorf("mirror %s: %w", w.m.name, err)
+	}
 	return nil
 }
 
@@ -442,6 +457,7 @@ func (w *mergeWriter) abort() {
 		w.w.Abort()
 		w.w = nil
 	}
+	w.closer.abort()
 }
 
 // apply writes the result of an entry over the existing rows of its key.
@@ -564,6 +580,9 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 	})
 	if err == nil && group != -2 {
 		err = endGroup()
+	}
+	if err == nil {
+		err = w.finish()
 	}
 	if err != nil {
 		return nil, "", err
