@@ -176,6 +176,8 @@ type Applier struct {
 	// readAheadFailed stops reading ahead until the next flush.
 	read            queueRead
 	readAheadFailed bool
+	// adder, while a flush reads the queue, adds what it reads.
+	adder *adder
 
 	mu      sync.Mutex
 	status  map[string]TableStatus

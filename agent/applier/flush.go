@@ -155,7 +155,7 @@ const yieldEvery = 32
 // (an initial snapshot that starts over) is read again from its start.
 // After a failure the caller drops what was read (reset).
 func (a *Applier) ingest(ctx context.Context, upTo store.LSN, yield bool) error {
-	err := a.db.View(func(r *store.Reader) error {
+	err := a.db.View(func(r *store.Reader) (err error) {
 		gen, err := r.Generation()
 		if err != nil {
 			return err
@@ -177,6 +177,17 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, yield bool) error 
 		rels, err := r.Relations()
 		if err != nil {
 			return err
+		}
+		if !yield {
+			// The values read are valid only in this read transaction:
+			// the adder is done with them before it ends.
+			a.adder = newAdder(ctx, a)
+			defer func() {
+				if cerr := a.adder.close(); err == nil {
+					err = cerr
+				}
+				a.adder = nil
+			}()
 		}
 		return r.Txns(max(applied, a.read.upTo), func(h *store.TxnHeader, cur *store.TxnCursor) error {
 			if h.EndLSN > upTo {
@@ -262,21 +273,26 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 	if !toCL && !toMR {
 		return nil
 	}
+	if a.adder != nil && !st.cols.known(rel) {
+		// A new schema version may add columns, which the adder's
+		// goroutine reads: it first adds what it has.
+		if err := a.adder.sync(); err != nil {
+			return err
+		}
+	}
 	// The values are converted once, for both tables.
 	rc := st.cols.convertChange(st.cols.mapping(rel), ch)
 	if toCL {
 		st.clFlush.note(h)
-		if err := st.changelog.add(a, h, seq, rc); err != nil {
-			return err
-		}
 	}
 	if toMR {
 		st.mrFlush.note(h)
-		if err := st.mirror.add(ctx, a, rc); err != nil {
-			return err
-		}
 	}
-	return nil
+	x := addition{st: st, h: h, seq: seq, rc: rc, toCL: toCL, toMR: toMR}
+	if a.adder != nil {
+		return a.adder.add(h, x)
+	}
+	return a.addChange(ctx, &x)
 }
 
 // table returns the loaded state of a source table, opening (or creating)

@@ -81,9 +81,17 @@ func (c *columns) addExisting(st *delta.StructType) {
 	}
 }
 
+// known reports whether mapping has rel's mapping already, so that it
+// returns it without changing the columns.
+func (c *columns) known(rel *store.Relation) bool {
+	m := c.rels[rel.Key]
+	return m != nil && (m.rel == rel || m.rel.SameShape(rel))
+}
+
 // mapping returns the mapping of a schema version, adding columns as needed.
 func (c *columns) mapping(rel *store.Relation) *relMapping {
-	if m := c.rels[rel.Key]; m != nil && (m.rel == rel || m.rel.SameShape(rel)) {
+	if c.known(rel) {
+		m := c.rels[rel.Key]
 		m.rel = rel
 		return m
 	}

@@ -1,0 +1,133 @@
+package applier
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/lakeside/lakeside/store"
+)
+
+// adder adds the changes a flush reads to the changelogs and mirrors in a
+// goroutine of its own, while the flush goes on reading the queue and
+// converting values: the two halves of reading a large batch then run side
+// by side, on a machine with a second core (a 1M-row transaction: 0.83 s
+// of reading, about half of it adding). Changes are added in the order they
+// are read. Reading ahead, which shares capture's core, adds them itself.
+//
+// The adding goroutine touches the changelog, the mirror and the columns
+// of the tables it is given; the reading side changes a table's columns
+// only after sync, when the adder is idle (see Applier.applyChange).
+type adder struct {
+	ctx   context.Context
+	a     *Applier
+	work  chan []addition
+	batch []addition
+	// synced answers a nil batch, which asks whether all before it is
+	// added; done is closed when the goroutine ends.
+	synced, done chan struct{}
+	// failed is set once an addition failed; err is that failure, to be
+	// read once synced or done.
+	failed atomic.Bool
+	err    error
+	// header is the copy of the header of the transaction being read that
+	// its additions share (the queue reuses its own).
+	header *store.TxnHeader
+}
+
+// addition is one change for its table's changelog, mirror or both.
+type addition struct {
+	st         *sourceTable
+	h          *store.TxnHeader
+	seq        int64
+	rc         *rowChange
+	toCL, toMR bool
+}
+
+// additionBatch is how many changes are handed over at a time.
+const additionBatch = 256
+
+func newAdder(ctx context.Context, a *Applier) *adder {
+	d := &adder{ctx: ctx, a: a, work: make(chan []addition, 4), synced: make(chan struct{}), done: make(chan struct{}),
+		batch: make([]addition, 0, additionBatch)}
+	go d.run()
+	return d
+}
+
+func (d *adder) run() {
+	defer close(d.done)
+	for batch := range d.work {
+		if batch == nil {
+			d.synced <- struct{}{}
+			continue
+		}
+		if d.err != nil {
+			continue // drained until the reading side stops
+		}
+		for i := range batch {
+			if err := d.a.addChange(d.ctx, &batch[i]); err != nil {
+				d.err = err
+				d.failed.Store(true)
+				break
+			}
+		}
+	}
+}
+
+// add queues one change, with h, the header of its transaction, copied
+// once per transaction. It returns the failure of an earlier change, if
+// any.
+func (d *adder) add(h *store.TxnHeader, x addition) error {
+	if d.failed.Load() {
+		return d.sync()
+	}
+	if d.header == nil || *d.header != *h {
+		c := *h
+		d.header = &c
+	}
+	x.h = d.header
+	d.batch = append(d.batch, x)
+	if len(d.batch) == additionBatch {
+		d.work <- d.batch
+		d.batch = make([]addition, 0, additionBatch)
+	}
+	return nil
+}
+
+// sync waits until every change queued is added, and returns the first
+// failure.
+func (d *adder) sync() error {
+	if len(d.batch) > 0 {
+		d.work <- d.batch
+		d.batch = make([]addition, 0, additionBatch)
+	}
+	d.work <- nil
+	<-d.synced
+	return d.err
+}
+
+// close waits until every change queued is added, ends the goroutine and
+// returns the first failure.
+func (d *adder) close() error {
+	if len(d.batch) > 0 {
+		d.work <- d.batch
+		d.batch = nil
+	}
+	close(d.work)
+	<-d.done
+	return d.err
+}
+
+// addChange adds one change to its table's changelog and mirror.
+func (a *Applier) addChange(ctx context.Context, x *addition) error {
+	if x.toCL {
+		if err := x.st.changelog.add(a, x.h, x.seq, x.rc); err != nil {
+			return err
+		}
+	}
+	if x.toMR {
+		if err := x.st.mirror.add(ctx, a, x.rc); err != nil {
+			return err
+		}
+	}
+	return nil
+}

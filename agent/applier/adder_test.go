@@ -1,0 +1,108 @@
+package applier
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lakeside/lakeside/store"
+)
+
+// TestFlushAddsAcrossASchemaChange: a flush whose batch has a schema
+// version that adds a column after many changes of the version before it
+// (the adder's goroutine is still adding them while the column is added)
+// gives every row of the new version its value and the older rows null.
+// Under the race detector it also checks that the column is added only
+// once the adder is idle.
+func TestFlushAddsAcrossASchemaChange(t *testing.T) {
+	ctx := context.Background()
+	v1 := ordersRelation()
+	v2 := ordersRelation()
+	v2.Key.LSN = 0x5000
+	v2.Columns = append(v2.Columns, store.Column{Name: "note", TypeOID: 25, TypeMod: -1})
+	db, dir := openRelations(t, v1, v2)
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	first := &store.Txn{TxnHeader: store.TxnHeader{Xid: 1, CommitLSN: 0x4000, EndLSN: 0x4001, CommitTime: at}}
+	for id := int64(1); id <= 3000; id++ {
+		first.Changes = append(first.Changes, store.Change{Op: store.OpInsert, Relation: v1.Key, New: ordersValues(id)})
+	}
+	second := &store.Txn{TxnHeader: store.TxnHeader{Xid: 2, CommitLSN: 0x6000, EndLSN: 0x6001, CommitTime: at.Add(time.Second)}}
+	for id := int64(3001); id <= 3100; id++ {
+		vals := append(ordersValues(id), store.Value{Kind: store.KindString, Bytes: []byte("new")})
+		second.Changes = append(second.Changes, store.Change{Op: store.OpInsert, Relation: v2.Key, New: vals})
+	}
+	err := db.Update(func(w *store.Writer) error {
+		if err := w.AppendTxn(first, 0); err != nil {
+			return err
+		}
+		return w.AppendTxn(second, 0)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tablesDir := filepath.Join(dir, "tables")
+	a := New(Config{TablesDir: tablesDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	if err := a.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.flush(ctx, second.EndLSN, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"public.orders", "public.orders_changes"} {
+		rows := readTable(t, filepath.Join(tablesDir, table), "id")
+		if len(rows) != 3100 {
+			t.Fatalf("%s holds %d rows, want 3100", table, len(rows))
+		}
+		for _, r := range rows {
+			id, note := r.get("id").(int64), r.get("note")
+			if want := any(nil); id <= 3000 && note != want || id > 3000 && note != "new" {
+				t.Fatalf("%s: row %d has note %v", table, id, note)
+			}
+		}
+	}
+}
+
+// TestFlushFailsWhenAddingFails: a change that cannot be added (here, the
+// mirror's pending set cannot spill) fails the flush, which commits
+// nothing; once the cause is gone, the next flush applies the batch.
+func TestFlushFailsWhenAddingFails(t *testing.T) {
+	ctx := context.Background()
+	txns := readAheadQueue()
+	db, dir := openQueued(t, ordersRelation(), txns...)
+	tablesDir := filepath.Join(dir, "tables")
+	a := New(Config{TablesDir: tablesDir, MergeMemoryKeys: 8, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	if err := a.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spill := spillDir(tablesDir, "public.orders")
+	if err := os.MkdirAll(filepath.Dir(spill), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(spill, []byte("in the way"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	err := a.flush(ctx, txns[2].EndLSN, false)
+	if err == nil || !strings.Contains(err.Error(), "spill") {
+		t.Fatalf("flush with a spill directory that is a file returned %v, want a spill error", err)
+	}
+	if l := appliedPosition(t, db); l != 0 {
+		t.Fatalf("applied position %s after a failed flush, want nothing applied", l)
+	}
+	for _, st := range a.Tables() {
+		if st.Version > 0 {
+			t.Fatalf("%s has version %d after a failed flush: something was committed", st.Name, st.Version)
+		}
+	}
+	if err := os.Remove(spill); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.flush(ctx, txns[2].EndLSN, false); err != nil {
+		t.Fatal(err)
+	}
+	checkReadAheadTables(t, tablesDir)
+}
