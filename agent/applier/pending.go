@@ -147,12 +147,18 @@ type pending struct {
 	// byKey, once get built it, indexes refs by key.
 	byKey map[string][]int32
 
-	runs      []string
+	runs      []runFile
 	truncated bool
 	changes   int
 	scratch   []byte
 	// decimals makes the decimals of the entries read back.
 	decimals decimalSlab
+}
+
+// runFile is a run spilled to disk: its path and its first and last keys.
+type runFile struct {
+	path        string
+	first, last []byte
 }
 
 // pendingRef locates a record in the blocks: its key at
@@ -245,7 +251,7 @@ func (p *pending) truncate() {
 // close deletes the run files and frees the memory.
 func (p *pending) close() {
 	for _, r := range p.runs {
-		os.Remove(r)
+		os.Remove(r.path)
 	}
 	p.runs = nil
 	p.clearMemory()
@@ -278,8 +284,9 @@ func (p *pending) spill() error {
 	if err != nil {
 		return fmt.Errorf("spill: %w", err)
 	}
-	p.runs = append(p.runs, f.Name())
 	p.sortRefs()
+	p.runs = append(p.runs, runFile{path: f.Name(),
+		first: bytes.Clone(p.key(p.refs[0])), last: bytes.Clone(p.key(p.refs[len(p.refs)-1]))})
 	w := bufio.NewWriterSize(f, 256<<10)
 	var buf []byte
 	for _, r := range p.refs {
@@ -307,6 +314,8 @@ type mergeSource struct {
 	age       int
 	key, body []byte
 	next      func() error
+	// last is the source's last key.
+	last []byte
 }
 
 type sourceHeap []*mergeSource
@@ -383,16 +392,22 @@ func (p *pending) iterate(fn func(key []byte, e *entry) error) error {
 	if len(p.runs) > 0 {
 		bufSize = min(max(p.maxBytes/len(p.runs), 4<<10), bufSize)
 	}
-	for i, path := range p.runs {
-		f, err := os.Open(path)
+	for i, r := range p.runs {
+		f, err := os.Open(r.path)
 		if err != nil {
 			return fmt.Errorf("read spill: %w", err)
 		}
 		files = append(files, f)
-		h = append(h, runSource(i, bufio.NewReaderSize(f, bufSize)))
+		s := runSource(i, bufio.NewReaderSize(f, bufSize))
+		s.last = r.last
+		h = append(h, s)
 	}
 	p.sortRefs()
-	h = append(h, p.memorySource(len(p.runs)))
+	mem := p.memorySource(len(p.runs))
+	if len(p.refs) > 0 {
+		mem.last = p.key(p.refs[len(p.refs)-1])
+	}
+	h = append(h, mem)
 	live := h[:0]
 	for _, s := range h {
 		err := s.next()
@@ -404,7 +419,31 @@ func (p *pending) iterate(fn func(key []byte, e *entry) error) error {
 		}
 		live = append(live, s)
 	}
-	h = live
+	// Sources whose key ranges do not overlap (changes that came in key
+	// order, as appends do) are read one after the other, in key order,
+	// without comparing keys across them; otherwise they are merged.
+	slices.SortFunc(live, func(a, b *mergeSource) int { return bytes.Compare(a.key, b.key) })
+	disjoint := true
+	for i := 1; i < len(live); i++ {
+		if bytes.Compare(live[i-1].last, live[i].key) >= 0 {
+			disjoint = false
+			break
+		}
+	}
+	if !disjoint {
+		return p.merge(live, fn)
+	}
+	for _, s := range live {
+		if err := p.merge(sourceHeap{s}, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// merge calls fn with every key of the sources in h and its folded entry,
+// in key order.
+func (p *pending) merge(h sourceHeap, fn func(key []byte, e *entry) error) error {
 	heap.Init(&h)
 	var key []byte
 	// decoded are the entries of one key, used again for the next: fn

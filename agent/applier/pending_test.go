@@ -16,7 +16,10 @@ import (
 // TestPendingFoldsLikeAMap feeds random changes to pending sets with memory
 // budgets from "everything spilled" to "nothing spilled", and checks that
 // each returns, in key order, what folding every key's changes in order of
-// arrival gives.
+// arrival gives. The keys come in random order (the runs overlap), in
+// ascending or descending order (they do not, and are read one after the
+// other), and ascending in threes (a key's changes may end one run and
+// begin the next).
 func TestPendingFoldsLikeAMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	value := func() any {
@@ -41,66 +44,77 @@ func TestPendingFoldsLikeAMap(t *testing.T) {
 		}
 		return rng.IntN(2) == 0
 	}
-	for _, multiset := range []bool{false, true} {
-		var keys [][]byte
-		var entries []*entry
-		for range 3000 {
-			e := &entry{deleted: !multiset && rng.IntN(4) == 0, count: rng.IntN(5) - 2}
-			if !e.deleted || rng.IntN(2) == 0 {
-				e.row = []any{value(), value(), value()}
-			}
-			keys = append(keys, appendKeyValue(nil, int64(rng.IntN(400))))
-			entries = append(entries, e)
-		}
-		want := map[string]*entry{}
-		for i, e := range entries {
-			if old := want[string(keys[i])]; old != nil {
-				e = combine(old, e, multiset)
-			}
-			want[string(keys[i])] = e
-		}
-		wantKeys := slices.Sorted(maps.Keys(want))
-		for _, budget := range []struct{ keys, bytes int }{{7, 16 << 10}, {500, math.MaxInt},
-			{math.MaxInt, 16 << 10}, {math.MaxInt, math.MaxInt}} {
-			t.Run(fmt.Sprintf("multiset=%v/keys=%d/bytes=%d", multiset, budget.keys, budget.bytes), func(t *testing.T) {
-				p := newPending(t.TempDir(), budget.keys, budget.bytes, multiset)
-				defer p.close()
-				for i, e := range entries {
-					if err := p.add(keys[i], e); err != nil {
-						t.Fatal(err)
-					}
+	orders := []struct {
+		name string
+		key  func(i int) int64
+	}{
+		{"random", func(int) int64 { return int64(rng.IntN(400)) }},
+		{"ascending", func(i int) int64 { return int64(i) }},
+		{"descending", func(i int) int64 { return int64(3000 - i) }},
+		{"ascending in threes", func(i int) int64 { return int64(i / 3) }},
+	}
+	for _, order := range orders {
+		for _, multiset := range []bool{false, true} {
+			var keys [][]byte
+			var entries []*entry
+			for i := range 3000 {
+				e := &entry{deleted: !multiset && rng.IntN(4) == 0, count: rng.IntN(5) - 2}
+				if !e.deleted || rng.IntN(2) == 0 {
+					e.row = []any{value(), value(), value()}
 				}
-				if budget.keys == math.MaxInt && budget.bytes == math.MaxInt {
-					if len(p.runs) != 0 {
-						t.Fatalf("%d runs spilled within the budget", len(p.runs))
-					}
-					for _, k := range wantKeys {
-						got, err := p.get([]byte(k))
-						if err != nil {
+				keys = append(keys, appendKeyValue(nil, order.key(i)))
+				entries = append(entries, e)
+			}
+			want := map[string]*entry{}
+			for i, e := range entries {
+				if old := want[string(keys[i])]; old != nil {
+					e = combine(old, e, multiset)
+				}
+				want[string(keys[i])] = e
+			}
+			wantKeys := slices.Sorted(maps.Keys(want))
+			for _, budget := range []struct{ keys, bytes int }{{7, 16 << 10}, {500, math.MaxInt},
+				{math.MaxInt, 16 << 10}, {math.MaxInt, math.MaxInt}} {
+				t.Run(fmt.Sprintf("%s/multiset=%v/keys=%d/bytes=%d", order.name, multiset, budget.keys, budget.bytes), func(t *testing.T) {
+					p := newPending(t.TempDir(), budget.keys, budget.bytes, multiset)
+					defer p.close()
+					for i, e := range entries {
+						if err := p.add(keys[i], e); err != nil {
 							t.Fatal(err)
 						}
-						if !sameEntry(got, want[k]) {
-							t.Fatalf("get %x: %+v, want %+v", k, got, want[k])
+					}
+					if budget.keys == math.MaxInt && budget.bytes == math.MaxInt {
+						if len(p.runs) != 0 {
+							t.Fatalf("%d runs spilled within the budget", len(p.runs))
 						}
+						for _, k := range wantKeys {
+							got, err := p.get([]byte(k))
+							if err != nil {
+								t.Fatal(err)
+							}
+							if !sameEntry(got, want[k]) {
+								t.Fatalf("get %x: %+v, want %+v", k, got, want[k])
+							}
+						}
+					} else if len(p.runs) < 2 {
+						t.Fatalf("%d runs spilled, want several", len(p.runs))
 					}
-				} else if len(p.runs) < 2 {
-					t.Fatalf("%d runs spilled, want several", len(p.runs))
-				}
-				var got []string
-				err := p.iterate(func(k []byte, e *entry) error {
-					got = append(got, string(k))
-					if !sameEntry(e, want[string(k)]) {
-						return fmt.Errorf("key %x: %+v, want %+v", k, e, want[string(k)])
+					var got []string
+					err := p.iterate(func(k []byte, e *entry) error {
+						got = append(got, string(k))
+						if !sameEntry(e, want[string(k)]) {
+							return fmt.Errorf("key %x: %+v, want %+v", k, e, want[string(k)])
+						}
+						return nil
+					})
+					if err != nil {
+						t.Fatal(err)
 					}
-					return nil
+					if !slices.Equal(got, wantKeys) {
+						t.Fatalf("iterate gave %d keys, want %d in order", len(got), len(wantKeys))
+					}
 				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !slices.Equal(got, wantKeys) {
-					t.Fatalf("iterate gave %d keys, want %d in order", len(got), len(wantKeys))
-				}
-			})
+			}
 		}
 	}
 }
