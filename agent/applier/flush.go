@@ -150,10 +150,12 @@ const yieldEvery = 32
 
 // ingest reads the queued transactions after those the pending flush has
 // read, up to and including the one ending at upTo, into the changelogs'
-// Parquet writers and the mirrors' pending sets. With yield, it gives its
-// turn away every yieldEvery changes. A queue cleared since the last read
-// (an initial snapshot that starts over) is read again from its start.
-// After a failure the caller drops what was read (reset).
+// Parquet writers and the mirrors' pending sets. With yield (reading
+// ahead), it gives its turn away every yieldEvery changes; without (a
+// flush), an adder adds what it reads in a goroutine of its own (adder.go).
+// A queue cleared since the last read (an initial snapshot that starts
+// over) is read again from its start. After a failure the caller drops
+// what was read (reset).
 func (a *Applier) ingest(ctx context.Context, upTo store.LSN, yield bool) error {
 	err := a.db.View(func(r *store.Reader) (err error) {
 		gen, err := r.Generation()
