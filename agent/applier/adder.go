@@ -19,7 +19,6 @@ import (
 // of the tables it is given; the reading side changes a table's columns
 // only after sync, when the adder is idle (see Applier.applyChange).
 type adder struct {
-	ctx   context.Context
 	a     *Applier
 	work  chan []addition
 	batch []addition
@@ -48,13 +47,13 @@ type addition struct {
 const additionBatch = 256
 
 func newAdder(ctx context.Context, a *Applier) *adder {
-	d := &adder{ctx: ctx, a: a, work: make(chan []addition, 4), synced: make(chan struct{}), done: make(chan struct{}),
+	d := &adder{a: a, work: make(chan []addition, 4), synced: make(chan struct{}), done: make(chan struct{}),
 		batch: make([]addition, 0, additionBatch)}
-	go d.run()
+	go d.run(ctx)
 	return d
 }
 
-func (d *adder) run() {
+func (d *adder) run(ctx context.Context) {
 	defer close(d.done)
 	for batch := range d.work {
 		if batch == nil {
@@ -65,7 +64,7 @@ func (d *adder) run() {
 			continue // drained until the reading side stops
 		}
 		for i := range batch {
-			if err := d.a.addChange(d.ctx, &batch[i]); err != nil {
+			if err := d.a.addChange(ctx, &batch[i]); err != nil {
 				d.err = err
 				d.failed.Store(true)
 				break

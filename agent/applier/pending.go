@@ -155,10 +155,10 @@ type pending struct {
 	decimals decimalSlab
 }
 
-// runFile is a run spilled to disk: its path and its first and last keys.
+// runFile is a run spilled to disk: its path and its last key.
 type runFile struct {
-	path        string
-	first, last []byte
+	path string
+	last []byte
 }
 
 // pendingRef locates a record in the blocks: its key at
@@ -285,8 +285,7 @@ func (p *pending) spill() error {
 		return fmt.Errorf("spill: %w", err)
 	}
 	p.sortRefs()
-	p.runs = append(p.runs, runFile{path: f.Name(),
-		first: bytes.Clone(p.key(p.refs[0])), last: bytes.Clone(p.key(p.refs[len(p.refs)-1]))})
+	p.runs = append(p.runs, runFile{path: f.Name(), last: bytes.Clone(p.key(p.refs[len(p.refs)-1]))})
 	w := bufio.NewWriterSize(f, 256<<10)
 	var buf []byte
 	for _, r := range p.refs {

@@ -195,15 +195,7 @@ func TestRunReadsAheadWhileCaptureCatchesUp(t *testing.T) {
 	}()
 	a.Notify()
 
-	spill := spillDir(tablesDir, "public.orders")
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if runs, _ := os.ReadDir(spill); len(runs) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the mirror's pending set did not fill while capture caught up: the batch was not read ahead")
-		}
-	}
+	waitForSpill(t, tablesDir, "while capture caught up")
 	if l := appliedPosition(t, db); l != 0 {
 		t.Fatalf("applied position %s while capture catches up, want the flush held back", l)
 	}
@@ -233,15 +225,7 @@ func TestRunReadsAheadUntilTheFlushIsDue(t *testing.T) {
 	go func() { done <- a.Run(ctx) }()
 	a.Notify()
 
-	spill := spillDir(tablesDir, "public.orders")
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if runs, _ := os.ReadDir(spill); len(runs) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the mirror's pending set did not fill while the flush waited: the batch was not read ahead")
-		}
-	}
+	waitForSpill(t, tablesDir, "while the flush waited")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -256,4 +240,20 @@ func TestRunReadsAheadUntilTheFlushIsDue(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkReadAheadTables(t, tablesDir)
+}
+
+// waitForSpill waits until the orders mirror's pending set has spilled a
+// run, which shows that the batch is being read ahead (the tests use a
+// tiny merge memory), and fails after 10 seconds, saying when it did not.
+func waitForSpill(t *testing.T, tablesDir, when string) {
+	t.Helper()
+	spill := spillDir(tablesDir, "public.orders")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if runs, _ := os.ReadDir(spill); len(runs) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mirror's pending set did not fill %s: the batch was not read ahead", when)
+		}
+	}
 }
