@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -20,77 +21,21 @@ import (
 // and the changelogs with every change once.
 func TestStressCrashesWhileAppending(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	ctx := context.Background()
 	rels := []*store.Relation{ordersRelation(), returnsRelation()}
 	db, dir := openRelations(t, rels...)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 2))
-	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	var lsn store.LSN = 0x1000
+	q := &randomQueue{t: t, db: db, rng: rng, big: 3000}
 	want := [2]int64{}
-	appendTxns := func(n int) {
-		err := db.Update(func(w *store.Writer) error {
-			for range n {
-				lsn += 0x100
-				txn := &store.Txn{TxnHeader: store.TxnHeader{Xid: uint32(lsn), CommitLSN: lsn, EndLSN: lsn + 1, CommitTime: at.Add(time.Duration(lsn))}}
-				size := 1 + rng.IntN(10)
-				if rng.IntN(20) == 0 {
-					size = 3000
-				}
-				for range size {
-					ti := rng.IntN(2)
-					want[ti]++
-					txn.Changes = append(txn.Changes, store.Change{Op: store.OpInsert, Relation: rels[ti].Key, New: ordersValues(want[ti])})
-				}
-				if err := w.AppendTxn(txn, 0); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+	insert := func() store.Change {
+		ti := rng.IntN(2)
+		want[ti]++
+		return store.Change{Op: store.OpInsert, Relation: rels[ti].Key, New: ordersValues(want[ti])}
 	}
+	appendTxns := func(n int) { q.append(n, insert) }
 	tablesDir := filepath.Join(dir, "tables")
-	points := []string{"data-written", "before-commit", "after-commit", "before-checkpoint", "before-applied"}
-	for round := 0; round < 25; round++ {
-		appendTxns(20 + rng.IntN(200))
-		a := New(Config{TablesDir: tablesDir, FlushChanges: 500 + rng.IntN(3000), TargetFileRows: 700, MergeMemoryKeys: 300,
-			CheckpointInterval: 3, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
-		if err := a.start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		crashAt := rng.IntN(12)
-		calls := 0
-		a.failpoint = func(point, table string) error {
-			for _, p := range points {
-				if p == point {
-					calls++
-					if calls == crashAt {
-						return errCrash
-					}
-				}
-			}
-			return nil
-		}
-		// Read ahead what is queued, then apply all of it.
-		if upTo, _, _, err := a.nextBatch(); err == nil && upTo != 0 && rng.IntN(2) == 0 {
-			a.readAhead(ctx, upTo)
-			appendTxns(rng.IntN(20))
-		}
-		if err := a.applyAll(ctx); err != nil && !errors.Is(err, errCrash) {
-			t.Fatal(err)
-		}
-	}
-	a := New(Config{TablesDir: tablesDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
-	if err := a.start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.applyAll(ctx); err != nil {
-		t.Fatal(err)
-	}
+	crashRounds(t, db, tablesDir, rng, 25, func() { appendTxns(20 + rng.IntN(200)) }, func() { appendTxns(rng.IntN(20)) })
 	for i, name := range []string{"public.orders", "public.returns"} {
 		rows := readTable(t, filepath.Join(tablesDir, name), "id")
 		if int64(len(rows)) != want[i] {
@@ -105,5 +50,164 @@ func TestStressCrashesWhileAppending(t *testing.T) {
 		if n := len(readTable(t, filepath.Join(tablesDir, name+"_changes"), "_lsn", "_seq")); int64(n) != want[i] {
 			t.Errorf("changelog %s holds %d changes, want %d", name, n, want[i])
 		}
+	}
+}
+
+// TestStressCrashesWhileChanging is TestStressCrashesWhileAppending with
+// updates and deletes of earlier rows too, so that flushes rewrite
+// existing mirror files: the mirrors must end holding exactly the live
+// rows, each with its last quantity, and the changelogs every change once.
+func TestStressCrashesWhileChanging(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	rels := []*store.Relation{ordersRelation(), returnsRelation()}
+	db, dir := openRelations(t, rels...)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 3))
+	q := &randomQueue{t: t, db: db, rng: rng, big: 2000}
+	// The model: each table's live rows (id → qty), their ids in a slice
+	// to pick from, the next id and the count of changes.
+	type model struct {
+		qty     map[int64]int64
+		ids     []int64
+		next    int64
+		changes int64
+	}
+	models := [2]*model{{qty: map[int64]int64{}}, {qty: map[int64]int64{}}}
+	row := func(id, qty int64) []store.Value {
+		vals := ordersValues(id)
+		vals[5] = store.Value{Kind: store.KindInt32, Int: qty}
+		return vals
+	}
+	change := func(ti int) store.Change {
+		m, rel := models[ti], rels[ti]
+		m.changes++
+		switch p := rng.IntN(10); {
+		case p < 2 && len(m.ids) > 0:
+			id := m.ids[rng.IntN(len(m.ids))]
+			m.qty[id] = rng.Int64N(1000)
+			return store.Change{Op: store.OpUpdate, Relation: rel.Key, New: row(id, m.qty[id])}
+		case p < 3 && len(m.ids) > 0:
+			i := rng.IntN(len(m.ids))
+			id := m.ids[i]
+			m.ids[i] = m.ids[len(m.ids)-1]
+			m.ids = m.ids[:len(m.ids)-1]
+			delete(m.qty, id)
+			old := make([]store.Value, len(rel.Columns))
+			old[0] = store.Value{Kind: store.KindInt64, Int: id}
+			return store.Change{Op: store.OpDelete, Relation: rel.Key, Old: old, OldIsKey: true}
+		}
+		m.next++
+		m.ids = append(m.ids, m.next)
+		m.qty[m.next] = m.next % 1000
+		return store.Change{Op: store.OpInsert, Relation: rel.Key, New: row(m.next, m.next%1000)}
+	}
+	appendTxns := func(n int) { q.append(n, func() store.Change { return change(rng.IntN(2)) }) }
+	tablesDir := filepath.Join(dir, "tables")
+	crashRounds(t, db, tablesDir, rng, 15, func() { appendTxns(20 + rng.IntN(150)) }, func() { appendTxns(rng.IntN(20)) })
+	for i, name := range []string{"public.orders", "public.returns"} {
+		m := models[i]
+		rows := readTable(t, filepath.Join(tablesDir, name), "id")
+		if len(rows) != len(m.qty) {
+			t.Errorf("mirror %s holds %d rows, want %d", name, len(rows), len(m.qty))
+		}
+		seen := map[int64]bool{}
+		for _, r := range rows {
+			id := r.get("id").(int64)
+			want, live := m.qty[id]
+			switch {
+			case !live:
+				t.Errorf("mirror %s holds row %d, which was deleted or never inserted", name, id)
+			case seen[id]:
+				t.Errorf("mirror %s holds row %d twice", name, id)
+			case int64(r.get("qty").(int32)) != want:
+				t.Errorf("mirror %s row %d has qty %v, want %d", name, id, r.get("qty"), want)
+			}
+			seen[id] = true
+		}
+		if n := len(readTable(t, filepath.Join(tablesDir, name+"_changes"), "_lsn", "_seq")); int64(n) != m.changes {
+			t.Errorf("changelog %s holds %d changes, want %d", name, n, m.changes)
+		}
+	}
+}
+
+// crashRounds runs rounds of appliers that crash at random points, each
+// after queue adds transactions, reading ahead half the time (and then
+// queueing more with meanwhile), and flushing in small full batches into
+// small files; then it lets a last applier apply everything.
+func crashRounds(t *testing.T, db *store.DB, tablesDir string, rng *rand.Rand, rounds int, queue, meanwhile func()) {
+	t.Helper()
+	ctx := context.Background()
+	points := []string{"data-written", "before-commit", "after-commit", "before-checkpoint", "before-applied"}
+	for range rounds {
+		queue()
+		a := New(Config{TablesDir: tablesDir, FlushChanges: 500 + rng.IntN(3000), TargetFileRows: 700, MergeMemoryKeys: 300,
+			CheckpointInterval: 3, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+		if err := a.start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		crashAt := rng.IntN(12)
+		calls := 0
+		a.failpoint = func(point, table string) error {
+			if slices.Contains(points, point) {
+				calls++
+				if calls == crashAt {
+					return errCrash
+				}
+			}
+			return nil
+		}
+		// Read ahead what is queued, then apply all of it.
+		if upTo, _, _, err := a.nextBatch(); err == nil && upTo != 0 && rng.IntN(2) == 0 {
+			a.readAhead(ctx, upTo)
+			meanwhile()
+		}
+		if err := a.applyAll(ctx); err != nil && !errors.Is(err, errCrash) {
+			t.Fatal(err)
+		}
+	}
+	a := New(Config{TablesDir: tablesDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	if err := a.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.applyAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// randomQueue appends transactions of random sizes to a queue: mostly 1 to
+// 10 changes, one in twenty big.
+type randomQueue struct {
+	t   *testing.T
+	db  *store.DB
+	rng *rand.Rand
+	big int
+	lsn store.LSN
+}
+
+// append queues n transactions whose changes change makes.
+func (q *randomQueue) append(n int, change func() store.Change) {
+	q.t.Helper()
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	err := q.db.Update(func(w *store.Writer) error {
+		for range n {
+			q.lsn = max(q.lsn, 0x1000) + 0x100
+			l := q.lsn
+			txn := &store.Txn{TxnHeader: store.TxnHeader{Xid: uint32(l), CommitLSN: l, EndLSN: l + 1, CommitTime: at.Add(time.Duration(l))}}
+			size := 1 + q.rng.IntN(10)
+			if q.rng.IntN(20) == 0 {
+				size = q.big
+			}
+			for range size {
+				txn.Changes = append(txn.Changes, change())
+			}
+			if err := w.AppendTxn(txn, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		q.t.Fatal(err)
 	}
 }
