@@ -73,15 +73,14 @@ func (d *adder) run(ctx context.Context) {
 	}
 }
 
-// add queues one change, with h, the header of its transaction, copied
-// once per transaction. It returns the failure of an earlier change, if
-// any.
-func (d *adder) add(h *store.TxnHeader, x addition) error {
+// add queues one change. Its transaction header is copied once per
+// transaction. It returns the failure of an earlier change, if any.
+func (d *adder) add(x addition) error {
 	if d.failed.Load() {
 		return d.sync()
 	}
-	if d.header == nil || *d.header != *h {
-		c := *h
+	if d.header == nil || *d.header != *x.h {
+		c := *x.h
 		d.header = &c
 	}
 	x.h = d.header

@@ -292,7 +292,7 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 	}
 	x := addition{st: st, h: h, seq: seq, rc: rc, toCL: toCL, toMR: toMR}
 	if a.adder != nil {
-		return a.adder.add(h, x)
+		return a.adder.add(x)
 	}
 	return a.addChange(ctx, &x)
 }

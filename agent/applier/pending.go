@@ -147,18 +147,12 @@ type pending struct {
 	// byKey, once get built it, indexes refs by key.
 	byKey map[string][]int32
 
-	runs      []runFile
+	runs      []string
 	truncated bool
 	changes   int
 	scratch   []byte
 	// decimals makes the decimals of the entries read back.
 	decimals decimalSlab
-}
-
-// runFile is a run spilled to disk: its path and its last key.
-type runFile struct {
-	path string
-	last []byte
 }
 
 // pendingRef locates a record in the blocks: its key at
@@ -251,7 +245,7 @@ func (p *pending) truncate() {
 // close deletes the run files and frees the memory.
 func (p *pending) close() {
 	for _, r := range p.runs {
-		os.Remove(r.path)
+		os.Remove(r)
 	}
 	p.runs = nil
 	p.clearMemory()
@@ -284,8 +278,8 @@ func (p *pending) spill() error {
 	if err != nil {
 		return fmt.Errorf("spill: %w", err)
 	}
+	p.runs = append(p.runs, f.Name())
 	p.sortRefs()
-	p.runs = append(p.runs, runFile{path: f.Name(), last: bytes.Clone(p.key(p.refs[len(p.refs)-1]))})
 	w := bufio.NewWriterSize(f, 256<<10)
 	var buf []byte
 	for _, r := range p.refs {
@@ -313,8 +307,6 @@ type mergeSource struct {
 	age       int
 	key, body []byte
 	next      func() error
-	// last is the source's last key.
-	last []byte
 }
 
 type sourceHeap []*mergeSource
@@ -391,22 +383,16 @@ func (p *pending) iterate(fn func(key []byte, e *entry) error) error {
 	if len(p.runs) > 0 {
 		bufSize = min(max(p.maxBytes/len(p.runs), 4<<10), bufSize)
 	}
-	for i, r := range p.runs {
-		f, err := os.Open(r.path)
+	for i, path := range p.runs {
+		f, err := os.Open(path)
 		if err != nil {
 			return fmt.Errorf("read spill: %w", err)
 		}
 		files = append(files, f)
-		s := runSource(i, bufio.NewReaderSize(f, bufSize))
-		s.last = r.last
-		h = append(h, s)
+		h = append(h, runSource(i, bufio.NewReaderSize(f, bufSize)))
 	}
 	p.sortRefs()
-	mem := p.memorySource(len(p.runs))
-	if len(p.refs) > 0 {
-		mem.last = p.key(p.refs[len(p.refs)-1])
-	}
-	h = append(h, mem)
+	h = append(h, p.memorySource(len(p.runs)))
 	live := h[:0]
 	for _, s := range h {
 		err := s.next()
@@ -418,31 +404,7 @@ func (p *pending) iterate(fn func(key []byte, e *entry) error) error {
 		}
 		live = append(live, s)
 	}
-	// Sources whose key ranges do not overlap (changes that came in key
-	// order, as appends do) are read one after the other, in key order,
-	// without comparing keys across them; otherwise they are merged.
-	slices.SortFunc(live, func(a, b *mergeSource) int { return bytes.Compare(a.key, b.key) })
-	disjoint := true
-	for i := 1; i < len(live); i++ {
-		if bytes.Compare(live[i-1].last, live[i].key) >= 0 {
-			disjoint = false
-			break
-		}
-	}
-	if !disjoint {
-		return p.merge(live, fn)
-	}
-	for _, s := range live {
-		if err := p.merge(sourceHeap{s}, fn); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// merge calls fn with every key of the sources in h and its folded entry,
-// in key order.
-func (p *pending) merge(h sourceHeap, fn func(key []byte, e *entry) error) error {
+	h = live
 	heap.Init(&h)
 	var key []byte
 	// decoded are the entries of one key, used again for the next: fn

@@ -17,9 +17,8 @@ import (
 // budgets from "everything spilled" to "nothing spilled", and checks that
 // each returns, in key order, what folding every key's changes in order of
 // arrival gives. The keys come in random order (the runs overlap), in
-// ascending or descending order (they do not, and are read one after the
-// other), and ascending in threes (a key's changes may end one run and
-// begin the next).
+// ascending or descending order (they do not), and ascending in threes (a
+// key's changes may end one run and begin the next).
 func TestPendingFoldsLikeAMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	value := func() any {

@@ -20,13 +20,8 @@ import (
 // in small full batches, and checks that the mirrors end with every row
 // and the changelogs with every change once.
 func TestStressCrashesWhileAppending(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	rels := []*store.Relation{ordersRelation(), returnsRelation()}
-	db, dir := openRelations(t, rels...)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 2))
-	q := &randomQueue{t: t, db: db, rng: rng, big: 3000}
+	rels, q, tablesDir := newStress(t, 3000)
+	rng := q.rng
 	want := [2]int64{}
 	insert := func() store.Change {
 		ti := rng.IntN(2)
@@ -34,8 +29,7 @@ func TestStressCrashesWhileAppending(t *testing.T) {
 		return store.Change{Op: store.OpInsert, Relation: rels[ti].Key, New: ordersValues(want[ti])}
 	}
 	appendTxns := func(n int) { q.append(n, insert) }
-	tablesDir := filepath.Join(dir, "tables")
-	crashRounds(t, db, tablesDir, rng, 25, func() { appendTxns(20 + rng.IntN(200)) }, func() { appendTxns(rng.IntN(20)) })
+	crashRounds(t, q.db, tablesDir, rng, 25, func() { appendTxns(20 + rng.IntN(200)) }, func() { appendTxns(rng.IntN(20)) })
 	for i, name := range []string{"public.orders", "public.returns"} {
 		rows := readTable(t, filepath.Join(tablesDir, name), "id")
 		if int64(len(rows)) != want[i] {
@@ -58,13 +52,8 @@ func TestStressCrashesWhileAppending(t *testing.T) {
 // existing mirror files: the mirrors must end holding exactly the live
 // rows, each with its last quantity, and the changelogs every change once.
 func TestStressCrashesWhileChanging(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	rels := []*store.Relation{ordersRelation(), returnsRelation()}
-	db, dir := openRelations(t, rels...)
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 3))
-	q := &randomQueue{t: t, db: db, rng: rng, big: 2000}
+	rels, q, tablesDir := newStress(t, 2000)
+	rng := q.rng
 	// The model: each table's live rows (id → qty), their ids in a slice
 	// to pick from, the next id and the count of changes.
 	type model struct {
@@ -103,8 +92,7 @@ func TestStressCrashesWhileChanging(t *testing.T) {
 		return store.Change{Op: store.OpInsert, Relation: rel.Key, New: row(m.next, m.next%1000)}
 	}
 	appendTxns := func(n int) { q.append(n, func() store.Change { return change(rng.IntN(2)) }) }
-	tablesDir := filepath.Join(dir, "tables")
-	crashRounds(t, db, tablesDir, rng, 15, func() { appendTxns(20 + rng.IntN(150)) }, func() { appendTxns(rng.IntN(20)) })
+	crashRounds(t, q.db, tablesDir, rng, 15, func() { appendTxns(20 + rng.IntN(150)) }, func() { appendTxns(rng.IntN(20)) })
 	for i, name := range []string{"public.orders", "public.returns"} {
 		m := models[i]
 		rows := readTable(t, filepath.Join(tablesDir, name), "id")
@@ -173,6 +161,21 @@ func crashRounds(t *testing.T, db *store.DB, tablesDir string, rng *rand.Rand, r
 	if err := a.applyAll(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// newStress sets up a stress test on two scheduler threads: the orders and
+// returns tables' schema versions, a state file with them, a queue of
+// random transactions (big ones of big changes) with a logged seed, and
+// the tables directory.
+func newStress(t *testing.T, big int) ([]*store.Relation, *randomQueue, string) {
+	prev := runtime.GOMAXPROCS(2)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	rels := []*store.Relation{ordersRelation(), returnsRelation()}
+	db, dir := openRelations(t, rels...)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	q := &randomQueue{t: t, db: db, rng: rand.New(rand.NewPCG(seed, 2)), big: big}
+	return rels, q, filepath.Join(dir, "tables")
 }
 
 // randomQueue appends transactions of random sizes to a queue: mostly 1 to
