@@ -545,3 +545,34 @@ func TestClientsOfTheSameTablesShareTheSnapshotEncoding(t *testing.T) {
 	cl.readUntil(f.hub)
 	equalRows(t, "snapshot", cl.rows, f.tableRows())
 }
+
+func TestClientsDoesNotWaitForAPoll(t *testing.T) {
+	// The agent's status counts the live clients. A poll holds the hub's
+	// lock while it applies a transaction, for about half a second on a
+	// transaction of a million rows: the count must not wait for it.
+	f := newFixture(t, Config{}, stockSchema)
+	f.exec(`INSERT INTO stock VALUES (1, 1, 'a')`)
+	f.waitHub()
+	c := f.dial("")
+	c.read()
+	f.hub.mu.Lock()
+	counted := make(chan int, 1)
+	go func() { counted <- f.hub.Clients() }()
+	select {
+	case n := <-counted:
+		f.hub.mu.Unlock()
+		if n != 1 {
+			t.Fatalf("Clients() = %d, want 1", n)
+		}
+	case <-time.After(10 * time.Second):
+		f.hub.mu.Unlock()
+		t.Fatal("Clients() waited for the lock a poll holds")
+	}
+	// The count follows a client that leaves.
+	c.ws.Close()
+	for deadline := time.Now().Add(10 * time.Second); f.hub.Clients() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Clients() = %d after the client left, want 0", f.hub.Clients())
+		}
+	}
+}
