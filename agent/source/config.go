@@ -99,7 +99,7 @@ func (c Config) connectReplication(ctx context.Context) (*pgconn.PgConn, error) 
 	if err != nil {
 		return nil, err
 	}
-	pc.DialFunc = dialSpin
+	pc.DialFunc = dialPoll
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect for replication: %w", err)
