@@ -433,6 +433,23 @@ func TestIdleSlotConfirmsServerWALEnd(t *testing.T) {
 	h.checkItems()
 }
 
+func TestQuietStreamKeepsItsConnection(t *testing.T) {
+	// A quiet stream times out its reads (readTimeout) to do its chores:
+	// the timeouts must be taken for what they are, not for a lost
+	// connection to reconnect from.
+	h := streamingItems(t)
+	h.waitXid(h.xid(`INSERT INTO items VALUES (1, 1, NULL)`))
+	before := h.src.Status()
+	time.Sleep(10 * readTimeout)
+	after := h.src.Status()
+	if after.State != "streaming" || !after.Since.Equal(before.Since) || after.LastError != "" {
+		t.Fatalf("after %v of quiet: state %q since %v (was %v), last error %q; want streaming all along",
+			10*readTimeout, after.State, after.Since, before.Since, after.LastError)
+	}
+	h.waitXid(h.xid(`INSERT INTO items VALUES (2, 2, NULL)`))
+	h.checkItems()
+}
+
 // TestServerWALEndHoldsWhileCatchingUp: while capture drains a backlog, the
 // status keeps the server's WAL end it sampled; the walsender's keepalives
 // (which carry only how far it has decoded) do not lower it, so the later
