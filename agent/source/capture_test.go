@@ -433,6 +433,22 @@ func TestIdleSlotConfirmsServerWALEnd(t *testing.T) {
 	h.checkItems()
 }
 
+func TestCapturesOverTCP(t *testing.T) {
+	// The replication connection works over TCP as over the Unix socket
+	// the other tests use: a transaction large enough to be streamed in
+	// blocks, then small ones.
+	h := newHarness(t)
+	h.cfg.DSN = h.cluster.TCPDSN(h.database)
+	h.exec(itemsTable)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	h.start()
+	h.waitStreaming()
+	h.waitXid(h.xid(`INSERT INTO items SELECT g, g, 'over tcp' FROM generate_series(1, 20000) g`))
+	h.waitXid(h.xid(`UPDATE items SET v = -v WHERE id % 7 = 0`))
+	h.waitXid(h.xid(`DELETE FROM items WHERE id % 5 = 0`))
+	h.checkItems()
+}
+
 func TestQuietStreamKeepsItsConnection(t *testing.T) {
 	// A quiet stream times out its reads (readTimeout) to do its chores:
 	// the timeouts must be taken for what they are, not for a lost

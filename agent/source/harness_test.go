@@ -21,6 +21,7 @@ import (
 type harness struct {
 	t        *testing.T
 	cluster  *pgcluster.Cluster
+	database string
 	dsn      string
 	conn     *pgx.Conn
 	stateDir string
@@ -36,7 +37,7 @@ func newHarness(t *testing.T, settings ...map[string]string) *harness {
 	t.Helper()
 	c := pgtest.Start(t, settings...)
 	name := pgtest.NewDatabase(t, c)
-	h := &harness{t: t, cluster: c, dsn: c.DSN(name), stateDir: t.TempDir()}
+	h := &harness{t: t, cluster: c, database: name, dsn: c.DSN(name), stateDir: t.TempDir()}
 	h.conn = pgtest.Conn(t, h.dsn)
 	h.cfg = Config{
 		DSN:            h.dsn,

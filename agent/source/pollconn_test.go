@@ -160,6 +160,40 @@ func TestPollConnCloseEndsAWaitingRead(t *testing.T) {
 	}
 }
 
+func TestPollConnOverTCP(t *testing.T) {
+	// A DSN may name a host rather than a socket directory.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		s, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer s.Close()
+		io.Copy(s, s) // echo until the client closes its end
+	}()
+	c, err := dialPoll(context.Background(), "tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.(*pollConn); !ok {
+		t.Fatalf("dialPoll returned a %T", c)
+	}
+	if c.RemoteAddr().String() != l.Addr().String() {
+		t.Fatalf("remote address %v, want %v", c.RemoteAddr(), l.Addr())
+	}
+	want := bytes.Repeat([]byte("tcp "), 1<<16)
+	go c.Write(want)
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("echo over TCP: %v", err)
+	}
+}
+
 func TestPollConnIsNotWatchedByGosPoller(t *testing.T) {
 	// The point of pollConn: the walsender's sends must not run the
 	// callback of Go's epoll instance. As a check of the check, a socket
