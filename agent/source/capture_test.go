@@ -437,7 +437,7 @@ func TestCapturesOverTCP(t *testing.T) {
 	// The replication connection works over TCP as over the Unix socket
 	// the other tests use: a transaction large enough to be streamed in
 	// blocks, then small ones.
-	h := newHarness(t)
+	h := newHarness(t, map[string]string{"logical_decoding_work_mem": "64kB"})
 	h.cfg.DSN = h.cluster.TCPDSN(h.database)
 	h.exec(itemsTable)
 	h.cfg.Tables = []Table{{"public", "items"}}
