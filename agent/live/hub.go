@@ -71,10 +71,12 @@ type Hub struct {
 	retain        int
 	farBehind     int64
 	subs          map[*subscriber]struct{}
-	// clients is len(subs), kept apart so that Clients (the agent's status)
-	// never waits for mu, which poll holds while it applies a transaction:
+	// clients is len(subs) and published is offset, kept apart so that
+	// Clients (the agent's status) and Offset (the applier's trimming)
+	// never wait for mu, which poll holds while it applies a transaction:
 	// about half a second for a transaction of a million rows.
-	clients atomic.Int64
+	clients   atomic.Int64
+	published atomic.Uint64
 	// snapshots holds, by group of tables, the encoded snapshot pages of
 	// the rows at snapshotsAt (epoch and offset): clients that connect
 	// together (the page open in many back offices, all reconnecting after
@@ -135,10 +137,12 @@ func (h *Hub) Notify() {
 
 // Offset returns the queue position the hub has applied: the queue may be
 // trimmed up to it without the hub missing anything.
-func (h *Hub) Offset() store.LSN {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.offset
+func (h *Hub) Offset() store.LSN { return store.LSN(h.published.Load()) }
+
+// setOffsetLocked sets the queue position the hub has applied; h.mu is held.
+func (h *Hub) setOffsetLocked(lsn store.LSN) {
+	h.offset = lsn
+	h.published.Store(uint64(lsn))
 }
 
 // Clients returns the number of connected stream clients.
@@ -262,7 +266,7 @@ func (h *Hub) poll() error {
 			if err != nil {
 				return err
 			}
-			h.offset = hd.EndLSN
+			h.setOffsetLocked(hd.EndLSN)
 			// The encoded snapshots are of the rows before: dropped
 			// now rather than kept until the next client comes.
 			h.snapshots, h.snapshotsAt = nil, ""
@@ -310,7 +314,7 @@ func (h *Hub) resetLocked(epoch string) {
 		h.log.Info("live view: state was reset; clients will refetch", "epoch", epoch)
 	}
 	h.epoch = epoch
-	h.offset = 0
+	h.setOffsetLocked(0)
 	h.tables = map[string]*tableState{}
 	h.rels = map[store.RelationKey]*store.Relation{}
 	h.retained, h.retainedSince = nil, 0

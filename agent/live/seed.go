@@ -66,7 +66,7 @@ func (h *Hub) resetIfNewEpoch(ctx context.Context) error {
 	// Every mirror holds the transactions up to the applied position, and
 	// the rows were loaded from the mirrors: the hub is there, even when
 	// the queue holds nothing after it.
-	h.offset = applied
+	h.setOffsetLocked(applied)
 	return nil
 }
 

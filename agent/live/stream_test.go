@@ -546,27 +546,33 @@ func TestClientsOfTheSameTablesShareTheSnapshotEncoding(t *testing.T) {
 	equalRows(t, "snapshot", cl.rows, f.tableRows())
 }
 
-func TestClientsDoesNotWaitForAPoll(t *testing.T) {
-	// The agent's status counts the live clients. A poll holds the hub's
-	// lock while it applies a transaction, for about half a second on a
-	// transaction of a million rows: the count must not wait for it.
+func TestClientsAndOffsetDoNotWaitForAPoll(t *testing.T) {
+	// A poll holds the hub's lock while it applies a transaction, for
+	// about half a second on a transaction of a million rows. Neither the
+	// agent's status (the client count) nor the applier's trimming (the
+	// hub's offset) may wait for it.
 	f := newFixture(t, Config{}, stockSchema)
 	f.exec(`INSERT INTO stock VALUES (1, 1, 'a')`)
 	f.waitHub()
 	c := f.dial("")
 	c.read()
 	f.hub.mu.Lock()
-	counted := make(chan int, 1)
-	go func() { counted <- f.hub.Clients() }()
+	wantOffset := f.hub.offset
+	type answer struct {
+		clients int
+		offset  store.LSN
+	}
+	answered := make(chan answer, 1)
+	go func() { answered <- answer{f.hub.Clients(), f.hub.Offset()} }()
 	select {
-	case n := <-counted:
+	case got := <-answered:
 		f.hub.mu.Unlock()
-		if n != 1 {
-			t.Fatalf("Clients() = %d, want 1", n)
+		if got.clients != 1 || got.offset != wantOffset || wantOffset == 0 {
+			t.Fatalf("Clients() = %d, Offset() = %s; want 1 and %s", got.clients, got.offset, wantOffset)
 		}
 	case <-time.After(10 * time.Second):
 		f.hub.mu.Unlock()
-		t.Fatal("Clients() waited for the lock a poll holds")
+		t.Fatal("Clients() or Offset() waited for the lock a poll holds")
 	}
 	// The count follows a client that leaves.
 	c.ws.Close()
