@@ -60,6 +60,9 @@ type decoder struct {
 	shared   bool
 	slab     []Value
 	slabSize int
+	// withoutValues makes values check and pass over the values it reads,
+	// returning nil (see TxnCursor.ChunksWithoutValues).
+	withoutValues bool
 }
 
 // sharedSlabValues is the fewest values a shared decoder allocates at once.
@@ -146,6 +149,14 @@ func (d *decoder) bytes() []byte {
 	return b
 }
 
+// skip passes over what bytes would read.
+func (d *decoder) skip() {
+	n := d.length(1)
+	if d.err == nil {
+		d.buf = d.buf[n:]
+	}
+}
+
 func (d *decoder) str() string { return string(d.bytes()) }
 
 // done reports an error if bytes are left over or a read failed.
@@ -188,9 +199,20 @@ func (d *decoder) value(v *Value) {
 		v.Int = int64(binary.BigEndian.Uint64(d.buf))
 		d.buf = d.buf[8:]
 	case KindNumeric, KindString, KindBytes:
+		if d.withoutValues {
+			d.skip()
+			return
+		}
 		v.Bytes = d.bytes()
 	case KindArray:
 		n := d.length(1)
+		if d.withoutValues {
+			var elem Value
+			for range n {
+				d.value(&elem)
+			}
+			return
+		}
 		if n > 0 {
 			v.Elems = make([]Value, n)
 			for i := range v.Elems {
@@ -219,6 +241,13 @@ func (e *encoder) values(vs []Value) {
 func (d *decoder) values() []Value {
 	n := d.length(1)
 	if n == 0 || d.err != nil {
+		return nil
+	}
+	if d.withoutValues {
+		var v Value
+		for range n - 1 {
+			d.value(&v)
+		}
 		return nil
 	}
 	var vs []Value
@@ -271,6 +300,15 @@ func decodeChunk(data []byte) (subXid uint32, changes []Change, err error) {
 func decodeSharedChunk(data []byte) (subXid uint32, changes []Change, err error) {
 	d := newDecoder(recordChunk, data)
 	d.shared = true
+	return decodeChunkWith(&d)
+}
+
+// decodeChunkWithoutValues is decodeChunk for a caller that needs to know
+// what the changes are and touch, not their values (see
+// TxnCursor.ChunksWithoutValues).
+func decodeChunkWithoutValues(data []byte) (subXid uint32, changes []Change, err error) {
+	d := newDecoder(recordChunk, data)
+	d.withoutValues = true
 	return decodeChunkWith(&d)
 }
 

@@ -244,6 +244,14 @@ func (t *TxnCursor) SharedChunks(fn func(changes []Change) error) error {
 	return t.chunks(decodeSharedChunk, fn)
 }
 
+// ChunksWithoutValues is Chunks without the values: each change has its
+// Op, Relation and OldIsKey, and New and Old are nil. The values are still
+// checked, not decoded, which costs a fraction of reading them: for a
+// caller that needs to know which tables a transaction touches.
+func (t *TxnCursor) ChunksWithoutValues(fn func(changes []Change) error) error {
+	return t.chunks(decodeChunkWithoutValues, fn)
+}
+
 func (t *TxnCursor) chunks(decode chunkDecoder, fn func(changes []Change) error) error {
 	if t.b == nil {
 		_, changes, err := decode(t.chunk)
@@ -255,7 +263,7 @@ func (t *TxnCursor) chunks(decode chunkDecoder, fn func(changes []Change) error)
 	return eachChunk(t.b, decode, func(_ uint32, changes []Change) error { return fn(changes) })
 }
 
-// chunkDecoder is decodeChunk or decodeSharedChunk.
+// chunkDecoder is decodeChunk, decodeSharedChunk or decodeChunkWithoutValues.
 type chunkDecoder func(data []byte) (subXid uint32, changes []Change, err error)
 
 // eachChunk decodes the chunks of a queue entry or spool in order, descending

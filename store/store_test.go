@@ -99,6 +99,40 @@ func TestSharedChunkDecodesInPlace(t *testing.T) {
 	}
 }
 
+// TestChunkWithoutValues checks that a chunk read without its values gives
+// each change's operation, relation and key flag, fails where a full read
+// fails, and allocates nothing for the values it passes over.
+func TestChunkWithoutValues(t *testing.T) {
+	in := sampleTxn(1000, 100).Changes
+	in = append(in, Change{Op: OpDelete, Relation: RelationKey{OID: 7, LSN: 9}, Old: sampleValues()},
+		Change{Op: OpTruncate, Relation: RelationKey{OID: 8, LSN: 10}})
+	data := encodeChunk(77, in)
+	sub, out, err := decodeChunkWithoutValues(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub != 77 || len(out) != len(in) {
+		t.Fatalf("subxid %d and %d changes, want 77 and %d", sub, len(out), len(in))
+	}
+	for i := range in {
+		want := Change{Op: in[i].Op, Relation: in[i].Relation, OldIsKey: in[i].OldIsKey}
+		if !reflect.DeepEqual(out[i], want) {
+			t.Fatalf("change %d: %+v, want %+v", i, out[i], want)
+		}
+	}
+	if a := testing.AllocsPerRun(10, func() { decodeChunkWithoutValues(data) }); a > 2 {
+		t.Errorf("a chunk of %d changes read without values took %.0f allocations", len(in), a)
+	}
+	// Every cut of the record fails as a full read fails.
+	for n := range len(data) {
+		_, _, full := decodeChunk(data[:n])
+		_, _, without := decodeChunkWithoutValues(data[:n])
+		if (full == nil) != (without == nil) {
+			t.Fatalf("record cut to %d bytes: full read %v, read without values %v", n, full, without)
+		}
+	}
+}
+
 // TestScanOfSmallTxnsAllocatesLittle checks what reading a queue of
 // single-row transactions costs per transaction: the decoders of its header
 // and chunk, its header and its cursor take no allocation of their own;
@@ -179,6 +213,10 @@ func FuzzDecodeChunk(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _, _ = decodeChunk(data) // must not panic or allocate without bound
 		_, _, _ = decodeSharedChunk(data)
+		_, _, errWithout := decodeChunkWithoutValues(data)
+		if _, _, err := decodeChunk(data); (err == nil) != (errWithout == nil) {
+			t.Fatalf("full read %v, read without values %v", err, errWithout)
+		}
 	})
 }
 
@@ -219,6 +257,29 @@ func TestQueueOrderAndChunks(t *testing.T) {
 		if !reflect.DeepEqual(got[i], want) {
 			t.Fatalf("txn differs:\n got %+v\nwant %+v", got[i], want)
 		}
+	}
+	// Read without values, inline and chunked transactions give the same
+	// changes, values aside.
+	err = db.View(func(r *Reader) error {
+		return r.Txns(0, func(h *TxnHeader, c *TxnCursor) error {
+			var ops []Change
+			if err := c.ChunksWithoutValues(func(chs []Change) error { ops = append(ops, chs...); return nil }); err != nil {
+				return err
+			}
+			want := sampleTxn(h.EndLSN, 5).Changes
+			if len(ops) != len(want) {
+				t.Fatalf("txn %d: %d changes without values, want %d", h.EndLSN, len(ops), len(want))
+			}
+			for i := range want {
+				if ops[i].Op != want[i].Op || ops[i].Relation != want[i].Relation || ops[i].New != nil || ops[i].Old != nil {
+					t.Fatalf("txn %d change %d without values: %+v", h.EndLSN, i, ops[i])
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, again := range []struct {
 		end       LSN

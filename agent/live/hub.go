@@ -77,6 +77,9 @@ type Hub struct {
 	// about half a second for a transaction of a million rows.
 	clients   atomic.Int64
 	published atomic.Uint64
+	// passedOver counts the huge transactions passed over without reading
+	// their values (see passOverLocked).
+	passedOver int64
 	// snapshots holds, by group of tables, the encoded snapshot pages of
 	// the rows at snapshotsAt (epoch and offset): clients that connect
 	// together (the page open in many back offices, all reconnecting after
@@ -236,33 +239,36 @@ func (h *Hub) poll() error {
 			}
 			huge := hd.Snapshot || hd.Changes > hugeTxnChanges || farBehind
 			var size int
-			err := c.Chunks(func(changes []store.Change) error {
-				for i := range changes {
-					ch := &changes[i]
-					rel := h.rels[ch.Relation]
-					if rel == nil {
-						return fmt.Errorf("change of unknown schema version %+v", ch.Relation)
+			passed, err := h.passOverLocked(hd, c, huge)
+			if err == nil && !passed {
+				err = c.Chunks(func(changes []store.Change) error {
+					for i := range changes {
+						ch := &changes[i]
+						rel := h.rels[ch.Relation]
+						if rel == nil {
+							return fmt.Errorf("change of unknown schema version %+v", ch.Relation)
+						}
+						t := h.tables[rel.QualifiedName()]
+						if t == nil {
+							t = newTableState(rel)
+							h.tables[t.name] = t
+						}
+						if hd.EndLSN <= t.seededTo {
+							continue // the rows loaded from the mirror hold it
+						}
+						out, ok := t.apply(rel, ch, !huge)
+						if !t.overflow && len(t.rows) > h.maxRows {
+							t.overflow, t.rows = true, nil
+							h.log.Warn("live view: table has too many rows to keep in memory; serving it from its Delta mirror", "table", t.name, "max_rows", h.maxRows)
+						}
+						if ok && !huge {
+							txn.changes = append(txn.changes, out)
+							size += out.size()
+						}
 					}
-					t := h.tables[rel.QualifiedName()]
-					if t == nil {
-						t = newTableState(rel)
-						h.tables[t.name] = t
-					}
-					if hd.EndLSN <= t.seededTo {
-						continue // the rows loaded from the mirror hold it
-					}
-					out, ok := t.apply(rel, ch, !huge)
-					if !t.overflow && len(t.rows) > h.maxRows {
-						t.overflow, t.rows = true, nil
-						h.log.Warn("live view: table has too many rows to keep in memory; serving it from its Delta mirror", "table", t.name, "max_rows", h.maxRows)
-					}
-					if ok && !huge {
-						txn.changes = append(txn.changes, out)
-						size += out.size()
-					}
-				}
-				return nil
-			})
+					return nil
+				})
+			}
 			if err != nil {
 				return err
 			}
@@ -305,6 +311,56 @@ func (h *Hub) poll() error {
 		h.publishLocked([]retainedTxn{{lsn: h.offset, refetch: true}})
 	}
 	return nil
+}
+
+// errApplyChanges ends passOverLocked's scan: the transaction has a change
+// to apply.
+var errApplyChanges = errors.New("changes to apply")
+
+// passOverLocked reports whether the hub can pass over a huge transaction
+// (one that clients refetch the rows of, not streamed) without reading its
+// values, and when it can, does what applying it would have done: every
+// table it changes keeps no rows (overflowed: served from its Delta mirror),
+// so applying it would only note each table's schema version. Reading the
+// values of a million-row transaction took the hub 0.3 s of CPU, beside the
+// applier writing the same transaction to the Delta tables. h.mu is held.
+func (h *Hub) passOverLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool) (bool, error) {
+	if !huge {
+		return false, nil
+	}
+	last := map[*tableState]*store.Relation{}
+	var lastKey store.RelationKey
+	var lastTable *tableState
+	err := c.ChunksWithoutValues(func(changes []store.Change) error {
+		for i := range changes {
+			if key := changes[i].Relation; lastTable == nil || key != lastKey {
+				rel := h.rels[key]
+				if rel == nil {
+					return errApplyChanges // applying says what is wrong
+				}
+				t := h.tables[rel.QualifiedName()]
+				if t == nil || !t.overflow {
+					return errApplyChanges
+				}
+				lastKey, lastTable = key, t
+				if hd.EndLSN > t.seededTo {
+					last[t] = rel
+				}
+			}
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errApplyChanges):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	for t, rel := range last {
+		t.rel = rel
+	}
+	h.passedOver++
+	return true, nil
 }
 
 // resetLocked forgets everything: the state belongs to a new epoch. Every

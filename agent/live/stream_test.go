@@ -582,3 +582,37 @@ func TestClientsAndOffsetDoNotWaitForAPoll(t *testing.T) {
 		}
 	}
 }
+
+func TestHugeTransactionOfAMirrorServedTableIsPassedOver(t *testing.T) {
+	// A transaction that clients refetch the rows of, on a table whose rows
+	// the hub does not keep, is passed over without reading its values;
+	// what the hub knows of the table (its columns) follows it all the
+	// same. (A table whose rows the hub keeps has them applied: see
+	// TestHubFarBehindHasClientsRefetch.)
+	f := newFixture(t, Config{TablesDir: t.TempDir()}, stockSchema)
+	f.hub.mu.Lock()
+	f.hub.maxRows = 50
+	f.hub.mu.Unlock()
+	f.exec(`INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 200) g`)
+	f.waitHub()
+	if !f.hub.overflowed("public.stock") {
+		t.Fatal("the table did not overflow the hub's memory bound")
+	}
+	f.hub.mu.Lock()
+	before := f.hub.passedOver
+	f.hub.farBehind = 0 // any change is a backlog: clients refetch
+	f.hub.mu.Unlock()
+	f.exec(`ALTER TABLE stock ADD COLUMN note text`)
+	f.exec(`UPDATE stock SET qty = -qty, note = 'passed over' WHERE id <= 20`)
+	f.waitHub()
+	f.hub.mu.Lock()
+	passed := f.hub.passedOver - before
+	cols := f.hub.tableInfo(f.hub.tables["public.stock"].rel).Columns
+	f.hub.mu.Unlock()
+	if passed == 0 {
+		t.Fatal("the hub read the values of a transaction it only had to pass over")
+	}
+	if len(cols) != 4 || cols[3].Name != "note" {
+		t.Fatalf("after the transaction that added a column, the hub knows the columns %+v", cols)
+	}
+}
