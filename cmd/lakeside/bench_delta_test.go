@@ -362,9 +362,11 @@ func (e *e2e) timeToDelta(end string, prevMarker pglogrepl.LSN) (r deltaDrain) {
 // TestBenchDeltaEndToEnd measures the agent turning a backlog into
 // committed Delta tables (capture, queue, changelog and mirror, with the
 // default flush settings) against pg_recvlogical draining the same backlog
-// from its own slot, created at the same point, to /dev/null.
+// from its own slot, created at the same point, to /dev/null. The live view
+// runs, with no client, as in the default configuration: it reads each
+// transaction too.
 func TestBenchDeltaEndToEnd(t *testing.T) {
-	e := newE2EWith(t, []string{"public.orders", "public.bench_marker"}, benchDeltaConfig)
+	e := newE2EWith(t, []string{"public.orders", "public.bench_marker"}, benchDeltaConfig+"http:\n  listen: "+freeAddr(t)+"\n")
 	// As in the capture bench, autovacuum stays off the bench table: it
 	// would start after a workload, while one of the two drains runs.
 	e.exec(benchOrdersDDL, benchMarkerDDL, `ALTER TABLE orders SET (autovacuum_enabled = off)`)
@@ -424,7 +426,7 @@ func TestBenchDeltaEndToEnd(t *testing.T) {
 		fmt.Printf("  lakeside: capture into the queue %.1f s, then Delta commits %.1f s more; the agent used %.1f s of CPU (medians)\n",
 			median(captures), median(applies), median(cpus))
 	}
-	fmt.Printf("  median of %d rounds; lakeside: from its start until changelog and mirror committed the backlog (flush_interval 1s);\n", benchRounds)
+	fmt.Printf("  median of %d rounds; lakeside: from its start until changelog and mirror committed the backlog (flush_interval 1s, live view on);\n", benchRounds)
 	fmt.Printf("  pg_recvlogical: the same backlog from its own slot to /dev/null; load %s; %d cores\n", loadAvg(), runtime.NumCPU())
 }
 
