@@ -328,24 +328,37 @@ func (h *Hub) passOverLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool)
 	if !huge {
 		return false, nil
 	}
-	last := map[*tableState]*store.Relation{}
+	// The schema version of each table's last change; most transactions
+	// change one table.
+	type tableRel struct {
+		t   *tableState
+		rel *store.Relation
+	}
+	var last []tableRel
 	var lastKey store.RelationKey
-	var lastTable *tableState
 	err := c.ChunksWithoutValues(func(changes []store.Change) error {
 		for i := range changes {
-			if key := changes[i].Relation; lastTable == nil || key != lastKey {
-				rel := h.rels[key]
-				if rel == nil {
-					return errApplyChanges // applying says what is wrong
-				}
-				t := h.tables[rel.QualifiedName()]
-				if t == nil || !t.overflow {
-					return errApplyChanges
-				}
-				lastKey, lastTable = key, t
-				if hd.EndLSN > t.seededTo {
-					last[t] = rel
-				}
+			key := changes[i].Relation
+			if last != nil && key == lastKey {
+				continue
+			}
+			rel := h.rels[key]
+			if rel == nil {
+				return errApplyChanges // applying says what is wrong
+			}
+			t := h.tables[rel.QualifiedName()]
+			if t == nil || !t.overflow {
+				return errApplyChanges
+			}
+			lastKey = key
+			if hd.EndLSN <= t.seededTo {
+				continue // as when applying: the rows loaded hold it
+			}
+			j := slices.IndexFunc(last, func(x tableRel) bool { return x.t == t })
+			if j < 0 {
+				last = append(last, tableRel{t, rel})
+			} else {
+				last[j].rel = rel
 			}
 		}
 		return nil
@@ -356,8 +369,8 @@ func (h *Hub) passOverLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool)
 	case err != nil:
 		return false, err
 	}
-	for t, rel := range last {
-		t.rel = rel
+	for _, x := range last {
+		x.t.rel = x.rel
 	}
 	h.passedOver++
 	return true, nil
