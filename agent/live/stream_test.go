@@ -276,10 +276,10 @@ func TestTokenAndOrigin(t *testing.T) {
 	ws.Close()
 }
 
-// TestLargeTableServedFromMirror: a table with more rows than the hub keeps
-// in memory is snapshotted and listed from its Delta mirror, while its
-// changes keep streaming.
-func TestLargeTableServedFromMirror(t *testing.T) {
+// newOverflowedFixture returns a fixture whose stock table has more rows
+// (200) than the hub keeps in memory (50): it is served from its mirror.
+func newOverflowedFixture(t *testing.T) *fixture {
+	t.Helper()
 	f := newFixture(t, Config{TablesDir: t.TempDir()}, stockSchema)
 	f.hub.mu.Lock()
 	f.hub.maxRows = 50
@@ -289,6 +289,14 @@ func TestLargeTableServedFromMirror(t *testing.T) {
 	if !f.hub.overflowed("public.stock") {
 		t.Fatal("the table did not overflow the hub's memory bound")
 	}
+	return f
+}
+
+// TestLargeTableServedFromMirror: a table with more rows than the hub keeps
+// in memory is snapshotted and listed from its Delta mirror, while its
+// changes keep streaming.
+func TestLargeTableServedFromMirror(t *testing.T) {
+	f := newOverflowedFixture(t)
 	// Wait until the mirror holds every row.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -589,15 +597,7 @@ func TestHugeTransactionOfAMirrorServedTableIsPassedOver(t *testing.T) {
 	// what the hub knows of the table (its columns) follows it all the
 	// same. (A table whose rows the hub keeps has them applied: see
 	// TestHubFarBehindHasClientsRefetch.)
-	f := newFixture(t, Config{TablesDir: t.TempDir()}, stockSchema)
-	f.hub.mu.Lock()
-	f.hub.maxRows = 50
-	f.hub.mu.Unlock()
-	f.exec(`INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 200) g`)
-	f.waitHub()
-	if !f.hub.overflowed("public.stock") {
-		t.Fatal("the table did not overflow the hub's memory bound")
-	}
+	f := newOverflowedFixture(t)
 	f.hub.mu.Lock()
 	before := f.hub.passedOver
 	f.hub.farBehind = 0 // any change is a backlog: clients refetch
