@@ -241,33 +241,7 @@ func (h *Hub) poll() error {
 			var size int
 			passed, err := h.passOverLocked(hd, c, huge)
 			if err == nil && !passed {
-				err = c.Chunks(func(changes []store.Change) error {
-					for i := range changes {
-						ch := &changes[i]
-						rel := h.rels[ch.Relation]
-						if rel == nil {
-							return fmt.Errorf("change of unknown schema version %+v", ch.Relation)
-						}
-						t := h.tables[rel.QualifiedName()]
-						if t == nil {
-							t = newTableState(rel)
-							h.tables[t.name] = t
-						}
-						if hd.EndLSN <= t.seededTo {
-							continue // the rows loaded from the mirror hold it
-						}
-						out, ok := t.apply(rel, ch, !huge)
-						if !t.overflow && len(t.rows) > h.maxRows {
-							t.overflow, t.rows = true, nil
-							h.log.Warn("live view: table has too many rows to keep in memory; serving it from its Delta mirror", "table", t.name, "max_rows", h.maxRows)
-						}
-						if ok && !huge {
-							txn.changes = append(txn.changes, out)
-							size += out.size()
-						}
-					}
-					return nil
-				})
+				size, err = h.applyLocked(hd, c, huge, &txn)
 			}
 			if err != nil {
 				return err
@@ -311,6 +285,40 @@ func (h *Hub) poll() error {
 		h.publishLocked([]retainedTxn{{lsn: h.offset, refetch: true}})
 	}
 	return nil
+}
+
+// applyLocked applies a transaction's changes to the tables' rows and, unless
+// it is huge, adds them to txn for the clients; it returns their size. h.mu
+// is held.
+func (h *Hub) applyLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool, txn *retainedTxn) (size int, err error) {
+	err = c.Chunks(func(changes []store.Change) error {
+		for i := range changes {
+			ch := &changes[i]
+			rel := h.rels[ch.Relation]
+			if rel == nil {
+				return fmt.Errorf("change of unknown schema version %+v", ch.Relation)
+			}
+			t := h.tables[rel.QualifiedName()]
+			if t == nil {
+				t = newTableState(rel)
+				h.tables[t.name] = t
+			}
+			if hd.EndLSN <= t.seededTo {
+				continue // the rows loaded from the mirror hold it
+			}
+			out, ok := t.apply(rel, ch, !huge)
+			if !t.overflow && len(t.rows) > h.maxRows {
+				t.overflow, t.rows = true, nil
+				h.log.Warn("live view: table has too many rows to keep in memory; serving it from its Delta mirror", "table", t.name, "max_rows", h.maxRows)
+			}
+			if ok && !huge {
+				txn.changes = append(txn.changes, out)
+				size += out.size()
+			}
+		}
+		return nil
+	})
+	return size, err
 }
 
 // errApplyChanges ends passOverLocked's scan: the transaction has a change
