@@ -163,6 +163,7 @@ func (a *Agent) Open() error {
 	srcCfg.Pause = a.backpressure
 	if a.threads != nil {
 		srcCfg.OnCatchUp = a.threads.follow
+		srcCfg.OnCatchUpCommit = a.threads.commit
 	}
 	a.src = source.New(srcCfg, db)
 	a.hub.SetDefer(a.catchingUp)

@@ -3,6 +3,7 @@ package agent
 import (
 	"log/slog"
 	"runtime"
+	"sync"
 )
 
 // threads sets how many threads run the agent's Go code at once
@@ -11,11 +12,23 @@ import (
 // agent keeps to fewer threads so that it has CPUs of its own. Once
 // capture has caught up, the walsender has little to do, and the agent
 // takes every thread: a flush then writes its Delta tables side by side.
+//
+// While capture catches up, a commit of the queue takes one thread more
+// (up to every thread): bbolt writes its pages and fsyncs them, and a
+// fsync keeps the thread that makes it for its whole length, about 1.5 ms.
+// Meanwhile capture reads on; with one thread it waited, and the walsender
+// with it once its socket's buffer (about 2 ms of a backlog) was full.
 type threads struct {
 	log                   *slog.Logger
 	catchingUp, otherwise int
 	// set sets GOMAXPROCS (runtime.GOMAXPROCS; a fake in tests).
 	set func(int) int
+
+	mu sync.Mutex
+	// behind is what capture last said: catching up or not.
+	behind bool
+	// committing is set while the queue writer commits.
+	committing bool
 	// now is the count set last.
 	now int
 }
@@ -31,18 +44,41 @@ func newThreads(log *slog.Logger, catchingUp, otherwise int, set func(int) int) 
 	return t
 }
 
-// follow sets the count for capture catching up, or not. It is called by
-// one goroutine at a time: newThreads, then the source's capture goroutine
-// (source.Config.OnCatchUp).
+// follow sets the count for capture catching up, or not. The source's
+// capture goroutine calls it (source.Config.OnCatchUp).
 func (t *threads) follow(catchingUp bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.behind = catchingUp
+	if t.applyLocked() {
+		t.log.Debug("scheduler threads", "count", t.now, "catching_up", catchingUp)
+	}
+}
+
+// commit notes that the queue writer starts (true) or ends (false) a commit
+// while capture catches up. The writer's goroutine calls it
+// (source.Config.OnCatchUpCommit).
+func (t *threads) commit(committing bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.committing = committing
+	t.applyLocked()
+}
+
+// applyLocked sets the count the state calls for and reports whether it
+// changed; t.mu is held.
+func (t *threads) applyLocked() bool {
 	n := t.otherwise
-	if catchingUp {
+	if t.behind {
 		n = t.catchingUp
+		if t.committing {
+			n = min(n+1, t.otherwise)
+		}
 	}
 	if n == t.now {
-		return
+		return false
 	}
 	t.now = n
 	t.set(n)
-	t.log.Debug("scheduler threads", "count", n, "catching_up", catchingUp)
+	return true
 }

@@ -33,3 +33,35 @@ func TestThreadsFollowCapture(t *testing.T) {
 		t.Fatalf("on one CPU GOMAXPROCS set to %v, want %v", set, want)
 	}
 }
+
+// TestThreadsAddOneForAQueueCommit checks that a queue commit while capture
+// catches up takes a thread more, up to every thread, and gives it back.
+func TestThreadsAddOneForAQueueCommit(t *testing.T) {
+	var set []int
+	th := newThreads(slog.New(slog.NewTextHandler(io.Discard, nil)), 1, 2, func(n int) int {
+		set = append(set, n)
+		return 0
+	})
+	th.commit(true)
+	th.commit(false)
+	// A commit that ends after capture has caught up leaves every thread.
+	th.commit(true)
+	th.follow(false)
+	th.commit(false)
+	th.commit(true)
+	th.commit(false)
+	if want := []int{1, 2, 1, 2}; !slices.Equal(set, want) {
+		t.Fatalf("GOMAXPROCS set to %v, want %v", set, want)
+	}
+	// On one CPU there is no thread more to take.
+	set = nil
+	th = newThreads(slog.New(slog.NewTextHandler(io.Discard, nil)), 0, 1, func(n int) int {
+		set = append(set, n)
+		return 0
+	})
+	th.commit(true)
+	th.commit(false)
+	if want := []int{1}; !slices.Equal(set, want) {
+		t.Fatalf("on one CPU GOMAXPROCS set to %v, want %v", set, want)
+	}
+}

@@ -41,6 +41,10 @@ type Config struct {
 	// called from the capture goroutine, between two messages, and must
 	// not block.
 	OnCatchUp func(catchingUp bool)
+	// OnCatchUpCommit, when set, is told before (true) and after (false)
+	// each commit of the queue made while capture catches up. It is called
+	// from the queue writer's goroutine and must not block.
+	OnCatchUpCommit func(committing bool)
 	// Pause, when set, is asked before each read from PostgreSQL; while it
 	// says true (with a reason), the source reads nothing and PostgreSQL
 	// keeps the WAL (invariant 6: backpressure, never drop).

@@ -197,6 +197,7 @@ func (s *Source) Run(ctx context.Context) error {
 		return fmt.Errorf("read checkpoint: %w", err)
 	}
 	w := newQueueWriter(s.db, s.log, checkpoint, s.cfg.OnDurable, s.CatchingUp)
+	w.onCatchUpCommit = s.cfg.OnCatchUpCommit
 	s.mu.Lock()
 	s.writer = w
 	s.mu.Unlock()

@@ -69,6 +69,9 @@ type queueWriter struct {
 	onDurable func()
 	// behind reports whether capture is draining a backlog, if set.
 	behind func() bool
+	// onCatchUpCommit, if set, is told before and after each commit
+	// made while behind (Config.OnCatchUpCommit).
+	onCatchUpCommit func(committing bool)
 	// commitEvery is the least time between commits while behind.
 	commitEvery time.Duration
 	// fullDiskPause is how long the writer waits before it retries a
@@ -261,6 +264,10 @@ func (w *queueWriter) retryFull(write func() error, open *openTxn) error {
 func (w *queueWriter) commit(open *openTxn) bool {
 	if open.tx == nil {
 		return true
+	}
+	if w.onCatchUpCommit != nil && w.behind != nil && w.behind() {
+		w.onCatchUpCommit(true)
+		defer w.onCatchUpCommit(false)
 	}
 	if err := w.retryFull(func() error { return open.commit(w.beforeCommit) }, open); err != nil {
 		w.abort(open, err)

@@ -191,6 +191,43 @@ func TestWriterSpacesCommitsWhileBehind(t *testing.T) {
 	}
 }
 
+func TestWriterTellsOfCommitsWhileBehind(t *testing.T) {
+	// While capture catches up, each commit is announced before it starts
+	// and after it ends (the agent gives it a thread of its own); caught
+	// up, commits are not.
+	for _, behind := range []bool{true, false} {
+		var mu sync.Mutex
+		var told []bool
+		h := newWriterHarness(t, behind, func(w *queueWriter) {
+			w.commitEvery = 0
+			w.onCatchUpCommit = func(committing bool) {
+				mu.Lock()
+				defer mu.Unlock()
+				told = append(told, committing)
+			}
+		})
+		h.appendTxn(100)
+		h.syncTo(100)
+		h.appendTxn(200)
+		h.syncTo(200)
+		mu.Lock()
+		n := len(told)
+		for i, committing := range told {
+			if committing != (i%2 == 0) {
+				t.Errorf("behind %v: told %v, want starts and ends in turn", behind, told)
+				break
+			}
+		}
+		mu.Unlock()
+		switch {
+		case behind && (n < 4 || int64(n/2) != h.commits.Load()):
+			t.Fatalf("behind: told of %d commit starts and ends for %d commits", n, h.commits.Load())
+		case !behind && n != 0:
+			t.Fatalf("caught up: told of %d commit starts and ends, want none", n)
+		}
+	}
+}
+
 func TestWriterRetriesAFullDiskWithEverythingApplied(t *testing.T) {
 	var fails atomic.Int64
 	h := newWriterHarness(t, true, func(w *queueWriter) {
