@@ -7,41 +7,40 @@ import (
 	"testing"
 )
 
+// recordingThreads returns a policy whose GOMAXPROCS settings are recorded
+// in the slice returned beside it.
+func recordingThreads(catchingUp, otherwise int) (*threads, *[]int) {
+	set := &[]int{}
+	th := newThreads(slog.New(slog.NewTextHandler(io.Discard, nil)), catchingUp, otherwise, func(n int) int {
+		*set = append(*set, n)
+		return 0
+	})
+	return th, set
+}
+
 // TestThreadsFollowCapture checks the scheduler threads the agent runs on:
 // the catching-up count from the start, all of them once capture has
 // caught up, and no change when capture's state does not change.
 func TestThreadsFollowCapture(t *testing.T) {
-	var set []int
-	th := newThreads(slog.New(slog.NewTextHandler(io.Discard, nil)), 1, 4, func(n int) int {
-		set = append(set, n)
-		return 0
-	})
+	th, set := recordingThreads(1, 4)
 	for _, catchingUp := range []bool{true, false, false, true, false} {
 		th.follow(catchingUp)
 	}
-	if want := []int{1, 4, 1, 4}; !slices.Equal(set, want) {
-		t.Fatalf("GOMAXPROCS set to %v, want %v", set, want)
+	if want := []int{1, 4, 1, 4}; !slices.Equal(*set, want) {
+		t.Fatalf("GOMAXPROCS set to %v, want %v", *set, want)
 	}
 	// A machine of one CPU keeps its one thread.
-	set = nil
-	th = newThreads(slog.New(slog.NewTextHandler(io.Discard, nil)), 0, 1, func(n int) int {
-		set = append(set, n)
-		return 0
-	})
+	th, set = recordingThreads(0, 1)
 	th.follow(false)
-	if want := []int{1}; !slices.Equal(set, want) {
-		t.Fatalf("on one CPU GOMAXPROCS set to %v, want %v", set, want)
+	if want := []int{1}; !slices.Equal(*set, want) {
+		t.Fatalf("on one CPU GOMAXPROCS set to %v, want %v", *set, want)
 	}
 }
 
 // TestThreadsAddOneForAQueueCommit checks that a queue commit while capture
 // catches up takes a thread more, up to every thread, and gives it back.
 func TestThreadsAddOneForAQueueCommit(t *testing.T) {
-	var set []int
-	th := newThreads(slog.New(slog.NewTextHandler(io.Discard, nil)), 1, 2, func(n int) int {
-		set = append(set, n)
-		return 0
-	})
+	th, set := recordingThreads(1, 2)
 	th.commit(true)
 	th.commit(false)
 	// A commit that ends after capture has caught up leaves every thread.
@@ -50,18 +49,14 @@ func TestThreadsAddOneForAQueueCommit(t *testing.T) {
 	th.commit(false)
 	th.commit(true)
 	th.commit(false)
-	if want := []int{1, 2, 1, 2}; !slices.Equal(set, want) {
-		t.Fatalf("GOMAXPROCS set to %v, want %v", set, want)
+	if want := []int{1, 2, 1, 2}; !slices.Equal(*set, want) {
+		t.Fatalf("GOMAXPROCS set to %v, want %v", *set, want)
 	}
 	// On one CPU there is no thread more to take.
-	set = nil
-	th = newThreads(slog.New(slog.NewTextHandler(io.Discard, nil)), 0, 1, func(n int) int {
-		set = append(set, n)
-		return 0
-	})
+	th, set = recordingThreads(0, 1)
 	th.commit(true)
 	th.commit(false)
-	if want := []int{1}; !slices.Equal(set, want) {
-		t.Fatalf("on one CPU GOMAXPROCS set to %v, want %v", set, want)
+	if want := []int{1}; !slices.Equal(*set, want) {
+		t.Fatalf("on one CPU GOMAXPROCS set to %v, want %v", *set, want)
 	}
 }
