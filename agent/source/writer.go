@@ -265,11 +265,15 @@ func (w *queueWriter) commit(open *openTxn) bool {
 	if open.tx == nil {
 		return true
 	}
-	if w.onCatchUpCommit != nil && w.behind != nil && w.behind() {
+	announce := w.onCatchUpCommit != nil && w.behind != nil && w.behind()
+	if announce {
 		w.onCatchUpCommit(true)
-		defer w.onCatchUpCommit(false)
 	}
-	if err := w.retryFull(func() error { return open.commit(w.beforeCommit) }, open); err != nil {
+	err := w.retryFull(func() error { return open.commit(w.beforeCommit) }, open)
+	if announce {
+		w.onCatchUpCommit(false)
+	}
+	if err != nil {
 		w.abort(open, err)
 		return false
 	}
