@@ -61,7 +61,8 @@ type decoder struct {
 	slab     []Value
 	slabSize int
 	// withoutValues makes values check and pass over the values it reads,
-	// returning nil (see TxnCursor.ChunksWithoutValues).
+	// returning nil (see TxnCursor.ChunksWithoutValues); it goes with
+	// shared, so that passing over bytes copies nothing.
 	withoutValues bool
 }
 
@@ -149,14 +150,6 @@ func (d *decoder) bytes() []byte {
 	return b
 }
 
-// skip passes over what bytes would read.
-func (d *decoder) skip() {
-	n := d.length(1)
-	if d.err == nil {
-		d.buf = d.buf[n:]
-	}
-}
-
 func (d *decoder) str() string { return string(d.bytes()) }
 
 // done reports an error if bytes are left over or a read failed.
@@ -199,10 +192,6 @@ func (d *decoder) value(v *Value) {
 		v.Int = int64(binary.BigEndian.Uint64(d.buf))
 		d.buf = d.buf[8:]
 	case KindNumeric, KindString, KindBytes:
-		if d.withoutValues {
-			d.skip()
-			return
-		}
 		v.Bytes = d.bytes()
 	case KindArray:
 		n := d.length(1)
@@ -308,7 +297,7 @@ func decodeSharedChunk(data []byte) (subXid uint32, changes []Change, err error)
 // TxnCursor.ChunksWithoutValues).
 func decodeChunkWithoutValues(data []byte) (subXid uint32, changes []Change, err error) {
 	d := newDecoder(recordChunk, data)
-	d.withoutValues = true
+	d.shared, d.withoutValues = true, true
 	return decodeChunkWith(&d)
 }
 

@@ -58,9 +58,11 @@ type Hub struct {
 	notify chan struct{}
 	types  *pgtype.Map
 
-	mu     sync.Mutex
-	epoch  string
-	offset store.LSN // end LSN of the last transaction applied
+	mu    sync.Mutex
+	epoch string
+	// offset is the end LSN of the last transaction applied. It is
+	// written with mu held and read without it (Offset).
+	offset atomic.Uint64
 	tables map[string]*tableState
 	// configured names the source tables of the configuration.
 	configured map[string]bool
@@ -71,12 +73,11 @@ type Hub struct {
 	retain        int
 	farBehind     int64
 	subs          map[*subscriber]struct{}
-	// clients is len(subs) and published is offset, kept apart so that
-	// Clients (the agent's status) and Offset (the applier's trimming)
-	// never wait for mu, which poll holds while it applies a transaction:
-	// about half a second for a transaction of a million rows.
-	clients   atomic.Int64
-	published atomic.Uint64
+	// clients is len(subs), kept apart so that Clients (the agent's
+	// status), like Offset (the applier's trimming), never waits for mu,
+	// which poll holds while it applies a transaction: about half a second
+	// for a transaction of a million rows.
+	clients atomic.Int64
 	// passedOver counts the huge transactions passed over without reading
 	// their values (see passOverLocked).
 	passedOver int64
@@ -140,13 +141,10 @@ func (h *Hub) Notify() {
 
 // Offset returns the queue position the hub has applied: the queue may be
 // trimmed up to it without the hub missing anything.
-func (h *Hub) Offset() store.LSN { return store.LSN(h.published.Load()) }
+func (h *Hub) Offset() store.LSN { return store.LSN(h.offset.Load()) }
 
 // setOffsetLocked sets the queue position the hub has applied; h.mu is held.
-func (h *Hub) setOffsetLocked(lsn store.LSN) {
-	h.offset = lsn
-	h.published.Store(uint64(lsn))
-}
+func (h *Hub) setOffsetLocked(lsn store.LSN) { h.offset.Store(uint64(lsn)) }
 
 // Clients returns the number of connected stream clients.
 func (h *Hub) Clients() int { return int(h.clients.Load()) }
@@ -208,7 +206,7 @@ func (h *Hub) poll() error {
 			h.mu.Unlock()
 			return nil
 		}
-		after, limit := h.offset, h.farBehind
+		after, limit := h.Offset(), h.farBehind
 		h.mu.Unlock()
 		rels, err := r.Relations()
 		if err != nil {
@@ -281,8 +279,8 @@ func (h *Hub) poll() error {
 		h.publishLocked(batch)
 	}
 	if farBehind {
-		h.log.Debug("live view: applied a backlog without streaming it; clients refetch", "up_to", h.offset, "clients", len(h.subs))
-		h.publishLocked([]retainedTxn{{lsn: h.offset, refetch: true}})
+		h.log.Debug("live view: applied a backlog without streaming it; clients refetch", "up_to", h.Offset(), "clients", len(h.subs))
+		h.publishLocked([]retainedTxn{{lsn: h.Offset(), refetch: true}})
 	}
 	return nil
 }
@@ -344,12 +342,14 @@ func (h *Hub) passOverLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool)
 	}
 	var last []tableRel
 	var lastKey store.RelationKey
+	seen := false
 	err := c.ChunksWithoutValues(func(changes []store.Change) error {
 		for i := range changes {
 			key := changes[i].Relation
-			if last != nil && key == lastKey {
-				continue
+			if seen && key == lastKey {
+				continue // same table and version as the change before
 			}
+			seen, lastKey = true, key
 			rel := h.rels[key]
 			if rel == nil {
 				return errApplyChanges // applying says what is wrong
@@ -358,7 +358,6 @@ func (h *Hub) passOverLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool)
 			if t == nil || !t.overflow {
 				return errApplyChanges
 			}
-			lastKey = key
 			if hd.EndLSN <= t.seededTo {
 				continue // as when applying: the rows loaded hold it
 			}
@@ -541,17 +540,17 @@ func (h *Hub) subscribe(s *subscriber, tables []string, offset string) (first []
 		s.tables[n] = true
 	}
 	s.tablesKey = strings.Join(sortedStrings(tables), ",")
-	first = []any{Hello{Type: TypeHello, Epoch: h.epoch, Offset: h.offsetString(h.offset), Tables: h.tableInfosLocked(tables)}}
+	first = []any{Hello{Type: TypeHello, Epoch: h.epoch, Offset: h.offsetString(h.Offset()), Tables: h.tableInfosLocked(tables)}}
 	if offset != "" {
 		epoch, lsn, err := parseOffset(offset)
 		if err != nil {
 			return nil, nil, false, err
 		}
 		switch {
-		case epoch == h.epoch && lsn == h.offset:
+		case epoch == h.epoch && lsn == h.Offset():
 			h.addSubscriberLocked(s)
 			return first, nil, false, nil
-		case epoch == h.epoch && lsn < h.offset && lsn >= h.retainedSince && !h.refetchAfter(lsn):
+		case epoch == h.epoch && lsn < h.Offset() && lsn >= h.retainedSince && !h.refetchAfter(lsn):
 			var missed []retainedTxn
 			for _, rt := range h.retained {
 				if rt.lsn > lsn {
@@ -587,7 +586,7 @@ func (h *Hub) subscribe(s *subscriber, tables []string, offset string) (first []
 // sorted names make key), encoding them only if no client of the same tables
 // took them at the current offset.
 func (h *Hub) encodedSnapshotLocked(key string, tables []string) ([][]byte, error) {
-	if at := h.offsetString(h.offset); h.snapshots == nil || h.snapshotsAt != at {
+	if at := h.offsetString(h.Offset()); h.snapshots == nil || h.snapshotsAt != at {
 		h.snapshots, h.snapshotsAt = map[string][][]byte{}, at
 	}
 	if pages, ok := h.snapshots[key]; ok {
@@ -608,7 +607,7 @@ func (h *Hub) encodedSnapshotLocked(key string, tables []string) ([][]byte, erro
 
 func (h *Hub) snapshotLocked(tables []string) []any {
 	const page = 1000
-	offset := h.offsetString(h.offset)
+	offset := h.offsetString(h.Offset())
 	var out []any
 	for _, n := range sortedStrings(tables) {
 		t := h.tables[n]

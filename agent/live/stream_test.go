@@ -564,8 +564,12 @@ func TestClientsAndOffsetDoNotWaitForAPoll(t *testing.T) {
 	f.waitHub()
 	c := f.dial("")
 	c.read()
+	// The hub has applied the queue's last transaction.
+	var wantOffset store.LSN
+	f.db.View(func(r *store.Reader) error {
+		return r.Txns(0, func(h *store.TxnHeader, _ *store.TxnCursor) error { wantOffset = h.EndLSN; return nil })
+	})
 	f.hub.mu.Lock()
-	wantOffset := f.hub.offset
 	type answer struct {
 		clients int
 		offset  store.LSN
