@@ -117,7 +117,9 @@ func (a *Applier) writeData(ctx context.Context, touched []*sourceTable) error {
 			}
 		}
 		if st.mrFlush.ci.changes > 0 {
-			st.mirror.prepare(a)
+			if err := st.mirror.prepare(a); err != nil {
+				return err
+			}
 		}
 	}
 	g, ctx := errgroup.WithContext(ctx)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 
@@ -45,6 +46,19 @@ import (
 // PostgreSQL has, a delete removes one copy, and an update removes one copy
 // of the old row and adds the new one.
 //
+// Appending. A flush whose first changes insert keys above every key of
+// the mirror, each above the one before (a bulk load, an initial snapshot
+// read in key order, rows keyed by a sequence), writes those rows straight
+// into new data files as they are read, with an appender: the files are
+// split at TargetFileRows rows like any other, and when the mirror's last
+// file holds less than half of that, the appender starts with its rows and
+// replaces it. The flush then has nothing of them to sort and merge. The
+// first change that does not fit (an update or delete, a key out of order,
+// a new column) ends the appender: its files are closed, and the flush's
+// remaining changes go to the pending set and are merged over them as over
+// committed files, except that an appender's file they rewrite was never
+// committed and is deleted.
+//
 // Soft delete. With SoftDelete the mirror has a boolean _deleted column: a
 // deleted row stays, with its last values and _deleted = true; an insert of
 // the same key brings it back. TRUNCATE removes every file either way.
@@ -68,6 +82,24 @@ type mirror struct {
 	merged    []delta.Action
 	operation string
 	nextFiles []*mirrorFile
+	// app is the flush's appender, if it has one.
+	app *appender
+	// appended counts the rows written by appenders (for tests).
+	appended int64
+}
+
+// appender writes the inserts a flush starts with straight into new data
+// files (see Appending above).
+type appender struct {
+	w *mergeWriter
+	// last is the key of the last row appended.
+	last []byte
+	// replaced is the committed file the appender began with the rows of, or
+	// nil.
+	replaced *mirrorFile
+	// settled is set once the appender has ended: its files are written, and
+	// the flush's later changes are merged over them.
+	settled bool
 }
 
 type mirrorFile struct {
@@ -188,12 +220,19 @@ func (m *mirror) abort() {
 		m.pend.close()
 		m.pend = nil
 	}
+	if m.app != nil {
+		m.app.w.abort()
+		m.app = nil
+	}
 	m.merged, m.operation, m.nextFiles = nil, "", nil
 }
 
 // add records one change.
 func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 	m.begin(a)
+	if ok, err := m.appendRow(ctx, a, rc); ok || err != nil {
+		return err
+	}
 	p := m.pend
 	// key returns the key of row in a buffer reused by the next change.
 	key := func(row []any) []byte {
@@ -264,11 +303,96 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 	return nil
 }
 
+// appendRow writes an insert into the flush's appender when it can (see
+// Appending above), starting the appender at the flush's first change, and
+// reports whether it did. A change that does not fit ends the appender.
+func (m *mirror) appendRow(ctx context.Context, a *Applier, rc *rowChange) (bool, error) {
+	r := m.app
+	if r != nil && r.settled {
+		return false, nil
+	}
+	if rc.op != store.OpInsert || len(m.dataPos) != len(m.cols.cols) {
+		// A new column waits for the flush's layout: the appender's files
+		// have the columns they were opened with.
+		return false, m.endAppend()
+	}
+	m.keyBuf = m.appendKey(m.keyBuf[:0], rc.newRow)
+	key := m.keyBuf
+	switch {
+	case r == nil:
+		if m.pend.changes > 0 {
+			return false, nil
+		}
+		var replaced *mirrorFile
+		if n := len(m.files); n > 0 {
+			last := m.files[n-1]
+			if len(last.maxKey) == 0 || last.rows < 0 || bytes.Compare(key, last.maxKey) <= 0 {
+				return false, nil
+			}
+			if last.rows < a.cfg.TargetFileRows/2 {
+				replaced = last
+			}
+		}
+		r = &appender{w: &mergeWriter{m: m, a: a}, replaced: replaced}
+		m.app = r
+		if replaced != nil {
+			rows, err := m.readFile(ctx, replaced)
+			if err != nil {
+				return false, err
+			}
+			for _, b := range rows {
+				if err := r.w.emit(b.key, b.data, b.deleted); err != nil {
+					return false, err
+				}
+			}
+		}
+	case bytes.Compare(key, r.last) <= 0:
+		return false, m.endAppend()
+	}
+	r.last = append(r.last[:0], key...)
+	m.appended++
+	return true, r.w.emit(string(key), rc.newRow, false)
+}
+
+// endAppend ends the flush's appender, if one is going: its last file is
+// closed, and its files become part of what the flush's later changes are
+// merged over (baseFiles).
+func (m *mirror) endAppend() error {
+	r := m.app
+	if r == nil || r.settled {
+		return nil
+	}
+	r.settled = true
+	if err := r.w.close(); err != nil {
+		return err
+	}
+	return r.w.finish()
+}
+
+// baseFiles returns the files the flush's pending changes are merged over,
+// in key order: the committed files and, once its appender has settled, the
+// appender's files in place of the file it replaced.
+func (m *mirror) baseFiles() []*mirrorFile {
+	r := m.app
+	if r == nil {
+		return m.files
+	}
+	out := make([]*mirrorFile, 0, len(m.files)+len(r.w.files))
+	for _, f := range m.files {
+		if f != r.replaced {
+			out = append(out, f)
+		}
+	}
+	out = append(out, r.w.files...)
+	sortFiles(out)
+	return out
+}
+
 // lookup returns the current row of key: from the pending set when it is
-// held in memory, else from the committed mirror. (A key whose newest
-// version was spilled to a run file is looked up in the committed mirror:
-// this only matters for a key change with unchanged TOAST values inside a
-// flush whose changes exceed the merge memory budget.)
+// held in memory, else from the mirror's files (baseFiles). (A key whose
+// newest version was spilled to a run file is looked up in the files: this
+// only matters for a key change with unchanged TOAST values inside a flush
+// whose changes exceed the merge memory budget.)
 func (m *mirror) lookup(ctx context.Context, a *Applier, key []byte) ([]any, error) {
 	e, err := m.pend.get(key)
 	if err != nil {
@@ -281,8 +405,9 @@ func (m *mirror) lookup(ctx context.Context, a *Applier, key []byte) ([]any, err
 		return e.row, nil
 	}
 	var base []any
-	if i := m.assign(key); i >= 0 && !m.pend.truncated {
-		rows, err := m.readFile(ctx, m.files[i])
+	files := m.baseFiles()
+	if i := assignFile(files, key, -1); i >= 0 && !m.pend.truncated {
+		rows, err := m.readFile(ctx, files[i])
 		if err != nil {
 			return nil, err
 		}
@@ -300,12 +425,6 @@ func (m *mirror) lookup(ctx context.Context, a *Applier, key []byte) ([]any, err
 		return e.row, nil
 	}
 	return base, nil
-}
-
-// assign returns the index of the file a key belongs to, or -1 for a new
-// file.
-func (m *mirror) assign(key []byte) int {
-	return assignFile(m.files, key, -1)
 }
 
 // assignFile implements the clustering rule; tailLimit is the row count from
@@ -521,12 +640,25 @@ func (w *mergeWriter) apply(key string, e *entry, base []baseRow) error {
 
 // merge applies the flush's pending set and returns the actions to commit.
 func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action, operation string, err error) {
+	if err := m.endAppend(); err != nil {
+		return nil, "", err
+	}
 	p := m.pend
-	files := m.files
+	files := m.baseFiles()
 	var removed []*mirrorFile
+	// appended holds the files of the flush's appender: not committed.
+	appended := map[*mirrorFile]bool{}
+	if r := m.app; r != nil {
+		for _, f := range r.w.files {
+			appended[f] = true
+		}
+		if r.replaced != nil {
+			removed = append(removed, r.replaced)
+		}
+	}
 	operation = "WRITE"
 	if p.truncated {
-		removed, files = files, nil
+		removed, files = append(removed, files...), nil
 		operation = "TRUNCATE"
 	}
 	w := &mergeWriter{m: m, a: a}
@@ -587,19 +719,33 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 	if err != nil {
 		return nil, "", err
 	}
-	if len(removed) > 0 && operation == "WRITE" {
-		operation = "MERGE"
-	}
 	now := nowMillis(a.clock)
 	gone := map[*mirrorFile]bool{}
 	for _, f := range removed {
 		gone[f] = true
+		if appended[f] {
+			// Rewritten before it was ever committed: nothing refers
+			// to it.
+			m.removeUncommitted(f)
+			continue
+		}
 		actions = append(actions, delta.RemoveOf(f.add, now, true))
+	}
+	if len(actions) > 0 && operation == "WRITE" {
+		operation = "MERGE"
 	}
 	kept := make([]*mirrorFile, 0, len(m.files))
 	for _, f := range m.files {
 		if !gone[f] {
 			kept = append(kept, f)
+		}
+	}
+	if r := m.app; r != nil {
+		for _, f := range r.w.files {
+			if !gone[f] {
+				actions = append(actions, f.add)
+				kept = append(kept, f)
+			}
 		}
 	}
 	for _, f := range w.files {
@@ -611,12 +757,27 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 	return actions, operation, nil
 }
 
+// removeUncommitted deletes a data file of the flush's appender that the
+// flush rewrote. Should that fail, the file stays an orphan that no commit
+// refers to, as one left by a crash, and vacuum deletes it.
+func (m *mirror) removeUncommitted(f *mirrorFile) {
+	if path, err := delta.ResolvePath(m.t.Path(), f.add.Path); err == nil {
+		os.Remove(path)
+	}
+}
+
 // prepare readies the mirror for write, in the flush's goroutine.
-func (m *mirror) prepare(a *Applier) {
+func (m *mirror) prepare(a *Applier) error {
 	if len(m.dataPos) != len(m.cols.cols) {
+		// The appender's writers have the schema they were opened
+		// with: they are closed before it grows.
+		if err := m.endAppend(); err != nil {
+			return err
+		}
 		m.layout()
 	}
 	m.begin(a)
+	return nil
 }
 
 // write merges the flush's changes into new data files; merged holds the

@@ -15,8 +15,10 @@ import (
 )
 
 // readAheadQueue returns the transactions of the read-ahead tests: orders
-// 1 to 50 inserted, then 3 deleted and 51 inserted, then 5 given the
-// values of 105 (its id kept) and 52 inserted.
+// 50 down to 1 inserted, then 3 deleted and 51 inserted, then 5 given the
+// values of 105 (its id kept) and 52 inserted. (Inserted in descending
+// order, all but the first go to the mirror's pending set, which the tests
+// see spill; in ascending order, they would be appended.)
 func readAheadQueue() []*store.Txn {
 	rel := ordersRelation()
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -24,7 +26,7 @@ func readAheadQueue() []*store.Txn {
 		return store.Change{Op: store.OpInsert, Relation: rel.Key, New: ordersValues(id)}
 	}
 	first := &store.Txn{TxnHeader: store.TxnHeader{Xid: 1, CommitLSN: 0x1000, EndLSN: 0x1001, CommitTime: at}}
-	for id := int64(1); id <= 50; id++ {
+	for id := int64(50); id >= 1; id-- {
 		first.Changes = append(first.Changes, insert(id))
 	}
 	newFive := ordersValues(105)
