@@ -74,13 +74,21 @@ func orphanFiles(t *testing.T, dir string) []string {
 // set sees none of them); a flush whose appended rows are followed by
 // changes that do not fit merges those changes over the appended files,
 // finding unchanged TOAST values there, and commits none of the files it
-// rewrote; a column added in the middle ends the appending; a TRUNCATE
-// drops what was appended. After each flush the mirror equals PostgreSQL.
+// rewrote; a few rows in key order go through the pending set, writing no
+// file; a column added in the middle ends the appending; a TRUNCATE drops
+// what was appended. After each flush the mirror equals PostgreSQL.
 func TestMirrorAppendsInsertsInKeyOrder(t *testing.T) {
 	h := newHarness(t, `CREATE TABLE seq (id int8 PRIMARY KEY, v text, big text);
 		ALTER TABLE seq ALTER big SET STORAGE EXTERNAL;`, "seq")
 	a := h.applier(func(c *Config) { c.TargetFileRows = 1000 })
 	const dir = "public.seq"
+	files := func() int { return h.snapshot(dir).NumFiles() }
+	noOrphans := func() {
+		t.Helper()
+		if o := orphanFiles(t, filepath.Join(h.tablesDir, dir)); len(o) > 0 {
+			t.Fatalf("data files no commit adds: %v (appended files the same flush rewrites are deleted)", o)
+		}
+	}
 
 	// A bulk load in key order: three files of at most 1000 rows.
 	h.exec(`INSERT INTO seq SELECT g, 'load ' || g FROM generate_series(1, 2400) g`)
@@ -90,60 +98,70 @@ func TestMirrorAppendsInsertsInKeyOrder(t *testing.T) {
 	if m.appended != 2400 {
 		t.Fatalf("%d rows appended, want all 2400 of the load", m.appended)
 	}
-	if n := h.snapshot(dir).NumFiles(); n != 3 {
+	if n := files(); n != 3 {
 		t.Fatalf("mirror has %d files after loading 2400 rows in key order, want 3 (1000, 1000, 400 rows)", n)
 	}
 
 	// More in key order: the last file holds less than half of 1000 rows,
-	// so the appended rows join it, in a file that replaces it.
-	h.exec(`INSERT INTO seq SELECT g, 'more ' || g FROM generate_series(2401, 2700) g`)
+	// so the appended rows follow its rows, in files that replace it.
+	h.exec(`INSERT INTO seq SELECT g, 'more ' || g FROM generate_series(2401, 3450) g`)
 	h.apply(a)
 	h.checkMirror("seq")
-	if m.appended != 2700 {
-		t.Fatalf("%d rows appended, want 2700", m.appended)
+	if m.appended != 3450 {
+		t.Fatalf("%d rows appended, want 3450", m.appended)
 	}
-	if n := h.snapshot(dir).NumFiles(); n != 3 {
-		t.Fatalf("mirror has %d files, want 3: the 400-row file rewritten with the 300 new rows", n)
+	if n := files(); n != 4 {
+		t.Fatalf("mirror has %d files, want 4: the 400-row file and the 1050 new rows in files of 1000 and 450", n)
+	}
+
+	// A few rows in key order are not appended: they are merged as before.
+	h.exec(`INSERT INTO seq SELECT g, 'few ' || g FROM generate_series(3451, 3550) g`)
+	h.apply(a)
+	h.checkMirror("seq")
+	if m.appended != 3450 {
+		t.Fatalf("%d rows appended, want still 3450: 100 rows are merged", m.appended)
+	}
+	if n := files(); n != 4 {
+		t.Fatalf("mirror has %d files, want 4: the 100 rows join the last file", n)
 	}
 
 	// Appended rows, then changes that do not fit, in one flush: the key
-	// change of row 3300 keeps its unchanged TOAST value, which only the
+	// change of row 4300 keeps its unchanged TOAST value, which only the
 	// appended file holds.
 	h.exec(`BEGIN`,
-		`INSERT INTO seq SELECT g, 'late ' || g, CASE WHEN g = 3300 THEN repeat('toast ', 2000) END FROM generate_series(2701, 3500) g`,
+		`INSERT INTO seq SELECT g, 'late ' || g, CASE WHEN g = 4300 THEN repeat('toast ', 2000) END FROM generate_series(3551, 4900) g`,
 		`UPDATE seq SET v = 'changed' WHERE id = 10`,
-		`DELETE FROM seq WHERE id = 3100`,
-		`UPDATE seq SET v = 'changed too' WHERE id = 3200`,
-		`UPDATE seq SET id = 9000 WHERE id = 3300`,
-		`INSERT INTO seq VALUES (3600, 'after')`,
+		`DELETE FROM seq WHERE id = 4100`,
+		`UPDATE seq SET v = 'changed too' WHERE id = 4200`,
+		`UPDATE seq SET id = 9000 WHERE id = 4300`,
+		`INSERT INTO seq VALUES (5000, 'after')`,
 		`COMMIT`)
 	h.apply(a)
 	h.checkMirror("seq")
-	if m.appended != 3500 {
-		t.Fatalf("%d rows appended, want 3500: the 800 inserts before the first update", m.appended)
+	if m.appended != 4800 {
+		t.Fatalf("%d rows appended, want 4800: the 1350 inserts before the first update", m.appended)
 	}
 	var big string
 	if err := h.conn.QueryRow(t.Context(), `SELECT big FROM seq WHERE id = 9000`).Scan(&big); err != nil || len(big) != 12000 {
 		t.Fatalf("moved row's TOAST value: %d bytes, %v; the test needs 12000", len(big), err)
 	}
-	if o := orphanFiles(t, filepath.Join(h.tablesDir, dir)); len(o) > 0 {
-		t.Fatalf("data files no commit adds: %v (appended files rewritten by the same flush are deleted)", o)
-	}
+	noOrphans()
 
-	// A column added between two appended inserts of one flush.
-	h.exec(`INSERT INTO seq VALUES (9001, 'before the column')`,
+	// A column added between appended inserts of one flush.
+	h.exec(`INSERT INTO seq SELECT g, 'before the column' FROM generate_series(9001, 10100) g`,
 		`ALTER TABLE seq ADD COLUMN w int4`,
-		`INSERT INTO seq VALUES (9002, 'with the column', NULL, 7), (9003, 'also', NULL, 8)`)
+		`INSERT INTO seq VALUES (10101, 'with the column', NULL, 7), (10102, 'also', NULL, 8)`)
 	h.apply(a)
 	h.checkMirror("seq")
+	if m.appended != 5900 {
+		t.Fatalf("%d rows appended, want 5900: the 1100 before the new column", m.appended)
+	}
 
 	// Appended rows, then a TRUNCATE, then one row: only that row stays.
-	h.exec(`BEGIN`, `INSERT INTO seq SELECT g, 'gone' FROM generate_series(10000, 12500) g`, `TRUNCATE seq`,
+	h.exec(`BEGIN`, `INSERT INTO seq SELECT g, 'gone' FROM generate_series(20000, 22500) g`, `TRUNCATE seq`,
 		`INSERT INTO seq VALUES (1, 'after truncate')`, `COMMIT`)
 	h.apply(a)
 	h.checkMirror("seq")
-	if o := orphanFiles(t, filepath.Join(h.tablesDir, dir)); len(o) > 0 {
-		t.Fatalf("data files no commit adds: %v", o)
-	}
+	noOrphans()
 	h.checkChangelog("seq", nil)
 }

@@ -49,10 +49,10 @@ import (
 // Appending. A flush whose first changes insert keys above every key of
 // the mirror, each above the one before (a bulk load, an initial snapshot
 // read in key order, rows keyed by a sequence), writes those rows straight
-// into new data files as they are read, with an appender: the files are
-// split at TargetFileRows rows like any other, and when the mirror's last
-// file holds less than half of that, the appender starts with its rows and
-// replaces it. The flush then has nothing of them to sort and merge. The
+// into new data files as they are read, with an appender, once there are
+// appendMinRows of them: the files are split at TargetFileRows rows like
+// any other, and when the mirror's last file holds less than half of that,
+// the appender starts with its rows and replaces it. The flush then has nothing of them to sort and merge. The
 // first change that does not fit (an update or delete, a key out of order,
 // a new column) ends the appender: its files are closed, and the flush's
 // remaining changes go to the pending set and are merged over them as over
@@ -91,7 +91,11 @@ type mirror struct {
 // appender writes the inserts a flush starts with straight into new data
 // files (see Appending above).
 type appender struct {
+	// w writes the rows; nil while the first rows are held.
 	w *mergeWriter
+	// held are the first rows, up to appendMinRows of them (see
+	// appendMinRows).
+	held [][]any
 	// last is the key of the last row appended.
 	last []byte
 	// replaced is the committed file the appender began with the rows of, or
@@ -220,10 +224,10 @@ func (m *mirror) abort() {
 		m.pend.close()
 		m.pend = nil
 	}
-	if m.app != nil {
+	if m.app != nil && m.app.w != nil {
 		m.app.w.abort()
-		m.app = nil
 	}
+	m.app = nil
 	m.merged, m.operation, m.nextFiles = nil, "", nil
 }
 
@@ -323,67 +327,121 @@ func (m *mirror) appendRow(ctx context.Context, a *Applier, rc *rowChange) (bool
 		if m.pend.changes > 0 {
 			return false, nil
 		}
-		var replaced *mirrorFile
-		if n := len(m.files); n > 0 {
-			last := m.files[n-1]
-			if len(last.maxKey) == 0 || last.rows < 0 || bytes.Compare(key, last.maxKey) <= 0 {
-				return false, nil
-			}
-			if last.rows < a.cfg.TargetFileRows/2 {
-				replaced = last
-			}
+		if last := m.lastFile(); last != nil && (len(last.maxKey) == 0 || last.rows < 0 || bytes.Compare(key, last.maxKey) <= 0) {
+			return false, nil
 		}
-		r = &appender{w: &mergeWriter{m: m, a: a}, replaced: replaced}
+		r = &appender{}
 		m.app = r
-		if replaced != nil {
-			rows, err := m.readFile(ctx, replaced)
-			if err != nil {
-				return false, err
-			}
-			for _, b := range rows {
-				if err := r.w.emit(b.key, b.data, b.deleted); err != nil {
-					return false, err
-				}
-			}
-		}
 	case bytes.Compare(key, r.last) <= 0:
 		return false, m.endAppend()
 	}
 	r.last = append(r.last[:0], key...)
-	m.appended++
-	return true, r.w.emit(string(key), rc.newRow, false)
+	if r.w != nil {
+		m.appended++
+		return true, r.w.emit(string(key), rc.newRow, false)
+	}
+	r.held = append(r.held, slices.Clone(rc.newRow))
+	if len(r.held) < appendMinRows {
+		return true, nil
+	}
+	return true, m.startWriting(ctx, a)
+}
+
+// appendMinRows is how many rows an appender holds before it writes them:
+// one that ends sooner (the first rows of a flush of a few transactions
+// that happen to come in key order) hands them to the pending set, and the
+// flush writes no file it then rewrites.
+const appendMinRows = 1024
+
+// lastFile returns the committed file with the greatest keys, or nil.
+func (m *mirror) lastFile() *mirrorFile {
+	if n := len(m.files); n > 0 {
+		return m.files[n-1]
+	}
+	return nil
+}
+
+// startWriting writes the appender's held rows into its first data file:
+// after the rows of the mirror's last file when that holds less than half
+// of TargetFileRows rows, which the appender's files then replace.
+func (m *mirror) startWriting(ctx context.Context, a *Applier) error {
+	r := m.app
+	r.w = &mergeWriter{m: m, a: a}
+	if last := m.lastFile(); last != nil && last.rows < a.cfg.TargetFileRows/2 {
+		r.replaced = last
+		rows, err := m.readFile(ctx, last)
+		if err != nil {
+			return err
+		}
+		for _, b := range rows {
+			if err := r.w.emit(b.key, b.data, b.deleted); err != nil {
+				return err
+			}
+		}
+	}
+	for _, row := range r.held {
+		if err := r.w.emit(m.key(row), row, false); err != nil {
+			return err
+		}
+	}
+	m.appended += int64(len(r.held))
+	r.held = nil
+	return nil
 }
 
 // endAppend ends the flush's appender, if one is going: its last file is
 // closed, and its files become part of what the flush's later changes are
-// merged over (baseFiles).
+// merged over (baseFiles). The rows it held without writing them go to the
+// pending set, as if it had never started.
 func (m *mirror) endAppend() error {
 	r := m.app
 	if r == nil || r.settled {
 		return nil
 	}
 	r.settled = true
+	if r.w == nil {
+		for _, row := range r.held {
+			e := &entry{row: row}
+			if m.multiset {
+				e.count = 1
+			}
+			m.keyBuf = m.appendKey(m.keyBuf[:0], row)
+			if err := m.pend.add(m.keyBuf, e); err != nil {
+				return err
+			}
+		}
+		r.held = nil
+		return nil
+	}
 	if err := r.w.close(); err != nil {
 		return err
 	}
 	return r.w.finish()
 }
 
+// files returns the data files the appender wrote, if any.
+func (r *appender) files() []*mirrorFile {
+	if r == nil || r.w == nil {
+		return nil
+	}
+	return r.w.files
+}
+
 // baseFiles returns the files the flush's pending changes are merged over,
-// in key order: the committed files and, once its appender has settled, the
-// appender's files in place of the file it replaced.
+// in key order: the committed files and, once its appender has settled,
+// the appender's files in place of the file it replaced.
 func (m *mirror) baseFiles() []*mirrorFile {
 	r := m.app
-	if r == nil {
+	if len(r.files()) == 0 && (r == nil || r.replaced == nil) {
 		return m.files
 	}
-	out := make([]*mirrorFile, 0, len(m.files)+len(r.w.files))
+	out := make([]*mirrorFile, 0, len(m.files)+len(r.files()))
 	for _, f := range m.files {
 		if f != r.replaced {
 			out = append(out, f)
 		}
 	}
-	out = append(out, r.w.files...)
+	out = append(out, r.files()...)
 	sortFiles(out)
 	return out
 }
@@ -648,13 +706,11 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 	var removed []*mirrorFile
 	// appended holds the files of the flush's appender: not committed.
 	appended := map[*mirrorFile]bool{}
-	if r := m.app; r != nil {
-		for _, f := range r.w.files {
-			appended[f] = true
-		}
-		if r.replaced != nil {
-			removed = append(removed, r.replaced)
-		}
+	for _, f := range m.app.files() {
+		appended[f] = true
+	}
+	if r := m.app; r != nil && r.replaced != nil {
+		removed = append(removed, r.replaced)
 	}
 	operation = "WRITE"
 	if p.truncated {
@@ -740,12 +796,10 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 			kept = append(kept, f)
 		}
 	}
-	if r := m.app; r != nil {
-		for _, f := range r.w.files {
-			if !gone[f] {
-				actions = append(actions, f.add)
-				kept = append(kept, f)
-			}
+	for _, f := range m.app.files() {
+		if !gone[f] {
+			actions = append(actions, f.add)
+			kept = append(kept, f)
 		}
 	}
 	for _, f := range w.files {

@@ -16,9 +16,9 @@ import (
 
 // readAheadQueue returns the transactions of the read-ahead tests: orders
 // 50 down to 1 inserted, then 3 deleted and 51 inserted, then 5 given the
-// values of 105 (its id kept) and 52 inserted. (Inserted in descending
-// order, all but the first go to the mirror's pending set, which the tests
-// see spill; in ascending order, they would be appended.)
+// values of 105 (its id kept) and 52 inserted. (In descending order, the
+// inserts go to the mirror's pending set as they are read, and the tests
+// see it spill; in ascending order, the mirror's appender would hold them.)
 func readAheadQueue() []*store.Txn {
 	rel := ordersRelation()
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
