@@ -50,14 +50,14 @@ import (
 // the mirror, each above the one before (a bulk load, an initial snapshot
 // read in key order, rows keyed by a sequence), writes those rows straight
 // into new data files as they are read, with an appender, once there are
-// appendMinRows of them: the files are split at TargetFileRows rows like
+// appendMinRows of them. The files are split at TargetFileRows rows like
 // any other, and when the mirror's last file holds less than half of that,
-// the appender starts with its rows and replaces it. The flush then has nothing of them to sort and merge. The
-// first change that does not fit (an update or delete, a key out of order,
-// a new column) ends the appender: its files are closed, and the flush's
-// remaining changes go to the pending set and are merged over them as over
-// committed files, except that an appender's file they rewrite was never
-// committed and is deleted.
+// the appender starts with its rows and replaces it. The flush then has
+// nothing of those rows to sort and merge. The first change that does not
+// fit (an update or delete, a key out of order, a new column) ends the
+// appender: its files are closed, and the flush's remaining changes go to
+// the pending set and are merged over them as over committed files, except
+// that an appender's file they rewrite was never committed and is deleted.
 //
 // Soft delete. With SoftDelete the mirror has a boolean _deleted column: a
 // deleted row stays, with its last values and _deleted = true; an insert of
