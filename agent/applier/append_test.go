@@ -90,39 +90,28 @@ func TestMirrorAppendsInsertsInKeyOrder(t *testing.T) {
 		}
 	}
 
-	// A bulk load in key order: three files of at most 1000 rows.
-	h.exec(`INSERT INTO seq SELECT g, 'load ' || g FROM generate_series(1, 2400) g`)
-	h.apply(a)
-	h.checkMirror("seq")
-	m := mirrorOf(t, a, dir)
-	if m.appended != 2400 {
-		t.Fatalf("%d rows appended, want all 2400 of the load", m.appended)
-	}
-	if n := files(); n != 3 {
-		t.Fatalf("mirror has %d files after loading 2400 rows in key order, want 3 (1000, 1000, 400 rows)", n)
-	}
-
-	// More in key order: the last file holds less than half of 1000 rows,
-	// so the appended rows follow its rows, in files that replace it.
-	h.exec(`INSERT INTO seq SELECT g, 'more ' || g FROM generate_series(2401, 3450) g`)
-	h.apply(a)
-	h.checkMirror("seq")
-	if m.appended != 3450 {
-		t.Fatalf("%d rows appended, want 3450", m.appended)
-	}
-	if n := files(); n != 4 {
-		t.Fatalf("mirror has %d files, want 4: the 400-row file and the 1050 new rows in files of 1000 and 450", n)
-	}
-
-	// A few rows in key order are not appended: they are merged as before.
-	h.exec(`INSERT INTO seq SELECT g, 'few ' || g FROM generate_series(3451, 3550) g`)
-	h.apply(a)
-	h.checkMirror("seq")
-	if m.appended != 3450 {
-		t.Fatalf("%d rows appended, want still 3450: 100 rows are merged", m.appended)
-	}
-	if n := files(); n != 4 {
-		t.Fatalf("mirror has %d files, want 4: the 100 rows join the last file", n)
+	var m *mirror
+	for _, step := range []struct {
+		what, sql string
+		// appended is the count of rows appended so far, files the
+		// mirror's file count after the step.
+		appended int64
+		files    int
+	}{
+		{"a bulk load in key order, in files of 1000, 1000 and 400 rows",
+			`INSERT INTO seq SELECT g, 'load ' || g FROM generate_series(1, 2400) g`, 2400, 3},
+		{"more in key order, after the rows of the last file, which held less than half of 1000: files of 1000 and 450 replace it",
+			`INSERT INTO seq SELECT g, 'more ' || g FROM generate_series(2401, 3450) g`, 3450, 4},
+		{"a few rows in key order, merged into the last file as before",
+			`INSERT INTO seq SELECT g, 'few ' || g FROM generate_series(3451, 3550) g`, 3450, 4},
+	} {
+		h.exec(step.sql)
+		h.apply(a)
+		h.checkMirror("seq")
+		m = mirrorOf(t, a, dir)
+		if m.appended != step.appended || files() != step.files {
+			t.Fatalf("%s: %d rows appended, %d files; want %d and %d", step.what, m.appended, files(), step.appended, step.files)
+		}
 	}
 
 	// Appended rows, then changes that do not fit, in one flush: the key
