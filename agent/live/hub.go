@@ -327,45 +327,52 @@ var errApplyChanges = errors.New("changes to apply")
 // (one that clients refetch the rows of, not streamed) without reading its
 // values, and when it can, does what applying it would have done: every
 // table it changes keeps no rows (overflowed: served from its Delta mirror),
-// so applying it would only note each table's schema version. Reading the
-// values of a million-row transaction took the hub 0.3 s of CPU, beside the
-// applier writing the same transaction to the Delta tables. h.mu is held.
+// or will have too many rows to keep once the transaction is applied, so
+// applying it would only note each table's schema version (and overflow
+// the tables that are not yet). Reading the values of a million-row
+// transaction took the hub 0.3 s of CPU, beside the applier writing the
+// same transaction to the Delta tables. h.mu is held.
 func (h *Hub) passOverLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool) (bool, error) {
 	if !huge {
 		return false, nil
 	}
-	// The schema version of each table's last change; most transactions
-	// change one table.
-	type tableRel struct {
-		t   *tableState
-		rel *store.Relation
+	// What the transaction does to each table: its last schema version,
+	// and how many rows it adds and removes. Most transactions change one
+	// table.
+	type tableChanges struct {
+		name             string
+		t                *tableState
+		rel              *store.Relation
+		inserts, deletes int
+		truncated        bool
 	}
-	var last []tableRel
+	var tables []*tableChanges
+	var last *tableChanges
 	var lastKey store.RelationKey
-	seen := false
 	err := c.ChunksWithoutValues(func(changes []store.Change) error {
 		for i := range changes {
-			key := changes[i].Relation
-			if seen && key == lastKey {
-				continue // same table and version as the change before
+			ch := &changes[i]
+			if last == nil || ch.Relation != lastKey {
+				rel := h.rels[ch.Relation]
+				if rel == nil {
+					return errApplyChanges // applying says what is wrong
+				}
+				name := rel.QualifiedName()
+				j := slices.IndexFunc(tables, func(x *tableChanges) bool { return x.name == name })
+				if j < 0 {
+					tables = append(tables, &tableChanges{name: name, t: h.tables[name]})
+					j = len(tables) - 1
+				}
+				last, lastKey = tables[j], ch.Relation
+				last.rel = rel
 			}
-			seen, lastKey = true, key
-			rel := h.rels[key]
-			if rel == nil {
-				return errApplyChanges // applying says what is wrong
-			}
-			t := h.tables[rel.QualifiedName()]
-			if t == nil || !t.overflow {
-				return errApplyChanges
-			}
-			if hd.EndLSN <= t.seededTo {
-				continue // as when applying: the rows loaded hold it
-			}
-			j := slices.IndexFunc(last, func(x tableRel) bool { return x.t == t })
-			if j < 0 {
-				last = append(last, tableRel{t, rel})
-			} else {
-				last[j].rel = rel
+			switch ch.Op {
+			case store.OpInsert:
+				last.inserts++
+			case store.OpDelete:
+				last.deletes++
+			case store.OpTruncate:
+				last.truncated = true
 			}
 		}
 		return nil
@@ -376,11 +383,51 @@ func (h *Hub) passOverLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool)
 	case err != nil:
 		return false, err
 	}
-	for _, x := range last {
-		x.t.rel = x.rel
+	var overflowing []*tableChanges
+	for _, x := range tables {
+		switch t := x.t; {
+		case t != nil && (t.overflow || hd.EndLSN <= t.seededTo):
+			// Keeps no rows, or the rows loaded from its mirror hold the
+			// transaction.
+		case h.overflowsLocked(t, x.rel, x.inserts, x.deletes, x.truncated):
+			overflowing = append(overflowing, x)
+		default:
+			return false, nil
+		}
+	}
+	for _, x := range overflowing {
+		if x.t == nil {
+			x.t = newTableState(x.rel)
+			h.tables[x.name] = x.t
+		}
+		x.t.overflow, x.t.rows = true, nil
+		h.log.Warn("live view: table has too many rows to keep in memory; serving it from its Delta mirror", "table", x.name, "max_rows", h.maxRows)
+	}
+	for _, x := range tables {
+		if x.t != nil && hd.EndLSN > x.t.seededTo {
+			x.t.rel = x.rel
+		}
 	}
 	h.passedOver++
 	return true, nil
+}
+
+// overflowsLocked reports whether a table whose rows the hub keeps (t; nil
+// for one it has not seen) will have more than maxRows of them once a
+// transaction that inserts and deletes so many rows is applied. Only a
+// table keyed by its primary key or a unique index is counted so: there,
+// each insert adds a row and each delete removes one. (A table with
+// REPLICA IDENTITY FULL is keyed by its whole row, so two equal rows are
+// one.) h.mu is held.
+func (h *Hub) overflowsLocked(t *tableState, rel *store.Relation, inserts, deletes int, truncated bool) bool {
+	if truncated || rel.ReplicaIdentity == 'f' || !slices.ContainsFunc(rel.Columns, func(c store.Column) bool { return c.Key }) {
+		return false
+	}
+	rows := 0
+	if t != nil {
+		rows = len(t.rows)
+	}
+	return rows+inserts-deletes > h.maxRows
 }
 
 // resetLocked forgets everything: the state belongs to a new epoch. Every

@@ -620,3 +620,36 @@ func TestHugeTransactionOfAMirrorServedTableIsPassedOver(t *testing.T) {
 		t.Fatalf("after the transaction that added a column, the hub knows the columns %+v", cols)
 	}
 }
+
+func TestHugeTransactionThatOverflowsATableIsPassedOver(t *testing.T) {
+	// A huge transaction that leaves a table with more rows than the hub
+	// keeps is passed over without reading its values: the table is served
+	// from its mirror at once, as applying the transaction would have made
+	// it. One that leaves the table under the bound is applied.
+	f := newFixture(t, Config{TablesDir: t.TempDir()}, stockSchema)
+	f.hub.mu.Lock()
+	f.hub.maxRows = 50
+	f.hub.farBehind = 0 // any change is a backlog: every transaction is huge
+	f.hub.mu.Unlock()
+	state := func() (passed int64, rows int, overflow bool) {
+		f.hub.mu.Lock()
+		defer f.hub.mu.Unlock()
+		if t := f.hub.tables["public.stock"]; t != nil {
+			rows, overflow = len(t.rows), t.overflow
+		}
+		return f.hub.passedOver, rows, overflow
+	}
+	f.waitHub()
+	before, _, _ := state()
+	f.exec(`INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 10) g`)
+	f.exec(`BEGIN; INSERT INTO stock SELECT g, g, 'more' FROM generate_series(11, 40) g; DELETE FROM stock WHERE id <= 20; COMMIT`)
+	f.waitHub()
+	if passed, rows, overflow := state(); passed != before || rows != 20 || overflow {
+		t.Fatalf("after transactions that leave 20 rows: %d passed over, %d rows kept, overflow %v; want none, 20, false", passed-before, rows, overflow)
+	}
+	f.exec(`INSERT INTO stock SELECT g, g, 'load' FROM generate_series(100, 299) g`)
+	f.waitHub()
+	if passed, rows, overflow := state(); passed != before+1 || rows != 0 || !overflow {
+		t.Fatalf("after a transaction that leaves 220 rows: %d passed over, %d rows kept, overflow %v; want 1, 0, true", passed-before, rows, overflow)
+	}
+}
