@@ -75,8 +75,8 @@ func orphanFiles(t *testing.T, dir string) []string {
 // changes that do not fit merges those changes over the appended files,
 // finding unchanged TOAST values there, and commits none of the files it
 // rewrote; a few rows in key order go through the pending set, writing no
-// file; a column added in the middle ends the appending; a TRUNCATE drops
-// what was appended. After each flush the mirror equals PostgreSQL.
+// file; a column added in the middle ends the appending; inserts after
+// changes of lower keys are appended; a TRUNCATE drops what was appended. After each flush the mirror equals PostgreSQL.
 func TestMirrorAppendsInsertsInKeyOrder(t *testing.T) {
 	h := newHarness(t, `CREATE TABLE seq (id int8 PRIMARY KEY, v text, big text);
 		ALTER TABLE seq ALTER big SET STORAGE EXTERNAL;`, "seq")
@@ -144,6 +144,16 @@ func TestMirrorAppendsInsertsInKeyOrder(t *testing.T) {
 	h.checkMirror("seq")
 	if m.appended != 5900 {
 		t.Fatalf("%d rows appended, want 5900: the 1100 before the new column", m.appended)
+	}
+
+	// Changes of lower keys, then a load in key order, in one flush: the
+	// load is appended, the changes merged.
+	h.exec(`BEGIN; UPDATE seq SET v = 'first' WHERE id = 3; DELETE FROM seq WHERE id = 10102; ` +
+		`INSERT INTO seq SELECT g, 'after changes' FROM generate_series(11000, 12099) g; COMMIT`)
+	h.apply(a)
+	h.checkMirror("seq")
+	if m.appended != 7000 {
+		t.Fatalf("%d rows appended, want 7000: the 1100 inserts after changes of lower keys", m.appended)
 	}
 
 	// Appended rows, then a TRUNCATE, then one row: only that row stays.

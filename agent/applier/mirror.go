@@ -46,18 +46,20 @@ import (
 // PostgreSQL has, a delete removes one copy, and an update removes one copy
 // of the old row and adds the new one.
 //
-// Appending. A flush whose first changes insert keys above every key of
-// the mirror, each above the one before (a bulk load, an initial snapshot
-// read in key order, rows keyed by a sequence), writes those rows straight
-// into new data files as they are read, with an appender, once there are
-// appendMinRows of them. The files are split at TargetFileRows rows like
-// any other, and when the mirror's last file holds less than half of that,
-// the appender starts with its rows and replaces it. The flush then has
-// nothing of those rows to sort and merge. The first change that does not
-// fit (an update or delete, a key out of order, a new column) ends the
-// appender: its files are closed, and the flush's remaining changes go to
-// the pending set and are merged over them as over committed files, except
-// that an appender's file they rewrite was never committed and is deleted.
+// Appending. Inserts of keys above every key of the mirror and of the
+// flush's changes before them, each above the one before (a bulk load, an
+// initial snapshot read in key order, rows keyed by a sequence), are
+// written straight into new data files as they are read, by the flush's
+// appender, once there are appendMinRows of them. The files are split at
+// TargetFileRows rows like any other, and when the mirror's last file
+// holds less than half of that, the appender starts with its rows and
+// replaces it. The flush then has nothing of those rows to sort and merge.
+// The first change that does not fit (an update or delete, a key out of
+// order, a new column) ends the appender: its files are closed, and the
+// flush's remaining changes go to the pending set and are merged over them
+// as over committed files, except that an appender's file they rewrite was
+// never committed and is deleted. The changes before the appender are
+// merged the same way; their keys are all below its rows.
 //
 // Soft delete. With SoftDelete the mirror has a boolean _deleted column: a
 // deleted row stays, with its last values and _deleted = true; an insert of
@@ -308,8 +310,9 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 }
 
 // appendRow writes an insert into the flush's appender when it can (see
-// Appending above), starting the appender at the flush's first change, and
-// reports whether it did. A change that does not fit ends the appender.
+// Appending above), starting the appender at an insert above every key so
+// far, and reports whether it did. A change that does not fit ends the
+// appender, for the rest of the flush.
 func (m *mirror) appendRow(ctx context.Context, a *Applier, rc *rowChange) (bool, error) {
 	r := m.app
 	if r != nil && r.settled {
@@ -324,7 +327,7 @@ func (m *mirror) appendRow(ctx context.Context, a *Applier, rc *rowChange) (bool
 	key := m.keyBuf
 	switch {
 	case r == nil:
-		if m.pend.changes > 0 {
+		if m.pend.truncated || m.pend.changes > 0 && bytes.Compare(key, m.pend.maxKey) <= 0 {
 			return false, nil
 		}
 		if last := m.lastFile(); last != nil && (len(last.maxKey) == 0 || last.rows < 0 || bytes.Compare(key, last.maxKey) <= 0) {

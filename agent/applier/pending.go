@@ -149,8 +149,11 @@ type pending struct {
 
 	runs      []string
 	truncated bool
-	changes   int
-	scratch   []byte
+	// maxKey is the greatest key added (spilled or not), for the mirror's
+	// appender: the rows it appends come after every key here.
+	maxKey  []byte
+	changes int
+	scratch []byte
 	// decimals makes the decimals of the entries read back.
 	decimals decimalSlab
 }
@@ -185,6 +188,9 @@ func (p *pending) body(r pendingRef) []byte {
 // add records a change's effect on key.
 func (p *pending) add(key []byte, e *entry) error {
 	p.changes++
+	if bytes.Compare(key, p.maxKey) > 0 {
+		p.maxKey = append(p.maxKey[:0], key...)
+	}
 	p.scratch = appendEntry(p.scratch[:0], e)
 	need := len(key) + len(p.scratch)
 	last := len(p.blocks) - 1
