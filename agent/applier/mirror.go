@@ -250,11 +250,7 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 		p.truncate()
 		return nil
 	case store.OpInsert:
-		row := rc.newRow
-		if m.multiset {
-			return p.add(key(row), &entry{row: row, count: 1})
-		}
-		return p.add(key(row), &entry{row: row})
+		return p.add(key(rc.newRow), m.insertEntry(rc.newRow))
 	case store.OpDelete:
 		old := rc.oldRow
 		if old == nil {
@@ -307,6 +303,14 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 		return p.add(newKey, &entry{row: row})
 	}
 	return nil
+}
+
+// insertEntry returns the pending entry of an inserted row.
+func (m *mirror) insertEntry(row []any) *entry {
+	if m.multiset {
+		return &entry{row: row, count: 1}
+	}
+	return &entry{row: row}
 }
 
 // appendRow writes an insert into the flush's appender when it can (see
@@ -404,12 +408,8 @@ func (m *mirror) endAppend() error {
 	r.settled = true
 	if r.w == nil {
 		for _, row := range r.held {
-			e := &entry{row: row}
-			if m.multiset {
-				e.count = 1
-			}
 			m.keyBuf = m.appendKey(m.keyBuf[:0], row)
-			if err := m.pend.add(m.keyBuf, e); err != nil {
+			if err := m.pend.add(m.keyBuf, m.insertEntry(row)); err != nil {
 				return err
 			}
 		}

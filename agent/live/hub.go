@@ -306,8 +306,7 @@ func (h *Hub) applyLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool, tx
 			}
 			out, ok := t.apply(rel, ch, !huge)
 			if !t.overflow && len(t.rows) > h.maxRows {
-				t.overflow, t.rows = true, nil
-				h.log.Warn("live view: table has too many rows to keep in memory; serving it from its Delta mirror", "table", t.name, "max_rows", h.maxRows)
+				h.overflowLocked(t)
 			}
 			if ok && !huge {
 				txn.changes = append(txn.changes, out)
@@ -319,8 +318,15 @@ func (h *Hub) applyLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool, tx
 	return size, err
 }
 
+// overflowLocked stops keeping a table's rows: it has too many, and is
+// served from its Delta mirror from now on. h.mu is held.
+func (h *Hub) overflowLocked(t *tableState) {
+	t.overflow, t.rows = true, nil
+	h.log.Warn("live view: table has too many rows to keep in memory; serving it from its Delta mirror", "table", t.name, "max_rows", h.maxRows)
+}
+
 // errApplyChanges ends passOverLocked's scan: the transaction has a change
-// to apply.
+// of a schema version the hub does not know, which applying it reports.
 var errApplyChanges = errors.New("changes to apply")
 
 // passOverLocked reports whether the hub can pass over a huge transaction
@@ -400,8 +406,7 @@ func (h *Hub) passOverLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool)
 			x.t = newTableState(x.rel)
 			h.tables[x.name] = x.t
 		}
-		x.t.overflow, x.t.rows = true, nil
-		h.log.Warn("live view: table has too many rows to keep in memory; serving it from its Delta mirror", "table", x.name, "max_rows", h.maxRows)
+		h.overflowLocked(x.t)
 	}
 	for _, x := range tables {
 		if x.t != nil && hd.EndLSN > x.t.seededTo {

@@ -2,7 +2,7 @@ package live
 
 import (
 	"context"
-	"os"
+	"errors"
 	"path/filepath"
 
 	"github.com/lakeside/lakeside/delta"
@@ -88,17 +88,18 @@ func (h *Hub) seed(ctx context.Context, rels map[store.RelationKey]*store.Relati
 	}
 	var held store.LSN
 	for name, rel := range newest {
-		dir := filepath.Join(h.tablesDir, name)
-		if _, err := os.Stat(filepath.Join(dir, delta.LogDirName)); err != nil {
-			continue // not flushed yet: the queue holds all of it
-		}
-		t := newTableState(rel)
-		tables[name] = t
-		tbl, err := delta.Open(ctx, dir)
+		tbl, err := delta.Open(ctx, filepath.Join(h.tablesDir, name))
 		var snap *delta.Snapshot
 		if err == nil {
 			snap, err = tbl.Snapshot(ctx)
 		}
+		if errors.Is(err, delta.ErrNotATable) {
+			// Not committed yet (the applier may be creating it): the
+			// queue holds all of it.
+			continue
+		}
+		t := newTableState(rel)
+		tables[name] = t
 		if err != nil {
 			// Requests for its rows go to the mirror and report the error.
 			h.log.Error("live view: cannot read the table's Delta mirror; its rows are served from the mirror", "table", name, "err", err)
