@@ -341,6 +341,11 @@ type nestedColumn struct {
 	pos, leaf int
 	values    []any
 	shred     *shredder
+	// nulls holds encodeChunkRows null values at levels 0, made at the
+	// first slice of rows in which the field is null throughout (the
+	// before image of inserts): such a slice is written to each leaf
+	// column from it, not shredded value by value.
+	nulls []parquet.Value
 }
 
 // newFieldShredder returns a shredder of one field that gathers the values
@@ -380,7 +385,22 @@ func (c *nestedColumn) truncate(rows int) {
 // writers of the field's leaf columns, encodeChunkRows rows at a time.
 func (c *nestedColumn) encode(writers []*parquet.ColumnWriter, rows int) error {
 	for from := 0; from < rows; from += encodeChunkRows {
-		for _, v := range c.values[from:min(from+encodeChunkRows, rows)] {
+		chunk := c.values[from:min(from+encodeChunkRows, rows)]
+		if allNil(chunk) {
+			if c.nulls == nil {
+				c.nulls = make([]parquet.Value, encodeChunkRows)
+				for i := range c.nulls {
+					c.nulls[i] = parquet.NullValue()
+				}
+			}
+			for j := range c.shred.cols {
+				if _, err := writers[j].WriteRowValues(c.nulls[:len(chunk)]); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		for _, v := range chunk {
 			if v == nil {
 				// A null field is a null at levels 0 in each leaf column.
 				for j := range c.shred.cols {
@@ -401,6 +421,16 @@ func (c *nestedColumn) encode(writers []*parquet.ColumnWriter, rows int) error {
 		}
 	}
 	return nil
+}
+
+// allNil reports whether every value of vals is nil.
+func allNil(vals []any) bool {
+	for _, v := range vals {
+		if v != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // flatKind is how the values of a leaf column are converted and stored.
