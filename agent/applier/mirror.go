@@ -236,21 +236,27 @@ func (m *mirror) abort() {
 // add records one change.
 func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 	m.begin(a)
-	if ok, err := m.appendRow(ctx, a, rc); ok || err != nil {
-		return err
-	}
 	p := m.pend
 	// key returns the key of row in a buffer reused by the next change.
 	key := func(row []any) []byte {
 		m.keyBuf = m.appendKey(m.keyBuf[:0], row)
 		return m.keyBuf
 	}
+	if rc.op == store.OpInsert {
+		k := key(rc.newRow)
+		if ok, err := m.appendInsert(ctx, a, k, rc.newRow); ok || err != nil {
+			return err
+		}
+		return p.add(k, m.insertEntry(rc.newRow))
+	}
+	// Any other change ends the appender.
+	if err := m.endAppend(); err != nil {
+		return err
+	}
 	switch rc.op {
 	case store.OpTruncate:
 		p.truncate()
 		return nil
-	case store.OpInsert:
-		return p.add(key(rc.newRow), m.insertEntry(rc.newRow))
 	case store.OpDelete:
 		old := rc.oldRow
 		if old == nil {
@@ -313,22 +319,21 @@ func (m *mirror) insertEntry(row []any) *entry {
 	return &entry{row: row}
 }
 
-// appendRow writes an insert into the flush's appender when it can (see
-// Appending above), starting the appender at an insert above every key so
-// far, and reports whether it did. A change that does not fit ends the
-// appender, for the rest of the flush.
-func (m *mirror) appendRow(ctx context.Context, a *Applier, rc *rowChange) (bool, error) {
+// appendInsert writes an inserted row, of key key, into the flush's
+// appender when it can (see Appending above), starting the appender at an
+// insert above every key so far, and reports whether it did. An insert
+// that does not fit ends the appender, for the rest of the flush (as any
+// other change does, see add).
+func (m *mirror) appendInsert(ctx context.Context, a *Applier, key []byte, row []any) (bool, error) {
 	r := m.app
 	if r != nil && r.settled {
 		return false, nil
 	}
-	if rc.op != store.OpInsert || len(m.dataPos) != len(m.cols.cols) {
+	if len(m.dataPos) != len(m.cols.cols) {
 		// A new column waits for the flush's layout: the appender's files
 		// have the columns they were opened with.
 		return false, m.endAppend()
 	}
-	m.keyBuf = m.appendKey(m.keyBuf[:0], rc.newRow)
-	key := m.keyBuf
 	switch {
 	case r == nil:
 		if m.pend.truncated || m.pend.changes > 0 && bytes.Compare(key, m.pend.maxKey) <= 0 {
@@ -345,9 +350,9 @@ func (m *mirror) appendRow(ctx context.Context, a *Applier, rc *rowChange) (bool
 	r.last = append(r.last[:0], key...)
 	if r.w != nil {
 		m.appended++
-		return true, r.w.emit(string(key), rc.newRow, false)
+		return true, r.w.emit(string(key), row, false)
 	}
-	r.held = append(r.held, slices.Clone(rc.newRow))
+	r.held = append(r.held, slices.Clone(row))
 	if len(r.held) < appendMinRows {
 		return true, nil
 	}
@@ -407,9 +412,12 @@ func (m *mirror) endAppend() error {
 	}
 	r.settled = true
 	if r.w == nil {
+		// Its own buffer: the caller may hold the next insert's key in
+		// keyBuf.
+		var key []byte
 		for _, row := range r.held {
-			m.keyBuf = m.appendKey(m.keyBuf[:0], row)
-			if err := m.pend.add(m.keyBuf, m.insertEntry(row)); err != nil {
+			key = m.appendKey(key[:0], row)
+			if err := m.pend.add(key, m.insertEntry(row)); err != nil {
 				return err
 			}
 		}
