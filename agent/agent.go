@@ -78,13 +78,14 @@ func (a *Agent) ShareCPUs(catchingUp, otherwise int) {
 // SourceConfig converts the configuration for the replication source.
 func (c *Config) SourceConfig(log *slog.Logger) source.Config {
 	return source.Config{
-		DSN:            c.Source.DSN,
-		Slot:           c.Source.Slot,
-		Publication:    c.Source.Publication,
-		Tables:         c.Source.Tables,
-		Snapshot:       c.Source.Snapshot == SnapshotInitial,
-		StatusInterval: c.Source.StatusInterval,
-		Logger:         log,
+		DSN:                    c.Source.DSN,
+		Slot:                   c.Source.Slot,
+		Publication:            c.Source.Publication,
+		Tables:                 c.Source.Tables,
+		Snapshot:               c.Source.Snapshot == SnapshotInitial,
+		StatusInterval:         c.Source.StatusInterval,
+		LogicalDecodingWorkMem: c.Source.LogicalDecodingWorkMem,
+		Logger:                 log,
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -54,6 +55,17 @@ const (
 
 // maxStatusInterval is the largest accepted source.status_interval.
 const maxStatusInterval = time.Hour
+
+// Values of source.logical_decoding_work_mem.
+const (
+	// DefaultLogicalDecodingWorkMem is the default, in bytes.
+	DefaultLogicalDecodingWorkMem = 1 << 20
+	// ServerDecodingWorkMem keeps the server's setting.
+	ServerDecodingWorkMem = "server"
+	// The range PostgreSQL accepts: 64kB up to INT_MAX kilobytes.
+	minLogicalDecodingWorkMem = 64 << 10
+	maxLogicalDecodingWorkMem = math.MaxInt32 << 10
+)
 
 // maxIdentifierBytes is PostgreSQL's identifier length limit (NAMEDATALEN-1).
 const maxIdentifierBytes = 63
@@ -125,6 +137,12 @@ type SourceConfig struct {
 	// StatusInterval is how often a standby status update is sent,
 	// 10s by default, greater than zero and at most one hour.
 	StatusInterval time.Duration `yaml:"status_interval"`
+	// LogicalDecodingWorkMem sets logical_decoding_work_mem for the
+	// replication session, in bytes: 1MiB by default, so that PostgreSQL
+	// streams a large transaction while it runs instead of holding up to
+	// its default 64MB back until the commit. Zero ("server" in the file)
+	// leaves the server's setting.
+	LogicalDecodingWorkMem int64 `yaml:"logical_decoding_work_mem"`
 }
 
 // LogConfig configures the agent's structured logs.
@@ -275,6 +293,8 @@ type rawSource struct {
 	Tables         []string `yaml:"tables"`
 	Snapshot       *string  `yaml:"snapshot"`
 	StatusInterval *string  `yaml:"status_interval"`
+	// LogicalDecodingWorkMem is a size or "server".
+	LogicalDecodingWorkMem *string `yaml:"logical_decoding_work_mem"`
 }
 
 // rawLog mirrors the log section of the file.
@@ -290,7 +310,7 @@ func sectionKeys(path string) []string {
 	case "":
 		return []string{"source", "state_dir", "delta", "replica", "http", "log"}
 	case "source":
-		return []string{"dsn", "slot", "publication", "tables", "snapshot", "status_interval"}
+		return []string{"dsn", "slot", "publication", "tables", "snapshot", "status_interval", "logical_decoding_work_mem"}
 	case "delta":
 		return []string{"tables_dir", "flush_interval", "flush_changes", "soft_delete", "target_file_rows", "vacuum_retention", "vacuum_interval"}
 	case "replica":
@@ -718,6 +738,11 @@ func (p *configParser) build(raw *rawConfig) (*Config, error) {
 	}
 	if c.Source.StatusInterval <= 0 || c.Source.StatusInterval > maxStatusInterval {
 		return nil, p.pathErrorf("source.status_interval", "%q is out of range (it must be greater than 0 and at most 1h)", interval)
+	}
+
+	// source.logical_decoding_work_mem
+	if c.Source.LogicalDecodingWorkMem, err = p.decodingWorkMem(src.LogicalDecodingWorkMem); err != nil {
+		return nil, err
 	}
 
 	// state_dir

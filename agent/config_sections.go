@@ -72,6 +72,15 @@ func (p *configParser) size(path string, s *string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	n, ok := parseSize(text)
+	if !ok {
+		return 0, p.pathErrorf(path, "%q is not a size (write it like 512MiB, 10GB or a number of bytes; 0 means no limit)", text)
+	}
+	return n, nil
+}
+
+// parseSize parses a byte size such as 512MiB, 10GB or 1048576.
+func parseSize(text string) (int64, bool) {
 	num, factor := strings.TrimSpace(text), int64(1)
 	for _, u := range sizeUnits {
 		if rest, ok := strings.CutSuffix(num, u.suffix); ok {
@@ -79,11 +88,33 @@ func (p *configParser) size(path string, s *string) (int64, error) {
 			break
 		}
 	}
-	n, perr := strconv.ParseInt(num, 10, 64)
-	if perr != nil || n < 0 || (factor > 1 && n > (1<<62)/factor) {
-		return 0, p.pathErrorf(path, "%q is not a size (write it like 512MiB, 10GB or a number of bytes; 0 means no limit)", text)
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || (factor > 1 && n > (1<<62)/factor) {
+		return 0, false
 	}
-	return n * factor, nil
+	return n * factor, true
+}
+
+// decodingWorkMem expands and parses source.logical_decoding_work_mem: a
+// size PostgreSQL accepts for logical_decoding_work_mem, or ServerDecodingWorkMem
+// (zero).
+func (p *configParser) decodingWorkMem(s *string) (int64, error) {
+	const path = "source.logical_decoding_work_mem"
+	text, err := p.optional(path, s, strconv.Itoa(DefaultLogicalDecodingWorkMem))
+	if err != nil {
+		return 0, err
+	}
+	if strings.TrimSpace(text) == ServerDecodingWorkMem {
+		return 0, nil
+	}
+	n, ok := parseSize(text)
+	if !ok {
+		return 0, p.pathErrorf(path, "%q is not a size (write it like 1MiB or 512KiB, or %q to keep the server's setting)", text, ServerDecodingWorkMem)
+	}
+	if n < minLogicalDecodingWorkMem || n > maxLogicalDecodingWorkMem {
+		return 0, p.pathErrorf(path, "%q is out of range (PostgreSQL accepts 64KiB to 2147483647KiB; or write %q to keep the server's setting)", text, ServerDecodingWorkMem)
+	}
+	return n, nil
 }
 
 func (p *configParser) buildDelta(c *Config, raw *rawDelta) error {

@@ -225,6 +225,41 @@ func TestLargeTransactionsAreSpooled(t *testing.T) {
 	h.checkItems()
 }
 
+// TestDecodingWorkMemIsSetForTheSession checks that LogicalDecodingWorkMem
+// reaches the walsender: on a server at PostgreSQL's default of 64MB, a
+// transaction of a few megabytes is streamed to the agent, and spooled,
+// while it is still open, instead of being sent whole after its commit.
+func TestDecodingWorkMemIsSetForTheSession(t *testing.T) {
+	h := newHarness(t)
+	h.exec(itemsTable)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	h.cfg.LogicalDecodingWorkMem = 64 << 10
+	h.start()
+	h.waitStreaming()
+	ctx := context.Background()
+	tx, err := h.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `INSERT INTO items SELECT g, g, 'open' FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	var xid int64
+	if err := tx.QueryRow(ctx, "SELECT (pg_current_xact_id()::text::bigint % 4294967296)").Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the open transaction spooled", func(r *store.Reader) bool {
+		n, err := r.Spools()
+		return err == nil && n > 0
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.waitXid(uint32(xid))
+	h.checkItems()
+}
+
 func TestRestartResumesWithoutLossOrDuplicates(t *testing.T) {
 	h := newHarness(t, map[string]string{"logical_decoding_work_mem": "64kB"})
 	h.exec(itemsTable)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,6 +34,11 @@ type Config struct {
 	Snapshot bool
 	// StatusInterval is the longest time between two standby status updates.
 	StatusInterval time.Duration
+	// LogicalDecodingWorkMem, when not zero, sets logical_decoding_work_mem
+	// (in bytes, rounded down to whole kilobytes) for the replication
+	// session: the memory the walsender decodes transactions in before it
+	// streams the largest one in progress. Zero leaves the server's setting.
+	LogicalDecodingWorkMem int64
 	// OnDurable, when set, is called after each write that made changes
 	// durable in the queue (from the writer's goroutine; it must not block).
 	OnDurable func()
@@ -75,6 +81,9 @@ func (c Config) connConfig(replication bool) (*pgconn.Config, error) {
 	}
 	if replication {
 		pc.RuntimeParams["replication"] = "database"
+		if c.LogicalDecodingWorkMem > 0 {
+			pc.RuntimeParams["logical_decoding_work_mem"] = strconv.FormatInt(c.LogicalDecodingWorkMem>>10, 10) + "kB"
+		}
 	}
 	return pc, nil
 }

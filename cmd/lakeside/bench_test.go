@@ -6,9 +6,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -89,7 +88,8 @@ func TestBenchCapture(t *testing.T) {
 	}
 	fmt.Println("ratio = lakeside rows/s ÷ pg_recvlogical rows/s; lakeside counts a row once it is fsync'd in the queue and acknowledged (target ≥ 0.9);")
 	fmt.Println("the capture stage: Delta flushes are held back for the drain (the applier reads the queue ahead meanwhile, as in any catch-up)")
-	fmt.Printf("over the server's Unix socket, whose send buffer (net.core.wmem_default) is %s: how far the walsender can run ahead (README)\n", socketSendBuffer())
+	fmt.Printf("over the server's Unix socket, whose send buffer (net.core.wmem_default) is %s: how far the walsender can run ahead (README);\n", socketSendBuffer())
+	fmt.Printf("both sessions decode with logical_decoding_work_mem=%s, the agent's default (source.logical_decoding_work_mem)\n", baselineDecodingWorkMem)
 }
 
 // socketSendBuffer returns the send buffer a new Unix socket gets on this
@@ -111,16 +111,9 @@ func (e *e2e) drainBoth(t *testing.T) (baseline, ours time.Duration) {
 	}
 	end, _ := pglogrepl.ParseLSN(text)
 
-	start := time.Now()
-	cmd := exec.Command(filepath.Join(e.cluster.BinDir(), "pg_recvlogical"), "--dbname", e.dsn, "--slot", "baseline", "--start",
-		"--option", "proto_version=2", "--option", "publication_names=e2e", "--option", "streaming=on",
-		"--endpos", text, "--no-loop", "--file", "/dev/null")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pg_recvlogical: %v\n%s", err, out)
-	}
-	baseline = time.Since(start)
+	baseline = e.recvLogical("baseline", text)
 
-	start = time.Now()
+	start := time.Now()
 	d := e.start()
 	e.waitDurable(end)
 	ours = time.Since(start)
@@ -190,3 +183,64 @@ func median(xs []float64) float64 {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// TestBenchLargeTransactionLatency measures how long a large transaction
+// takes to be queued after its commit while the agent is streaming: with the
+// agent's logical_decoding_work_mem (source.logical_decoding_work_mem,
+// 1MiB) PostgreSQL streams it while it runs; with the server's (64MB)
+// everything up to that size is sent only once it commits.
+func TestBenchLargeTransactionLatency(t *testing.T) {
+	const rows = 300_000
+	e := newE2EWith(t, []string{"public.bench"}, "delta:\n  flush_interval: 1h\n  flush_changes: 100000000\n")
+	e.exec(`CREATE TABLE bench (id int8 PRIMARY KEY, label text NOT NULL, qty int NOT NULL, at timestamptz NOT NULL DEFAULT now())`)
+	fmt.Println()
+	fmt.Printf("large transaction (%dk rows), commit to queued, median of %d rounds\n", rows/1000, benchRounds)
+	var nextID int64
+	for _, setting := range []string{strconv.Itoa(agent.DefaultLogicalDecodingWorkMem>>10) + "KiB", agent.ServerDecodingWorkMem} {
+		e.setSourceKey("logical_decoding_work_mem", setting)
+		d := e.start()
+		waitState(t, e, d, "streaming")
+		var took []time.Duration
+		for range benchRounds {
+			ctx := context.Background()
+			tx, err := e.conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO bench (id, label, qty) SELECT $1::int8 + g, md5(g::text), g % 1000 FROM generate_series(1, $2::int8) g`, nextID, rows); err != nil {
+				t.Fatal(err)
+			}
+			nextID += rows
+			// What PostgreSQL streams of the open transaction reaches the
+			// agent before the commit.
+			time.Sleep(time.Second)
+			before := e.queueEntries()
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			committed := time.Now()
+			for e.queueEntries() <= before {
+				time.Sleep(time.Millisecond)
+			}
+			took = append(took, time.Since(committed))
+		}
+		e.stop(d)
+		slices.Sort(took)
+		fmt.Printf("  source.logical_decoding_work_mem: %-7s %8.1f ms  (rounds %.1f–%.1f ms)\n", setting,
+			ms(took[len(took)/2]), ms(took[0]), ms(took[len(took)-1]))
+	}
+	fmt.Println("  the queue entry counts once it is fsync'd; the agent runs with Delta flushes held back")
+}
+
+// queueEntries asks the running agent how many transactions its queue holds.
+func (e *e2e) queueEntries() int64 {
+	e.t.Helper()
+	for {
+		if st, err := agent.AskStatus(context.Background(), e.stateDir); err == nil {
+			return st.Queue.Entries
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -95,8 +95,10 @@ var errRollback = fmt.Errorf("deliberate rollback")
 // every committed transaction exactly once, in commit order, and nothing of
 // the rolled-back ones.
 func TestCrashSafety(t *testing.T) {
-	e := newE2E(t, []string{"public.counter", "public.events", "public.balances"},
-		map[string]string{"logical_decoding_work_mem": "256kB"})
+	e := newE2E(t, []string{"public.counter", "public.events", "public.balances"})
+	// Transactions of a few hundred rows are streamed in progress, so kills
+	// also land while spooling.
+	e.setSourceKey("logical_decoding_work_mem", "256KiB")
 	e.exec(crashSchema)
 	stop := make(chan struct{})
 	wait := crashWorkload(t, e.dsn, 3, stop)
@@ -126,6 +128,13 @@ func TestCrashSafety(t *testing.T) {
 	_, _, checkpoint := e.queue()
 	if confirmed := e.slotConfirmed(); confirmed != checkpoint {
 		t.Errorf("after a clean stop the slot confirmed %s, the checkpoint is %s", confirmed, checkpoint)
+	}
+	var streamed int64
+	if err := e.conn.QueryRow(context.Background(), `SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = 'e2e'`).Scan(&streamed); err != nil {
+		t.Fatal(err)
+	}
+	if streamed == 0 {
+		t.Error("PostgreSQL streamed no transaction in progress: source.logical_decoding_work_mem did not reach the walsender")
 	}
 	e.checkCrashTables(t, kills)
 }

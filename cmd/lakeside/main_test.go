@@ -276,6 +276,26 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// setSourceKey sets a key of the config file's source section, replacing
+// the line that sets it if there is one.
+func (e *e2e) setSourceKey(key, value string) {
+	e.t.Helper()
+	data, err := os.ReadFile(e.configPath)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	line := "  " + key + ": " + value + "\n"
+	lines := strings.SplitAfter(string(data), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "  "+key+":") {
+			lines[i] = line
+			writeFile(e.t, e.configPath, strings.Join(lines, ""))
+			return
+		}
+	}
+	writeFile(e.t, e.configPath, strings.Replace(string(data), "source:\n", "source:\n"+line, 1))
+}
+
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
