@@ -70,6 +70,15 @@ var sessionParams = map[string]string{
 	"bytea_output":       "hex",
 }
 
+// decodingWorkMem returns LogicalDecodingWorkMem as PostgreSQL writes it
+// ("1024kB"), or "" to keep the server's setting.
+func (c Config) decodingWorkMem() string {
+	if c.LogicalDecodingWorkMem <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(c.LogicalDecodingWorkMem>>10, 10) + "kB"
+}
+
 // connConfig parses the DSN and applies the session parameters.
 func (c Config) connConfig(replication bool) (*pgconn.Config, error) {
 	pc, err := pgconn.ParseConfig(c.DSN)
@@ -81,8 +90,8 @@ func (c Config) connConfig(replication bool) (*pgconn.Config, error) {
 	}
 	if replication {
 		pc.RuntimeParams["replication"] = "database"
-		if c.LogicalDecodingWorkMem > 0 {
-			pc.RuntimeParams["logical_decoding_work_mem"] = strconv.FormatInt(c.LogicalDecodingWorkMem>>10, 10) + "kB"
+		if mem := c.decodingWorkMem(); mem != "" {
+			pc.RuntimeParams["logical_decoding_work_mem"] = mem
 		}
 	}
 	return pc, nil
