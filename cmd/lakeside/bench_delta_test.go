@@ -270,7 +270,7 @@ func (e *e2e) insertOrders(from, n int64) {
 
 // recvLogical times pg_recvlogical draining slot up to endpos into
 // /dev/null with the options the agent uses, and in a session with the
-// agent's logical_decoding_work_mem (baselineSession).
+// agent's logical_decoding_work_mem (baselineDecodingWorkMem).
 func (e *e2e) recvLogical(slot, endpos string) time.Duration {
 	e.t.Helper()
 	args := []string{"--dbname", e.dsn, "--slot", slot, "--start", "--endpos", endpos, "--no-loop", "--file", "/dev/null",
@@ -286,8 +286,8 @@ func (e *e2e) recvLogical(slot, endpos string) time.Duration {
 
 // baselineDecodingWorkMem is the agent's default logical_decoding_work_mem,
 // which pg_recvlogical gets too: both sessions decode with the same memory
-// (at 1MiB, both drain a large transaction some 5% faster than at the
-// server's 64MB).
+// (at 1MiB, both drained the 1M-row transaction a few per cent faster than
+// at the server's 64MB).
 var baselineDecodingWorkMem = strconv.Itoa(agent.DefaultLogicalDecodingWorkMem>>10) + "kB"
 
 // walLSN returns the server's current WAL position.
