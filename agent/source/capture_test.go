@@ -260,6 +260,22 @@ func TestDecodingWorkMemIsSetForTheSession(t *testing.T) {
 	h.checkItems()
 }
 
+// TestDecodingWorkMemRefusedIsFatal checks that a session setting the
+// server refuses stops the agent with the key to change, instead of a retry
+// that would be refused again.
+func TestDecodingWorkMemRefusedIsFatal(t *testing.T) {
+	h := newHarness(t)
+	h.exec(itemsTable)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	h.cfg.LogicalDecodingWorkMem = 32 << 10 // under PostgreSQL's 64kB
+	err := h.runUntilError()
+	if !IsFatal(err) || !strings.Contains(err.Error(), "logical_decoding_work_mem=32kB") ||
+		!strings.Contains(err.Error(), `source.logical_decoding_work_mem to another size, or to "server"`) {
+		t.Fatalf("err = %v, want a fatal error naming the refused setting and the key to change", err)
+	}
+	t.Log(err)
+}
+
 func TestRestartResumesWithoutLossOrDuplicates(t *testing.T) {
 	h := newHarness(t, map[string]string{"logical_decoding_work_mem": "64kB"})
 	h.exec(itemsTable)

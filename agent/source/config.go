@@ -2,9 +2,11 @@ package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -123,6 +125,14 @@ func (c Config) connectReplication(ctx context.Context) (*pgconn.PgConn, error) 
 	}
 	pc.DialFunc = dialPoll
 	conn, err := pgconn.ConnectConfig(ctx, pc)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pc.RuntimeParams["logical_decoding_work_mem"] != "" &&
+		strings.Contains(pgErr.Message, "logical_decoding_work_mem") {
+		// Asking again would be refused again (a pooler that passes no
+		// unknown parameters, a value the server does not take).
+		return nil, fatalf("connect for replication: the server refused logical_decoding_work_mem=%s for the session: %w (set source.logical_decoding_work_mem to another size, or to \"server\" to keep the server's setting)",
+			pc.RuntimeParams["logical_decoding_work_mem"], err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect for replication: %w", err)
 	}
