@@ -72,13 +72,14 @@ var sessionParams = map[string]string{
 	"bytea_output":       "hex",
 }
 
-// decodingWorkMem returns LogicalDecodingWorkMem as PostgreSQL writes it
-// ("1024kB"), or "" to keep the server's setting.
-func (c Config) decodingWorkMem() string {
-	if c.LogicalDecodingWorkMem <= 0 {
+// DecodingWorkMem returns a logical_decoding_work_mem of bytes as
+// PostgreSQL writes it, in whole kilobytes ("1024kB"), or "" for zero: the
+// server's setting.
+func DecodingWorkMem(bytes int64) string {
+	if bytes <= 0 {
 		return ""
 	}
-	return strconv.FormatInt(c.LogicalDecodingWorkMem>>10, 10) + "kB"
+	return strconv.FormatInt(bytes>>10, 10) + "kB"
 }
 
 // connConfig parses the DSN and applies the session parameters.
@@ -92,7 +93,7 @@ func (c Config) connConfig(replication bool) (*pgconn.Config, error) {
 	}
 	if replication {
 		pc.RuntimeParams["replication"] = "database"
-		if mem := c.decodingWorkMem(); mem != "" {
+		if mem := DecodingWorkMem(c.LogicalDecodingWorkMem); mem != "" {
 			pc.RuntimeParams["logical_decoding_work_mem"] = mem
 		}
 	}
@@ -125,15 +126,14 @@ func (c Config) connectReplication(ctx context.Context) (*pgconn.PgConn, error) 
 	}
 	pc.DialFunc = dialPoll
 	conn, err := pgconn.ConnectConfig(ctx, pc)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pc.RuntimeParams["logical_decoding_work_mem"] != "" &&
-		strings.Contains(pgErr.Message, "logical_decoding_work_mem") {
-		// Asking again would be refused again (a pooler that passes no
-		// unknown parameters, a value the server does not take).
-		return nil, fatalf("connect for replication: the server refused logical_decoding_work_mem=%s for the session: %w (set source.logical_decoding_work_mem to another size, or to \"server\" to keep the server's setting)",
-			pc.RuntimeParams["logical_decoding_work_mem"], err)
-	}
 	if err != nil {
+		var pgErr *pgconn.PgError
+		if mem := DecodingWorkMem(c.LogicalDecodingWorkMem); mem != "" && errors.As(err, &pgErr) &&
+			strings.Contains(pgErr.Message, "logical_decoding_work_mem") {
+			// Asking again would be refused again (a pooler that passes
+			// no unknown parameters, a value the server does not take).
+			return nil, fatalf("connect for replication: the server refused logical_decoding_work_mem=%s for the session: %w (set source.logical_decoding_work_mem to another size, or to \"server\" to keep the server's setting)", mem, err)
+		}
 		return nil, fmt.Errorf("connect for replication: %w", err)
 	}
 	return conn, nil

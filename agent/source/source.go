@@ -362,7 +362,7 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 		return fmt.Errorf("start replication: %w", err)
 	}
 	s.log.Info("streaming from PostgreSQL", "slot", s.cfg.Slot, "from", start.String(),
-		"logical_decoding_work_mem", cmp.Or(s.cfg.decodingWorkMem(), "server"))
+		"logical_decoding_work_mem", cmp.Or(DecodingWorkMem(s.cfg.LogicalDecodingWorkMem), "server"))
 	st := &stream{s: s, conn: repl, sql: conn, decoders: decoders, rels: rels, lastQueued: start, received: start, open: map[uint32]bool{}}
 	s.receivedLSN.Store(uint64(start))
 	// Know how far behind the server this session starts before saying

@@ -28,6 +28,7 @@ import (
 
 	"github.com/lakeside/lakeside/agent"
 	"github.com/lakeside/lakeside/agent/pgtest"
+	"github.com/lakeside/lakeside/agent/source"
 	"github.com/lakeside/lakeside/delta"
 )
 
@@ -288,7 +289,7 @@ func (e *e2e) recvLogical(slot, endpos string) time.Duration {
 // which pg_recvlogical gets too: both sessions decode with the same memory
 // (at 1MiB, both drained the 1M-row transaction a few per cent faster than
 // at the server's 64MB).
-var baselineDecodingWorkMem = strconv.Itoa(agent.DefaultLogicalDecodingWorkMem>>10) + "kB"
+var baselineDecodingWorkMem = source.DecodingWorkMem(agent.DefaultLogicalDecodingWorkMem)
 
 // walLSN returns the server's current WAL position.
 func (e *e2e) walLSN() string {
