@@ -562,3 +562,56 @@ func TestCloseRefusesAFileMissingRows(t *testing.T) {
 		t.Errorf("a refused file was left behind: %v", entries)
 	}
 }
+
+// TestRowGroupEncodesWhileFilling checks that the row group being filled is
+// encoded a slice at a time as its rows come, so that closing the file
+// leaves less than a slice to encode, and that the file then holds every
+// value, in row groups of the size asked for, with the stats of the values
+// one by one.
+func TestRowGroupEncodesWhileFilling(t *testing.T) {
+	ctx := context.Background()
+	st := flatTypesSchema()
+	const rowGroup = 1600
+	slice := rowGroup / slicesPerRowGroup
+	var rows []Row
+	for i := range 2*rowGroup + 3*slice + 7 {
+		rows = append(rows, flatTypesRow(t, i))
+	}
+	dir := t.TempDir()
+	w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: rowGroup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(rows); i += 50 {
+		if err := w.Write(rows[i:min(i+50, len(rows))]); err != nil {
+			t.Fatal(err)
+		}
+		g := w.columns.filling
+		if g.slice != nil {
+			<-g.slice
+		}
+		// The slice that ended last may not have started while the one
+		// before it was encoding: the rows wait for the next.
+		if pending := g.rows - g.sliced; pending >= 2*slice {
+			t.Fatalf("after %d rows: %d rows of the row group filling are not encoded, want fewer than %d", i+50, pending, 2*slice)
+		}
+		if g.rows >= slice && g.sliceErr == nil && len(g.bounds) == 0 {
+			t.Fatalf("after %d rows: %d rows filled and no slice encoded", i+50, g.rows)
+		}
+	}
+	add, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, add.Path)
+	got, err := ReadParquetFile(ctx, path, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := normalizedRows(t, st, rows)
+	assertSameRowsInOrder(t, "read back", got, want)
+	checkRowGroups(t, path, st, want, rowGroup)
+	if ref := referenceStats(t, st, rows); add.Stats != ref {
+		t.Errorf("stats\n got: %s\nwant: %s", add.Stats, ref)
+	}
+}
