@@ -3,6 +3,7 @@ package applier
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -163,4 +164,71 @@ func TestMirrorAppendsInsertsInKeyOrder(t *testing.T) {
 	h.checkMirror("seq")
 	noOrphans()
 	h.checkChangelog("seq", nil)
+}
+
+// TestMirrorAppendsInterleavedRanges: inserts that interleave sequences of
+// keys in ranges of their own (writers each loading a range) are appended,
+// each range into files of its own, as long as there are at most
+// maxAppendRuns of them; a key between two runs goes to the lower one; a
+// key inside a run's range ends the appending and is merged; more ranges
+// than that, or one row twice in a table without a key, go through the
+// pending set. After each flush the mirror equals PostgreSQL.
+func TestMirrorAppendsInterleavedRanges(t *testing.T) {
+	h := newHarness(t, `CREATE TABLE ranges (id int8 PRIMARY KEY, v text);
+		CREATE TABLE bag (a int8, b text);
+		ALTER TABLE bag REPLICA IDENTITY FULL;`, "ranges", "bag")
+	a := h.applier(func(c *Config) { c.TargetFileRows = 1000 })
+	const dir = "public.ranges"
+
+	// interleave inserts n rows of ranges ranges, of 1M keys each from
+	// base, one of each range after the other.
+	interleave := func(base, ranges, n int) string {
+		return fmt.Sprintf(`INSERT INTO ranges SELECT %d + (g %% %d) * 1000000 + g / %d, 'row ' || g
+			FROM generate_series(0, %d) g ORDER BY g`, base, ranges, ranges, n-1)
+	}
+	var m *mirror
+	for _, step := range []struct {
+		what  string
+		sqls  []string
+		table string
+		// appended is the count of rows appended so far, files the
+		// mirror's file count after the step.
+		appended int64
+		files    int
+	}{
+		{"4 ranges of 2000 rows, interleaved: 2 files each",
+			[]string{interleave(0, 4, 8000)}, dir, 8000, 8},
+		{"5 ranges interleaved, more than maxAppendRuns: merged",
+			[]string{interleave(10_000_000, 5, 5000)}, dir, 8000, 13},
+		{"2 ranges interleaved, then a key between them, appended to the lower, and one inside a range, merged with the rest",
+			[]string{`BEGIN`, interleave(20_000_000, 2, 3000),
+				`INSERT INTO ranges VALUES (20500000, 'between')`,
+				`INSERT INTO ranges VALUES (20400000, 'inside'), (21001500, 'after')`,
+				`COMMIT`}, dir, 11001, 18},
+	} {
+		h.exec(step.sqls...)
+		h.apply(a)
+		h.checkMirror("ranges")
+		m = mirrorOf(t, a, step.table)
+		if files := h.snapshot(step.table).NumFiles(); m.appended != step.appended || files != step.files {
+			t.Fatalf("%s: %d rows appended, %d files; want %d and %d", step.what, m.appended, files, step.appended, step.files)
+		}
+	}
+	if o := orphanFiles(t, filepath.Join(h.tablesDir, dir)); len(o) > 0 {
+		t.Fatalf("data files no commit adds: %v", o)
+	}
+
+	// Rows twice among the first rows of a table without a key: the
+	// copies are kept, through the pending set.
+	h.exec(`INSERT INTO bag SELECT g, 'copy' FROM generate_series(1, 2000) g`,
+		`INSERT INTO bag VALUES (5000, 'twice'), (5000, 'twice')`)
+	h.apply(a)
+	h.checkMirror("bag")
+	h.exec(`INSERT INTO bag SELECT 6000 + g % 2, 'twice' FROM generate_series(1, 1200) g ORDER BY g`)
+	h.apply(a)
+	h.checkMirror("bag")
+	if n := mirrorOf(t, a, "public.bag").appended; n != 2001 {
+		t.Fatalf("%d rows of bag appended, want 2001: the first copy of (5000, twice) ends the first flush's run, the second is merged, and the alternating copies go through the pending set", n)
+	}
+	h.checkChangelog("ranges", nil)
 }

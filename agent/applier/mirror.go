@@ -50,16 +50,21 @@ import (
 // flush's changes before them, each above the one before (a bulk load, an
 // initial snapshot read in key order, rows keyed by a sequence), are
 // written straight into new data files as they are read, by the flush's
-// appender, once there are appendMinRows of them. The files are split at
-// TargetFileRows rows like any other, and when the mirror's last file
-// holds less than half of that, the appender starts with its rows and
-// replaces it. The flush then has nothing of those rows to sort and merge.
-// The first change that does not fit (an update or delete, a key out of
-// order, a new column) ends the appender: its files are closed, and the
-// flush's remaining changes go to the pending set and are merged over them
-// as over committed files, except that an appender's file they rewrite was
-// never committed and is deleted. The changes before the appender are
-// merged the same way; their keys are all below its rows.
+// appender, once there are appendMinRows of them. So are inserts that
+// interleave up to maxAppendRuns such sequences in ranges of their own
+// (writers that each load a key range): the first appendMinRows rows, in
+// key order, split into runs wherever a key arrived before the one below
+// it, and each run appends the keys above its last one and below the next
+// run's first into files of its own. The files are split at TargetFileRows
+// rows like any other, and when the mirror's last file holds less than
+// half of that, the lowest run starts with its rows and replaces it. The
+// flush then has nothing of those rows to sort and merge. The first change
+// that does not fit (an update or delete, a key that is in no run's place,
+// a new column) ends the appender: its files are closed, and the flush's
+// remaining changes go to the pending set and are merged over them as over
+// committed files, except that an appender's file they rewrite was never
+// committed and is deleted. The changes before the appender are merged the
+// same way; their keys are all below its rows.
 //
 // Soft delete. With SoftDelete the mirror has a boolean _deleted column: a
 // deleted row stays, with its last values and _deleted = true; an insert of
@@ -93,20 +98,34 @@ type mirror struct {
 // appender writes the inserts a flush starts with straight into new data
 // files (see Appending above).
 type appender struct {
-	// w writes the rows; nil while the first rows are held.
-	w *mergeWriter
+	// floor is the greatest key of the mirror and of the pending set when
+	// the appender started (nil: none); every key appended is above it.
+	floor []byte
 	// held are the first rows, up to appendMinRows of them (see
-	// appendMinRows).
+	// appendMinRows), in order of arrival.
 	held [][]any
-	// last is the key of the last row appended.
-	last []byte
-	// replaced is the committed file the appender began with the rows of, or
-	// nil.
+	// runs write the rows, in key order; nil while the first rows are
+	// held.
+	runs []*appendRun
+	// replaced is the committed file the lowest run began with the rows
+	// of, or nil.
 	replaced *mirrorFile
 	// settled is set once the appender has ended: its files are written, and
 	// the flush's later changes are merged over them.
 	settled bool
 }
+
+// appendRun is one sequence of keys an appender writes: its keys are
+// first to last, and above the keys of the runs before it.
+type appendRun struct {
+	w           *mergeWriter
+	first, last []byte
+}
+
+// maxAppendRuns is how many runs an appender writes at most. Each has a
+// data file open, which holds its rows until it is closed (TargetFileRows
+// at most).
+const maxAppendRuns = 4
 
 type mirrorFile struct {
 	add            *delta.Add
@@ -226,8 +245,10 @@ func (m *mirror) abort() {
 		m.pend.close()
 		m.pend = nil
 	}
-	if m.app != nil && m.app.w != nil {
-		m.app.w.abort()
+	if m.app != nil {
+		for _, run := range m.app.runs {
+			run.w.abort()
+		}
 	}
 	m.app = nil
 	m.merged, m.operation, m.nextFiles = nil, "", nil
@@ -339,18 +360,33 @@ func (m *mirror) appendInsert(ctx context.Context, a *Applier, key []byte, row [
 		if m.pend.truncated || m.pend.changes > 0 && bytes.Compare(key, m.pend.maxKey) <= 0 {
 			return false, nil
 		}
-		if last := m.lastFile(); last != nil && (len(last.maxKey) == 0 || last.rows < 0 || bytes.Compare(key, last.maxKey) <= 0) {
+		last := m.lastFile()
+		if last != nil && (len(last.maxKey) == 0 || last.rows < 0 || bytes.Compare(key, last.maxKey) <= 0) {
 			return false, nil
 		}
 		r = &appender{}
+		if m.pend.changes > 0 {
+			r.floor = slices.Clone(m.pend.maxKey)
+		}
+		if last != nil && bytes.Compare(last.maxKey, r.floor) > 0 {
+			r.floor = slices.Clone(last.maxKey)
+		}
 		m.app = r
-	case bytes.Compare(key, r.last) <= 0:
-		return false, m.endAppend()
-	}
-	r.last = append(r.last[:0], key...)
-	if r.w != nil {
+	case r.runs == nil:
+		if r.floor != nil && bytes.Compare(key, r.floor) <= 0 {
+			return false, m.endAppend()
+		}
+	default:
+		// The run whose place the key is in: the last that starts below
+		// it, if the key is above its last.
+		i := sort.Search(len(r.runs), func(i int) bool { return bytes.Compare(r.runs[i].first, key) > 0 }) - 1
+		if i < 0 || bytes.Compare(key, r.runs[i].last) <= 0 {
+			return false, m.endAppend()
+		}
+		run := r.runs[i]
+		run.last = append(run.last[:0], key...)
 		m.appended++
-		return true, r.w.emit(string(key), row, false)
+		return true, run.w.emit(string(key), row, false)
 	}
 	r.held = append(r.held, slices.Clone(row))
 	if len(r.held) < appendMinRows {
@@ -373,27 +409,56 @@ func (m *mirror) lastFile() *mirrorFile {
 	return nil
 }
 
-// startWriting writes the appender's held rows into its first data file:
+// startWriting splits the appender's held rows into runs (see Appending
+// above) and writes them into their first data files, the lowest run's
 // after the rows of the mirror's last file when that holds less than half
-// of TargetFileRows rows, which the appender's files then replace.
+// of TargetFileRows rows, which the appender's files then replace. Rows
+// that make more than maxAppendRuns runs, or two of one key, end the
+// appender instead.
 func (m *mirror) startWriting(ctx context.Context, a *Applier) error {
 	r := m.app
-	r.w = &mergeWriter{m: m, a: a}
-	if last := m.lastFile(); last != nil && last.rows < a.cfg.TargetFileRows/2 {
-		r.replaced = last
-		rows, err := m.readFile(ctx, last)
-		if err != nil {
-			return err
+	type heldRow struct {
+		key []byte
+		at  int
+	}
+	order := make([]heldRow, len(r.held))
+	for i, row := range r.held {
+		order[i] = heldRow{key: m.appendKey(nil, row), at: i}
+	}
+	slices.SortFunc(order, func(x, y heldRow) int { return bytes.Compare(x.key, y.key) })
+	var starts []int
+	for i := range order {
+		if i > 0 && bytes.Equal(order[i].key, order[i-1].key) {
+			return m.endAppend()
 		}
-		for _, b := range rows {
-			if err := r.w.emit(b.key, b.data, b.deleted); err != nil {
-				return err
-			}
+		if i == 0 || order[i].at < order[i-1].at {
+			starts = append(starts, i)
 		}
 	}
-	for _, row := range r.held {
-		if err := r.w.emit(m.key(row), row, false); err != nil {
-			return err
+	if len(starts) > maxAppendRuns {
+		return m.endAppend()
+	}
+	starts = append(starts, len(order))
+	for j := range len(starts) - 1 {
+		rows := order[starts[j]:starts[j+1]]
+		run := &appendRun{w: &mergeWriter{m: m, a: a}, first: rows[0].key, last: slices.Clone(rows[len(rows)-1].key)}
+		r.runs = append(r.runs, run)
+		if last := m.lastFile(); j == 0 && last != nil && last.rows < a.cfg.TargetFileRows/2 {
+			r.replaced = last
+			base, err := m.readFile(ctx, last)
+			if err != nil {
+				return err
+			}
+			for _, b := range base {
+				if err := run.w.emit(b.key, b.data, b.deleted); err != nil {
+					return err
+				}
+			}
+		}
+		for _, h := range rows {
+			if err := run.w.emit(string(h.key), r.held[h.at], false); err != nil {
+				return err
+			}
 		}
 	}
 	m.appended += int64(len(r.held))
@@ -411,7 +476,7 @@ func (m *mirror) endAppend() error {
 		return nil
 	}
 	r.settled = true
-	if r.w == nil {
+	if r.runs == nil {
 		// Its own buffer: the caller may hold the next insert's key in
 		// keyBuf.
 		var key []byte
@@ -424,18 +489,29 @@ func (m *mirror) endAppend() error {
 		r.held = nil
 		return nil
 	}
-	if err := r.w.close(); err != nil {
-		return err
+	for _, run := range r.runs {
+		if err := run.w.close(); err != nil {
+			return err
+		}
 	}
-	return r.w.finish()
+	for _, run := range r.runs {
+		if err := run.w.finish(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// files returns the data files the appender wrote, if any.
+// files returns the data files the appender wrote, if any, in key order.
 func (r *appender) files() []*mirrorFile {
-	if r == nil || r.w == nil {
+	if r == nil {
 		return nil
 	}
-	return r.w.files
+	var out []*mirrorFile
+	for _, run := range r.runs {
+		out = append(out, run.w.files...)
+	}
+	return out
 }
 
 // baseFiles returns the files the flush's pending changes are merged over,
