@@ -15,11 +15,9 @@ import (
 // columnarWriter writes rows column by column. Write appends each value of
 // a leaf column, in its Parquet physical form, to a typed slice of its
 // column, and keeps the normalised values of struct, array and map columns
-// for the shredder. The row group being filled is encoded a slice of its
-// rows at a time (see slicesPerRowGroup) by a goroutine of its own, and a full row group is finished by
-// another while the next ones fill, so that the conversion of Go values and
-// the Parquet encoding share the cores, and closing a file leaves less than
-// a slice to encode. Up to encodingRowGroups row groups
+// for the shredder; a full row group is then encoded by a goroutine of its
+// own while the next ones fill, so that the conversion of Go values and the
+// Parquet encoding share the cores. Up to encodingRowGroups row groups
 // encode at once, each into a parquet.ConcurrentRowGroupWriter of its own,
 // and they are committed to the file in order. Once a row group fails, the
 // writer keeps returning its error.
@@ -28,9 +26,6 @@ type columnarWriter struct {
 	schema  *StructType
 	stats   *statsCollector
 	maxRows int
-	// sliceRows is how many rows are encoded at a time while a row group
-	// fills.
-	sliceRows int
 	// filling holds the rows of the row group being written.
 	filling *rowGroupColumns
 	// encoding are the row groups being encoded, oldest first; free the
@@ -62,27 +57,7 @@ type rowGroupColumns struct {
 	rg *parquet.ConcurrentRowGroupWriter
 	// buf holds the Parquet values of a slice of one column.
 	buf []parquet.Value
-
-	// sliced is how many of the rows are encoded or being encoded. The
-	// goroutine encoding a slice (see encodeSlice) works on copies of
-	// the columns' slice headers, and reads only values the filling
-	// goroutine, which only appends, no longer writes.
-	sliced int
-	// slice is closed when the slice being encoded is in the row group
-	// writer; nil before the first.
-	slice chan struct{}
-	// The encoding goroutines, one after the other, keep these: the index
-	// of the next non-null value of each leaf column, by position in
-	// cols; the statistics of each slice encoded, by field; the first
-	// error.
-	next     []int
-	bounds   [][]colBounds
-	sliceErr error
 }
-
-// slicesPerRowGroup is in how many slices a row group is encoded while it
-// fills (see columnarWriter): 16Ki rows each for DefaultRowGroupRows.
-const slicesPerRowGroup = 8
 
 // encodeJob is a row group being encoded.
 type encodeJob struct {
@@ -97,8 +72,7 @@ type encodeJob struct {
 // into w. With buffers, it borrows its columns from those of closed writers
 // of the same data schema (key), and gives them back once closed.
 func newColumnarWriter(w *parquet.Writer, st *StructType, stats *statsCollector, maxRows int64, buffers *ColumnBuffers, key string) *columnarWriter {
-	c := &columnarWriter{writer: w, schema: st, stats: stats, maxRows: int(maxRows), buffers: buffers, key: key,
-		sliceRows: max(int(maxRows)/slicesPerRowGroup, 1)}
+	c := &columnarWriter{writer: w, schema: st, stats: stats, maxRows: int(maxRows), buffers: buffers, key: key}
 	if g := buffers.take(key); g != nil {
 		g.rg = w.BeginRowGroup()
 		c.filling = g
@@ -203,44 +177,7 @@ func (c *columnarWriter) writeRow(r Row, idx []int) error {
 	if g.rows >= c.maxRows {
 		return c.flush()
 	}
-	if g.rows-g.sliced >= c.sliceRows {
-		g.encodeSlice()
-	}
 	return nil
-}
-
-// encodeSlice starts encoding the rows written since the last slice, unless
-// the last slice is still encoding: its rows then wait for the next.
-func (g *rowGroupColumns) encodeSlice() {
-	if g.slice != nil {
-		select {
-		case <-g.slice:
-		default:
-			return
-		}
-	}
-	cols, nested := g.snapshot()
-	from, to, prev := g.sliced, g.rows, g.slice
-	done := make(chan struct{})
-	g.sliced, g.slice = to, done
-	go func() {
-		defer close(done)
-		g.encodeRows(prev, cols, nested, from, to)
-	}()
-}
-
-// snapshot returns copies of the leaf columns and the values of the nested
-// ones, as they are now: the rows written so far.
-func (g *rowGroupColumns) snapshot() ([]flatColumn, [][]any) {
-	cols := make([]flatColumn, len(g.cols))
-	for i, col := range g.cols {
-		cols[i] = *col
-	}
-	nested := make([][]any, len(g.nested))
-	for i, col := range g.nested {
-		nested[i] = col.values[:g.rows]
-	}
-	return cols, nested
 }
 
 // flush starts encoding the rows written since the last flush, once fewer
@@ -294,14 +231,11 @@ func (c *columnarWriter) waitOldest() error {
 	return c.err
 }
 
-// wait waits for the row groups being encoded, and the slice of the one
-// filling, and returns the writer's error.
+// wait waits for the row groups being encoded and returns the writer's
+// error.
 func (c *columnarWriter) wait() error {
 	for len(c.encoding) > 0 {
 		c.waitOldest()
-	}
-	if g := c.filling; g != nil && g.slice != nil {
-		<-g.slice
 	}
 	return c.err
 }
@@ -320,7 +254,7 @@ func (j *encodeJob) run(prev *encodeJob, stats *statsCollector) {
 	defer close(j.committed)
 	g := j.g
 	defer g.reset()
-	err := g.encode()
+	bounds, err := g.encode()
 	if prev != nil {
 		<-prev.committed
 		if prev.err != nil {
@@ -332,10 +266,8 @@ func (j *encodeJob) run(prev *encodeJob, stats *statsCollector) {
 		j.err = err
 		return
 	}
-	for _, bounds := range g.bounds {
-		for i, b := range bounds {
-			b.addTo(stats.cols[i])
-		}
+	for i, b := range bounds {
+		b.addTo(stats.cols[i])
 	}
 	if _, err := g.rg.Commit(); err != nil {
 		j.err = fmt.Errorf("write rows: %w", err)
@@ -346,56 +278,30 @@ func (j *encodeJob) run(prev *encodeJob, stats *statsCollector) {
 // it flushes a page only between such calls.
 const encodeChunkRows = 1024
 
-// encode writes the pages of the rows not encoded yet, once the slices
-// encoding are done, and returns the first error. The statistics of the
-// row group's columns are then in bounds.
-func (g *rowGroupColumns) encode() error {
-	cols, nested := g.snapshot()
-	g.encodeRows(g.slice, cols, nested, g.sliced, g.rows)
-	g.sliced = g.rows
-	return g.sliceErr
-}
-
-// encodeRows waits for prev (if not nil), then writes the pages of rows
-// from to to of the columns, given as snapshot returned them, and appends
-// their statistics to bounds. After an error it writes nothing.
-func (g *rowGroupColumns) encodeRows(prev chan struct{}, cols []flatColumn, nested [][]any, from, to int) {
-	if prev != nil {
-		<-prev
-	}
-	if g.sliceErr != nil || from == to {
-		return
-	}
-	if g.next == nil {
-		g.next = make([]int, len(g.cols))
-	}
+// encode writes the pages of the row group and returns the statistics of
+// its columns, by field.
+func (g *rowGroupColumns) encode() ([]colBounds, error) {
 	writers := g.rg.ColumnWriters()
 	bounds := make([]colBounds, len(g.cols)+len(g.nested))
-	for i := range cols {
-		col := &cols[i]
-		k0 := g.next[i]
-		k := k0
-		for at := from; at < to; at += encodeChunkRows {
-			end := min(at+encodeChunkRows, to)
-			g.buf, k = col.appendValues(g.buf[:0], at, end, k)
+	for _, col := range g.cols {
+		bounds[col.pos] = col.bounds(g.rows)
+		k := 0
+		for from := 0; from < g.rows; from += encodeChunkRows {
+			to := min(from+encodeChunkRows, g.rows)
+			g.buf, k = col.appendValues(g.buf[:0], from, to, k)
 			if _, err := writers[col.leaf].WriteRowValues(g.buf); err != nil {
-				g.sliceErr = errColumn(col.field, err)
-				return
+				return nil, errColumn(col.field, err)
 			}
 		}
-		g.next[i] = k
-		bounds[col.pos] = col.bounds(to-from, k0, k)
 	}
 	clear(g.buf)
-	for i, col := range g.nested {
-		values := nested[i][from:to]
-		bounds[col.pos] = colBounds{values: values}
-		if err := col.encode(writers[col.leaf:], values); err != nil {
-			g.sliceErr = errColumn(col.field, err)
-			return
+	for _, col := range g.nested {
+		bounds[col.pos] = colBounds{values: col.values}
+		if err := col.encode(writers[col.leaf:], g.rows); err != nil {
+			return nil, errColumn(col.field, err)
 		}
 	}
-	g.bounds = append(g.bounds, bounds)
+	return bounds, nil
 }
 
 // truncate keeps the first rows rows of the leaf columns and of the first
@@ -412,10 +318,7 @@ func (g *rowGroupColumns) truncate(rows, nested int) {
 // reset empties the columns.
 func (g *rowGroupColumns) reset() {
 	g.truncate(0, len(g.nested))
-	g.rows, g.sliced, g.slice, g.sliceErr = 0, 0, nil, nil
-	clear(g.next)
-	clear(g.bounds)
-	g.bounds = g.bounds[:0]
+	g.rows = 0
 }
 
 // errNull is the error of a null value in a non-nullable column.
@@ -478,11 +381,11 @@ func (c *nestedColumn) truncate(rows int) {
 	c.values = c.values[:rows]
 }
 
-// encode shreds values, the field's in consecutive rows, and writes them to
-// the writers of its leaf columns, encodeChunkRows rows at a time.
-func (c *nestedColumn) encode(writers []*parquet.ColumnWriter, values []any) error {
-	for from := 0; from < len(values); from += encodeChunkRows {
-		chunk := values[from:min(from+encodeChunkRows, len(values))]
+// encode shreds the values of the first rows rows and writes them to the
+// writers of the field's leaf columns, encodeChunkRows rows at a time.
+func (c *nestedColumn) encode(writers []*parquet.ColumnWriter, rows int) error {
+	for from := 0; from < rows; from += encodeChunkRows {
+		chunk := c.values[from:min(from+encodeChunkRows, rows)]
 		if allNil(chunk) {
 			if c.nulls == nil {
 				c.nulls = make([]parquet.Value, encodeChunkRows)
@@ -892,40 +795,39 @@ func (b colBounds) addTo(s *colStats) {
 	}
 }
 
-// bounds returns the statistics of rows rows of the column whose non-null
-// values are values k0 to k1 (excluded).
-func (c *flatColumn) bounds(rows, k0, k1 int) colBounds {
-	b := colBounds{nulls: int64(rows - (k1 - k0))}
-	if k0 == k1 || !hasBounds(c.field.Type) {
+// bounds returns the statistics of the first rows rows of the column.
+func (c *flatColumn) bounds(rows int) colBounds {
+	b := colBounds{nulls: int64(rows - c.count)}
+	if c.count == 0 || !hasBounds(c.field.Type) {
 		return b
 	}
 	switch c.kind {
 	case flatByte, flatShort, flatInteger, flatDate, flatDecimal32:
-		lo, hi := minMax(c.ints32[k0:k1])
+		lo, hi := minMax(c.ints32)
 		b.lo, b.hi = c.fromInt64(int64(lo)), c.fromInt64(int64(hi))
 	case flatLong, flatTimestamp, flatTimestampNTZ, flatDecimal64:
-		lo, hi := minMax(c.ints64[k0:k1])
+		lo, hi := minMax(c.ints64)
 		b.lo, b.hi = c.fromInt64(lo), c.fromInt64(hi)
 	case flatFloat:
-		for _, x := range c.floats[k0:k1] {
+		for _, x := range c.floats {
 			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
 				b.unbounded = x
 				return b
 			}
 		}
-		b.lo, b.hi = minMax(c.floats[k0:k1])
+		b.lo, b.hi = minMax(c.floats)
 	case flatDouble:
-		for _, x := range c.doubles[k0:k1] {
+		for _, x := range c.doubles {
 			if math.IsNaN(x) || math.IsInf(x, 0) {
 				b.unbounded = x
 				return b
 			}
 		}
-		b.lo, b.hi = minMax(c.doubles[k0:k1])
+		b.lo, b.hi = minMax(c.doubles)
 	case flatString:
-		b.lo, b.hi, b.unbounded = c.stringBounds(k0, k1)
+		b.lo, b.hi, b.unbounded = c.stringBounds()
 	case flatDecimalWide:
-		b.lo, b.hi = c.wideBounds(k0, k1)
+		b.lo, b.hi = c.wideBounds()
 	}
 	return b
 }
@@ -964,17 +866,17 @@ func (c *flatColumn) fromInt64(x int64) any {
 	return x
 }
 
-// stringBounds returns the smallest and largest of the column's strings k0
-// to k1 (excluded), or the first that is not valid UTF-8.
-func (c *flatColumn) stringBounds(k0, k1 int) (lo, hi, unbounded any) {
+// stringBounds returns the smallest and largest strings of the column, or
+// the first that is not valid UTF-8.
+func (c *flatColumn) stringBounds() (lo, hi, unbounded any) {
 	var a, b []byte
-	for k := k0; k < k1; k++ {
+	for k := range c.count {
 		x := c.data[c.end(k-1):c.ends[k]]
 		if !utf8.Valid(x) {
 			return nil, nil, string(x)
 		}
 		switch {
-		case k == k0:
+		case k == 0:
 			a, b = x, x
 		case bytes.Compare(x, a) < 0:
 			a = x
@@ -985,16 +887,16 @@ func (c *flatColumn) stringBounds(k0, k1 int) (lo, hi, unbounded any) {
 	return string(a), string(b), nil
 }
 
-// wideBounds returns the smallest and largest of the column's
-// FIXED_LEN_BYTE_ARRAY decimals k0 to k1 (excluded).
-func (c *flatColumn) wideBounds(k0, k1 int) (lo, hi any) {
+// wideBounds returns the smallest and largest FIXED_LEN_BYTE_ARRAY
+// decimals of the column.
+func (c *flatColumn) wideBounds() (lo, hi any) {
 	var a, b []byte
-	for k := k0; k < k1; k++ {
+	for k := range c.count {
 		x := c.data[k*c.size : (k+1)*c.size]
-		if k == k0 || compareTwosComplement(x, a) < 0 {
+		if k == 0 || compareTwosComplement(x, a) < 0 {
 			a = x
 		}
-		if k == k0 || compareTwosComplement(x, b) > 0 {
+		if k == 0 || compareTwosComplement(x, b) > 0 {
 			b = x
 		}
 	}
