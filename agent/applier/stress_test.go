@@ -54,68 +54,145 @@ func TestStressCrashesWhileAppending(t *testing.T) {
 func TestStressCrashesWhileChanging(t *testing.T) {
 	rels, q, tablesDir := newStress(t, 2000)
 	rng := q.rng
-	// The model: each table's live rows (id → qty), their ids in a slice
-	// to pick from, the next id and the count of changes.
-	type model struct {
-		qty     map[int64]int64
-		ids     []int64
-		next    int64
-		changes int64
+	models := [2]*stressModel{newStressModel(rels[0], rng, 1), newStressModel(rels[1], rng, 1)}
+	appendTxns := func(n int) {
+		q.append(n, func() store.Change {
+			m := models[rng.IntN(2)]
+			if p := rng.IntN(10); p < 3 {
+				return m.changeOld(p < 2)
+			}
+			return m.insert()
+		})
 	}
-	models := [2]*model{{qty: map[int64]int64{}}, {qty: map[int64]int64{}}}
-	row := func(id, qty int64) []store.Value {
-		vals := ordersValues(id)
-		vals[5] = store.Value{Kind: store.KindInt32, Int: qty}
-		return vals
-	}
-	change := func(ti int) store.Change {
-		m, rel := models[ti], rels[ti]
-		m.changes++
-		switch p := rng.IntN(10); {
-		case p < 2 && len(m.ids) > 0:
-			id := m.ids[rng.IntN(len(m.ids))]
-			m.qty[id] = rng.Int64N(1000)
-			return store.Change{Op: store.OpUpdate, Relation: rel.Key, New: row(id, m.qty[id])}
-		case p < 3 && len(m.ids) > 0:
-			i := rng.IntN(len(m.ids))
-			id := m.ids[i]
-			m.ids[i] = m.ids[len(m.ids)-1]
-			m.ids = m.ids[:len(m.ids)-1]
-			delete(m.qty, id)
-			old := make([]store.Value, len(rel.Columns))
-			old[0] = store.Value{Kind: store.KindInt64, Int: id}
-			return store.Change{Op: store.OpDelete, Relation: rel.Key, Old: old, OldIsKey: true}
-		}
-		m.next++
-		m.ids = append(m.ids, m.next)
-		m.qty[m.next] = m.next % 1000
-		return store.Change{Op: store.OpInsert, Relation: rel.Key, New: row(m.next, m.next%1000)}
-	}
-	appendTxns := func(n int) { q.append(n, func() store.Change { return change(rng.IntN(2)) }) }
 	crashRounds(t, q.db, tablesDir, rng, 15, func() { appendTxns(20 + rng.IntN(150)) }, func() { appendTxns(rng.IntN(20)) })
 	for i, name := range []string{"public.orders", "public.returns"} {
-		m := models[i]
-		rows := readTable(t, filepath.Join(tablesDir, name), "id")
-		if len(rows) != len(m.qty) {
-			t.Errorf("mirror %s holds %d rows, want %d", name, len(rows), len(m.qty))
-		}
-		seen := map[int64]bool{}
-		for _, r := range rows {
-			id := r.get("id").(int64)
-			want, live := m.qty[id]
-			switch {
-			case !live:
-				t.Errorf("mirror %s holds row %d, which was deleted or never inserted", name, id)
-			case seen[id]:
-				t.Errorf("mirror %s holds row %d twice", name, id)
-			case int64(r.get("qty").(int32)) != want:
-				t.Errorf("mirror %s row %d has qty %v, want %d", name, id, r.get("qty"), want)
+		models[i].check(t, tablesDir, name)
+	}
+}
+
+// TestStressCrashesWhileLoadingRanges is TestStressCrashesWhileChanging
+// with the inserts of each table interleaving sequences of keys in ranges
+// of their own, new ones above every key each round, as writers that each
+// load a range: 3 ranges for orders, which the mirror's appender writes as
+// runs, 6 for returns, more than it takes; one round in three updates and
+// deletes earlier rows too.
+func TestStressCrashesWhileLoadingRanges(t *testing.T) {
+	rels, q, tablesDir := newStress(t, 2000)
+	rng := q.rng
+	models := [2]*stressModel{newStressModel(rels[0], rng, 3), newStressModel(rels[1], rng, 6)}
+	// One round in three changes earlier rows too; the others only load.
+	appendTxns := func(n int, changing bool) {
+		q.append(n, func() store.Change {
+			m := models[rng.IntN(2)]
+			if p := rng.IntN(10); changing && p < 2 {
+				return m.changeOld(p < 1)
 			}
-			seen[id] = true
+			return m.insert()
+		})
+	}
+	queue := func() {
+		for _, m := range models {
+			m.newRanges()
 		}
-		if n := len(readTable(t, filepath.Join(tablesDir, name+"_changes"), "_lsn", "_seq")); int64(n) != m.changes {
-			t.Errorf("changelog %s holds %d changes, want %d", name, n, m.changes)
+		appendTxns(60+rng.IntN(60), rng.IntN(3) == 0)
+	}
+	crashRounds(t, q.db, tablesDir, rng, 10, queue, func() { appendTxns(rng.IntN(20), false) })
+	for i, name := range []string{"public.orders", "public.returns"} {
+		models[i].check(t, tablesDir, name)
+	}
+}
+
+// stressModel is what a source table of a stress test holds: its live rows
+// (id → qty), their ids in a slice to pick from, the next id of each of
+// its key ranges, and the count of changes.
+type stressModel struct {
+	rel     *store.Relation
+	rng     *rand.Rand
+	qty     map[int64]int64
+	ids     []int64
+	next    []int64
+	changes int64
+}
+
+// newStressModel returns the model of an empty table whose inserts take
+// their keys from ranges ranges of a million keys each (see newRanges).
+func newStressModel(rel *store.Relation, rng *rand.Rand, ranges int) *stressModel {
+	m := &stressModel{rel: rel, rng: rng, qty: map[int64]int64{}, next: make([]int64, ranges)}
+	m.newRanges()
+	return m
+}
+
+// newRanges starts the key ranges of the next inserts above every key so
+// far.
+func (m *stressModel) newRanges() {
+	base := (slices.Max(m.next)/1_000_000_000 + 1) * 1_000_000_000
+	for r := range m.next {
+		m.next[r] = base + int64(r)*1_000_000
+	}
+}
+
+func (m *stressModel) row(id, qty int64) []store.Value {
+	vals := ordersValues(id)
+	vals[5] = store.Value{Kind: store.KindInt32, Int: qty}
+	return vals
+}
+
+// insert inserts the next key of a random range.
+func (m *stressModel) insert() store.Change {
+	m.changes++
+	r := m.rng.IntN(len(m.next))
+	m.next[r]++
+	id := m.next[r]
+	m.ids = append(m.ids, id)
+	m.qty[id] = id % 1000
+	return store.Change{Op: store.OpInsert, Relation: m.rel.Key, New: m.row(id, id%1000)}
+}
+
+// changeOld updates (or, unless update, deletes) a random live row; with
+// none, it inserts.
+func (m *stressModel) changeOld(update bool) store.Change {
+	if len(m.ids) == 0 {
+		return m.insert()
+	}
+	m.changes++
+	i := m.rng.IntN(len(m.ids))
+	id := m.ids[i]
+	if update {
+		m.qty[id] = m.rng.Int64N(1000)
+		return store.Change{Op: store.OpUpdate, Relation: m.rel.Key, New: m.row(id, m.qty[id])}
+	}
+	m.ids[i] = m.ids[len(m.ids)-1]
+	m.ids = m.ids[:len(m.ids)-1]
+	delete(m.qty, id)
+	old := make([]store.Value, len(m.rel.Columns))
+	old[0] = store.Value{Kind: store.KindInt64, Int: id}
+	return store.Change{Op: store.OpDelete, Relation: m.rel.Key, Old: old, OldIsKey: true}
+}
+
+// check checks that the mirror holds exactly the live rows, each with its
+// last quantity, and the changelog every change once.
+func (m *stressModel) check(t *testing.T, tablesDir, name string) {
+	t.Helper()
+	rows := readTable(t, filepath.Join(tablesDir, name), "id")
+	if len(rows) != len(m.qty) {
+		t.Errorf("mirror %s holds %d rows, want %d", name, len(rows), len(m.qty))
+	}
+	seen := map[int64]bool{}
+	for _, r := range rows {
+		id := r.get("id").(int64)
+		want, live := m.qty[id]
+		switch {
+		case !live:
+			t.Errorf("mirror %s holds row %d, which was deleted or never inserted", name, id)
+		case seen[id]:
+			t.Errorf("mirror %s holds row %d twice", name, id)
+		case int64(r.get("qty").(int32)) != want:
+			t.Errorf("mirror %s row %d has qty %v, want %d", name, id, r.get("qty"), want)
 		}
+		seen[id] = true
+	}
+	if n := len(readTable(t, filepath.Join(tablesDir, name+"_changes"), "_lsn", "_seq")); int64(n) != m.changes {
+		t.Errorf("changelog %s holds %d changes, want %d", name, n, m.changes)
 	}
 }
 
