@@ -98,9 +98,6 @@ type mirror struct {
 // appender writes the inserts a flush starts with straight into new data
 // files (see Appending above).
 type appender struct {
-	// floor is the greatest key of the mirror and of the pending set when
-	// the appender started (nil: none); every key appended is above it.
-	floor []byte
 	// held are the first rows, up to appendMinRows of them (see
 	// appendMinRows), in order of arrival.
 	held [][]any
@@ -357,23 +354,15 @@ func (m *mirror) appendInsert(ctx context.Context, a *Applier, key []byte, row [
 	}
 	switch {
 	case r == nil:
-		if m.pend.truncated || m.pend.changes > 0 && bytes.Compare(key, m.pend.maxKey) <= 0 {
-			return false, nil
-		}
-		last := m.lastFile()
-		if last != nil && (len(last.maxKey) == 0 || last.rows < 0 || bytes.Compare(key, last.maxKey) <= 0) {
+		if !m.aboveAll(key) {
 			return false, nil
 		}
 		r = &appender{}
-		if m.pend.changes > 0 {
-			r.floor = slices.Clone(m.pend.maxKey)
-		}
-		if last != nil && bytes.Compare(last.maxKey, r.floor) > 0 {
-			r.floor = slices.Clone(last.maxKey)
-		}
 		m.app = r
 	case r.runs == nil:
-		if r.floor != nil && bytes.Compare(key, r.floor) <= 0 {
+		// While the first rows are held, the pending set and the files
+		// stay as they were when the appender started.
+		if !m.aboveAll(key) {
 			return false, m.endAppend()
 		}
 	default:
@@ -393,6 +382,17 @@ func (m *mirror) appendInsert(ctx context.Context, a *Applier, key []byte, row [
 		return true, nil
 	}
 	return true, m.startWriting(ctx, a)
+}
+
+// aboveAll reports whether key is above every key of the mirror's files
+// and of the flush's pending set, in a flush that did not truncate the
+// table: where an appender may start.
+func (m *mirror) aboveAll(key []byte) bool {
+	if m.pend.truncated || m.pend.changes > 0 && bytes.Compare(key, m.pend.maxKey) <= 0 {
+		return false
+	}
+	last := m.lastFile()
+	return last == nil || len(last.maxKey) > 0 && last.rows >= 0 && bytes.Compare(key, last.maxKey) > 0
 }
 
 // appendMinRows is how many rows an appender holds before it writes them:
