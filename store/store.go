@@ -7,10 +7,11 @@
 //
 //	queue     end LSN (8 bytes) -> TxnHeader and its one chunk of changes, framed as one record
 //	          or, for a larger or streamed transaction,
-//	          end LSN (8 bytes) -> bucket: 0 -> TxnHeader, 1..n -> chunks of changes
+//	          end LSN (8 bytes) -> bucket: 0 -> TxnHeader, 1..n -> chunks of changes,
+//	          or, for a streamed one, spool id -> its spool's bucket
 //	spool     spool id (8 bytes) -> bucket: 0 -> spool totals, 1..n -> chunks of changes
 //	relations OID (4 bytes) + LSN (8 bytes) -> Relation
-//	meta      name -> value (checkpoint, slot state, queue totals)
+//	meta      name -> value (checkpoint, slot state, queue totals, generation, spool epoch)
 package store
 
 import (

@@ -537,3 +537,122 @@ func TestStatePersistsAndLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSpoolReadWhileOpen checks how a reader follows a spool in progress:
+// SpoolChunks gives its chunks after a number, with their subtransactions;
+// once committed, the queue entry names the spool and gives the chunks
+// after the ones read; DiscardSpools raises the epoch.
+func TestSpoolReadWhileOpen(t *testing.T) {
+	db := openTest(t)
+	const xid = 700
+	ins := func(i int64) Change {
+		return Change{Op: OpInsert, Relation: RelationKey{OID: 1, LSN: 1}, New: []Value{{Kind: KindInt64, Int: i}}}
+	}
+	appendChunks := func(subs ...uint32) {
+		t.Helper()
+		err := db.Update(func(w *Writer) error {
+			for _, sub := range subs {
+				if err := w.SpoolAppend(xid, sub, []Change{ins(int64(sub)), ins(int64(sub) + 1)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	type chunk struct {
+		ordinal uint64
+		sub     uint32
+		first   int64
+	}
+	read := func(after uint64) (got []chunk, exists bool) {
+		t.Helper()
+		err := db.View(func(r *Reader) (err error) {
+			exists, err = r.SpoolChunks(xid, after, func(ordinal uint64, sub uint32, changes []Change) error {
+				if len(changes) != 2 {
+					t.Errorf("chunk %d has %d changes, want 2", ordinal, len(changes))
+				}
+				got = append(got, chunk{ordinal, sub, changes[0].New[0].Int})
+				return nil
+			})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, exists
+	}
+	if got, exists := read(0); exists || got != nil {
+		t.Fatalf("a missing spool: %v, exists %v", got, exists)
+	}
+	appendChunks(xid, xid)
+	if got, _ := read(0); !reflect.DeepEqual(got, []chunk{{1, xid, xid}, {2, xid, xid}}) {
+		t.Fatalf("chunks = %v", got)
+	}
+	appendChunks(xid, 701)
+	if got, exists := read(2); !exists || !reflect.DeepEqual(got, []chunk{{3, xid, xid}, {4, 701, 701}}) {
+		t.Fatalf("chunks after 2 = %v, exists %v", got, exists)
+	}
+	var epoch uint64
+	err := db.Update(func(w *Writer) (err error) {
+		if epoch, err = w.SpoolEpoch(); err != nil {
+			return err
+		}
+		return w.SpoolCommit(xid, TxnHeader{Xid: xid, CommitLSN: 40, EndLSN: 50})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, exists := read(0); exists || got != nil {
+		t.Fatalf("a committed spool is still read: %v", got)
+	}
+	err = db.View(func(r *Reader) error {
+		return r.Txns(0, func(h *TxnHeader, cur *TxnCursor) error {
+			if id, ok := cur.Spool(); !ok || id != xid {
+				t.Errorf("queue entry of the spool names spool %d (%v)", id, ok)
+			}
+			var firsts []int64
+			err := cur.SharedChunksAfter(3, func(changes []Change) error {
+				firsts = append(firsts, changes[0].New[0].Int)
+				return nil
+			})
+			if !reflect.DeepEqual(firsts, []int64{701}) {
+				t.Errorf("chunks after 3 = %v, want [701]", firsts)
+			}
+			return err
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A transaction that was not streamed names no spool.
+	err = db.Update(func(w *Writer) error { return w.AppendTxn(sampleTxn(60, 50), 8) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.View(func(r *Reader) error {
+		return r.Txns(50, func(h *TxnHeader, cur *TxnCursor) error {
+			if id, ok := cur.Spool(); ok {
+				t.Errorf("a transaction that was not streamed names spool %d", id)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(w *Writer) error {
+		if _, err := w.DiscardSpools(); err != nil {
+			return err
+		}
+		if now, err := w.SpoolEpoch(); err != nil || now != epoch+1 {
+			t.Errorf("spool epoch after a discard: %d (%v), want %d", now, err, epoch+1)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
