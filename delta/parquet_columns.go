@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -46,8 +49,18 @@ type columnarWriter struct {
 	release  chan struct{}
 	values   map[int]any
 	// committing are the row groups encoded but not yet in the file,
-	// oldest first.
+	// oldest first; held is the size of those that wait for the deferred
+	// values.
 	committing []*encodeJob
+	held       atomic.Int64
+	// yield gives the thread away between slices of a column (see
+	// WriteOptions.Yield).
+	yield bool
+	// sealed is set once the writer takes no more rows: the columns of the
+	// row groups encoding then go back to buffers as soon as they are
+	// encoded, not at the close. sealMu guards it and the jobs' columns.
+	sealMu sync.Mutex
+	sealed bool
 }
 
 // encodingRowGroups is the most row groups a writer encodes at once; with
@@ -247,7 +260,9 @@ func (c *columnarWriter) waitOldest() error {
 	j := c.encoding[0]
 	<-j.encoded
 	c.encoding = c.encoding[1:]
-	c.free = append(c.free, j.g)
+	if j.g != nil {
+		c.free = append(c.free, j.g)
+	}
 	if c.err == nil {
 		c.err = j.encodeErr
 	}
@@ -287,8 +302,23 @@ func (c *columnarWriter) wait() error {
 	return c.err
 }
 
-// seal encodes the rows written: the writer takes no more rows.
-func (c *columnarWriter) seal() error { return c.encode(false) }
+// seal encodes the rows written: the writer takes no more rows, and its
+// columns go back to buffers (see columnarWriter.sealed).
+func (c *columnarWriter) seal() error {
+	err := c.encode(false)
+	c.sealMu.Lock()
+	defer c.sealMu.Unlock()
+	c.sealed = true
+	for _, j := range c.encoding {
+		if closed(j.encoded) && j.g != nil {
+			c.free = append(c.free, j.g)
+			j.g = nil
+		}
+	}
+	c.giveBack()
+	c.free, c.filling = nil, nil
+	return err
+}
 
 // close encodes the remaining rows and waits until every row group is in
 // the file, with values as the deferred columns' values (by field
@@ -320,15 +350,24 @@ func (j *encodeJob) run(prev *encodeJob, c *columnarWriter) {
 	defer close(j.committed)
 	g := j.g
 	rows, rg := g.rows, g.rg
-	bounds, err := g.encode()
+	bounds, err := g.encode(c.yield)
 	j.encodeErr = err
 	// The columns are free for the next rows, which begin a row group of
 	// their own while this one waits for its turn.
 	g.reset()
 	g.rg = nil
+	c.sealMu.Lock()
+	if c.sealed {
+		c.buffers.give(c.key, []*rowGroupColumns{g})
+		j.g = nil
+	}
 	close(j.encoded)
+	c.sealMu.Unlock()
 	if c.release != nil {
+		size := rg.Size()
+		c.held.Add(size)
 		<-c.release
+		c.held.Add(-size)
 	}
 	if prev != nil {
 		<-prev.committed
@@ -395,7 +434,7 @@ const encodeChunkRows = 1024
 
 // encode writes the pages of the row group and returns the statistics of
 // its columns, by field.
-func (g *rowGroupColumns) encode() ([]colBounds, error) {
+func (g *rowGroupColumns) encode(yield bool) ([]colBounds, error) {
 	writers := g.rg.ColumnWriters()
 	bounds := make([]colBounds, g.fields)
 	for _, col := range g.cols {
@@ -406,6 +445,9 @@ func (g *rowGroupColumns) encode() ([]colBounds, error) {
 			g.buf, k = col.appendValues(g.buf[:0], from, to, k)
 			if _, err := writers[col.leaf].WriteRowValues(g.buf); err != nil {
 				return nil, errColumn(col.field, err)
+			}
+			if yield {
+				runtime.Gosched()
 			}
 		}
 	}

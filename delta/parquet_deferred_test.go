@@ -41,7 +41,7 @@ func TestDeferredColumns(t *testing.T) {
 	}
 	dir := t.TempDir()
 	w, err := NewDataWriter(dir, st, []string{"day"}, nil,
-		WriteOptions{RowGroupRows: 1000, Deferred: []string{"lsn", "ts", "day"}, Buffers: &ColumnBuffers{}})
+		WriteOptions{RowGroupRows: 1000, Deferred: []string{"lsn", "ts", "day"}, Buffers: &ColumnBuffers{}, Yield: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +57,19 @@ func TestDeferredColumns(t *testing.T) {
 	if err := w.Write(rows[:1]); err == nil {
 		t.Error("a write after Seal succeeded")
 	}
+	// The encoded row groups wait in memory, and say how much they hold.
+	for deadline := time.Now().Add(10 * time.Second); w.HeldBytes() < 1000 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if held := w.HeldBytes(); held < 1000 {
+		t.Errorf("sealed writer holds %d bytes", held)
+	}
 	add, err := w.CloseWith(map[string]any{"lsn": int64(9000), "ts": ts, "day": day})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if held := w.HeldBytes(); held != 0 {
+		t.Errorf("closed writer holds %d bytes", held)
 	}
 	if wantDir := "day=2026-03-29/"; !strings.HasPrefix(add.Path, wantDir) {
 		t.Errorf("path %s, want it in %s", add.Path, wantDir)

@@ -60,6 +60,12 @@ type WriteOptions struct {
 	// column stays at the table root, where CloseWith moves it from into
 	// its partition's directory.
 	Deferred []string
+	// Yield makes the goroutines that encode row groups give their turn
+	// to the other goroutines after each slice of a column: a writer that
+	// works ahead while another goroutine has the thread for urgent work
+	// (see the applier's speculation) holds it up for microseconds, not
+	// for the milliseconds of a whole row group.
+	Yield bool
 }
 
 // DataWriter writes one Parquet data file of a table with parquet-go and
@@ -220,6 +226,7 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 	w.writer = parquet.NewWriter(f, options...)
 	w.stats = newStatsCollector(w.data)
 	w.columns = newColumnarWriter(w.writer, w.data, w.stats, rg, opts.Buffers, key, dataDeferred)
+	w.columns.yield = opts.Yield
 	return w, nil
 }
 
@@ -280,6 +287,10 @@ func (w *DataWriter) Seal() error {
 	w.sealed = true
 	return w.columns.seal()
 }
+
+// HeldBytes returns the size of the encoded row groups that wait in memory
+// for the values of deferred columns.
+func (w *DataWriter) HeldBytes() int64 { return w.columns.held.Load() }
 
 // Close finishes the file, flushes it to stable storage and returns its add
 // action (dataChange true, with stats). A writer with deferred columns is

@@ -232,3 +232,16 @@ func eachChunkAfter(b *bolt.Bucket, after uint64, fn func(ordinal uint64, subXid
 	}
 	return nil
 }
+
+// SpoolIDs returns the ids of the open spools, in order.
+func (r *Reader) SpoolIDs() ([]SpoolID, error) {
+	var ids []SpoolID
+	err := r.tx.Bucket(bucketSpool).ForEach(func(k, _ []byte) error {
+		if len(k) != 8 {
+			return fmt.Errorf("spool key %x: %w", k, ErrCorrupt)
+		}
+		ids = append(ids, SpoolID(binary.BigEndian.Uint64(k)))
+		return nil
+	})
+	return ids, err
+}

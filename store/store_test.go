@@ -588,6 +588,15 @@ func TestSpoolReadWhileOpen(t *testing.T) {
 		t.Fatalf("a missing spool: %v, exists %v", got, exists)
 	}
 	appendChunks(xid, xid)
+	err := db.View(func(r *Reader) error {
+		if ids, err := r.SpoolIDs(); err != nil || !reflect.DeepEqual(ids, []SpoolID{xid}) {
+			t.Errorf("spool ids %v (%v)", ids, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got, _ := read(0); !reflect.DeepEqual(got, []chunk{{1, xid, xid}, {2, xid, xid}}) {
 		t.Fatalf("chunks = %v", got)
 	}
@@ -596,7 +605,7 @@ func TestSpoolReadWhileOpen(t *testing.T) {
 		t.Fatalf("chunks after 2 = %v, exists %v", got, exists)
 	}
 	var epoch uint64
-	err := db.Update(func(w *Writer) (err error) {
+	err = db.Update(func(w *Writer) (err error) {
 		if epoch, err = w.SpoolEpoch(); err != nil {
 			return err
 		}
