@@ -641,6 +641,9 @@ type mergeWriter struct {
 	files   []*mirrorFile
 	closer  closer
 	written int64
+	// yield has the files encoded yielding the thread
+	// (delta.WriteOptions.Yield), for writing ahead (speculate.go).
+	yield bool
 }
 
 func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
@@ -651,7 +654,9 @@ func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
 		}
 	}
 	if w.w == nil {
-		dw, err := delta.NewDataWriter(m.t.Path(), m.schema, nil, nil, w.a.writeOptions())
+		opts := w.a.writeOptions()
+		opts.Yield = w.yield
+		dw, err := delta.NewDataWriter(m.t.Path(), m.schema, nil, nil, opts)
 		if err != nil {
 			return fmt.Errorf("mirror %s: %w", m.name, err)
 		}
