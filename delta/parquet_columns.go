@@ -2,14 +2,10 @@ package delta
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"math"
 	"math/big"
-	"runtime"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -42,25 +38,6 @@ type columnarWriter struct {
 	// (key), and takes this one's back (see newColumnarWriter).
 	buffers *ColumnBuffers
 	key     string
-	// deferred holds, by field position, the columns whose one value for
-	// every row is given at the end (see WriteOptions.Deferred); rows do
-	// not fill them, and their values wait in release until then.
-	deferred map[int]*StructField
-	release  chan struct{}
-	values   map[int]any
-	// committing are the row groups encoded but not yet in the file,
-	// oldest first; held is the size of those that wait for the deferred
-	// values.
-	committing []*encodeJob
-	held       atomic.Int64
-	// yield gives the thread away between slices of a column (see
-	// WriteOptions.Yield).
-	yield bool
-	// sealed is set once the writer takes no more rows: the columns of the
-	// row groups encoding then go back to buffers as soon as they are
-	// encoded, not at the close. sealMu guards it and the jobs' columns.
-	sealMu sync.Mutex
-	sealed bool
 }
 
 // encodingRowGroups is the most row groups a writer encodes at once; with
@@ -70,10 +47,7 @@ const encodingRowGroups = 2
 // rowGroupColumns are the columns of one row group and what encoding them
 // needs.
 type rowGroupColumns struct {
-	// cols are the leaf fields of the schema, nested the others; fields
-	// counts the schema's fields, with the deferred ones, which are in
-	// neither.
-	fields int
+	// cols are the leaf fields of the schema, nested the others.
 	cols   []*flatColumn
 	nested []*nestedColumn
 	rows   int
@@ -88,10 +62,6 @@ type rowGroupColumns struct {
 // encodeJob is a row group being encoded.
 type encodeJob struct {
 	g *rowGroupColumns
-	// encodeErr is the error of encoding the columns, to be read once
-	// encoded is closed; the columns are then empty, for reuse.
-	encodeErr error
-	encoded   chan struct{}
 	// err is the job's error, to be read once committed is closed.
 	err error
 	// committed is closed when the row group is in the file, or failed.
@@ -101,11 +71,8 @@ type encodeJob struct {
 // newColumnarWriter returns a writer of row groups of at most maxRows rows
 // into w. With buffers, it borrows its columns from those of closed writers
 // of the same data schema (key), and gives them back once closed.
-func newColumnarWriter(w *parquet.Writer, st *StructType, stats *statsCollector, maxRows int64, buffers *ColumnBuffers, key string, deferred map[int]*StructField) *columnarWriter {
-	c := &columnarWriter{writer: w, schema: st, stats: stats, maxRows: int(maxRows), buffers: buffers, key: key, deferred: deferred}
-	if len(deferred) > 0 {
-		c.release = make(chan struct{})
-	}
+func newColumnarWriter(w *parquet.Writer, st *StructType, stats *statsCollector, maxRows int64, buffers *ColumnBuffers, key string) *columnarWriter {
+	c := &columnarWriter{writer: w, schema: st, stats: stats, maxRows: int(maxRows), buffers: buffers, key: key}
 	if g := buffers.take(key); g != nil {
 		g.rg = w.BeginRowGroup()
 		c.filling = g
@@ -137,12 +104,10 @@ func (c *columnarWriter) giveBack() {
 // newRowGroupColumns returns empty columns, with room for as many values as
 // like holds when it is not nil.
 func (c *columnarWriter) newRowGroupColumns(like *rowGroupColumns) *rowGroupColumns {
-	g := &rowGroupColumns{rg: c.writer.BeginRowGroup(), fields: len(c.schema.Fields)}
+	g := &rowGroupColumns{rg: c.writer.BeginRowGroup()}
 	leaf := 0
 	for pos, f := range c.schema.Fields {
-		if c.deferred[pos] != nil {
-			// Encoded from its one value when the row group is committed.
-		} else if isLeaf(f.Type) {
+		if isLeaf(f.Type) {
 			g.cols = append(g.cols, newFlatColumn(f, pos, leaf))
 		} else {
 			g.nested = append(g.nested, &nestedColumn{field: f, pos: pos, leaf: leaf, shred: newFieldShredder(f)})
@@ -244,131 +209,52 @@ func (c *columnarWriter) encode(more bool) error {
 		c.filling = c.newRowGroupColumns(g)
 	}
 	var prev *encodeJob
-	if n := len(c.committing); n > 0 {
-		prev = c.committing[n-1]
+	if n := len(c.encoding); n > 0 {
+		prev = c.encoding[n-1]
 	}
-	job := &encodeJob{g: g, encoded: make(chan struct{}), committed: make(chan struct{})}
+	job := &encodeJob{g: g, committed: make(chan struct{})}
 	c.encoding = append(c.encoding, job)
-	c.committing = append(c.committing, job)
-	go job.run(prev, c)
+	go job.run(prev, c.stats)
 	return nil
 }
 
-// waitOldest waits for the oldest row group being encoded, takes its
-// columns back for reuse and returns the writer's error.
+// waitOldest waits for the oldest row group being encoded and returns the
+// writer's error.
 func (c *columnarWriter) waitOldest() error {
 	j := c.encoding[0]
-	<-j.encoded
+	<-j.committed
 	c.encoding = c.encoding[1:]
-	if j.g != nil {
-		c.free = append(c.free, j.g)
-	}
+	c.free = append(c.free, j.g)
 	if c.err == nil {
-		c.err = j.encodeErr
-	}
-	// Row groups committed meanwhile report their errors too.
-	for len(c.committing) > 0 && closed(c.committing[0].committed) {
-		if c.err == nil {
-			c.err = c.committing[0].err
-		}
-		c.committing = c.committing[1:]
+		c.err = j.err
 	}
 	return c.err
 }
 
-// closed reports whether ch is closed.
-func closed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// wait waits for the row groups being encoded and committed, and returns
-// the writer's error.
+// wait waits for the row groups being encoded and returns the writer's
+// error.
 func (c *columnarWriter) wait() error {
 	for len(c.encoding) > 0 {
 		c.waitOldest()
 	}
-	for _, j := range c.committing {
-		<-j.committed
-		if c.err == nil {
-			c.err = j.err
-		}
-	}
-	c.committing = nil
 	return c.err
 }
 
-// seal encodes the rows written: the writer takes no more rows, and its
-// columns go back to buffers (see columnarWriter.sealed).
-func (c *columnarWriter) seal() error {
-	err := c.encode(false)
-	c.sealMu.Lock()
-	defer c.sealMu.Unlock()
-	c.sealed = true
-	for _, j := range c.encoding {
-		if closed(j.encoded) && j.g != nil {
-			c.free = append(c.free, j.g)
-			j.g = nil
-		}
-	}
-	c.giveBack()
-	c.free, c.filling = nil, nil
-	return err
-}
-
 // close encodes the remaining rows and waits until every row group is in
-// the file, with values as the deferred columns' values (by field
-// position). The writer takes no more rows.
-func (c *columnarWriter) close(values map[int]any) error {
-	if len(c.deferred) > 0 {
-		c.values = values
-		close(c.release)
-	}
+// the file. The writer takes no more rows.
+func (c *columnarWriter) close() error {
 	c.encode(false)
 	return c.wait()
 }
 
-// abort stops the row groups that wait for the deferred values and waits
-// for the others.
-func (c *columnarWriter) abort() {
-	if c.release != nil && c.values == nil {
-		c.values = map[int]any{}
-		close(c.release)
-	}
-	c.wait()
-}
-
-// run encodes the row group and empties its columns for reuse; then, once
-// the deferred values are given (if any) and prev (if any) is committed,
-// encodes the deferred columns, adds the statistics to the file's and
-// commits the row group.
-func (j *encodeJob) run(prev *encodeJob, c *columnarWriter) {
+// run encodes the row group, then, once prev (if any) is committed, adds
+// its statistics to the file's and commits it, and empties the columns for
+// reuse.
+func (j *encodeJob) run(prev *encodeJob, stats *statsCollector) {
 	defer close(j.committed)
 	g := j.g
-	rows, rg := g.rows, g.rg
-	bounds, err := g.encode(c.yield)
-	j.encodeErr = err
-	// The columns are free for the next rows, which begin a row group of
-	// their own while this one waits for its turn.
-	g.reset()
-	g.rg = nil
-	c.sealMu.Lock()
-	if c.sealed {
-		c.buffers.give(c.key, []*rowGroupColumns{g})
-		j.g = nil
-	}
-	close(j.encoded)
-	c.sealMu.Unlock()
-	if c.release != nil {
-		size := rg.Size()
-		c.held.Add(size)
-		<-c.release
-		c.held.Add(-size)
-	}
+	defer g.reset()
+	bounds, err := g.encode()
 	if prev != nil {
 		<-prev.committed
 		if prev.err != nil {
@@ -380,52 +266,12 @@ func (j *encodeJob) run(prev *encodeJob, c *columnarWriter) {
 		j.err = err
 		return
 	}
-	if len(c.deferred) > 0 && rows > 0 {
-		if len(c.values) == 0 {
-			j.err = errors.New("write rows: writer aborted")
-			return
-		}
-		writers := rg.ColumnWriters()
-		leaf := 0
-		for pos, f := range c.schema.Fields {
-			if df := c.deferred[pos]; df != nil {
-				if bounds[pos], err = encodeConstant(writers[leaf], df, c.values[pos], rows); err != nil {
-					j.err = err
-					return
-				}
-			}
-			leaf += numLeaves(f.Type)
-		}
-	}
 	for i, b := range bounds {
-		b.addTo(c.stats.cols[i])
+		b.addTo(stats.cols[i])
 	}
-	if _, err := rg.Commit(); err != nil {
+	if _, err := g.rg.Commit(); err != nil {
 		j.err = fmt.Errorf("write rows: %w", err)
 	}
-}
-
-// encodeConstant writes rows values v of leaf field f and returns their
-// statistics.
-func encodeConstant(w *parquet.ColumnWriter, f *StructField, v any, rows int) (colBounds, error) {
-	col := newFlatColumn(f, 0, 0)
-	n := min(rows, encodeChunkRows)
-	for range n {
-		if err := col.add(v); err != nil {
-			return colBounds{}, err
-		}
-	}
-	b := col.bounds(n)
-	if b.nulls > 0 {
-		b.nulls = int64(rows)
-	}
-	buf, _ := col.appendValues(nil, 0, n, 0)
-	for done := 0; done < rows; done += n {
-		if _, err := w.WriteRowValues(buf[:min(n, rows-done)]); err != nil {
-			return colBounds{}, errColumn(f, err)
-		}
-	}
-	return b, nil
 }
 
 // encodeChunkRows is how many rows of a column go to parquet-go at a time:
@@ -434,9 +280,9 @@ const encodeChunkRows = 1024
 
 // encode writes the pages of the row group and returns the statistics of
 // its columns, by field.
-func (g *rowGroupColumns) encode(yield bool) ([]colBounds, error) {
+func (g *rowGroupColumns) encode() ([]colBounds, error) {
 	writers := g.rg.ColumnWriters()
-	bounds := make([]colBounds, g.fields)
+	bounds := make([]colBounds, len(g.cols)+len(g.nested))
 	for _, col := range g.cols {
 		bounds[col.pos] = col.bounds(g.rows)
 		k := 0
@@ -446,18 +292,11 @@ func (g *rowGroupColumns) encode(yield bool) ([]colBounds, error) {
 			if _, err := writers[col.leaf].WriteRowValues(g.buf); err != nil {
 				return nil, errColumn(col.field, err)
 			}
-			if yield {
-				runtime.Gosched()
-			}
 		}
 	}
 	clear(g.buf)
 	for _, col := range g.nested {
-		st := newColStats(&StructType{Fields: []*StructField{col.field}})[0]
-		for _, v := range col.values[:g.rows] {
-			st.observe(v)
-		}
-		bounds[col.pos] = colBounds{nested: st}
+		bounds[col.pos] = colBounds{values: col.values}
 		if err := col.encode(writers[col.leaf:], g.rows); err != nil {
 			return nil, errColumn(col.field, err)
 		}
@@ -936,17 +775,15 @@ type colBounds struct {
 	// has none or its type no bounds; unbounded is a value (NaN, ±Inf, a
 	// string that is not UTF-8) that leaves the column without bounds.
 	lo, hi, unbounded any
-	// nested are the statistics of a nested column, observed value by
-	// value when it was encoded (its values are gone by the time they are
-	// added to the file's).
-	nested *colStats
+	// values are the values of a nested column, observed one by one.
+	values []any
 }
 
 // addTo adds the statistics to the file's, as colStats.observe would have
 // from the values one by one.
 func (b colBounds) addTo(s *colStats) {
-	if b.nested != nil {
-		s.merge(b.nested)
+	for _, v := range b.values {
+		s.observe(v)
 	}
 	s.nullCount += b.nulls
 	switch {

@@ -52,20 +52,6 @@ type WriteOptions struct {
 	// Buffers, when set, lends the writer the column buffers of writers
 	// closed before it and takes its own back when it is closed.
 	Buffers *ColumnBuffers
-	// Deferred names columns that hold one value in every row of the file,
-	// a value known only once every row is written: rows leave them nil,
-	// and CloseWith gives their values. They must be partition columns or
-	// columns of a primitive or decimal type. The row groups written wait,
-	// encoded, in memory until then, and a file with a deferred partition
-	// column stays at the table root, where CloseWith moves it from into
-	// its partition's directory.
-	Deferred []string
-	// Yield makes the goroutines that encode row groups give their turn
-	// to the other goroutines after each slice of a column: a writer that
-	// works ahead while another goroutine has the thread for urgent work
-	// (see the applier's speculation) holds it up for microseconds, not
-	// for the milliseconds of a whole row group.
-	Yield bool
 }
 
 // DataWriter writes one Parquet data file of a table with parquet-go and
@@ -93,42 +79,18 @@ type DataWriter struct {
 	stats      *statsCollector
 	columns    *columnarWriter
 	closed     bool
-	sealed     bool
-	// deferred are the fields of the deferred columns by position in the
-	// table schema, partitionColumns the table's partition columns.
-	deferred         map[int]*StructField
-	partitionColumns []string
 }
 
 // NewDataWriter creates a data file under the table root for rows of schema.
 // partitionValues maps each partition column to its Go value (a missing key
 // is null); the file goes in the hive-style directory of those values.
 func NewDataWriter(root string, schema *StructType, partitionColumns []string, partitionValues map[string]any, opts WriteOptions) (*DataWriter, error) {
-	w := &DataWriter{root: root, full: schema, partValues: map[string]*string{}, partitionColumns: partitionColumns}
+	w := &DataWriter{root: root, full: schema, partValues: map[string]*string{}}
 	isPart := map[string]bool{}
-	inRoot := false
-	for _, name := range opts.Deferred {
-		f, idx := schema.Field(name)
-		if f == nil {
-			return nil, fmt.Errorf("new data writer: %w: deferred column %q not in schema", ErrInvalidSchema, name)
-		}
-		if w.deferred == nil {
-			w.deferred = map[int]*StructField{}
-		}
-		w.deferred[idx] = f
-	}
 	for _, pc := range partitionColumns {
 		f, idx := schema.Field(pc)
 		if f == nil {
 			return nil, fmt.Errorf("new data writer: %w: partition column %q not in schema", ErrInvalidSchema, pc)
-		}
-		isPart[pc] = true
-		if w.deferred[idx] != nil {
-			if _, ok := partitionValues[pc]; ok {
-				return nil, fmt.Errorf("new data writer: %w: deferred partition column %q has a value", ErrInvalidSchema, pc)
-			}
-			inRoot = true
-			continue
 		}
 		s, err := SerializePartitionValue(f.Type, partitionValues[pc])
 		if err != nil {
@@ -141,6 +103,7 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 		w.partIdx = append(w.partIdx, idx)
 		w.partStrings = append(w.partStrings, s)
 		w.partSeen = append(w.partSeen, nil)
+		isPart[pc] = true
 	}
 	for k := range partitionValues {
 		if !isPart[k] {
@@ -148,15 +111,8 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 		}
 	}
 	w.data = &StructType{}
-	dataDeferred := map[int]*StructField{}
 	for i, f := range schema.Fields {
 		if !isPart[f.Name] {
-			if df := w.deferred[i]; df != nil {
-				if !isLeaf(f.Type) {
-					return nil, fmt.Errorf("new data writer: %w: deferred column %q is not of a primitive type", ErrInvalidSchema, f.Name)
-				}
-				dataDeferred[len(w.data.Fields)] = df
-			}
 			w.data.Fields = append(w.data.Fields, f)
 			w.dataIdx = append(w.dataIdx, i)
 		}
@@ -188,16 +144,13 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 		if key, err = w.data.SchemaString(); err != nil {
 			return nil, fmt.Errorf("new data writer: %w", err)
 		}
-		for _, name := range opts.Deferred {
-			key += "\x00" + name
-		}
 	}
 	id, err := newUUID()
 	if err != nil {
 		return nil, err
 	}
 	name := fmt.Sprintf("part-00000-%s-c000.%s.parquet", id, ext)
-	if len(partitionColumns) > 0 && !inRoot {
+	if len(partitionColumns) > 0 {
 		w.relPath = partitionDir(partitionColumns, w.partValues) + "/" + name
 	} else {
 		w.relPath = name
@@ -225,8 +178,7 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 	}
 	w.writer = parquet.NewWriter(f, options...)
 	w.stats = newStatsCollector(w.data)
-	w.columns = newColumnarWriter(w.writer, w.data, w.stats, rg, opts.Buffers, key, dataDeferred)
-	w.columns.yield = opts.Yield
+	w.columns = newColumnarWriter(w.writer, w.data, w.stats, rg, opts.Buffers, key)
 	return w, nil
 }
 
@@ -238,7 +190,7 @@ func (w *DataWriter) NumRows() int64 { return w.stats.numRecords }
 
 // Write appends rows. On error the writer should be aborted.
 func (w *DataWriter) Write(rows []Row) error {
-	if w.closed || w.sealed {
+	if w.closed {
 		return errors.New("write rows: writer is closed")
 	}
 	for _, r := range rows {
@@ -276,47 +228,14 @@ func samePartitionValue(seen, v any) bool {
 	return false
 }
 
-// Seal encodes the rows written so far, on other goroutines, and takes no
-// more rows: a writer whose file is full but that cannot close yet (its
-// deferred values are not known) has its work done meanwhile. Close or
-// CloseWith still follow.
-func (w *DataWriter) Seal() error {
-	if w.closed {
-		return errors.New("seal data writer: writer is closed")
-	}
-	w.sealed = true
-	return w.columns.seal()
-}
-
-// HeldBytes returns the size of the encoded row groups that wait in memory
-// for the values of deferred columns.
-func (w *DataWriter) HeldBytes() int64 { return w.columns.held.Load() }
-
 // Close finishes the file, flushes it to stable storage and returns its add
-// action (dataChange true, with stats). A writer with deferred columns is
-// closed with CloseWith.
+// action (dataChange true, with stats).
 func (w *DataWriter) Close() (*Add, error) {
-	if len(w.deferred) > 0 {
-		w.Abort()
-		return nil, fmt.Errorf("close data writer: %w: the deferred columns need their values", ErrInvalidValue)
-	}
-	return w.CloseWith(nil)
-}
-
-// CloseWith finishes the file like Close, with values as the value of the
-// deferred columns in every row (see WriteOptions.Deferred), and moves it
-// into its partition's directory when a partition column was deferred.
-func (w *DataWriter) CloseWith(values map[string]any) (*Add, error) {
 	if w.closed {
 		return nil, errors.New("close data writer: already closed")
 	}
-	dataValues, moveTo, err := w.deferredValues(values)
-	if err != nil {
-		w.Abort()
-		return nil, err
-	}
 	w.closed = true
-	if err := w.columns.close(dataValues); err != nil {
+	if err := w.columns.close(); err != nil {
 		w.abort()
 		return nil, err
 	}
@@ -342,12 +261,6 @@ func (w *DataWriter) CloseWith(values map[string]any) (*Add, error) {
 	if err := fsyncDir(filepath.Dir(w.absPath)); err != nil {
 		return nil, fmt.Errorf("close data writer: %w", err)
 	}
-	if moveTo != "" {
-		if err := w.move(moveTo); err != nil {
-			os.Remove(w.absPath)
-			return nil, fmt.Errorf("close data writer: %w", err)
-		}
-	}
 	info, err := os.Stat(w.absPath)
 	if err != nil {
 		return nil, fmt.Errorf("close data writer: %w", err)
@@ -366,75 +279,6 @@ func (w *DataWriter) CloseWith(values map[string]any) (*Add, error) {
 	}, nil
 }
 
-// deferredValues checks the values of the deferred columns and returns
-// those of data columns, by position in the data schema, and the path the
-// file moves to (empty: it stays), relative to the root. It records the
-// partition values.
-func (w *DataWriter) deferredValues(values map[string]any) (map[int]any, string, error) {
-	if len(values) != len(w.deferred) {
-		return nil, "", fmt.Errorf("close data writer: %w: %d deferred values for %d deferred columns", ErrInvalidValue, len(values), len(w.deferred))
-	}
-	if len(w.deferred) == 0 {
-		return nil, "", nil
-	}
-	data := map[int]any{}
-	moved := false
-	for i, idx := range w.dataIdx {
-		if f := w.deferred[idx]; f != nil {
-			v, ok := values[f.Name]
-			if !ok {
-				return nil, "", fmt.Errorf("close data writer: %w: no value for deferred column %q", ErrInvalidValue, f.Name)
-			}
-			if v == nil && !f.Nullable {
-				return nil, "", fmt.Errorf("close data writer: %w", errNull(f))
-			}
-			if err := newFlatColumn(f, 0, 0).add(v); err != nil {
-				return nil, "", fmt.Errorf("close data writer: %w", err)
-			}
-			data[i] = v
-		}
-	}
-	for _, pc := range w.partitionColumns {
-		f, idx := w.full.Field(pc)
-		if w.deferred[idx] == nil {
-			continue
-		}
-		v, ok := values[pc]
-		if !ok {
-			return nil, "", fmt.Errorf("close data writer: %w: no value for deferred column %q", ErrInvalidValue, pc)
-		}
-		s, err := SerializePartitionValue(f.Type, v)
-		if err != nil {
-			return nil, "", fmt.Errorf("close data writer: partition %q: %w", pc, err)
-		}
-		if s == nil && !f.Nullable {
-			return nil, "", fmt.Errorf("close data writer: %w: null partition value for non-nullable %q", ErrInvalidValue, pc)
-		}
-		w.partValues[pc] = s
-		moved = true
-	}
-	if !moved {
-		return data, "", nil
-	}
-	return data, partitionDir(w.partitionColumns, w.partValues) + "/" + w.relPath, nil
-}
-
-// move renames the closed file to relPath under the root, durably.
-func (w *DataWriter) move(relPath string) error {
-	abs := filepath.Join(w.root, filepath.FromSlash(relPath))
-	if err := mkdirAllSync(filepath.Dir(abs)); err != nil {
-		return err
-	}
-	if err := os.Rename(w.absPath, abs); err != nil {
-		return err
-	}
-	if err := fsyncDir(filepath.Dir(abs)); err != nil {
-		return err
-	}
-	w.absPath, w.relPath = abs, relPath
-	return nil
-}
-
 // Abort closes the writer and deletes the file.
 func (w *DataWriter) Abort() {
 	if w.closed {
@@ -445,7 +289,7 @@ func (w *DataWriter) Abort() {
 }
 
 func (w *DataWriter) abort() {
-	w.columns.abort()
+	w.columns.wait()
 	w.file.Close()
 	os.Remove(w.absPath)
 }

@@ -126,22 +126,6 @@ func (c *colStats) observe(v any) {
 	}
 }
 
-// merge adds the statistics of other values of the column.
-func (c *colStats) merge(o *colStats) {
-	for i, ch := range c.children {
-		ch.merge(o.children[i])
-	}
-	c.nullCount += o.nullCount
-	switch {
-	case c.children != nil:
-	case o.noBounds:
-		c.noBounds, c.min, c.max = true, nil, nil
-	case o.min != nil:
-		c.observe(o.min)
-		c.observe(o.max)
-	}
-}
-
 // hasBounds reports whether Spark records minValues and maxValues for a type.
 func hasBounds(dt DataType) bool {
 	switch t := dt.(type) {

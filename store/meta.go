@@ -8,7 +8,6 @@ var (
 	keyCheckpoint = []byte("checkpoint")
 	keySlotState  = []byte("slot")
 	keyGeneration = []byte("generation")
-	keySpoolEpoch = []byte("spool epoch")
 )
 
 // Checkpoint returns the replication checkpoint: the end LSN of the last

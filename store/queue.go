@@ -263,39 +263,6 @@ func (t *TxnCursor) chunks(decode chunkDecoder, fn func(changes []Change) error)
 	return eachChunk(t.b, decode, func(_ uint32, changes []Change) error { return fn(changes) })
 }
 
-// Spool returns the spool a streamed transaction was collected in, and
-// false for a transaction that was not.
-func (t *TxnCursor) Spool() (SpoolID, bool) {
-	if t.b == nil {
-		return 0, false
-	}
-	// A streamed transaction's entry holds its header and its spool; any
-	// other holds its header and its chunks.
-	c := t.b.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if bytes.Equal(k, headerKey) {
-			continue
-		}
-		if v == nil && len(k) == 8 {
-			return SpoolID(binary.BigEndian.Uint64(k)), true
-		}
-		break
-	}
-	return 0, false
-}
-
-// SharedChunksAfter is SharedChunks for a streamed transaction, from the
-// chunk of its spool numbered after the given one (see
-// Reader.SpoolChunks): the chunks a reader of the spool has read are not
-// read again.
-func (t *TxnCursor) SharedChunksAfter(after uint64, fn func(changes []Change) error) error {
-	id, ok := t.Spool()
-	if !ok {
-		return fmt.Errorf("chunks after %d: %w: not a streamed transaction", after, ErrCorrupt)
-	}
-	return eachChunkAfter(t.b.Bucket(id.key()), after, func(_ uint64, _ uint32, changes []Change) error { return fn(changes) })
-}
-
 // chunkDecoder is decodeChunk, decodeSharedChunk or decodeChunkWithoutValues.
 type chunkDecoder func(data []byte) (subXid uint32, changes []Change, err error)
 

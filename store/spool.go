@@ -2,7 +2,6 @@ package store
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -144,16 +143,8 @@ func (w *Writer) SpoolCommit(id SpoolID, h TxnHeader) error {
 }
 
 // DiscardSpools drops every spool: after a reconnect, PostgreSQL sends
-// transactions that were in progress again from their start. The spool
-// epoch goes up by one.
+// transactions that were in progress again from their start.
 func (w *Writer) DiscardSpools() (int, error) {
-	epoch, err := w.SpoolEpoch()
-	if err != nil {
-		return 0, err
-	}
-	if err := w.raiseMetaLSN(keySpoolEpoch, "spool epoch", LSN(epoch+1)); err != nil {
-		return 0, err
-	}
 	sp := w.tx.Bucket(bucketSpool)
 	var keys [][]byte
 	_ = sp.ForEach(func(k, _ []byte) error { keys = append(keys, k); return nil })
@@ -182,66 +173,4 @@ func (r *Reader) Spools() (int, error) {
 	n := 0
 	err := r.tx.Bucket(bucketSpool).ForEach(func(_, _ []byte) error { n++; return nil })
 	return n, err
-}
-
-// SpoolEpoch counts the times the spools were discarded (DiscardSpools). A
-// reader that keeps what it read of a spool from one read transaction to the
-// next compares it: a spool of the same id in a later epoch is another.
-func (r *Reader) SpoolEpoch() (uint64, error) {
-	e, err := r.metaLSN(keySpoolEpoch, "spool epoch")
-	return uint64(e), err
-}
-
-// SpoolChunks calls fn with each chunk of spool id after the chunk numbered
-// after, in order, with its number and subtransaction, and reports whether
-// the spool exists. The changes are decoded as for TxnCursor.SharedChunks:
-// fn keeps nothing of them once it returns. Returning ErrStopScan from fn
-// ends the scan without error.
-func (r *Reader) SpoolChunks(id SpoolID, after uint64, fn func(ordinal uint64, subXid uint32, changes []Change) error) (bool, error) {
-	b := r.tx.Bucket(bucketSpool).Bucket(id.key())
-	if b == nil {
-		return false, nil
-	}
-	err := eachChunkAfter(b, after, func(ordinal uint64, subXid uint32, changes []Change) error {
-		return fn(ordinal, subXid, changes)
-	})
-	if errors.Is(err, ErrStopScan) {
-		err = nil
-	}
-	if err != nil {
-		return true, fmt.Errorf("spool %d: %w", id, err)
-	}
-	return true, nil
-}
-
-// eachChunkAfter decodes the chunks of a spool bucket numbered above after,
-// in order.
-func eachChunkAfter(b *bolt.Bucket, after uint64, fn func(ordinal uint64, subXid uint32, changes []Change) error) error {
-	c := b.Cursor()
-	for k, v := c.Seek(ordinalKey(after + 1)); k != nil; k, v = c.Next() {
-		if v == nil || len(k) != len(headerKey) {
-			continue
-		}
-		subXid, changes, err := decodeSharedChunk(v)
-		if err != nil {
-			return fmt.Errorf("chunk %x: %w", k, err)
-		}
-		if err := fn(uint64(binary.BigEndian.Uint32(k)), subXid, changes); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// SpoolIDs returns the ids of the open spools, in order.
-func (r *Reader) SpoolIDs() ([]SpoolID, error) {
-	var ids []SpoolID
-	err := r.tx.Bucket(bucketSpool).ForEach(func(k, _ []byte) error {
-		if len(k) != 8 {
-			return fmt.Errorf("spool key %x: %w", k, ErrCorrupt)
-		}
-		ids = append(ids, SpoolID(binary.BigEndian.Uint64(k)))
-		return nil
-	})
-	return ids, err
 }

@@ -7,11 +7,10 @@
 //
 //	queue     end LSN (8 bytes) -> TxnHeader and its one chunk of changes, framed as one record
 //	          or, for a larger or streamed transaction,
-//	          end LSN (8 bytes) -> bucket: 0 -> TxnHeader, 1..n -> chunks of changes,
-//	          or, for a streamed one, spool id -> its spool's bucket
+//	          end LSN (8 bytes) -> bucket: 0 -> TxnHeader, 1..n -> chunks of changes
 //	spool     spool id (8 bytes) -> bucket: 0 -> spool totals, 1..n -> chunks of changes
 //	relations OID (4 bytes) + LSN (8 bytes) -> Relation
-//	meta      name -> value (checkpoint, slot state, queue totals, generation, spool epoch)
+//	meta      name -> value (checkpoint, slot state, queue totals)
 package store
 
 import (

@@ -60,10 +60,6 @@ type Config struct {
 	// one mirror, encoded, until the merge: past it they are sorted and
 	// spilled to a run file on disk (default 8 MiB).
 	MergeMemoryBytes int
-	// AheadMemoryBytes bounds the memory that holds the changelog files of
-	// a transaction applied ahead of its commit, encoded, until the commit
-	// (default 128 MiB; see speculate.go).
-	AheadMemoryBytes int
 	// MergeMemoryKeys, when set, also bounds the number of changes held
 	// in memory per mirror before a spill (tests use it to force spills).
 	MergeMemoryKeys int
@@ -112,9 +108,6 @@ func (c *Config) defaults() {
 	}
 	if c.MergeMemoryBytes <= 0 {
 		c.MergeMemoryBytes = 8 << 20
-	}
-	if c.AheadMemoryBytes <= 0 {
-		c.AheadMemoryBytes = 128 << 20
 	}
 	if c.MergeMemoryKeys <= 0 {
 		c.MergeMemoryKeys = math.MaxInt
@@ -185,11 +178,6 @@ type Applier struct {
 	readAheadFailed bool
 	// adder, while a flush reads the queue, adds what it reads.
 	adder *adder
-	// spec is the transaction being applied ahead of its commit, if any;
-	// joinedAhead counts the changes applied ahead that joined a flush
-	// (for tests).
-	spec        *speculation
-	joinedAhead int64
 
 	mu      sync.Mutex
 	status  map[string]TableStatus
@@ -210,14 +198,6 @@ type sourceTable struct {
 type flushStats struct {
 	ci      commitInfo
 	lastTxn store.LSN
-}
-
-// noteN notes n changes of h at once.
-func (f *flushStats) noteN(h *store.TxnHeader, n int64) {
-	if n > 0 {
-		f.note(h)
-		f.ci.changes += int(n) - 1
-	}
 }
 
 func (f *flushStats) note(h *store.TxnHeader) {
@@ -359,11 +339,6 @@ func (a *Applier) Run(ctx context.Context) error {
 				a.readAhead(ctx, upTo)
 				wait = min(wait, due.Sub(now))
 			}
-		}
-		if upTo == 0 || a.read.upTo >= upTo {
-			// Nothing else to read: a transaction in progress is
-			// applied ahead.
-			a.speculate(ctx)
 		}
 		timer := time.NewTimer(wait)
 		select {

@@ -52,9 +52,6 @@ type changelog struct {
 	rows    int64
 	// closer closes full files in the background.
 	closer closer
-	// ahead are the files of a transaction written ahead of its commit
-	// (speculate.go), closing with its values.
-	ahead []*closingFile
 
 	// txn holds the values every row of the transaction being added
 	// shares, converted to the row's interface values once.
@@ -180,30 +177,6 @@ func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange
 	}
 	var row delta.Row
 	w.rows, row = nextRow(w.rows, len(c.schema.Fields))
-	c.fill(row, seq, rc)
-	row[c.lsnIdx] = tv.lsn
-	row[c.xidIdx] = tv.xid
-	row[c.tsIdx] = tv.ts
-	row[c.seqIdx] = seq
-	row[c.dateIdx] = tv.date
-	c.rows++
-	if len(w.rows) >= 1024 {
-		if err := w.w.Write(w.rows); err != nil {
-			return fmt.Errorf("changelog %s: %w", c.name, err)
-		}
-		w.rows = w.rows[:0]
-		if w.w.NumRows() >= a.cfg.TargetFileRows {
-			if err := c.closeWriter(day); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// fill sets the values of a change's row but those its transaction's rows
-// share (_lsn, _xid, _commit_ts, _commit_date).
-func (c *changelog) fill(row delta.Row, seq int64, rc *rowChange) {
 	image := rc.newRow
 	if rc.op == store.OpDelete {
 		image = rc.oldRow
@@ -230,7 +203,24 @@ func (c *changelog) fill(row delta.Row, seq int64, rc *rowChange) {
 		row[c.beforeIdx] = before
 	}
 	row[c.opIdx] = c.op(rc.op)
+	row[c.lsnIdx] = tv.lsn
+	row[c.xidIdx] = tv.xid
+	row[c.tsIdx] = tv.ts
 	row[c.seqIdx] = seq
+	row[c.dateIdx] = tv.date
+	c.rows++
+	if len(w.rows) >= 1024 {
+		if err := w.w.Write(w.rows); err != nil {
+			return fmt.Errorf("changelog %s: %w", c.name, err)
+		}
+		w.rows = w.rows[:0]
+		if w.w.NumRows() >= a.cfg.TargetFileRows {
+			if err := c.closeWriter(day); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // closeWriter writes the buffered rows of a partition's writer and closes
@@ -258,25 +248,7 @@ func (c *changelog) abort() {
 		delete(c.writers, day)
 	}
 	c.closer.abort()
-	for _, f := range c.ahead {
-		<-f.done
-	}
-	c.ahead = nil
 	c.adds, c.rows = nil, 0
-}
-
-// closeAhead closes, in the background, a file of rows written ahead of
-// their transaction's commit, now that h is known.
-func (c *changelog) closeAhead(w *delta.DataWriter, h *store.TxnHeader) {
-	tv := c.values(h)
-	values := map[string]any{colLSN: tv.lsn, colXid: tv.xid, colCommitTS: tv.ts, colCommitDate: tv.date}
-	f := &closingFile{done: make(chan struct{}), rows: w.NumRows()}
-	c.rows += f.rows
-	c.ahead = append(c.ahead, f)
-	go func() {
-		defer close(f.done)
-		f.add, f.err = w.CloseWith(values)
-	}()
 }
 
 // write closes the flush's writers: the flush's data files are then all
@@ -291,18 +263,6 @@ func (c *changelog) write() error {
 	if err := c.closer.wait(); err != nil {
 		return fmt.Errorf("changelog %s: %w", c.name, err)
 	}
-	for i, f := range c.ahead {
-		<-f.done
-		if f.err != nil {
-			for _, f := range c.ahead[i+1:] {
-				<-f.done
-			}
-			c.ahead = nil
-			return fmt.Errorf("changelog %s: %w", c.name, f.err)
-		}
-		c.adds = append(c.adds, f.add)
-	}
-	c.ahead = nil
 	return nil
 }
 

@@ -193,19 +193,13 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, yield bool) error 
 				a.adder = nil
 			}()
 		}
-		var epoch uint64
-		if a.spec != nil {
-			if epoch, err = r.SpoolEpoch(); err != nil {
-				return err
-			}
-		}
 		return r.Txns(max(applied, a.read.upTo), func(h *store.TxnHeader, cur *store.TxnCursor) error {
 			if h.EndLSN > upTo {
 				return store.ErrStopScan
 			}
 			a.read.txns++
 			var seq int64
-			each := func(chs []store.Change) error {
+			return cur.SharedChunks(func(chs []store.Change) error {
 				for i := range chs {
 					seq++
 					a.read.changes++
@@ -217,26 +211,7 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, yield bool) error 
 					}
 				}
 				return ctx.Err()
-			}
-			if sp := a.spec; sp != nil {
-				if id, ok := cur.Spool(); ok && id == sp.id {
-					joined, err := a.joinAhead(sp, h, gen, epoch)
-					if err != nil {
-						return err
-					}
-					if !joined {
-						return cur.SharedChunks(each)
-					}
-					a.spec = nil
-					seq = sp.changes
-					skip := sp.skip
-					return cur.SharedChunksAfter(sp.chunks, func(chs []store.Change) error {
-						chs, skip = chs[min(skip, len(chs)):], 0
-						return each(chs)
-					})
-				}
-			}
-			return cur.SharedChunks(each)
+			})
 		})
 	})
 	if err != nil {
@@ -272,7 +247,6 @@ func (a *Applier) readAhead(ctx context.Context, upTo store.LSN) {
 // the queue and the warnings counted while reading it; the next flush loads
 // the tables again from disk.
 func (a *Applier) reset() {
-	a.dropAhead()
 	a.read, a.warnings = queueRead{}, nil
 	for _, st := range a.tables {
 		st.changelog.abort()

@@ -641,9 +641,6 @@ type mergeWriter struct {
 	files   []*mirrorFile
 	closer  closer
 	written int64
-	// yield has the files encoded yielding the thread
-	// (delta.WriteOptions.Yield), for writing ahead (speculate.go).
-	yield bool
 }
 
 func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
@@ -654,9 +651,7 @@ func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
 		}
 	}
 	if w.w == nil {
-		opts := w.a.writeOptions()
-		opts.Yield = w.yield
-		dw, err := delta.NewDataWriter(m.t.Path(), m.schema, nil, nil, opts)
+		dw, err := delta.NewDataWriter(m.t.Path(), m.schema, nil, nil, w.a.writeOptions())
 		if err != nil {
 			return fmt.Errorf("mirror %s: %w", m.name, err)
 		}
