@@ -1,0 +1,329 @@
+package applier
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sort"
+
+	"github.com/lakeside/lakeside/delta"
+)
+
+// baseRow is a row of an existing data file.
+type baseRow struct {
+	key     string
+	data    []any
+	deleted bool
+}
+
+func (m *mirror) readFile(ctx context.Context, f *mirrorFile) ([]baseRow, error) {
+	path, err := delta.ResolvePath(m.t.Path(), f.add.Path)
+	if err != nil {
+		return nil, fmt.Errorf("mirror %s: %w", m.name, err)
+	}
+	rows, err := delta.ReadParquetFile(ctx, path, m.schema)
+	if err != nil {
+		return nil, fmt.Errorf("mirror %s: read %s: %w", m.name, f.add.Path, err)
+	}
+	// The file is rewritten from these rows: fewer than its stats count
+	// would drop rows from the mirror.
+	if f.rows >= 0 && int64(len(rows)) != f.rows {
+		return nil, fmt.Errorf("mirror %s: read %s: %w: %d rows, its stats say %d", m.name, f.add.Path, errFileRows, len(rows), f.rows)
+	}
+	out := make([]baseRow, len(rows))
+	for i, r := range rows {
+		data := make([]any, len(m.dataPos))
+		for j, p := range m.dataPos {
+			if p >= 0 {
+				data[j] = r[p]
+			}
+		}
+		out[i] = baseRow{data: data, key: m.key(data)}
+		if m.delIdx >= 0 {
+			out[i].deleted = r[m.delIdx] == true
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out, nil
+}
+
+// mergeWriter writes the rewritten rows of one group into files of at most
+// TargetFileRows rows, never splitting equal keys. A full file closes in
+// the background while the next one fills (see closer).
+type mergeWriter struct {
+	m       *mirror
+	a       *Applier
+	w       *delta.DataWriter
+	buf     []delta.Row
+	min     []byte
+	lastKey string
+	// files are the files written, in key order; closer closes the last.
+	files   []*mirrorFile
+	closer  closer
+	written int64
+}
+
+func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
+	m := w.m
+	if w.w != nil && w.w.NumRows()+int64(len(w.buf)) >= w.a.cfg.TargetFileRows && key != w.lastKey {
+		if err := w.close(); err != nil {
+			return err
+		}
+	}
+	if w.w == nil {
+		dw, err := delta.NewDataWriter(m.t.Path(), m.schema, nil, nil, w.a.writeOptions())
+		if err != nil {
+			return fmt.Errorf("mirror %s: %w", m.name, err)
+		}
+		w.w, w.min = dw, []byte(key)
+	}
+	var row delta.Row
+	w.buf, row = nextRow(w.buf, len(m.schema.Fields))
+	for i, v := range data {
+		if i < len(m.dataPos) && m.dataPos[i] >= 0 {
+			if v == unchanged {
+				w.a.warn(m.name, "unchanged TOAST value without an existing row; written as null")
+				v = nil
+			}
+			row[m.dataPos[i]] = v
+		}
+	}
+	if m.delIdx >= 0 {
+		row[m.delIdx] = deleted
+	}
+	w.lastKey = key
+	w.written++
+	if len(w.buf) >= 1024 {
+		if err := w.w.Write(w.buf); err != nil {
+			return fmt.Errorf("mirror %s: %w", m.name, err)
+		}
+		w.buf = w.buf[:0]
+	}
+	return nil
+}
+
+// close writes the buffered rows to the file being written and closes it
+// in the background.
+func (w *mergeWriter) close() error {
+	if w.w == nil {
+		return nil
+	}
+	dw := w.w
+	w.w = nil
+	if len(w.buf) > 0 {
+		if err := dw.Write(w.buf); err != nil {
+			dw.Abort()
+			return fmt.Errorf("mirror %s: %w", w.m.name, err)
+		}
+		w.buf = w.buf[:0]
+	}
+	minKey, maxKey := w.min, []byte(w.lastKey)
+	err := w.closer.start(dw, func(add *delta.Add, rows int64) {
+		add.Tags = map[string]string{tagMinKey: hex.EncodeToString(minKey), tagMaxKey: hex.EncodeToString(maxKey)}
+		w.files = append(w.files, &mirrorFile{add: add, minKey: minKey, maxKey: maxKey, rows: rows})
+	})
+	if err != nil {
+		return fmt.Errorf("mirror %s: %w", w.m.name, err)
+	}
+	return nil
+}
+
+// finish waits until every file is written.
+func (w *mergeWriter) finish() error {
+	if err := w.closer.wait(); err != nil {
+		return fmt.Errorf("mirror %s: %w", w.m.name, err)
+	}
+	return nil
+}
+
+func (w *mergeWriter) abort() {
+	if w.w != nil {
+		w.w.Abort()
+		w.w = nil
+	}
+	w.closer.abort()
+}
+
+// apply writes the result of an entry over the existing rows of its key.
+func (w *mergeWriter) apply(key string, e *entry, base []baseRow) error {
+	m := w.m
+	var live []baseRow
+	for _, b := range base {
+		if b.deleted {
+			// Soft-deleted rows stay unless the key comes back.
+			if m.multiset || e.deleted {
+				if err := w.emit(key, b.data, true); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		live = append(live, b)
+	}
+	if m.multiset {
+		n := len(live) + e.count
+		if n < 0 {
+			w.a.warn(m.name, "delete of a row the mirror does not hold; ignored")
+			n = 0
+		}
+		for i := 0; i < n; i++ {
+			data := e.row
+			if i < len(live) {
+				data = live[i].data
+			}
+			if err := w.emit(key, data, false); err != nil {
+				return err
+			}
+		}
+		if m.soft {
+			for i := n; i < len(live); i++ {
+				if err := w.emit(key, live[i].data, true); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	var cur []any
+	if len(live) > 0 {
+		cur = live[0].data
+	}
+	row := e.row
+	if row == nil {
+		row = cur
+	} else if cur != nil && e.partial() {
+		row = fillUnchanged(row, cur)
+	}
+	if e.deleted {
+		if m.soft && row != nil {
+			return w.emit(key, row, true)
+		}
+		return nil
+	}
+	return w.emit(key, row, false)
+}
+
+// merge applies the flush's pending set and returns the actions to commit.
+func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action, operation string, err error) {
+	if err := m.endAppend(); err != nil {
+		return nil, "", err
+	}
+	p := m.pend
+	files := m.baseFiles()
+	var removed []*mirrorFile
+	// appended holds the files of the flush's appender: not committed.
+	appended := map[*mirrorFile]bool{}
+	for _, f := range m.app.files() {
+		appended[f] = true
+	}
+	if r := m.app; r != nil && r.replaced != nil {
+		removed = append(removed, r.replaced)
+	}
+	operation = "WRITE"
+	if p.truncated {
+		removed, files = append(removed, files...), nil
+		operation = "TRUNCATE"
+	}
+	w := &mergeWriter{m: m, a: a}
+	defer w.abort()
+	group := -2
+	var base []baseRow
+	bi := 0
+	endGroup := func() error {
+		for ; bi < len(base); bi++ {
+			if err := w.emit(base[bi].key, base[bi].data, base[bi].deleted); err != nil {
+				return err
+			}
+		}
+		base, bi = nil, 0
+		return w.close()
+	}
+	tailLimit := a.cfg.TargetFileRows / 2
+	err = p.iterate(func(k []byte, e *entry) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		g := assignFile(files, k, tailLimit)
+		if g != group {
+			if group != -2 {
+				if err := endGroup(); err != nil {
+					return err
+				}
+			}
+			group = g
+			if g >= 0 {
+				rows, err := m.readFile(ctx, files[g])
+				if err != nil {
+					return err
+				}
+				base = rows
+				removed = append(removed, files[g])
+			}
+		}
+		key := string(k)
+		for bi < len(base) && base[bi].key < key {
+			if err := w.emit(base[bi].key, base[bi].data, base[bi].deleted); err != nil {
+				return err
+			}
+			bi++
+		}
+		start := bi
+		for bi < len(base) && base[bi].key == key {
+			bi++
+		}
+		return w.apply(key, e, base[start:bi])
+	})
+	if err == nil && group != -2 {
+		err = endGroup()
+	}
+	if err == nil {
+		err = w.finish()
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	now := nowMillis(a.clock)
+	gone := map[*mirrorFile]bool{}
+	for _, f := range removed {
+		gone[f] = true
+		if appended[f] {
+			// Rewritten before it was ever committed: nothing refers
+			// to it.
+			m.removeUncommitted(f)
+			continue
+		}
+		actions = append(actions, delta.RemoveOf(f.add, now, true))
+	}
+	if len(actions) > 0 && operation == "WRITE" {
+		operation = "MERGE"
+	}
+	kept := make([]*mirrorFile, 0, len(m.files))
+	for _, f := range m.files {
+		if !gone[f] {
+			kept = append(kept, f)
+		}
+	}
+	for _, f := range m.app.files() {
+		if !gone[f] {
+			actions = append(actions, f.add)
+			kept = append(kept, f)
+		}
+	}
+	for _, f := range w.files {
+		actions = append(actions, f.add)
+		kept = append(kept, f)
+	}
+	sortFiles(kept)
+	m.nextFiles = kept
+	return actions, operation, nil
+}
+
+// removeUncommitted deletes a data file of the flush's appender that the
+// flush rewrote. Should that fail, the file stays an orphan that no commit
+// refers to, as one left by a crash, and vacuum deletes it.
+func (m *mirror) removeUncommitted(f *mirrorFile) {
+	if path, err := delta.ResolvePath(m.t.Path(), f.add.Path); err == nil {
+		os.Remove(path)
+	}
+}
