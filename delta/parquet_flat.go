@@ -1,0 +1,504 @@
+package delta
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/big"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	"github.com/parquet-go/parquet-go"
+)
+
+// flatKind is how the values of a leaf column are converted and stored.
+type flatKind uint8
+
+const (
+	flatBoolean flatKind = iota
+	flatByte
+	flatShort
+	flatInteger
+	flatLong
+	flatFloat
+	flatDouble
+	flatString
+	flatBinary
+	flatDate
+	flatTimestamp
+	flatTimestampNTZ
+	flatDecimal32   // decimal(p ≤ 9): INT32
+	flatDecimal64   // decimal(p ≤ 18): INT64
+	flatDecimalWide // decimal(p > 18): FIXED_LEN_BYTE_ARRAY
+)
+
+// flatColumn holds the values of one leaf column of a row group in their
+// Parquet physical form: present says, row by row, whether the value is not
+// null, and the non-null values follow each other in the one slice their
+// physical type uses.
+type flatColumn struct {
+	field *StructField
+	// pos is the field's position in the schema, leaf its leaf column's.
+	pos, leaf int
+	kind      flatKind
+	// decimal columns: the scale, the precision and 10^precision when it
+	// fits an int64.
+	scale     int32
+	precision int
+	limit     int64
+	// size is the byte length of a FIXED_LEN_BYTE_ARRAY value.
+	size int
+
+	present []bool
+	count   int // non-null values
+	bools   []bool
+	ints32  []int32
+	ints64  []int64
+	floats  []float32
+	doubles []float64
+	// data holds the bytes of BYTE_ARRAY and FIXED_LEN_BYTE_ARRAY values;
+	// ends the end offset of each in it.
+	data []byte
+	ends []int
+}
+
+// newFlatColumn returns the column of a leaf field, whose type parquetSchema
+// accepted.
+func newFlatColumn(f *StructField, pos, leaf int) *flatColumn {
+	c := &flatColumn{field: f, pos: pos, leaf: leaf}
+	switch t := f.Type.(type) {
+	case DecimalType:
+		c.scale, c.precision = int32(t.Scale), t.Precision
+		switch {
+		case t.Precision <= 9:
+			c.kind, c.limit = flatDecimal32, decimalLimit(t.Precision)
+		case t.Precision <= 18:
+			c.kind, c.limit = flatDecimal64, decimalLimit(t.Precision)
+		default:
+			c.kind, c.size = flatDecimalWide, decimalByteLen(t.Precision)
+		}
+	case PrimitiveType:
+		c.kind = map[PrimitiveType]flatKind{
+			TypeBoolean: flatBoolean, TypeByte: flatByte, TypeShort: flatShort, TypeInteger: flatInteger,
+			TypeLong: flatLong, TypeFloat: flatFloat, TypeDouble: flatDouble, TypeString: flatString,
+			TypeBinary: flatBinary, TypeDate: flatDate, TypeTimestamp: flatTimestamp, TypeTimestampNTZ: flatTimestampNTZ,
+		}[t]
+	}
+	return c
+}
+
+// decimalLimit returns 10^precision, the bound (excluded) of the unscaled
+// values of a decimal of that precision, for a precision of at most 18.
+func decimalLimit(precision int) int64 {
+	limit := int64(1)
+	for range precision {
+		limit *= 10
+	}
+	return limit
+}
+
+// add appends the value of the column in one more row.
+func (c *flatColumn) add(v any) error {
+	if v == nil {
+		if !c.field.Nullable {
+			return errNull(c.field)
+		}
+		c.present = append(c.present, false)
+		return nil
+	}
+	if !c.put(v) {
+		n, err := normalizeValue(c.field.Type, v)
+		if err != nil {
+			return errColumn(c.field, err)
+		}
+		if !c.put(n) {
+			return errColumn(c.field, fmt.Errorf("%w: %T for %s", ErrInvalidValue, v, c.field.Type))
+		}
+	}
+	c.present = append(c.present, true)
+	c.count++
+	return nil
+}
+
+// put appends v when it is of the Go type readers return for the column
+// and needs no checking, stored as what normalizeValue makes of it (a time
+// in any zone, for one); otherwise it reports false and appends nothing.
+func (c *flatColumn) put(v any) bool {
+	switch c.kind {
+	case flatBoolean:
+		x, ok := v.(bool)
+		if ok {
+			c.bools = append(c.bools, x)
+		}
+		return ok
+	case flatByte:
+		x, ok := v.(int8)
+		if ok {
+			c.ints32 = append(c.ints32, int32(x))
+		}
+		return ok
+	case flatShort:
+		x, ok := v.(int16)
+		if ok {
+			c.ints32 = append(c.ints32, int32(x))
+		}
+		return ok
+	case flatInteger:
+		x, ok := v.(int32)
+		if ok {
+			c.ints32 = append(c.ints32, x)
+		}
+		return ok
+	case flatLong:
+		x, ok := v.(int64)
+		if ok {
+			c.ints64 = append(c.ints64, x)
+		}
+		return ok
+	case flatFloat:
+		x, ok := v.(float32)
+		if ok {
+			c.floats = append(c.floats, x)
+		}
+		return ok
+	case flatDouble:
+		x, ok := v.(float64)
+		if ok {
+			c.doubles = append(c.doubles, x)
+		}
+		return ok
+	case flatString:
+		x, ok := v.(string)
+		if ok {
+			c.data = append(c.data, x...)
+			c.ends = append(c.ends, len(c.data))
+		}
+		return ok
+	case flatBinary:
+		x, ok := v.([]byte)
+		if ok {
+			c.data = append(c.data, x...)
+			c.ends = append(c.ends, len(c.data))
+		}
+		return ok
+	case flatDate:
+		x, ok := v.(time.Time)
+		if ok {
+			c.ints32 = append(c.ints32, DaysSinceEpoch(x))
+		}
+		return ok
+	case flatTimestamp:
+		x, ok := v.(time.Time)
+		if ok {
+			c.ints64 = append(c.ints64, x.UnixMicro())
+		}
+		return ok
+	case flatTimestampNTZ:
+		x, ok := v.(time.Time)
+		if ok {
+			c.ints64 = append(c.ints64, ntzMicros(x))
+		}
+		return ok
+	case flatDecimal32, flatDecimal64:
+		u, ok := c.unscaled(v)
+		switch {
+		case !ok:
+		case c.kind == flatDecimal32:
+			c.ints32 = append(c.ints32, int32(u))
+		default:
+			c.ints64 = append(c.ints64, u)
+		}
+		return ok
+	case flatDecimalWide:
+		x, ok := v.(Decimal)
+		if !ok || x.Unscaled == nil || x.Scale != c.scale || decimalDigits(x.Unscaled) > c.precision {
+			return false
+		}
+		c.data = appendTwosComplement(c.data, x.Unscaled, c.size)
+		c.ends = append(c.ends, len(c.data))
+		return true
+	}
+	return false
+}
+
+// unscaled returns the unscaled value of a normalised decimal of an INT32
+// or INT64 decimal column.
+func (c *flatColumn) unscaled(v any) (int64, bool) {
+	d, ok := v.(Decimal)
+	if !ok || d.Unscaled == nil || d.Scale != c.scale || !d.Unscaled.IsInt64() {
+		return 0, false
+	}
+	u := d.Unscaled.Int64()
+	return u, u > -c.limit && u < c.limit
+}
+
+// reserve makes room for the values of rows rows, and dataBytes bytes of
+// byte array values, in all.
+func (c *flatColumn) reserve(rows, dataBytes int) {
+	c.present = growTo(c.present, rows)
+	switch c.kind {
+	case flatBoolean:
+		c.bools = growTo(c.bools, rows)
+	case flatByte, flatShort, flatInteger, flatDate, flatDecimal32:
+		c.ints32 = growTo(c.ints32, rows)
+	case flatLong, flatTimestamp, flatTimestampNTZ, flatDecimal64:
+		c.ints64 = growTo(c.ints64, rows)
+	case flatFloat:
+		c.floats = growTo(c.floats, rows)
+	case flatDouble:
+		c.doubles = growTo(c.doubles, rows)
+	default:
+		c.ends = growTo(c.ends, rows)
+		c.data = growTo(c.data, dataBytes)
+	}
+}
+
+// growTo returns s with room for n elements in all.
+func growTo[T any](s []T, n int) []T {
+	return slices.Grow(s, max(n-len(s), 0))
+}
+
+// truncate keeps the values of the first rows rows.
+func (c *flatColumn) truncate(rows int) {
+	for _, p := range c.present[rows:] {
+		if p {
+			c.count--
+		}
+	}
+	c.present = c.present[:rows]
+	n := c.count
+	switch c.kind {
+	case flatBoolean:
+		c.bools = c.bools[:n]
+	case flatByte, flatShort, flatInteger, flatDate, flatDecimal32:
+		c.ints32 = c.ints32[:n]
+	case flatLong, flatTimestamp, flatTimestampNTZ, flatDecimal64:
+		c.ints64 = c.ints64[:n]
+	case flatFloat:
+		c.floats = c.floats[:n]
+	case flatDouble:
+		c.doubles = c.doubles[:n]
+	case flatString, flatBinary, flatDecimalWide:
+		c.ends = c.ends[:n]
+		c.data = c.data[:c.end(n-1)]
+	}
+}
+
+// end returns the end offset of byte array value k, 0 before the first.
+func (c *flatColumn) end(k int) int {
+	if k < 0 {
+		return 0
+	}
+	return c.ends[k]
+}
+
+// appendValues appends the Parquet values, with their definition levels,
+// of rows from to to of the column, whose first non-null value is value k,
+// and returns the index of the non-null value after them.
+func (c *flatColumn) appendValues(dst []parquet.Value, from, to, k int) ([]parquet.Value, int) {
+	def := 0
+	if c.field.Nullable {
+		def = 1
+	}
+	n := len(dst)
+	dst = slices.Grow(dst, to-from)[:n+to-from]
+	out, present := dst[n:], c.present[from:to]
+	switch c.kind {
+	case flatBoolean:
+		k = leveled(out, present, c.bools, k, def, func(v *parquet.Value, x bool) { *v = parquet.BooleanValue(x) })
+	case flatByte, flatShort, flatInteger, flatDate, flatDecimal32:
+		k = leveled(out, present, c.ints32, k, def, func(v *parquet.Value, x int32) { *v = parquet.Int32Value(x) })
+	case flatLong, flatTimestamp, flatTimestampNTZ, flatDecimal64:
+		k = leveled(out, present, c.ints64, k, def, func(v *parquet.Value, x int64) { *v = parquet.Int64Value(x) })
+	case flatFloat:
+		k = leveled(out, present, c.floats, k, def, func(v *parquet.Value, x float32) { *v = parquet.FloatValue(x) })
+	case flatDouble:
+		k = leveled(out, present, c.doubles, k, def, func(v *parquet.Value, x float64) { *v = parquet.DoubleValue(x) })
+	default:
+		value := parquet.ByteArrayValue
+		if c.kind == flatDecimalWide {
+			value = parquet.FixedLenByteArrayValue
+		}
+		start := c.end(k - 1)
+		k = leveled(out, present, c.ends, k, def, func(v *parquet.Value, end int) {
+			*v = value(c.data[start:end])
+			start = end
+		})
+	}
+	return dst, k
+}
+
+// leveled sets out[i] to the Parquet value of row i: null if not present[i],
+// else the value set(&out[i], vals[k]) makes, at definition level def, k
+// counting from the given k up. It returns the k after the last value.
+// (Values are set in place: a Value returned by a function call, or by
+// Value.Level, is copied through the stack at several times the cost.)
+func leveled[T any](out []parquet.Value, present []bool, vals []T, k, def int, set func(*parquet.Value, T)) int {
+	for i, p := range present[:len(out)] {
+		if p {
+			set(&out[i], vals[k])
+			out[i].SetDefinitionLevel(def)
+			k++
+		} else {
+			out[i] = parquet.NullValue()
+		}
+	}
+	return k
+}
+
+// colBounds are the statistics of the values of a column in a row group.
+type colBounds struct {
+	nulls int64
+	// lo and hi are the smallest and largest values, nil when the column
+	// has none or its type no bounds; unbounded is a value (NaN, ±Inf, a
+	// string that is not UTF-8) that leaves the column without bounds.
+	lo, hi, unbounded any
+	// values are the values of a nested column, observed one by one.
+	values []any
+}
+
+// addTo adds the statistics to the file's, as colStats.observe would have
+// from the values one by one.
+func (b colBounds) addTo(s *colStats) {
+	for _, v := range b.values {
+		s.observe(v)
+	}
+	s.nullCount += b.nulls
+	switch {
+	case b.unbounded != nil:
+		s.observe(b.unbounded)
+	case b.lo != nil:
+		s.observe(b.lo)
+		s.observe(b.hi)
+	}
+}
+
+// bounds returns the statistics of the first rows rows of the column.
+func (c *flatColumn) bounds(rows int) colBounds {
+	b := colBounds{nulls: int64(rows - c.count)}
+	if c.count == 0 || !hasBounds(c.field.Type) {
+		return b
+	}
+	switch c.kind {
+	case flatByte, flatShort, flatInteger, flatDate, flatDecimal32:
+		lo, hi := minMax(c.ints32)
+		b.lo, b.hi = c.fromInt64(int64(lo)), c.fromInt64(int64(hi))
+	case flatLong, flatTimestamp, flatTimestampNTZ, flatDecimal64:
+		lo, hi := minMax(c.ints64)
+		b.lo, b.hi = c.fromInt64(lo), c.fromInt64(hi)
+	case flatFloat:
+		for _, x := range c.floats {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				b.unbounded = x
+				return b
+			}
+		}
+		b.lo, b.hi = minMax(c.floats)
+	case flatDouble:
+		for _, x := range c.doubles {
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				b.unbounded = x
+				return b
+			}
+		}
+		b.lo, b.hi = minMax(c.doubles)
+	case flatString:
+		b.lo, b.hi, b.unbounded = c.stringBounds()
+	case flatDecimalWide:
+		b.lo, b.hi = c.wideBounds()
+	}
+	return b
+}
+
+// minMax returns the first of the smallest and of the largest values.
+func minMax[T int32 | int64 | float32 | float64](values []T) (lo, hi T) {
+	lo, hi = values[0], values[0]
+	for _, x := range values[1:] {
+		if x < lo {
+			lo = x
+		}
+		if x > hi {
+			hi = x
+		}
+	}
+	return lo, hi
+}
+
+// fromInt64 returns a physical INT32 or INT64 value of the column as the Go
+// value readers return.
+func (c *flatColumn) fromInt64(x int64) any {
+	switch c.kind {
+	case flatByte:
+		return int8(x)
+	case flatShort:
+		return int16(x)
+	case flatInteger:
+		return int32(x)
+	case flatDate:
+		return DateFromDays(int32(x))
+	case flatTimestamp, flatTimestampNTZ:
+		return TimeFromMicros(x)
+	case flatDecimal32, flatDecimal64:
+		return NewDecimal(x, c.scale)
+	}
+	return x
+}
+
+// stringBounds returns the smallest and largest strings of the column, or
+// the first that is not valid UTF-8.
+func (c *flatColumn) stringBounds() (lo, hi, unbounded any) {
+	var a, b []byte
+	for k := range c.count {
+		x := c.data[c.end(k-1):c.ends[k]]
+		if !utf8.Valid(x) {
+			return nil, nil, string(x)
+		}
+		switch {
+		case k == 0:
+			a, b = x, x
+		case bytes.Compare(x, a) < 0:
+			a = x
+		case bytes.Compare(x, b) > 0:
+			b = x
+		}
+	}
+	return string(a), string(b), nil
+}
+
+// wideBounds returns the smallest and largest FIXED_LEN_BYTE_ARRAY
+// decimals of the column.
+func (c *flatColumn) wideBounds() (lo, hi any) {
+	var a, b []byte
+	for k := range c.count {
+		x := c.data[k*c.size : (k+1)*c.size]
+		if k == 0 || compareTwosComplement(x, a) < 0 {
+			a = x
+		}
+		if k == 0 || compareTwosComplement(x, b) > 0 {
+			b = x
+		}
+	}
+	return Decimal{Unscaled: fromTwosComplement(a), Scale: c.scale}, Decimal{Unscaled: fromTwosComplement(b), Scale: c.scale}
+}
+
+// compareTwosComplement orders two big-endian two's complement integers of
+// the same length.
+func compareTwosComplement(a, b []byte) int {
+	if an, bn := a[0]&0x80 != 0, b[0]&0x80 != 0; an != bn {
+		if an {
+			return -1
+		}
+		return 1
+	}
+	return bytes.Compare(a, b)
+}
+
+// fromTwosComplement returns the integer of a big-endian two's complement.
+func fromTwosComplement(b []byte) *big.Int {
+	u := new(big.Int).SetBytes(b)
+	if b[0]&0x80 != 0 {
+		u.Sub(u, new(big.Int).Lsh(big.NewInt(1), uint(8*len(b))))
+	}
+	return u
+}
