@@ -144,6 +144,7 @@ func (a *Agent) Open() error {
 		AppIDPrefix:    appIDPrefix(a.cfg.Source.Slot),
 		EngineInfo:     "lakeside/" + a.version,
 		Defer:          a.catchingUp,
+		BacklogEnd:     a.backlogEnd,
 		Logger:         a.log.With("component", "applier"),
 	}
 	if a.cfg.HTTP.Listen != HTTPOff {
@@ -203,6 +204,10 @@ func (a *Agent) backpressure() (bool, string) {
 // keeps for the slot, and the live view's clients refetch once afterwards
 // instead of being streamed every change of the backlog.
 func (a *Agent) catchingUp() bool { return a.src.CatchingUp() }
+
+// backlogEnd is where the backlog capture last caught up with ends (see
+// source.Source.BacklogEnd).
+func (a *Agent) backlogEnd() store.LSN { return a.src.BacklogEnd() }
 
 // DB returns the open state file (nil before Open).
 func (a *Agent) DB() *store.DB { return a.db }

@@ -83,6 +83,12 @@ type Config struct {
 	// every byte it is behind is WAL the server keeps.
 	Defer    func() bool
 	MaxDefer time.Duration
+	// BacklogEnd, when set, says where the backlog capture last caught up
+	// with ends (source.Source.BacklogEnd). A batch that starts with a
+	// transaction ending at or before it is applied as soon as the queue
+	// holds the backlog whole, without waiting to gather more: its changes
+	// waited for capture already (see schedule.go).
+	BacklogEnd func() store.LSN
 	// Logger receives progress and problems; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -312,7 +318,12 @@ func (a *Applier) Run(ctx context.Context) error {
 		} else {
 			now := a.now()
 			deferring := a.cfg.Defer != nil && a.cfg.Defer()
-			due := sched.due(now, changes, full, deferring)
+			var backlogEnd store.LSN
+			if a.cfg.BacklogEnd != nil {
+				backlogEnd = a.cfg.BacklogEnd()
+			}
+			backlog := a.scan.first <= backlogEnd
+			due := sched.due(now, changes, full, deferring, backlog, backlog && a.scan.durable < backlogEnd)
 			switch {
 			case due.IsZero():
 				// Capture catches up first; the batch is read
@@ -412,6 +423,9 @@ func (a *Applier) nextBatch() (upTo store.LSN, changes int64, full bool, err err
 		if applied != sc.base {
 			*sc = batchScan{base: applied}
 		}
+		if sc.durable, err = r.Checkpoint(); err != nil {
+			return err
+		}
 		if sc.full {
 			return nil
 		}
@@ -419,6 +433,9 @@ func (a *Applier) nextBatch() (upTo store.LSN, changes int64, full bool, err err
 			if sc.upTo != 0 && sc.changes+h.Changes > int64(a.cfg.FlushChanges) {
 				sc.full = true
 				return store.ErrStopScan
+			}
+			if sc.first == 0 {
+				sc.first = h.EndLSN
 			}
 			sc.upTo = h.EndLSN
 			sc.changes += h.Changes
@@ -432,11 +449,12 @@ func (a *Applier) nextBatch() (upTo store.LSN, changes int64, full bool, err err
 }
 
 // batchScan remembers how far nextBatch has read the queue past base, the
-// applied position it started from.
+// applied position it started from, where the first transaction it found
+// ends, and the queue's checkpoint when it last looked (durable).
 type batchScan struct {
-	base, upTo store.LSN
-	changes    int64
-	full       bool
+	base, first, upTo, durable store.LSN
+	changes                    int64
+	full                       bool
 }
 
 // applyAll applies everything queued now, in flushes of at most

@@ -259,3 +259,63 @@ func waitForSpill(t *testing.T, tablesDir, when string) {
 		}
 	}
 }
+
+// TestRunAppliesTheBacklogAtOnce: once capture has caught up, Run waits
+// for the backlog's last transactions to be durable in the queue (capture
+// counts as caught up a little before the backlog's end), then applies the
+// backlog at once, without waiting for the flush interval. A transaction
+// after the backlog waits for the interval.
+func TestRunAppliesTheBacklogAtOnce(t *testing.T) {
+	txns := readAheadQueue()
+	db, dir := openQueued(t, ordersRelation(), txns[0])
+	tablesDir := filepath.Join(dir, "tables")
+	var catchingUp atomic.Bool
+	catchingUp.Store(true)
+	a := New(Config{TablesDir: tablesDir, FlushInterval: time.Hour, PollInterval: 10 * time.Millisecond,
+		Defer: catchingUp.Load, MaxDefer: time.Hour, BacklogEnd: func() store.LSN { return txns[1].EndLSN },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	a.Notify()
+	queue := func(txn *store.Txn) {
+		t.Helper()
+		err := db.Update(func(w *store.Writer) error {
+			if err := w.AppendTxn(txn, 0); err != nil {
+				return err
+			}
+			return w.SetCheckpoint(txn.EndLSN)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Notify()
+	}
+
+	// Caught up, with the backlog's last transaction still to come.
+	catchingUp.Store(false)
+	a.Notify()
+	time.Sleep(100 * time.Millisecond)
+	if l := appliedPosition(t, db); l != 0 {
+		t.Fatalf("applied position %s before the backlog's end arrived, want nothing applied", l)
+	}
+	queue(txns[1])
+	for deadline := time.Now().Add(10 * time.Second); appliedPosition(t, db) < txns[1].EndLSN; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the backlog was not applied at once when its end arrived")
+		}
+	}
+	queue(txns[2])
+	time.Sleep(100 * time.Millisecond)
+	if l := appliedPosition(t, db); l != txns[1].EndLSN {
+		t.Fatalf("applied position %s, want %s: a transaction after the backlog waits for the interval", l, txns[1].EndLSN)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := a.flush(context.Background(), txns[2].EndLSN, false); err != nil {
+		t.Fatal(err)
+	}
+	checkReadAheadTables(t, tablesDir)
+}

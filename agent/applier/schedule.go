@@ -12,12 +12,15 @@ import (
 // early enough to end by the deadline: FlushInterval after the oldest
 // waiting change arrived, minus as long as the last flush took (at most
 // half the interval, so that a slow flush still leaves time to batch).
-// Until a flush is due, its batch is read ahead (see readAhead). A backlog
-// is the exception: while capture catches up the flushes are held back
-// (the first batch is read ahead meanwhile), and once it has, the backlog
-// is applied at once, in as many full batches as it takes, and the changes
-// that came during the first of those flushes (the backlog's last
-// transactions) right after it.
+// Until a flush is due, its batch is read ahead (see readAhead).
+//
+// A backlog is the exception. While capture catches up the flushes are held
+// back (the first batch is read ahead meanwhile). Capture counts as caught
+// up with the backlog's last megabyte still to come; the backlog is what
+// the server's WAL held then (Config.BacklogEnd). Its changes have waited
+// for capture already, so once its last transactions are durable in the
+// queue (or half an interval after capture caught up, should they not
+// come), the backlog is applied at once, in as many batches as it takes.
 //
 // Arrival times are taken on this process's monotonic clock: Notify, which
 // capture calls once a transaction is durable in the queue, records the
@@ -60,10 +63,9 @@ type schedule struct {
 	arrived time.Time
 	// lastFlush is how long the last flush took.
 	lastFlush time.Duration
-	// heldBack is set while a flush is held back for capture; tail, for
-	// the batch after the first flush once capture caught up: changes
-	// that came during that flush are the end of the same backlog.
-	heldBack, tail bool
+	// caughtUp is when a batch of the backlog was first found with the
+	// backlog's end still to come; zero when none waits.
+	caughtUp time.Time
 }
 
 // arrive records that changes arrived at t.
@@ -75,14 +77,27 @@ func (s *schedule) arrive(t time.Time) {
 
 // due returns when to flush the batch the applier found at now: changes
 // in all, full when more is queued after it (a batch is bounded by
-// flushChanges), deferring when capture asks the later stages to hold back.
-func (s *schedule) due(now time.Time, changes int64, full, deferring bool) time.Time {
+// flushChanges), deferring when capture asks the later stages to hold back,
+// backlog when the batch starts with a transaction of the backlog capture
+// last caught up with, and arriving while the rest of that backlog is not
+// durable in the queue yet.
+func (s *schedule) due(now time.Time, changes int64, full, deferring, backlog, arriving bool) time.Time {
 	s.arrive(now) // found now, so arrived by now at the latest
-	switch {
-	case deferring && now.Sub(s.arrived) < s.maxDefer:
-		s.heldBack = true
+	if deferring && now.Sub(s.arrived) < s.maxDefer {
+		s.caughtUp = time.Time{}
 		return time.Time{} // not before capture has caught up (see Run)
-	case full || changes >= s.flushChanges || s.tail:
+	}
+	if !backlog || !arriving {
+		s.caughtUp = time.Time{}
+	} else if s.caughtUp.IsZero() {
+		s.caughtUp = now
+	}
+	switch {
+	case full || changes >= s.flushChanges:
+		return now
+	case backlog && arriving && now.Sub(s.caughtUp) < s.interval/2:
+		return s.caughtUp.Add(s.interval / 2)
+	case backlog:
 		return now
 	}
 	lead := min(s.lastFlush, s.interval/2)
@@ -92,14 +107,13 @@ func (s *schedule) due(now time.Time, changes int64, full, deferring bool) time.
 // idle records that nothing waits in the queue: every change that arrived
 // before the queue was read is applied.
 func (s *schedule) idle() {
-	s.arrived, s.heldBack, s.tail = time.Time{}, false, false
+	s.arrived = time.Time{}
 }
 
 // flushed records a flush that took took. When the batch was full, changes
 // at least as old as the flushed ones still wait, and their arrival stays.
 func (s *schedule) flushed(took time.Duration, full bool) {
 	s.lastFlush = took
-	s.tail, s.heldBack = s.heldBack, false
 	if !full {
 		s.arrived = time.Time{}
 	}

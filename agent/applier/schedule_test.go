@@ -29,15 +29,17 @@ func newFakeApplier(clock *fakeClock) *Applier {
 // step runs what Run does before it decides: it takes the arrivals, then
 // reads the queue, which it finds holding changes.
 func step(a *Applier, s *schedule, changes int64, full bool) time.Time {
-	return stepDeferring(a, s, changes, full, false)
+	return stepDeferring(a, s, changes, full, false, false, false)
 }
 
-// stepDeferring is step while capture is (deferring) or is not catching up.
-func stepDeferring(a *Applier, s *schedule, changes int64, full, deferring bool) time.Time {
+// stepDeferring is step while capture is (deferring) or is not catching up,
+// for a batch that starts in the last backlog or not, whose end is still
+// arriving or not.
+func stepDeferring(a *Applier, s *schedule, changes int64, full, deferring, backlog, arriving bool) time.Time {
 	if t, ok := a.arrivals.take(); ok {
 		s.arrive(t)
 	}
-	return s.due(a.now(), changes, full, deferring)
+	return s.due(a.now(), changes, full, deferring, backlog, arriving)
 }
 
 func TestFlushDueFromArrivalNotFromWhenTheApplierLooks(t *testing.T) {
@@ -98,10 +100,10 @@ func TestFlushDueWithoutNotificationsAndAtLimits(t *testing.T) {
 	}
 	// A batch of flushChanges changes, or one with more queued after it,
 	// is due at once.
-	if due := s.due(clock.now(), 1000, false, false); !due.Equal(clock.now()) {
+	if due := s.due(clock.now(), 1000, false, false, false, false); !due.Equal(clock.now()) {
 		t.Fatalf("a batch of flushChanges changes is due at %v, want now", due.Sub(clock.at(0)))
 	}
-	if due := s.due(clock.now(), 3, true, false); !due.Equal(clock.now()) {
+	if due := s.due(clock.now(), 3, true, false, false, false); !due.Equal(clock.now()) {
 		t.Fatalf("a full batch is due at %v, want now", due.Sub(clock.at(0)))
 	}
 	// After a full batch is flushed, what is left is older still: its
@@ -111,11 +113,11 @@ func TestFlushDueWithoutNotificationsAndAtLimits(t *testing.T) {
 		t.Fatalf("after a full batch, due at %v, want 1.15s", due.Sub(clock.at(0)))
 	}
 	// Deferring holds the flush back until maxDefer after the arrival.
-	if due := s.due(clock.now(), 1, false, true); !due.IsZero() {
+	if due := s.due(clock.now(), 1, false, true, false, false); !due.IsZero() {
 		t.Fatalf("deferred flush due at %v, want held back", due.Sub(clock.at(0)))
 	}
 	clock.t = clock.at(2300 * ms)
-	if due := s.due(clock.now(), 1, false, true); !due.Equal(clock.at(1150 * ms)) {
+	if due := s.due(clock.now(), 1, false, true, false, false); !due.Equal(clock.at(1150 * ms)) {
 		t.Fatalf("flush deferred past maxDefer due at %v, want 1.15s", due.Sub(clock.at(0)))
 	}
 	// An empty queue forgets the arrivals: a later change starts its own
@@ -146,38 +148,66 @@ func TestArrivalsKeepTheFirstUntilTaken(t *testing.T) {
 	}
 }
 
-// TestBacklogTailIsFlushedAtOnce: after holding back for capture, the
-// changes that arrive during the first flush (the end of the backlog) are
-// flushed right after it, and batching resumes after that.
-func TestBacklogTailIsFlushedAtOnce(t *testing.T) {
+// TestBacklogIsFlushedAtOnce: after holding back for capture, the backlog
+// waits for its last transactions, which arrive after capture counts as
+// caught up, and is then due at once, batch after batch, including what
+// arrives during its flushes; batching resumes with the first batch after
+// the backlog. Should the backlog's end not arrive, the wait ends half an
+// interval after capture caught up.
+func TestBacklogIsFlushedAtOnce(t *testing.T) {
 	ms := time.Millisecond
 	clock := newFakeClock()
 	a := newFakeApplier(clock)
 	s := &schedule{interval: time.Second, flushChanges: 1000, maxDefer: time.Minute}
 
-	// Held back while capture catches up.
+	// Held back while capture catches up, 300 ms into the backlog.
 	a.Notify()
-	clock.advance(3 * time.Second)
-	if due := stepDeferring(a, s, 500, false, true); !due.IsZero() {
+	clock.advance(300 * ms)
+	if due := stepDeferring(a, s, 500, false, true, true, true); !due.IsZero() {
 		t.Fatalf("due at %v while capture catches up, want held back", due.Sub(clock.at(0)))
 	}
-	// Caught up: the backlog is due at once; its flush takes 300 ms, and
-	// the backlog's last transaction arrives during it.
-	if due := step(a, s, 900, false); due.After(clock.now()) {
-		t.Fatalf("backlog due at %v, want by now", due.Sub(clock.at(0)))
+	// Caught up, with the backlog's last transactions still to come: the
+	// flush waits for them, half an interval at most.
+	caughtUp := clock.now()
+	if due := stepDeferring(a, s, 900, false, false, true, true); !due.Equal(caughtUp.Add(500 * ms)) {
+		t.Fatalf("backlog due %v after capture caught up, want 500ms while its end arrives", due.Sub(caughtUp))
 	}
+	// They are durable 40 ms later: due at once, though the first change
+	// arrived 340 ms ago.
+	clock.advance(40 * ms)
+	if due := stepDeferring(a, s, 950, false, false, true, false); !due.Equal(clock.now()) {
+		t.Fatalf("backlog due %v after its end arrived, want now", due.Sub(clock.now()))
+	}
+	// What arrives during its flush and starts in the backlog is due at
+	// once too.
 	start := clock.now()
 	clock.advance(100 * ms)
 	a.Notify()
-	clock.advance(200 * ms)
+	clock.advance(50 * ms)
 	s.flushed(clock.now().Sub(start), false)
-	if due := step(a, s, 1, false); !due.Equal(clock.now()) {
-		t.Fatalf("the backlog's tail is due at %v, want now (%v)", due.Sub(clock.at(0)), clock.now().Sub(clock.at(0)))
+	if due := stepDeferring(a, s, 1, false, false, true, false); !due.Equal(clock.now()) {
+		t.Fatalf("the backlog's end is due at %v, want now (%v)", due.Sub(clock.at(0)), clock.now().Sub(clock.at(0)))
 	}
-	// After the tail's flush, a new change waits for its batch as usual.
+	// After the backlog, a new change waits for its batch as usual.
 	s.flushed(10*ms, false)
 	a.Notify()
 	if due := step(a, s, 1, false); !due.Equal(clock.now().Add(time.Second - 10*ms)) {
 		t.Fatalf("a change after the backlog is due at %v, want in 990ms", due.Sub(clock.now()))
+	}
+
+	// A backlog whose end does not arrive is due half an interval after
+	// capture caught up.
+	s = &schedule{interval: time.Second, flushChanges: 1000, maxDefer: time.Minute}
+	a.Notify()
+	stepDeferring(a, s, 500, false, true, true, true)
+	caughtUp = clock.now()
+	stepDeferring(a, s, 500, false, false, true, true)
+	clock.advance(400 * ms)
+	if due := stepDeferring(a, s, 500, false, false, true, true); !due.Equal(caughtUp.Add(500 * ms)) {
+		t.Fatalf("a backlog whose end does not arrive is due %v after capture caught up, want 500ms", due.Sub(caughtUp))
+	}
+	clock.advance(200 * ms)
+	if due := stepDeferring(a, s, 500, false, false, true, true); due.After(clock.now()) {
+		t.Fatalf("a backlog whose end does not arrive is due %v after capture caught up, want by 600ms (now)", due.Sub(caughtUp))
 	}
 }

@@ -521,7 +521,8 @@ func TestQuietStreamKeepsItsConnection(t *testing.T) {
 // status keeps the server's WAL end it sampled; the walsender's keepalives
 // (which carry only how far it has decoded) do not lower it, so the later
 // stages see that capture is behind. OnCatchUp is told once, when capture
-// has caught up.
+// has caught up, and BacklogEnd then says where the backlog ends: past
+// every one of its transactions.
 func TestServerWALEndHoldsWhileCatchingUp(t *testing.T) {
 	h := streamingItems(t)
 	h.waitXid(h.xid(`INSERT INTO items VALUES (1, 1, NULL)`))
@@ -538,11 +539,13 @@ func TestServerWALEndHoldsWhileCatchingUp(t *testing.T) {
 
 	var mu sync.Mutex
 	var told []string
+	var backlogEnd store.LSN
 	h.cfg.OnCatchUp = func(catchingUp bool) {
 		st := h.src.Status()
 		mu.Lock()
 		defer mu.Unlock()
 		told = append(told, fmt.Sprintf("%v with %d bytes to go", catchingUp, int64(st.ServerWALEnd)-int64(st.ReceivedLSN)))
+		backlogEnd = h.src.BacklogEnd()
 	}
 	h.start()
 	h.waitStreaming()
@@ -579,6 +582,10 @@ func TestServerWALEndHoldsWhileCatchingUp(t *testing.T) {
 	fmt.Sscanf(told[0], "false with %d", &left)
 	if left > catchUpBytes {
 		t.Errorf("OnCatchUp was told capture caught up with %d bytes to go, more than %d", left, catchUpBytes)
+	}
+	if backlogEnd < end || backlogEnd != h.src.BacklogEnd() {
+		t.Errorf("backlog end %s when capture caught up, %s after; want the same, at or past %s, where the backlog's WAL ended",
+			backlogEnd, h.src.BacklogEnd(), end)
 	}
 }
 

@@ -35,8 +35,9 @@ type Source struct {
 	// Counts since start: transactions queued, row changes received.
 	txnsQueued, changesReceived atomic.Int64
 	// catchingUp is what OnCatchUp was last told (the capture goroutine's
-	// own).
+	// own); backlogEnd is the server's WAL end when it last turned false.
 	catchingUp bool
+	backlogEnd atomic.Uint64
 	// beatBy is when the capture loop promises to beat again (Unix
 	// nanoseconds); see Alive.
 	beatBy atomic.Int64
@@ -64,11 +65,21 @@ func (s *Source) CatchingUp() bool {
 	return end == 0 || end > s.receivedLSN.Load()+catchUpBytes
 }
 
+// BacklogEnd returns where the server's WAL ended when capture last caught
+// up with a backlog (zero before it first did): the transactions that end
+// at or before it were committed before then and came in that backlog,
+// however late capture receives the last of them (CatchingUp turns false
+// with up to catchUpBytes still to come).
+func (s *Source) BacklogEnd() store.LSN { return store.LSN(s.backlogEnd.Load()) }
+
 // noteCatchUp tells OnCatchUp when CatchingUp changed. The capture
 // goroutine calls it after it moves the positions.
 func (s *Source) noteCatchUp() {
 	if c := s.CatchingUp(); c != s.catchingUp {
 		s.catchingUp = c
+		if !c {
+			s.backlogEnd.Store(s.serverWALEnd.Load())
+		}
 		if s.cfg.OnCatchUp != nil {
 			s.cfg.OnCatchUp(c)
 		}
