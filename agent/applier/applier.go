@@ -185,6 +185,9 @@ type Applier struct {
 	// adder, while a flush reads the queue, adds what it reads.
 	adder *adder
 
+	// trimmed is how far the queue was last trimmed (see trimBehind).
+	trimmed store.LSN
+
 	mu      sync.Mutex
 	status  map[string]TableStatus
 	applied store.LSN
@@ -315,6 +318,7 @@ func (a *Applier) Run(ctx context.Context) error {
 		wait := a.cfg.PollInterval
 		if upTo == 0 {
 			sched.idle()
+			a.trimBehind()
 		} else {
 			now := a.now()
 			deferring := a.cfg.Defer != nil && a.cfg.Defer()

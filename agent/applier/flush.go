@@ -82,6 +82,7 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN, more bool) (err err
 	if err != nil {
 		return fmt.Errorf("record applied position %s: %w", upTo, err)
 	}
+	a.trimmed = max(a.trimmed, trimTo)
 	if a.cfg.OnCommit != nil {
 		a.cfg.OnCommit()
 	}
@@ -90,6 +91,31 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN, more bool) (err err
 	a.mu.Unlock()
 	a.log.Debug("applied", "up_to", upTo, "transactions", txns, "changes", changes, "trimmed", trimmed, "took", time.Since(start))
 	return nil
+}
+
+// trimBehind trims what flushes applied but could not trim then, because
+// another reader of the queue (Config.TrimLimit, the live view) had not
+// read it yet, or a full batch left it to the next flush. The idle applier
+// calls it, so that an idle agent's queue ends empty once that reader has
+// caught up; it writes to the state file only when there is something to
+// trim.
+func (a *Applier) trimBehind() {
+	to := a.Applied()
+	if a.cfg.TrimLimit != nil {
+		to = min(to, a.cfg.TrimLimit())
+	}
+	if to <= a.trimmed {
+		return
+	}
+	err := a.db.Update(func(w *store.Writer) error {
+		_, err := w.Trim(to)
+		return err
+	})
+	if err != nil {
+		a.log.Warn("trim queue", "up_to", to, "err", err)
+		return
+	}
+	a.trimmed = to
 }
 
 // touched returns the source tables the pending flush changes, by name.

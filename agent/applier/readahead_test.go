@@ -319,3 +319,50 @@ func TestRunAppliesTheBacklogAtOnce(t *testing.T) {
 	}
 	checkReadAheadTables(t, tablesDir)
 }
+
+// TestIdleApplierTrimsWhatAReaderHeldBack: a flush trims the queue only as
+// far as its other reader (TrimLimit, the live view) has read; once that
+// reader has read the rest, the idle applier trims it, and the queue of an
+// idle agent ends empty.
+func TestIdleApplierTrimsWhatAReaderHeldBack(t *testing.T) {
+	txns := readAheadQueue()
+	db, dir := openQueued(t, ordersRelation(), txns...)
+	var readerAt atomic.Uint64
+	readerAt.Store(uint64(txns[0].EndLSN))
+	a := New(Config{TablesDir: filepath.Join(dir, "tables"), FlushInterval: 10 * time.Millisecond, PollInterval: 10 * time.Millisecond,
+		TrimLimit: func() store.LSN { return store.LSN(readerAt.Load()) },
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	a.Notify()
+	entries := func() int64 {
+		t.Helper()
+		var st store.QueueStats
+		if err := db.View(func(r *store.Reader) (err error) { st, err = r.QueueStats(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return st.Transactions
+	}
+	for deadline := time.Now().Add(10 * time.Second); appliedPosition(t, db) < txns[2].EndLSN; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the queue was not applied")
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := entries(); n != 2 {
+		t.Fatalf("%d transactions queued after the flush, want 2: the reader has read only the first", n)
+	}
+	readerAt.Store(uint64(txns[2].EndLSN))
+	for deadline := time.Now().Add(10 * time.Second); entries() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d transactions still queued after the reader read them all", entries())
+		}
+	}
+}
