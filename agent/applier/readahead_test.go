@@ -186,15 +186,7 @@ func TestRunReadsAheadWhileCaptureCatchesUp(t *testing.T) {
 	catchingUp.Store(true)
 	a := New(Config{TablesDir: tablesDir, MergeMemoryKeys: 8, FlushInterval: 50 * time.Millisecond, PollInterval: 10 * time.Millisecond,
 		Defer: catchingUp.Load, MaxDefer: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	defer runInBackground(t, a)()
 	a.Notify()
 
 	waitForSpill(t, tablesDir, "while capture caught up")
@@ -222,16 +214,11 @@ func TestRunReadsAheadUntilTheFlushIsDue(t *testing.T) {
 	tablesDir := filepath.Join(dir, "tables")
 	a := New(Config{TablesDir: tablesDir, MergeMemoryKeys: 8, FlushInterval: time.Hour, PollInterval: 10 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	stop := runInBackground(t, a)
 	a.Notify()
 
 	waitForSpill(t, tablesDir, "while the flush waited")
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	if l := appliedPosition(t, db); l != 0 {
 		t.Fatalf("applied position %s before the flush was due, want nothing applied", l)
 	}
@@ -242,6 +229,22 @@ func TestRunReadsAheadUntilTheFlushIsDue(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkReadAheadTables(t, tablesDir)
+}
+
+// runInBackground runs a.Run until the returned stop is called; stop
+// waits for Run to return and fails the test on its error.
+func runInBackground(t *testing.T, a *Applier) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	return func() {
+		t.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // waitForSpill waits until the orders mirror's pending set has spilled a
@@ -274,9 +277,7 @@ func TestRunAppliesTheBacklogAtOnce(t *testing.T) {
 	a := New(Config{TablesDir: tablesDir, FlushInterval: time.Hour, PollInterval: 10 * time.Millisecond,
 		Defer: catchingUp.Load, MaxDefer: time.Hour, BacklogEnd: func() store.LSN { return txns[1].EndLSN },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	stop := runInBackground(t, a)
 	a.Notify()
 	queue := func(txn *store.Txn) {
 		t.Helper()
@@ -310,10 +311,7 @@ func TestRunAppliesTheBacklogAtOnce(t *testing.T) {
 	if l := appliedPosition(t, db); l != txns[1].EndLSN {
 		t.Fatalf("applied position %s, want %s: a transaction after the backlog waits for the interval", l, txns[1].EndLSN)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	if err := a.flush(context.Background(), txns[2].EndLSN, false); err != nil {
 		t.Fatal(err)
 	}
@@ -332,15 +330,7 @@ func TestIdleApplierTrimsWhatAReaderHeldBack(t *testing.T) {
 	a := New(Config{TablesDir: filepath.Join(dir, "tables"), FlushInterval: 10 * time.Millisecond, PollInterval: 10 * time.Millisecond,
 		TrimLimit: func() store.LSN { return store.LSN(readerAt.Load()) },
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	defer runInBackground(t, a)()
 	a.Notify()
 	entries := func() int64 {
 		t.Helper()
