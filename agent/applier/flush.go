@@ -67,9 +67,7 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN, more bool) (err err
 	if more {
 		trimTo = a.Applied()
 	}
-	if a.cfg.TrimLimit != nil {
-		trimTo = min(trimTo, a.cfg.TrimLimit())
-	}
+	trimTo = a.trimmable(trimTo)
 	var trimmed int
 	err = a.db.Update(func(w *store.Writer) error {
 		if err := w.SetApplied(upTo); err != nil {
@@ -100,10 +98,7 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN, more bool) (err err
 // caught up; it writes to the state file only when there is something to
 // trim.
 func (a *Applier) trimBehind() {
-	to := a.Applied()
-	if a.cfg.TrimLimit != nil {
-		to = min(to, a.cfg.TrimLimit())
-	}
+	to := a.trimmable(a.Applied())
 	if to <= a.trimmed {
 		return
 	}
@@ -116,6 +111,15 @@ func (a *Applier) trimBehind() {
 		return
 	}
 	a.trimmed = to
+}
+
+// trimmable returns how far the queue may be trimmed of what is applied up
+// to upTo: no further than its other reader has read (Config.TrimLimit).
+func (a *Applier) trimmable(upTo store.LSN) store.LSN {
+	if a.cfg.TrimLimit != nil {
+		return min(upTo, a.cfg.TrimLimit())
+	}
+	return upTo
 }
 
 // touched returns the source tables the pending flush changes, by name.

@@ -79,15 +79,15 @@ func (s *schedule) arrive(t time.Time) {
 // in all, full when more is queued after it (a batch is bounded by
 // flushChanges), deferring when capture asks the later stages to hold back,
 // backlog when the batch starts with a transaction of the backlog capture
-// last caught up with, and arriving while the rest of that backlog is not
-// durable in the queue yet.
+// last caught up with, and arriving when, besides, the rest of that backlog
+// is not durable in the queue yet.
 func (s *schedule) due(now time.Time, changes int64, full, deferring, backlog, arriving bool) time.Time {
 	s.arrive(now) // found now, so arrived by now at the latest
 	if deferring && now.Sub(s.arrived) < s.maxDefer {
 		s.caughtUp = time.Time{}
 		return time.Time{} // not before capture has caught up (see Run)
 	}
-	if !backlog || !arriving {
+	if !arriving {
 		s.caughtUp = time.Time{}
 	} else if s.caughtUp.IsZero() {
 		s.caughtUp = now
@@ -95,7 +95,7 @@ func (s *schedule) due(now time.Time, changes int64, full, deferring, backlog, a
 	switch {
 	case full || changes >= s.flushChanges:
 		return now
-	case backlog && arriving && now.Sub(s.caughtUp) < s.interval/2:
+	case arriving && now.Sub(s.caughtUp) < s.interval/2:
 		return s.caughtUp.Add(s.interval / 2)
 	case backlog:
 		return now
