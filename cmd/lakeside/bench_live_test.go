@@ -284,8 +284,7 @@ func (e *e2e) drainBacklog(t *testing.T, addr string, tables []string, n, client
 	for range clients {
 		<-connected
 	}
-	e.waitDurable(end)
-	took := time.Since(start)
+	took := e.waitDurable(end).Sub(start)
 	close(done)
 	wg.Wait()
 	e.stop(d)
