@@ -50,7 +50,7 @@ func TestFlushAddsAcrossASchemaChange(t *testing.T) {
 	if err := a.start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.flush(ctx, second.EndLSN, false); err != nil {
+	if err := a.flush(ctx, second.EndLSN); err != nil {
 		t.Fatal(err)
 	}
 	for _, table := range []string{"public.orders", "public.orders_changes"} {
@@ -86,7 +86,7 @@ func TestFlushFailsWhenAddingFails(t *testing.T) {
 	if err := os.WriteFile(spill, []byte("in the way"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	err := a.flush(ctx, txns[2].EndLSN, false)
+	err := a.flush(ctx, txns[2].EndLSN)
 	if err == nil || !strings.Contains(err.Error(), "spill") {
 		t.Fatalf("flush with a spill directory that is a file returned %v, want a spill error", err)
 	}
@@ -101,7 +101,7 @@ func TestFlushFailsWhenAddingFails(t *testing.T) {
 	if err := os.Remove(spill); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.flush(ctx, txns[2].EndLSN, false); err != nil {
+	if err := a.flush(ctx, txns[2].EndLSN); err != nil {
 		t.Fatal(err)
 	}
 	checkReadAheadTables(t, tablesDir)

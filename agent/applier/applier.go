@@ -334,7 +334,7 @@ func (a *Applier) Run(ctx context.Context) error {
 				// meanwhile.
 				a.readAhead(ctx, upTo)
 			case !now.Before(due):
-				err := a.flush(ctx, upTo, full)
+				err := a.flush(ctx, upTo)
 				switch {
 				case err == nil:
 					sched.flushed(a.now().Sub(now), full)
@@ -465,11 +465,11 @@ type batchScan struct {
 // FlushChanges changes.
 func (a *Applier) applyAll(ctx context.Context) error {
 	for {
-		upTo, _, full, err := a.nextBatch()
+		upTo, _, _, err := a.nextBatch()
 		if err != nil || upTo == 0 {
 			return err
 		}
-		if err := a.flush(ctx, upTo, full); err != nil {
+		if err := a.flush(ctx, upTo); err != nil {
 			return err
 		}
 	}

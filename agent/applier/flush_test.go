@@ -141,6 +141,61 @@ func TestFullBatchLeavesTrimmingToTheNextFlush(t *testing.T) {
 	checkReadAheadTables(t, tablesDir)
 }
 
+// TestFlushLeavesTrimmingToTheNextWhenMoreArrived checks that a flush
+// trims its own transactions when nothing follows them in the queue, and
+// leaves them to the next flush when a transaction was queued while it
+// wrote: that flush is due at once, and trimming would hold it up.
+func TestFlushLeavesTrimmingToTheNextWhenMoreArrived(t *testing.T) {
+	ctx := context.Background()
+	txns := readAheadQueue()
+	db, dir := openQueued(t, ordersRelation(), txns[0])
+	queued := func() int64 {
+		var st store.QueueStats
+		if err := db.View(func(r *store.Reader) (err error) { st, err = r.QueueStats(); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return st.Transactions
+	}
+	a := New(Config{TablesDir: filepath.Join(dir, "tables"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	if err := a.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.flush(ctx, txns[0].EndLSN); err != nil {
+		t.Fatal(err)
+	}
+	if n := queued(); n != 0 {
+		t.Fatalf("after a flush with nothing queued after it, the queue held %d transactions, want 0", n)
+	}
+	// While the flush of the second transaction writes, the third is
+	// queued (at the failpoint before the applied position is recorded).
+	a.failpoint = func(point, _ string) error {
+		if point == "before-applied" {
+			a.failpoint = nil
+			return db.Update(func(w *store.Writer) error { return w.AppendTxn(txns[2], 0) })
+		}
+		return nil
+	}
+	if err := db.Update(func(w *store.Writer) error { return w.AppendTxn(txns[1], 0) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.flush(ctx, txns[1].EndLSN); err != nil {
+		t.Fatal(err)
+	}
+	if n := queued(); n != 2 {
+		t.Fatalf("after a flush that found another transaction queued, the queue held %d transactions, want 2 (its own and the new one)", n)
+	}
+	if got := appliedPosition(t, db); got != txns[1].EndLSN {
+		t.Fatalf("applied position %s, want %s", got, txns[1].EndLSN)
+	}
+	if err := a.flush(ctx, txns[2].EndLSN); err != nil {
+		t.Fatal(err)
+	}
+	if n := queued(); n != 0 {
+		t.Fatalf("after the last flush the queue held %d transactions, want 0", n)
+	}
+	checkReadAheadTables(t, filepath.Join(dir, "tables"))
+}
+
 // TestMergeRefusesAFileShorterThanItsStats checks that a merge that would
 // rewrite a mirror file stops with an error, committing nothing, when the
 // file holds fewer rows than its stats in the log say.
@@ -174,7 +229,7 @@ func TestMergeRefusesAFileShorterThanItsStats(t *testing.T) {
 	}
 	m.files[0].rows++ // as if the file had lost a row
 	before := m.version
-	if err := a.flush(ctx, txns[1].EndLSN, false); !errors.Is(err, errFileRows) {
+	if err := a.flush(ctx, txns[1].EndLSN); !errors.Is(err, errFileRows) {
 		t.Fatalf("flush: %v, want errFileRows", err)
 	}
 	for _, st := range a.Tables() {

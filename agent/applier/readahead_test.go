@@ -113,7 +113,7 @@ func TestReadAheadThenFlushAppliesEachChangeOnce(t *testing.T) {
 	if err := db.Update(func(w *store.Writer) error { return w.AppendTxn(txns[2], 0) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.flush(ctx, txns[2].EndLSN, false); err != nil {
+	if err := a.flush(ctx, txns[2].EndLSN); err != nil {
 		t.Fatal(err)
 	}
 	if a.read != (queueRead{}) {
@@ -168,7 +168,7 @@ func TestReadAheadOfAClearedQueueIsDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.flush(ctx, txns[2].EndLSN, false); err != nil {
+	if err := a.flush(ctx, txns[2].EndLSN); err != nil {
 		t.Fatal(err)
 	}
 	checkReadAheadTables(t, tablesDir)
@@ -225,7 +225,7 @@ func TestRunReadsAheadUntilTheFlushIsDue(t *testing.T) {
 
 	// The flush, when due, commits what was read (and what cancelling
 	// Run may have left unread).
-	if err := a.flush(context.Background(), txns[2].EndLSN, false); err != nil {
+	if err := a.flush(context.Background(), txns[2].EndLSN); err != nil {
 		t.Fatal(err)
 	}
 	checkReadAheadTables(t, tablesDir)
@@ -312,7 +312,7 @@ func TestRunAppliesTheBacklogAtOnce(t *testing.T) {
 		t.Fatalf("applied position %s, want %s: a transaction after the backlog waits for the interval", l, txns[1].EndLSN)
 	}
 	stop()
-	if err := a.flush(context.Background(), txns[2].EndLSN, false); err != nil {
+	if err := a.flush(context.Background(), txns[2].EndLSN); err != nil {
 		t.Fatal(err)
 	}
 	checkReadAheadTables(t, tablesDir)
