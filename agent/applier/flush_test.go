@@ -110,13 +110,6 @@ func TestFullBatchLeavesTrimmingToTheNextFlush(t *testing.T) {
 	ctx := context.Background()
 	txns := readAheadQueue() // 50 changes, then 2 and 2
 	db, dir := openQueued(t, ordersRelation(), txns...)
-	queued := func() int64 {
-		var st store.QueueStats
-		if err := db.View(func(r *store.Reader) (err error) { st, err = r.QueueStats(); return err }); err != nil {
-			t.Fatal(err)
-		}
-		return st.Transactions
-	}
 	tablesDir := filepath.Join(dir, "tables")
 	a := New(Config{TablesDir: tablesDir, FlushChanges: 50, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
 	if err := a.start(ctx); err != nil {
@@ -126,7 +119,7 @@ func TestFullBatchLeavesTrimmingToTheNextFlush(t *testing.T) {
 	var queuedAfter []int64
 	a.cfg.OnCommit = func() {
 		applied = append(applied, appliedPosition(t, db))
-		queuedAfter = append(queuedAfter, queued())
+		queuedAfter = append(queuedAfter, queuedTxns(t, db))
 	}
 	if err := a.applyAll(ctx); err != nil {
 		t.Fatal(err)
@@ -149,13 +142,6 @@ func TestFlushLeavesTrimmingToTheNextWhenMoreArrived(t *testing.T) {
 	ctx := context.Background()
 	txns := readAheadQueue()
 	db, dir := openQueued(t, ordersRelation(), txns[0])
-	queued := func() int64 {
-		var st store.QueueStats
-		if err := db.View(func(r *store.Reader) (err error) { st, err = r.QueueStats(); return err }); err != nil {
-			t.Fatal(err)
-		}
-		return st.Transactions
-	}
 	a := New(Config{TablesDir: filepath.Join(dir, "tables"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
 	if err := a.start(ctx); err != nil {
 		t.Fatal(err)
@@ -163,7 +149,7 @@ func TestFlushLeavesTrimmingToTheNextWhenMoreArrived(t *testing.T) {
 	if err := a.flush(ctx, txns[0].EndLSN); err != nil {
 		t.Fatal(err)
 	}
-	if n := queued(); n != 0 {
+	if n := queuedTxns(t, db); n != 0 {
 		t.Fatalf("after a flush with nothing queued after it, the queue held %d transactions, want 0", n)
 	}
 	// While the flush of the second transaction writes, the third is
@@ -181,7 +167,7 @@ func TestFlushLeavesTrimmingToTheNextWhenMoreArrived(t *testing.T) {
 	if err := a.flush(ctx, txns[1].EndLSN); err != nil {
 		t.Fatal(err)
 	}
-	if n := queued(); n != 2 {
+	if n := queuedTxns(t, db); n != 2 {
 		t.Fatalf("after a flush that found another transaction queued, the queue held %d transactions, want 2 (its own and the new one)", n)
 	}
 	if got := appliedPosition(t, db); got != txns[1].EndLSN {
@@ -190,10 +176,20 @@ func TestFlushLeavesTrimmingToTheNextWhenMoreArrived(t *testing.T) {
 	if err := a.flush(ctx, txns[2].EndLSN); err != nil {
 		t.Fatal(err)
 	}
-	if n := queued(); n != 0 {
+	if n := queuedTxns(t, db); n != 0 {
 		t.Fatalf("after the last flush the queue held %d transactions, want 0", n)
 	}
 	checkReadAheadTables(t, filepath.Join(dir, "tables"))
+}
+
+// queuedTxns returns how many transactions db's queue holds.
+func queuedTxns(t *testing.T, db *store.DB) int64 {
+	t.Helper()
+	var st store.QueueStats
+	if err := db.View(func(r *store.Reader) (err error) { st, err = r.QueueStats(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return st.Transactions
 }
 
 // TestMergeRefusesAFileShorterThanItsStats checks that a merge that would

@@ -332,27 +332,19 @@ func TestIdleApplierTrimsWhatAReaderHeldBack(t *testing.T) {
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
 	defer runInBackground(t, a)()
 	a.Notify()
-	entries := func() int64 {
-		t.Helper()
-		var st store.QueueStats
-		if err := db.View(func(r *store.Reader) (err error) { st, err = r.QueueStats(); return err }); err != nil {
-			t.Fatal(err)
-		}
-		return st.Transactions
-	}
 	for deadline := time.Now().Add(10 * time.Second); appliedPosition(t, db) < txns[2].EndLSN; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the queue was not applied")
 		}
 	}
 	time.Sleep(50 * time.Millisecond)
-	if n := entries(); n != 2 {
+	if n := queuedTxns(t, db); n != 2 {
 		t.Fatalf("%d transactions queued after the flush, want 2: the reader has read only the first", n)
 	}
 	readerAt.Store(uint64(txns[2].EndLSN))
-	for deadline := time.Now().Add(10 * time.Second); entries() != 0; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); queuedTxns(t, db) != 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d transactions still queued after the reader read them all", entries())
+			t.Fatalf("%d transactions still queued after the reader read them all", queuedTxns(t, db))
 		}
 	}
 }
