@@ -182,6 +182,9 @@ type Applier struct {
 	// readAheadFailed stops reading ahead until the next flush.
 	read            queueRead
 	readAheadFailed bool
+	// readAheadSlice is how many changes a call of readAhead reads
+	// (readAheadSlice, the constant, but for tests).
+	readAheadSlice int64
 	// adder, while a flush reads the queue, adds what it reads.
 	adder *adder
 
@@ -233,6 +236,8 @@ func New(cfg Config, db *store.DB) *Applier {
 		status:   map[string]TableStatus{},
 		now:      time.Now,
 		arrivals: arrivals{epoch: time.Now()},
+
+		readAheadSlice: readAheadSlice,
 	}
 }
 
@@ -331,8 +336,10 @@ func (a *Applier) Run(ctx context.Context) error {
 			switch {
 			case due.IsZero():
 				// Capture catches up first; the batch is read
-				// meanwhile.
-				a.readAhead(ctx, upTo)
+				// meanwhile, a slice at a time.
+				if a.readAhead(ctx, upTo) {
+					continue
+				}
 			case !now.Before(due):
 				err := a.flush(ctx, upTo)
 				switch {
@@ -351,7 +358,9 @@ func (a *Applier) Run(ctx context.Context) error {
 				// that the flush has only the newest changes left to
 				// read. (Once capture has caught up, the last of a
 				// backlog arrives in the time before its flush.)
-				a.readAhead(ctx, upTo)
+				if a.readAhead(ctx, upTo) {
+					continue
+				}
 				wait = min(wait, due.Sub(now))
 			}
 		}

@@ -216,7 +216,7 @@ func TestMergeRefusesAFileShorterThanItsStats(t *testing.T) {
 	if err := a.start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.ingest(ctx, txns[1].EndLSN, false); err != nil {
+	if _, err := a.ingest(ctx, txns[1].EndLSN, 0); err != nil {
 		t.Fatal(err)
 	}
 	m := a.tables["public.orders"].mirror

@@ -125,6 +125,62 @@ func TestReadAheadThenFlushAppliesEachChangeOnce(t *testing.T) {
 	checkReadAheadTables(t, tablesDir)
 }
 
+// TestReadAheadReadsASliceAtATime checks that a call of readAhead stops at
+// the end of the transaction that reaches its slice of changes, says that
+// more is left, and goes on from there the next time; the flush then
+// applies each change once.
+func TestReadAheadReadsASliceAtATime(t *testing.T) {
+	ctx := context.Background()
+	txns := readAheadQueue() // 50 changes, then 2 and 2
+	db, dir := openQueued(t, ordersRelation(), txns...)
+	tablesDir := filepath.Join(dir, "tables")
+	a := New(Config{TablesDir: tablesDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	a.readAheadSlice = 3
+	if err := a.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	upTo := txns[2].EndLSN
+	for i, want := range []struct {
+		more          bool
+		through       store.LSN
+		txns, changes int64
+	}{
+		{true, txns[0].EndLSN, 1, 50},  // a transaction is read whole
+		{false, txns[2].EndLSN, 3, 54}, // 2 changes, under the slice: one more transaction, the last
+		{false, txns[2].EndLSN, 3, 54}, // nothing left
+	} {
+		more := a.readAhead(ctx, upTo)
+		if more != want.more || a.read.upTo != want.through || a.read.txns != want.txns || a.read.changes != want.changes {
+			t.Fatalf("call %d: more %v, read %+v; want more %v, through %s: %d transactions, %d changes",
+				i+1, more, a.read, want.more, want.through, want.txns, want.changes)
+		}
+	}
+	if err := a.flush(ctx, upTo); err != nil {
+		t.Fatal(err)
+	}
+	checkReadAheadTables(t, tablesDir)
+}
+
+// TestRunReadsAheadSliceAfterSlice checks that the applier, holding its
+// flush back while capture catches up, reads the next slice at once
+// instead of waiting to be told or to poll again.
+func TestRunReadsAheadSliceAfterSlice(t *testing.T) {
+	txns := readAheadQueue()
+	db, dir := openQueued(t, ordersRelation(), txns...)
+	var looks atomic.Int64
+	a := New(Config{TablesDir: filepath.Join(dir, "tables"), PollInterval: time.Hour, FlushInterval: time.Hour, MaxDefer: time.Hour,
+		Defer:  func() bool { looks.Add(1); return true }, // capture is catching up
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	a.readAheadSlice = 3
+	defer runInBackground(t, a)()
+	// One look per slice: the first transaction, then the other two.
+	for deadline := time.Now().Add(10 * time.Second); looks.Load() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the applier looked at the queue %d times in 10 s while reading ahead, want 2: it waited between slices", looks.Load())
+		}
+	}
+}
+
 // TestReadAheadOfAClearedQueueIsDropped: what was read ahead of a queue
 // that is then cleared (an initial snapshot starting over) is not
 // committed; the flush reads the new queue.
