@@ -182,8 +182,8 @@ type Applier struct {
 	// readAheadFailed stops reading ahead until the next flush.
 	read            queueRead
 	readAheadFailed bool
-	// readAheadSlice is how many changes a call of readAhead reads
-	// (readAheadSlice, the constant, but for tests).
+	// readAheadSlice is about how many changes a call of readAhead reads:
+	// the constant of that name, lowered by tests.
 	readAheadSlice int64
 	// adder, while a flush reads the queue, adds what it reads.
 	adder *adder
