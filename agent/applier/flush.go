@@ -191,7 +191,7 @@ const yieldEvery = 32
 // meanwhile (the backlog is durable) starts at once rather than after the
 // whole batch is read ahead at the pace of a shared thread. (In the
 // end-to-end bench, the flush after a backlog of 100k transactions started
-// up to 25 ms after the backlog was durable.)
+// up to 33 ms after the backlog was durable.)
 const readAheadSlice = 1024
 
 // ingest reads the queued transactions after those the pending flush has
