@@ -152,8 +152,12 @@ func (a *Agent) Open() error {
 		// go. Without it (http.listen: off) the hub does not run.
 		appCfg.TrimLimit = a.hub.Offset
 	}
-	if a.up != nil {
-		appCfg.OnCommit = a.up.Notify
+	appCfg.OnCommit = func() {
+		if a.up != nil {
+			a.up.Notify()
+		}
+		// The live view may have waited for this commit (liveDefer).
+		a.hub.Notify()
 	}
 	a.app = applier.New(appCfg, db)
 
@@ -168,7 +172,7 @@ func (a *Agent) Open() error {
 		srcCfg.OnCatchUpCommit = a.threads.commit
 	}
 	a.src = source.New(srcCfg, db)
-	a.hub.SetDefer(a.catchingUp)
+	a.hub.SetDefer(a.liveDefer)
 	a.metrics = a.newMetrics()
 	if a.cfg.HTTP.Listen != HTTPOff {
 		a.server = live.NewServer(live.Config{
@@ -204,6 +208,15 @@ func (a *Agent) backpressure() (bool, string) {
 // keeps for the slot, and the live view's clients refetch once afterwards
 // instead of being streamed every change of the backlog.
 func (a *Agent) catchingUp() bool { return a.src.CatchingUp() }
+
+// liveDefer tells the live view to poll the queue only now and then: while
+// capture catches up with a backlog, and then until the applier has
+// committed it. The view is not live during a backlog anyway (its clients
+// refetch the rows after it), and the applier reading and committing the
+// backlog, which is what analysts wait for, then has the CPUs to itself:
+// reading a backlog of a million changes takes the view about 0.15 s of
+// CPU.
+func (a *Agent) liveDefer() bool { return a.catchingUp() || a.app.FlushingBacklog() }
 
 // backlogEnd is where the backlog capture last caught up with ends (see
 // source.Source.BacklogEnd).

@@ -28,6 +28,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
@@ -190,6 +191,9 @@ type Applier struct {
 
 	// trimmed is how far the queue was last trimmed (see trimBehind).
 	trimmed store.LSN
+	// backlog is set while the next batch starts in the backlog capture
+	// last caught up with (see FlushingBacklog).
+	backlog atomic.Bool
 
 	mu      sync.Mutex
 	status  map[string]TableStatus
@@ -260,6 +264,13 @@ func (a *Applier) Applied() store.LSN {
 	return a.applied
 }
 
+// FlushingBacklog reports whether the queue holds transactions of the
+// backlog capture last caught up with (Config.BacklogEnd) that the tables
+// do not hold yet: the applier reads and commits them as soon as it can,
+// and work that can wait, such as the live view reading the same
+// transactions, waits for it rather than share the CPUs.
+func (a *Applier) FlushingBacklog() bool { return a.backlog.Load() }
+
 // Tables returns the status of the Delta tables, sorted by name.
 func (a *Applier) Tables() []TableStatus {
 	a.mu.Lock()
@@ -322,6 +333,7 @@ func (a *Applier) Run(ctx context.Context) error {
 		}
 		wait := a.cfg.PollInterval
 		if upTo == 0 {
+			a.backlog.Store(false)
 			sched.idle()
 			a.trimBehind()
 		} else {
@@ -332,6 +344,7 @@ func (a *Applier) Run(ctx context.Context) error {
 				backlogEnd = a.cfg.BacklogEnd()
 			}
 			backlog := a.scan.first <= backlogEnd
+			a.backlog.Store(backlog)
 			due := sched.due(now, changes, full, deferring, backlog, backlog && a.scan.durable < backlogEnd)
 			switch {
 			case due.IsZero():

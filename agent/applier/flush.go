@@ -64,7 +64,7 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 	if err := a.fail("before-applied", ""); err != nil {
 		return err
 	}
-	var trimTo store.LSN
+	var trimTo, last store.LSN
 	var trimmed int
 	err = a.db.Update(func(w *store.Writer) error {
 		if err := w.SetApplied(upTo); err != nil {
@@ -74,7 +74,7 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 		if err != nil {
 			return err
 		}
-		trimTo = upTo
+		trimTo, last = upTo, qs.LastLSN
 		if qs.LastLSN > upTo {
 			trimTo = a.Applied()
 		}
@@ -86,6 +86,11 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 		return fmt.Errorf("record applied position %s: %w", upTo, err)
 	}
 	a.trimmed = max(a.trimmed, trimTo)
+	if last <= upTo || a.cfg.BacklogEnd == nil || a.cfg.BacklogEnd() <= upTo {
+		// Nothing of the backlog is left (before OnCommit, which may
+		// ask).
+		a.backlog.Store(false)
+	}
 	if a.cfg.OnCommit != nil {
 		a.cfg.OnCommit()
 	}

@@ -323,16 +323,21 @@ func waitForSpill(t *testing.T, tablesDir, when string) {
 // for the backlog's last transactions to be durable in the queue (capture
 // counts as caught up a little before the backlog's end), then applies the
 // backlog at once, without waiting for the flush interval. A transaction
-// after the backlog waits for the interval.
+// after the backlog waits for the interval. FlushingBacklog holds from the
+// backlog's arrival until its commit, and no longer when OnCommit is
+// called.
 func TestRunAppliesTheBacklogAtOnce(t *testing.T) {
 	txns := readAheadQueue()
 	db, dir := openQueued(t, ordersRelation(), txns[0])
 	tablesDir := filepath.Join(dir, "tables")
 	var catchingUp atomic.Bool
 	catchingUp.Store(true)
-	a := New(Config{TablesDir: tablesDir, FlushInterval: time.Hour, PollInterval: 10 * time.Millisecond,
+	var a *Applier
+	flushingAtCommit := make(chan bool, 10)
+	a = New(Config{TablesDir: tablesDir, FlushInterval: time.Hour, PollInterval: 10 * time.Millisecond,
 		Defer: catchingUp.Load, MaxDefer: time.Hour, BacklogEnd: func() store.LSN { return txns[1].EndLSN },
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+		OnCommit: func() { flushingAtCommit <- a.FlushingBacklog() },
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
 	stop := runInBackground(t, a)
 	a.Notify()
 	queue := func(txn *store.Txn) {
@@ -356,16 +361,25 @@ func TestRunAppliesTheBacklogAtOnce(t *testing.T) {
 	if l := appliedPosition(t, db); l != 0 {
 		t.Fatalf("applied position %s before the backlog's end arrived, want nothing applied", l)
 	}
+	if !a.FlushingBacklog() {
+		t.Fatal("FlushingBacklog is false with the backlog queued and not applied")
+	}
 	queue(txns[1])
 	for deadline := time.Now().Add(10 * time.Second); appliedPosition(t, db) < txns[1].EndLSN; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the backlog was not applied at once when its end arrived")
 		}
 	}
+	if <-flushingAtCommit {
+		t.Fatal("FlushingBacklog is true when OnCommit is called for the backlog's commit")
+	}
 	queue(txns[2])
 	time.Sleep(100 * time.Millisecond)
 	if l := appliedPosition(t, db); l != txns[1].EndLSN {
 		t.Fatalf("applied position %s, want %s: a transaction after the backlog waits for the interval", l, txns[1].EndLSN)
+	}
+	if a.FlushingBacklog() {
+		t.Fatal("FlushingBacklog is true with only a transaction after the backlog queued")
 	}
 	stop()
 	if err := a.flush(context.Background(), txns[2].EndLSN); err != nil {
