@@ -562,3 +562,30 @@ func TestCloseRefusesAFileMissingRows(t *testing.T) {
 		t.Errorf("a refused file was left behind: %v", entries)
 	}
 }
+
+// TestStringBoundsSplitCharacter checks that a string column whose values
+// are not UTF-8 one by one, although their bytes together are ("\xc3" and
+// "\xa9" make "é"), has no bounds, the first such value saying why; the
+// bounds then are not those of the valid values around them.
+func TestStringBoundsSplitCharacter(t *testing.T) {
+	c := newFlatColumn(NewField("s", TypeString, true), 0, 0)
+	values := []any{"a", "\xc3", "\xa9", "\U0001F600", nil}
+	for _, v := range values {
+		if err := c.add(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := c.bounds(len(values))
+	if b.unbounded != "\xc3" || b.lo != nil || b.hi != nil || b.nulls != 1 {
+		t.Errorf("bounds %+v, want none, unbounded by %q, 1 null", b, "\xc3")
+	}
+	c.truncate(1)
+	for _, v := range []any{"b", "\U0001F600"} {
+		if err := c.add(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b := c.bounds(3); b.unbounded != nil || b.lo != "a" || b.hi != "\U0001F600" {
+		t.Errorf("bounds %+v, want a to \U0001F600", b)
+	}
+}
