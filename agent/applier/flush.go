@@ -327,7 +327,12 @@ func (a *Applier) reset() {
 // applyChange routes one change to its table's changelog and mirror, unless
 // the table already holds the transaction.
 func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*store.Relation, h *store.TxnHeader, seq int64, ch *store.Change) error {
-	rel := rels[ch.Relation]
+	rel := a.lastRel
+	if rel == nil || rel.Key != ch.Relation {
+		// (A schema version never changes: the one of the last change
+		// routed, read before, is the same.)
+		rel = rels[ch.Relation]
+	}
 	if rel == nil {
 		return fmt.Errorf("%w: oid %d at %s", errNoRelation, ch.Relation.OID, ch.Relation.LSN)
 	}

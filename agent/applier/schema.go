@@ -50,8 +50,12 @@ type columns struct {
 	tm   *typeMapper
 	log  *slog.Logger
 	w    warner
-	// rels caches the mapping of each schema version.
+	// rels caches the mapping of each schema version, and last is the
+	// mapping mapping returned last: changes come in runs of one schema
+	// version, which then needs no lookup (the reading side alone uses
+	// the mappings).
 	rels map[store.RelationKey]*relMapping
+	last *relMapping
 }
 
 // relMapping converts the values of one schema version into a row of data
@@ -84,15 +88,22 @@ func (c *columns) addExisting(st *delta.StructType) {
 // known reports whether mapping has rel's mapping already, so that it
 // returns it without changing the columns.
 func (c *columns) known(rel *store.Relation) bool {
+	if c.last != nil && c.last.rel == rel {
+		return true
+	}
 	m := c.rels[rel.Key]
 	return m != nil && (m.rel == rel || m.rel.SameShape(rel))
 }
 
 // mapping returns the mapping of a schema version, adding columns as needed.
 func (c *columns) mapping(rel *store.Relation) *relMapping {
+	if c.last != nil && c.last.rel == rel {
+		return c.last
+	}
 	if c.known(rel) {
 		m := c.rels[rel.Key]
 		m.rel = rel
+		c.last = m
 		return m
 	}
 	m := &relMapping{rel: rel, dst: make([]int, len(rel.Columns)), conv: make([]converter, len(rel.Columns))}
@@ -124,6 +135,7 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 		}
 	}
 	c.rels[rel.Key] = m
+	c.last = m
 	return m
 }
 
