@@ -79,6 +79,10 @@ type DataWriter struct {
 	stats      *statsCollector
 	columns    *columnarWriter
 	closed     bool
+	// row is the builder Row returns; fieldCols locates each field's
+	// column for it (made at the first row).
+	row       RowBuilder
+	fieldCols []fieldColumn
 }
 
 // NewDataWriter creates a data file under the table root for rows of schema.

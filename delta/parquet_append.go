@@ -1,0 +1,301 @@
+package delta
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+)
+
+// RowBuilder appends one row to a DataWriter value by value, each in the
+// physical form its leaf column stores: no value of the row is boxed in an
+// interface and no Row is built, which is what most of the cost of a row
+// given as a Row is. It is for a writer of many rows whose values come in
+// another form than this package's Go values (a change queue's, say).
+//
+// Fields are numbered as in the writer's schema. A partition column takes
+// no value (the file has one), and a field given no value is null. End adds
+// the row. After a call that fails, End drops the row and returns that
+// error; the writer takes rows again after it.
+type RowBuilder struct {
+	w   *DataWriter
+	g   *rowGroupColumns
+	err error
+}
+
+// fieldColumn locates a field of the full schema among a row group's
+// columns: the leaf column flat, or the nested column nested, or neither
+// (-1) for a partition column.
+type fieldColumn struct {
+	flat, nested int
+}
+
+// Row starts a row. The builder is the writer's own: the next call of Row
+// starts the next row, and Write must not be called before End.
+func (w *DataWriter) Row() *RowBuilder {
+	b := &w.row
+	b.w, b.err = w, nil
+	if w.closed {
+		b.err = errors.New("write rows: writer is closed")
+		return b
+	}
+	c := w.columns
+	if c.err != nil {
+		b.err = c.err
+		return b
+	}
+	g := c.filling
+	if g.rows == g.capRows {
+		g.grow(c.maxRows)
+	}
+	b.g = g
+	if w.fieldCols == nil {
+		w.fieldCols = make([]fieldColumn, len(w.full.Fields))
+		for i := range w.fieldCols {
+			w.fieldCols[i] = fieldColumn{flat: -1, nested: -1}
+		}
+		for k, col := range g.cols {
+			w.fieldCols[w.dataIdx[col.pos]].flat = k
+		}
+		for k, col := range g.nested {
+			w.fieldCols[w.dataIdx[col.pos]].nested = k
+		}
+	}
+	return b
+}
+
+// column returns the leaf column of field, ready for the row's value, or
+// nil after recording why it is not.
+func (b *RowBuilder) column(field int) *flatColumn {
+	if b.err != nil {
+		return nil
+	}
+	if field < 0 || field >= len(b.w.fieldCols) || b.w.fieldCols[field].flat < 0 {
+		b.err = fmt.Errorf("write rows: %w: field %d is not a leaf data column", ErrInvalidValue, field)
+		return nil
+	}
+	c := b.g.cols[b.w.fieldCols[field].flat]
+	if len(c.present) != b.g.rows {
+		b.err = fmt.Errorf("write rows: %w: two values for column %q in one row", ErrInvalidValue, c.field.Name)
+		return nil
+	}
+	return c
+}
+
+// put appends a non-null value that set appends, when the column is of one
+// of kinds.
+func (b *RowBuilder) put(field int, set func(c *flatColumn) error) {
+	c := b.column(field)
+	if c == nil {
+		return
+	}
+	if err := set(c); err != nil {
+		b.err = errColumn(c.field, err)
+		return
+	}
+	c.present = append(c.present, true)
+	c.count++
+}
+
+// errKind is the error of a value given to a column of another type.
+func errKind(what string, c *flatColumn) error {
+	return fmt.Errorf("%w: %s for %s", ErrInvalidValue, what, c.field.Type)
+}
+
+// Null sets the field to null.
+func (b *RowBuilder) Null(field int) {
+	if b.err != nil {
+		return
+	}
+	if field >= 0 && field < len(b.w.fieldCols) && b.w.fieldCols[field].nested >= 0 {
+		b.Value(field, nil)
+		return
+	}
+	if c := b.column(field); c != nil {
+		if !c.field.Nullable {
+			b.err = errNull(c.field)
+			return
+		}
+		c.present = append(c.present, false)
+	}
+}
+
+// Bool sets a boolean field.
+func (b *RowBuilder) Bool(field int, v bool) {
+	b.put(field, func(c *flatColumn) error {
+		if c.kind != flatBoolean {
+			return errKind("a boolean", c)
+		}
+		c.bools = append(c.bools, v)
+		return nil
+	})
+}
+
+// Int sets a byte, short, integer or long field, which must hold v.
+func (b *RowBuilder) Int(field int, v int64) {
+	b.put(field, func(c *flatColumn) error {
+		var lo, hi int64
+		switch c.kind {
+		case flatLong:
+			c.ints64 = append(c.ints64, v)
+			return nil
+		case flatByte:
+			lo, hi = math.MinInt8, math.MaxInt8
+		case flatShort:
+			lo, hi = math.MinInt16, math.MaxInt16
+		case flatInteger:
+			lo, hi = math.MinInt32, math.MaxInt32
+		default:
+			return errKind("an integer", c)
+		}
+		if v < lo || v > hi {
+			return fmt.Errorf("%w: %d is out of range for %s", ErrInvalidValue, v, c.field.Type)
+		}
+		c.ints32 = append(c.ints32, int32(v))
+		return nil
+	})
+}
+
+// Float sets a float field.
+func (b *RowBuilder) Float(field int, v float32) {
+	b.put(field, func(c *flatColumn) error {
+		if c.kind != flatFloat {
+			return errKind("a float", c)
+		}
+		c.floats = append(c.floats, v)
+		return nil
+	})
+}
+
+// Double sets a double field.
+func (b *RowBuilder) Double(field int, v float64) {
+	b.put(field, func(c *flatColumn) error {
+		if c.kind != flatDouble {
+			return errKind("a double", c)
+		}
+		c.doubles = append(c.doubles, v)
+		return nil
+	})
+}
+
+// Bytes sets a string field to the text v holds, or a binary field to v.
+// The bytes are copied.
+func (b *RowBuilder) Bytes(field int, v []byte) {
+	b.put(field, func(c *flatColumn) error {
+		if c.kind != flatString && c.kind != flatBinary {
+			return errKind("bytes", c)
+		}
+		c.data = append(c.data, v...)
+		c.ends = append(c.ends, len(c.data))
+		return nil
+	})
+}
+
+// Date sets a date field to the day that many days after 1970-01-01.
+func (b *RowBuilder) Date(field int, days int32) {
+	b.put(field, func(c *flatColumn) error {
+		if c.kind != flatDate {
+			return errKind("a date", c)
+		}
+		c.ints32 = append(c.ints32, days)
+		return nil
+	})
+}
+
+// Timestamp sets a timestamp field (with or without time zone) to the
+// instant that many microseconds after 1970-01-01 00:00:00 UTC.
+func (b *RowBuilder) Timestamp(field int, micros int64) {
+	b.put(field, func(c *flatColumn) error {
+		if c.kind != flatTimestamp && c.kind != flatTimestampNTZ {
+			return errKind("a timestamp", c)
+		}
+		c.ints64 = append(c.ints64, micros)
+		return nil
+	})
+}
+
+// Decimal sets a decimal field to unscaled × 10^-scale, where scale is the
+// column's and the value has no more digits than its precision.
+func (b *RowBuilder) Decimal(field int, unscaled int64, scale int32) {
+	b.put(field, func(c *flatColumn) error {
+		switch {
+		case c.kind != flatDecimal32 && c.kind != flatDecimal64 && c.kind != flatDecimalWide:
+			return errKind("a decimal", c)
+		case scale != c.scale:
+			return fmt.Errorf("%w: a decimal of scale %d for %s", ErrInvalidValue, scale, c.field.Type)
+		case c.kind == flatDecimalWide:
+			// More than 18 digits of precision: any int64 fits.
+			c.data = appendTwosComplement(c.data, big.NewInt(unscaled), c.size)
+			c.ends = append(c.ends, len(c.data))
+			return nil
+		case unscaled <= -c.limit || unscaled >= c.limit:
+			return fmt.Errorf("%w: %d × 10^-%d has more digits than %s", ErrInvalidValue, unscaled, scale, c.field.Type)
+		case c.kind == flatDecimal32:
+			c.ints32 = append(c.ints32, int32(unscaled))
+		default:
+			c.ints64 = append(c.ints64, unscaled)
+		}
+		return nil
+	})
+}
+
+// Value sets a field of any type to a Go value, as Write takes it.
+func (b *RowBuilder) Value(field int, v any) {
+	if b.err != nil {
+		return
+	}
+	if field >= 0 && field < len(b.w.fieldCols) {
+		if k := b.w.fieldCols[field].nested; k >= 0 {
+			c := b.g.nested[k]
+			if len(c.values) != b.g.rows {
+				b.err = fmt.Errorf("write rows: %w: two values for column %q in one row", ErrInvalidValue, c.field.Name)
+				return
+			}
+			b.err = c.add(v)
+			return
+		}
+	}
+	if c := b.column(field); c != nil {
+		b.err = c.add(v)
+	}
+}
+
+// End adds the row, its fields given no value null, and returns the first
+// error of the row, which it then drops.
+func (b *RowBuilder) End() error {
+	g := b.g
+	if b.err == nil {
+		for _, c := range g.cols {
+			if len(c.present) == g.rows {
+				if !c.field.Nullable {
+					b.err = errNull(c.field)
+					break
+				}
+				c.present = append(c.present, false)
+			}
+		}
+	}
+	if b.err == nil {
+		for _, c := range g.nested {
+			if len(c.values) == g.rows {
+				if err := c.add(nil); err != nil {
+					b.err = err
+					break
+				}
+			}
+		}
+	}
+	if err := b.err; err != nil {
+		if g != nil {
+			g.truncate(g.rows, len(g.nested))
+		}
+		return err
+	}
+	g.rows++
+	c := b.w.columns
+	c.stats.numRecords++
+	if g.rows >= c.maxRows {
+		return c.flush()
+	}
+	return nil
+}
