@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"slices"
 	"time"
 )
 
@@ -65,20 +64,6 @@ type decoder struct {
 	// returning nil (see TxnCursor.ChunksWithoutValues); it goes with
 	// shared, so that passing over bytes copies nothing.
 	withoutValues bool
-	// reuse, with shared, holds the memory of the last chunk decoded,
-	// which the next one reuses (see sharedBuffers).
-	reuse *sharedBuffers
-}
-
-// sharedBuffers is the memory that a shared decoder reuses from one chunk
-// to the next, for a caller that keeps nothing of a chunk's changes once it
-// has the next (TxnCursor.SharedChunks): the changes, and the block of
-// values they were carved from last. The block grows by doubling until it
-// holds a whole chunk's values; reading a large transaction then allocates
-// nothing per chunk.
-type sharedBuffers struct {
-	changes []Change
-	values  []Value
 }
 
 // sharedSlabValues is the fewest values a shared decoder allocates at once.
@@ -255,14 +240,7 @@ func (d *decoder) values() []Value {
 		return nil
 	}
 	var vs []Value
-	if d.reuse != nil {
-		if len(d.slab) < n-1 {
-			d.slab = make([]Value, max(n-1, 2*len(d.reuse.values)))
-			d.reuse.values = d.slab
-		}
-		vs, d.slab = d.slab[:n-1:n-1], d.slab[n-1:]
-		clear(vs)
-	} else if d.shared {
+	if d.shared {
 		if len(d.slab) < n-1 {
 			// Each allocation doubles the last, up to sharedSlabValues:
 			// a chunk of one small change allocates only what it needs.
@@ -307,14 +285,10 @@ func decodeChunk(data []byte) (subXid uint32, changes []Change, err error) {
 }
 
 // decodeSharedChunk is decodeChunk for a caller that keeps nothing of the
-// changes once data may change or the next chunk is decoded with the same
-// buffers, reuse (nil: none; see TxnCursor.SharedChunks).
-func decodeSharedChunk(data []byte, reuse *sharedBuffers) (subXid uint32, changes []Change, err error) {
+// changes once data may change (see TxnCursor.SharedChunks).
+func decodeSharedChunk(data []byte) (subXid uint32, changes []Change, err error) {
 	d := newDecoder(recordChunk, data)
-	d.shared, d.reuse = true, reuse
-	if reuse != nil {
-		d.slab = reuse.values
-	}
+	d.shared = true
 	return decodeChunkWith(&d)
 }
 
@@ -330,12 +304,7 @@ func decodeChunkWithoutValues(data []byte) (subXid uint32, changes []Change, err
 func decodeChunkWith(d *decoder) (subXid uint32, changes []Change, err error) {
 	subXid = uint32(d.uvarint())
 	n := d.length(4)
-	if d.reuse != nil {
-		changes = slices.Grow(d.reuse.changes[:0], n)[:n]
-		d.reuse.changes = changes
-	} else {
-		changes = make([]Change, n)
-	}
+	changes = make([]Change, n)
 	for i := range changes {
 		c := &changes[i]
 		c.Op = Op(d.byte1())

@@ -237,16 +237,11 @@ func (t *TxnCursor) Chunks(fn func(changes []Change) error) error {
 
 // SharedChunks is Chunks for a callee that keeps nothing of a chunk's
 // changes once it returns: their byte values are slices of the state file's
-// memory, valid only in the read transaction, and the next chunk's changes
-// reuse their memory. A large transaction is read without copying it value
-// by value, and without allocating for each chunk.
+// memory, valid only in the read transaction, and their value slices share
+// one allocation. A large transaction is read without copying it value by
+// value.
 func (t *TxnCursor) SharedChunks(fn func(changes []Change) error) error {
-	if t.b == nil {
-		// One chunk: nothing to reuse.
-		return t.chunks(func(data []byte) (uint32, []Change, error) { return decodeSharedChunk(data, nil) }, fn)
-	}
-	reuse := new(sharedBuffers)
-	return t.chunks(func(data []byte) (uint32, []Change, error) { return decodeSharedChunk(data, reuse) }, fn)
+	return t.chunks(decodeSharedChunk, fn)
 }
 
 // ChunksWithoutValues is Chunks without the values: each change has its

@@ -75,7 +75,7 @@ func TestChunkRoundTrip(t *testing.T) {
 func TestSharedChunkDecodesInPlace(t *testing.T) {
 	in := sampleTxn(1000, 100).Changes
 	data := encodeChunk(77, in)
-	sub, out, err := decodeSharedChunk(data, &sharedBuffers{})
+	sub, out, err := decodeSharedChunk(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestSharedChunkDecodesInPlace(t *testing.T) {
 		t.Fatalf("round trip differs (subxid %d):\n in %+v\nout %+v", sub, in, out)
 	}
 	copied := testing.AllocsPerRun(10, func() { decodeChunk(data) })
-	shared := testing.AllocsPerRun(10, func() { decodeSharedChunk(data, &sharedBuffers{}) })
+	shared := testing.AllocsPerRun(10, func() { decodeSharedChunk(data) })
 	if shared*4 > copied {
 		t.Errorf("a shared chunk of %d changes took %.0f allocations, a copied one %.0f", len(in), shared, copied)
 	}
@@ -94,40 +94,8 @@ func TestSharedChunkDecodesInPlace(t *testing.T) {
 	// change).
 	small := encodeChunk(0, []Change{{Op: OpInsert, Relation: RelationKey{OID: 1, LSN: 2},
 		New: []Value{{Kind: KindInt64, Int: 1}, {Kind: KindString, Bytes: []byte("x")}}}})
-	if c, s := allocatedBytes(func() { decodeChunk(small) }), allocatedBytes(func() { decodeSharedChunk(small, &sharedBuffers{}) }); s > c+64 {
+	if c, s := allocatedBytes(func() { decodeChunk(small) }), allocatedBytes(func() { decodeSharedChunk(small) }); s > c+64 {
 		t.Errorf("a shared chunk of one change allocated %d bytes, a copied one %d", s, c)
-	}
-}
-
-// TestSharedChunksReuseMemory checks that chunks decoded one after another
-// with the same buffers decode right, whatever the chunk before held, and
-// that once the buffers hold a chunk's values, decoding one allocates
-// nothing.
-func TestSharedChunksReuseMemory(t *testing.T) {
-	big, small := sampleTxn(1000, 100).Changes, sampleTxn(2000, 3).Changes
-	small = append(small, Change{Op: OpDelete, Relation: RelationKey{OID: 7, LSN: 9}, Old: []Value{{Kind: KindNull}, {Kind: KindInt64, Int: 5}}},
-		Change{Op: OpTruncate, Relation: RelationKey{OID: 8, LSN: 10}})
-	var reuse sharedBuffers
-	for i, in := range [][]Change{small, big, small, big, small} {
-		_, out, err := decodeSharedChunk(encodeChunk(0, in), &reuse)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(in, out) {
-			t.Fatalf("chunk %d differs:\n in %+v\nout %+v", i, in, out)
-		}
-	}
-	// (An array's elements are allocated apart: none here.)
-	for _, ch := range big {
-		for i := range ch.New {
-			if ch.New[i].Kind == KindArray {
-				ch.New[i] = Value{Kind: KindNull}
-			}
-		}
-	}
-	data := encodeChunk(0, big)
-	if n := testing.AllocsPerRun(10, func() { decodeSharedChunk(data, &reuse) }); n > 0 {
-		t.Errorf("decoding a chunk into buffers that held one as large took %.0f allocations, want none", n)
 	}
 }
 
@@ -242,12 +210,9 @@ func TestCorruptionIsDetected(t *testing.T) {
 
 func FuzzDecodeChunk(f *testing.F) {
 	f.Add(encodeChunk(3, sampleTxn(10, 2).Changes))
-	// The buffers of a shared decoder pass from one input to the next, as
-	// from one chunk to the next.
-	var reuse sharedBuffers
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _, _ = decodeChunk(data) // must not panic or allocate without bound
-		_, _, _ = decodeSharedChunk(data, &reuse)
+		_, _, _ = decodeSharedChunk(data)
 		_, _, errWithout := decodeChunkWithoutValues(data)
 		if _, _, err := decodeChunk(data); (err == nil) != (errWithout == nil) {
 			t.Fatalf("full read %v, read without values %v", err, errWithout)
