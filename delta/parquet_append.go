@@ -82,17 +82,13 @@ func (b *RowBuilder) column(field int) *flatColumn {
 	return c
 }
 
-// put appends a non-null value that set appends, when the column is of one
-// of kinds.
-func (b *RowBuilder) put(field int, set func(c *flatColumn) error) {
-	c := b.column(field)
-	if c == nil {
-		return
-	}
-	if err := set(c); err != nil {
-		b.err = errColumn(c.field, err)
-		return
-	}
+// fail records the error of a value for column c.
+func (b *RowBuilder) fail(c *flatColumn, err error) {
+	b.err = errColumn(c.field, err)
+}
+
+// added records that a non-null value was appended to column c.
+func added(c *flatColumn) {
 	c.present = append(c.present, true)
 	c.count++
 }
@@ -122,121 +118,141 @@ func (b *RowBuilder) Null(field int) {
 
 // Bool sets a boolean field.
 func (b *RowBuilder) Bool(field int, v bool) {
-	b.put(field, func(c *flatColumn) error {
-		if c.kind != flatBoolean {
-			return errKind("a boolean", c)
-		}
+	c := b.column(field)
+	switch {
+	case c == nil:
+	case c.kind != flatBoolean:
+		b.fail(c, errKind("a boolean", c))
+	default:
 		c.bools = append(c.bools, v)
-		return nil
-	})
+		added(c)
+	}
 }
 
 // Int sets a byte, short, integer or long field, which must hold v.
 func (b *RowBuilder) Int(field int, v int64) {
-	b.put(field, func(c *flatColumn) error {
-		var lo, hi int64
-		switch c.kind {
-		case flatLong:
-			c.ints64 = append(c.ints64, v)
-			return nil
-		case flatByte:
-			lo, hi = math.MinInt8, math.MaxInt8
-		case flatShort:
-			lo, hi = math.MinInt16, math.MaxInt16
-		case flatInteger:
-			lo, hi = math.MinInt32, math.MaxInt32
-		default:
-			return errKind("an integer", c)
-		}
-		if v < lo || v > hi {
-			return fmt.Errorf("%w: %d is out of range for %s", ErrInvalidValue, v, c.field.Type)
-		}
-		c.ints32 = append(c.ints32, int32(v))
-		return nil
-	})
+	c := b.column(field)
+	if c == nil {
+		return
+	}
+	var lo, hi int64
+	switch c.kind {
+	case flatLong:
+		c.ints64 = append(c.ints64, v)
+		added(c)
+		return
+	case flatByte:
+		lo, hi = math.MinInt8, math.MaxInt8
+	case flatShort:
+		lo, hi = math.MinInt16, math.MaxInt16
+	case flatInteger:
+		lo, hi = math.MinInt32, math.MaxInt32
+	default:
+		b.fail(c, errKind("an integer", c))
+		return
+	}
+	if v < lo || v > hi {
+		b.fail(c, fmt.Errorf("%w: %d is out of range for %s", ErrInvalidValue, v, c.field.Type))
+		return
+	}
+	c.ints32 = append(c.ints32, int32(v))
+	added(c)
 }
 
 // Float sets a float field.
 func (b *RowBuilder) Float(field int, v float32) {
-	b.put(field, func(c *flatColumn) error {
-		if c.kind != flatFloat {
-			return errKind("a float", c)
-		}
+	c := b.column(field)
+	switch {
+	case c == nil:
+	case c.kind != flatFloat:
+		b.fail(c, errKind("a float", c))
+	default:
 		c.floats = append(c.floats, v)
-		return nil
-	})
+		added(c)
+	}
 }
 
 // Double sets a double field.
 func (b *RowBuilder) Double(field int, v float64) {
-	b.put(field, func(c *flatColumn) error {
-		if c.kind != flatDouble {
-			return errKind("a double", c)
-		}
+	c := b.column(field)
+	switch {
+	case c == nil:
+	case c.kind != flatDouble:
+		b.fail(c, errKind("a double", c))
+	default:
 		c.doubles = append(c.doubles, v)
-		return nil
-	})
+		added(c)
+	}
 }
 
 // Bytes sets a string field to the text v holds, or a binary field to v.
 // The bytes are copied.
 func (b *RowBuilder) Bytes(field int, v []byte) {
-	b.put(field, func(c *flatColumn) error {
-		if c.kind != flatString && c.kind != flatBinary {
-			return errKind("bytes", c)
-		}
+	c := b.column(field)
+	switch {
+	case c == nil:
+	case c.kind != flatString && c.kind != flatBinary:
+		b.fail(c, errKind("bytes", c))
+	default:
 		c.data = append(c.data, v...)
 		c.ends = append(c.ends, len(c.data))
-		return nil
-	})
+		added(c)
+	}
 }
 
 // Date sets a date field to the day that many days after 1970-01-01.
 func (b *RowBuilder) Date(field int, days int32) {
-	b.put(field, func(c *flatColumn) error {
-		if c.kind != flatDate {
-			return errKind("a date", c)
-		}
+	c := b.column(field)
+	switch {
+	case c == nil:
+	case c.kind != flatDate:
+		b.fail(c, errKind("a date", c))
+	default:
 		c.ints32 = append(c.ints32, days)
-		return nil
-	})
+		added(c)
+	}
 }
 
 // Timestamp sets a timestamp field (with or without time zone) to the
 // instant that many microseconds after 1970-01-01 00:00:00 UTC.
 func (b *RowBuilder) Timestamp(field int, micros int64) {
-	b.put(field, func(c *flatColumn) error {
-		if c.kind != flatTimestamp && c.kind != flatTimestampNTZ {
-			return errKind("a timestamp", c)
-		}
+	c := b.column(field)
+	switch {
+	case c == nil:
+	case c.kind != flatTimestamp && c.kind != flatTimestampNTZ:
+		b.fail(c, errKind("a timestamp", c))
+	default:
 		c.ints64 = append(c.ints64, micros)
-		return nil
-	})
+		added(c)
+	}
 }
 
 // Decimal sets a decimal field to unscaled × 10^-scale, where scale is the
 // column's and the value has no more digits than its precision.
 func (b *RowBuilder) Decimal(field int, unscaled int64, scale int32) {
-	b.put(field, func(c *flatColumn) error {
-		switch {
-		case c.kind != flatDecimal32 && c.kind != flatDecimal64 && c.kind != flatDecimalWide:
-			return errKind("a decimal", c)
-		case scale != c.scale:
-			return fmt.Errorf("%w: a decimal of scale %d for %s", ErrInvalidValue, scale, c.field.Type)
-		case c.kind == flatDecimalWide:
-			// More than 18 digits of precision: any int64 fits.
-			c.data = appendTwosComplement(c.data, big.NewInt(unscaled), c.size)
-			c.ends = append(c.ends, len(c.data))
-			return nil
-		case unscaled <= -c.limit || unscaled >= c.limit:
-			return fmt.Errorf("%w: %d × 10^-%d has more digits than %s", ErrInvalidValue, unscaled, scale, c.field.Type)
-		case c.kind == flatDecimal32:
-			c.ints32 = append(c.ints32, int32(unscaled))
-		default:
-			c.ints64 = append(c.ints64, unscaled)
-		}
-		return nil
-	})
+	c := b.column(field)
+	switch {
+	case c == nil:
+		return
+	case c.kind != flatDecimal32 && c.kind != flatDecimal64 && c.kind != flatDecimalWide:
+		b.fail(c, errKind("a decimal", c))
+		return
+	case scale != c.scale:
+		b.fail(c, fmt.Errorf("%w: a decimal of scale %d for %s", ErrInvalidValue, scale, c.field.Type))
+		return
+	case c.kind == flatDecimalWide:
+		// More than 18 digits of precision: any int64 fits.
+		c.data = appendTwosComplement(c.data, big.NewInt(unscaled), c.size)
+		c.ends = append(c.ends, len(c.data))
+	case unscaled <= -c.limit || unscaled >= c.limit:
+		b.fail(c, fmt.Errorf("%w: %d × 10^-%d has more digits than %s", ErrInvalidValue, unscaled, scale, c.field.Type))
+		return
+	case c.kind == flatDecimal32:
+		c.ints32 = append(c.ints32, int32(unscaled))
+	default:
+		c.ints64 = append(c.ints64, unscaled)
+	}
+	added(c)
 }
 
 // Value sets a field of any type to a Go value, as Write takes it.

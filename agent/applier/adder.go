@@ -34,12 +34,17 @@ type adder struct {
 	header *store.TxnHeader
 }
 
-// addition is one change for its table's changelog, mirror or both.
+// addition is one change for its table's changelog, mirror or both: its
+// converted values (rc), or, for an insert, its values as queued (ins, of
+// schema version m), which are valid until the reading side's read
+// transaction ends.
 type addition struct {
 	st         *sourceTable
 	h          *store.TxnHeader
 	seq        int64
 	rc         *rowChange
+	m          *relMapping
+	ins        []store.Value
 	toCL, toMR bool
 }
 
@@ -118,6 +123,17 @@ func (d *adder) close() error {
 
 // addChange adds one change to its table's changelog and mirror.
 func (a *Applier) addChange(ctx context.Context, x *addition) error {
+	if x.rc == nil {
+		if x.toCL {
+			if err := x.st.changelog.addInsert(a, x.h, x.seq, x.m, x.ins); err != nil {
+				return err
+			}
+		}
+		if x.toMR {
+			return x.st.mirror.addInsert(ctx, a, x.m, x.ins, x.toCL)
+		}
+		return nil
+	}
 	if x.toCL {
 		if err := x.st.changelog.add(a, x.h, x.seq, x.rc); err != nil {
 			return err

@@ -58,7 +58,7 @@ const maxAppendRuns = 4
 // insert above every key so far, and reports whether it did. An insert
 // that does not fit ends the appender, for the rest of the flush (as any
 // other change does, see add).
-func (m *mirror) appendInsert(ctx context.Context, a *Applier, key []byte, row []any) (bool, error) {
+func (m *mirror) appendInsert(ctx context.Context, a *Applier, key []byte, ins *insertRow) (bool, error) {
 	r := m.app
 	if r != nil && r.settled {
 		return false, nil
@@ -91,9 +91,13 @@ func (m *mirror) appendInsert(ctx context.Context, a *Applier, key []byte, row [
 		run := r.runs[i]
 		run.last = append(run.last[:0], key...)
 		m.appended++
-		return true, run.w.emit(string(key), row, false)
+		return true, run.w.emitInsert(key, ins)
 	}
-	r.held = append(r.held, slices.Clone(row))
+	row := ins.values(len(m.cols.cols))
+	if !ins.converted {
+		row = slices.Clone(row)
+	}
+	r.held = append(r.held, row)
 	if len(r.held) < appendMinRows {
 		return true, nil
 	}

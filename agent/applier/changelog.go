@@ -56,8 +56,10 @@ type changelog struct {
 	// txn holds the values every row of the transaction being added
 	// shares, converted to the row's interface values once.
 	txn txnValues
-	// ops holds the values of the _op column, by store.Op.
-	ops [store.OpTruncate + 1]any
+	// ops holds the values of the _op column, by store.Op, and insertOp
+	// the text of an insert's.
+	ops      [store.OpTruncate + 1]any
+	insertOp []byte
 }
 
 // txnValues are the changelog values of one transaction's rows.
@@ -118,7 +120,7 @@ func (a *Applier) openChangelog(ctx context.Context, name string, cols *columns)
 			cols.addExisting(st)
 		}
 	}
-	c := &changelog{deltaTable: dt, cols: cols, writers: map[int32]*clWriter{}}
+	c := &changelog{deltaTable: dt, cols: cols, writers: map[int32]*clWriter{}, insertOp: []byte(store.OpInsert.String())}
 	c.layout()
 	return c, nil
 }
@@ -158,6 +160,64 @@ func (c *changelog) ensureColumns() error {
 	return nil
 }
 
+// writer returns the open writer of the partition of a transaction's
+// rows, opening it if needed.
+func (c *changelog) writer(a *Applier, tv *txnValues) (*clWriter, error) {
+	if w := c.writers[tv.day]; w != nil {
+		return w, nil
+	}
+	dw, err := delta.NewDataWriter(c.t.Path(), c.schema, []string{colCommitDate},
+		map[string]any{colCommitDate: tv.date}, a.writeOptions())
+	if err != nil {
+		return nil, fmt.Errorf("changelog %s: %w", c.name, err)
+	}
+	w := &clWriter{w: dw}
+	c.writers[tv.day] = w
+	return w, nil
+}
+
+// addInsert appends an insert of a row of schema version m, as queued,
+// writing its values into the columns without converting them to Go
+// values (see putter).
+func (c *changelog) addInsert(a *Applier, h *store.TxnHeader, seq int64, m *relMapping, vals []store.Value) error {
+	if err := c.ensureColumns(); err != nil {
+		return err
+	}
+	tv := c.values(h)
+	w, err := c.writer(a, tv)
+	if err != nil {
+		return err
+	}
+	if len(w.rows) > 0 {
+		// The rows of the changes before go first.
+		if err := w.w.Write(w.rows); err != nil {
+			return fmt.Errorf("changelog %s: %w", c.name, err)
+		}
+		w.rows = w.rows[:0]
+	}
+	b := w.w.Row()
+	for i := range vals {
+		if i < len(m.dst) {
+			m.onAdder.put[i](&vals[i], b, c.dataPos[m.dst[i]])
+		}
+	}
+	b.Bytes(c.opIdx, c.insertOp)
+	b.Int(c.lsnIdx, int64(h.EndLSN))
+	b.Int(c.xidIdx, int64(h.Xid))
+	b.Timestamp(c.tsIdx, h.CommitTime.UnixMicro())
+	b.Int(c.seqIdx, seq)
+	// The other data columns, _before and _unchanged are null; the
+	// file's partition holds _commit_date.
+	if err := b.End(); err != nil {
+		return fmt.Errorf("changelog %s: %w", c.name, err)
+	}
+	c.rows++
+	if w.w.NumRows() >= a.cfg.TargetFileRows {
+		return c.closeWriter(tv.day)
+	}
+	return nil
+}
+
 // add appends one change.
 func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange) error {
 	if err := c.ensureColumns(); err != nil {
@@ -165,15 +225,9 @@ func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange
 	}
 	tv := c.values(h)
 	day := tv.day
-	w := c.writers[day]
-	if w == nil {
-		dw, err := delta.NewDataWriter(c.t.Path(), c.schema, []string{colCommitDate},
-			map[string]any{colCommitDate: tv.date}, a.writeOptions())
-		if err != nil {
-			return fmt.Errorf("changelog %s: %w", c.name, err)
-		}
-		w = &clWriter{w: dw}
-		c.writers[day] = w
+	w, err := c.writer(a, tv)
+	if err != nil {
+		return err
 	}
 	var row delta.Row
 	w.rows, row = nextRow(w.rows, len(c.schema.Fields))

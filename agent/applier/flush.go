@@ -357,20 +357,31 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 			return err
 		}
 	}
-	// The values are converted once, for both tables.
-	rc := st.cols.convertChange(st.cols.mapping(rel), ch)
 	if toCL {
 		st.clFlush.note(h)
 	}
 	if toMR {
 		st.mrFlush.note(h)
 	}
-	x := addition{st: st, h: h, seq: seq, rc: rc, toCL: toCL, toMR: toMR}
+	x := addition{st: st, h: h, seq: seq, toCL: toCL, toMR: toMR}
+	m := st.cols.mapping(rel)
+	if ch.Op == store.OpInsert && ch.Old == nil && !slices.ContainsFunc(ch.New, isUnchanged) {
+		// An insert goes as queued: its values are written into the
+		// tables' columns as they are, not converted to Go values
+		// (putter), which took most of the time of a large insert.
+		x.m, x.ins = m, ch.New
+	} else {
+		// The values are converted once, for both tables.
+		x.rc = st.cols.convertChange(m, ch)
+	}
 	if a.adder != nil {
 		return a.adder.add(x)
 	}
 	return a.addChange(ctx, &x)
 }
+
+// isUnchanged reports whether v is an unchanged TOAST value.
+func isUnchanged(v store.Value) bool { return v.Kind == store.KindUnchanged }
 
 // table returns the loaded state of a source table, opening (or creating)
 // its Delta tables. Existing tables are opened first so that their columns

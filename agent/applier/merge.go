@@ -1,6 +1,7 @@
 package applier
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -57,16 +58,18 @@ type mergeWriter struct {
 	w       *delta.DataWriter
 	buf     []delta.Row
 	min     []byte
-	lastKey string
+	lastKey []byte
 	// files are the files written, in key order; closer closes the last.
 	files   []*mirrorFile
 	closer  closer
 	written int64
 }
 
-func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
+// openFor makes sure w has a file open for a row of key: a full one is
+// closed before a key other than its last.
+func openFor[K string | []byte](w *mergeWriter, key K) error {
 	m := w.m
-	if w.w != nil && w.w.NumRows()+int64(len(w.buf)) >= w.a.cfg.TargetFileRows && key != w.lastKey {
+	if w.w != nil && w.w.NumRows()+int64(len(w.buf)) >= w.a.cfg.TargetFileRows && string(key) != string(w.lastKey) {
 		if err := w.close(); err != nil {
 			return err
 		}
@@ -76,7 +79,52 @@ func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
 		if err != nil {
 			return fmt.Errorf("mirror %s: %w", m.name, err)
 		}
-		w.w, w.min = dw, []byte(key)
+		w.w, w.min = dw, append([]byte(nil), key...) // a copy: key may be reused
+	}
+	return nil
+}
+
+// emitInsert writes an inserted row of key. One as queued is written into
+// the columns without converting its values to Go values (see putter).
+func (w *mergeWriter) emitInsert(key []byte, ins *insertRow) error {
+	if ins.row != nil {
+		return w.emit(string(key), ins.row, false)
+	}
+	m := w.m
+	if err := openFor(w, key); err != nil {
+		return err
+	}
+	if len(w.buf) > 0 {
+		// The rows before go first.
+		if err := w.w.Write(w.buf); err != nil {
+			return fmt.Errorf("mirror %s: %w", m.name, err)
+		}
+		w.buf = w.buf[:0]
+	}
+	b := w.w.Row()
+	mp := ins.m
+	for j := range ins.vals {
+		if j < len(mp.dst) {
+			if i := mp.dst[j]; i < len(m.dataPos) && m.dataPos[i] >= 0 {
+				ins.cols.put[j](&ins.vals[j], b, m.dataPos[i])
+			}
+		}
+	}
+	if m.delIdx >= 0 {
+		b.Bool(m.delIdx, false)
+	}
+	if err := b.End(); err != nil {
+		return fmt.Errorf("mirror %s: %w", m.name, err)
+	}
+	w.lastKey = append(w.lastKey[:0], key...)
+	w.written++
+	return nil
+}
+
+func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
+	m := w.m
+	if err := openFor(w, key); err != nil {
+		return err
 	}
 	var row delta.Row
 	w.buf, row = nextRow(w.buf, len(m.schema.Fields))
@@ -92,7 +140,7 @@ func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
 	if m.delIdx >= 0 {
 		row[m.delIdx] = deleted
 	}
-	w.lastKey = key
+	w.lastKey = append(w.lastKey[:0], key...)
 	w.written++
 	if len(w.buf) >= 1024 {
 		if err := w.w.Write(w.buf); err != nil {
@@ -118,7 +166,7 @@ func (w *mergeWriter) close() error {
 		}
 		w.buf = w.buf[:0]
 	}
-	minKey, maxKey := w.min, []byte(w.lastKey)
+	minKey, maxKey := w.min, bytes.Clone(w.lastKey)
 	err := w.closer.start(dw, func(add *delta.Add, rows int64) {
 		add.Tags = map[string]string{tagMinKey: hex.EncodeToString(minKey), tagMaxKey: hex.EncodeToString(maxKey)}
 		w.files = append(w.files, &mirrorFile{add: add, minKey: minKey, maxKey: maxKey, rows: rows})

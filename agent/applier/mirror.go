@@ -215,11 +215,7 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 		return m.keyBuf
 	}
 	if rc.op == store.OpInsert {
-		k := key(rc.newRow)
-		if ok, err := m.appendInsert(ctx, a, k, rc.newRow); ok || err != nil {
-			return err
-		}
-		return p.add(k, m.insertEntry(rc.newRow))
+		return m.insert(ctx, a, key(rc.newRow), &insertRow{row: rc.newRow})
 	}
 	// Any other change ends the appender.
 	if err := m.endAppend(); err != nil {
@@ -281,6 +277,92 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 		return p.add(newKey, &entry{row: row})
 	}
 	return nil
+}
+
+// insertRow is an inserted row: its data column values (row), or its
+// values of schema version m as queued (vals), which become data column
+// values only if the mirror needs them so (to hold or merge them), not
+// when an appender writes them (see mergeWriter.emitInsert).
+type insertRow struct {
+	row  []any
+	m    *relMapping
+	vals []store.Value
+	// cols converts and puts vals.
+	cols *adderColumns
+	// converted is set once row was made from vals (the row's own).
+	converted bool
+}
+
+// values returns the row's data column values, in a table of n data
+// columns.
+func (r *insertRow) values(n int) []any {
+	if r.row == nil {
+		r.row, r.converted = r.cols.convert(r.m, r.vals, n), true
+	}
+	return r.row
+}
+
+// addInsert records an insert of a row of schema version mp, as queued.
+// With quiet, values not representable are not counted (the changelog
+// counted them).
+func (m *mirror) addInsert(ctx context.Context, a *Applier, mp *relMapping, vals []store.Value, quiet bool) error {
+	m.begin(a)
+	ins := &insertRow{m: mp, vals: vals, cols: &mp.onAdder}
+	if quiet {
+		ins.cols = &mp.quietOnAdder
+	}
+	if m.multiset {
+		m.keyBuf = m.appendKey(m.keyBuf[:0], ins.values(len(m.cols.cols)))
+	} else {
+		m.keyBuf = m.appendQueuedKey(m.keyBuf[:0], ins)
+	}
+	return m.insert(ctx, a, m.keyBuf, ins)
+}
+
+// insert records an inserted row of the given key: its flush's appender
+// writes it, or the pending set takes it.
+func (m *mirror) insert(ctx context.Context, a *Applier, key []byte, ins *insertRow) error {
+	if ok, err := m.appendInsert(ctx, a, key, ins); ok || err != nil {
+		return err
+	}
+	return m.pend.add(key, m.insertEntry(ins.values(len(m.cols.cols))))
+}
+
+// appendQueuedKey is appendKey for an inserted row as queued: the key its
+// converted values have. Integer keys are read as they are; other key
+// columns are converted.
+func (m *mirror) appendQueuedKey(dst []byte, ins *insertRow) []byte {
+	mp := ins.m
+	for _, i := range m.keyIdx {
+		var v *store.Value
+		if i >= 0 {
+			v = mp.source(ins.vals, i)
+		}
+		switch {
+		case v == nil || v.Kind == store.KindNull:
+			dst = appendKeyValue(dst, nil)
+		case integerKey(m.cols.cols[i].typ, v.Kind):
+			dst = appendOrderedInt(append(dst, 1), v.Int)
+		default:
+			dst = appendKeyValue(dst, ins.cols.conv[mp.src[i]](v))
+		}
+	}
+	return dst
+}
+
+// integerKey reports whether a queued value of kind k converts to an
+// integer of column type t (see convertPlain), whose key is its ordered
+// bytes.
+func integerKey(t delta.DataType, k store.Kind) bool {
+	switch t {
+	case delta.TypeShort:
+		return k == store.KindInt16
+	case delta.TypeInteger:
+		return k == store.KindInt32
+	case delta.TypeLong:
+		return k == store.KindInt64 || k == store.KindTime || k == store.KindInt32 || k == store.KindInt16
+	}
+	return false
 }
 
 // insertEntry returns the pending entry of an inserted row.

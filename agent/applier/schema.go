@@ -61,11 +61,53 @@ type columns struct {
 // relMapping converts the values of one schema version into a row of data
 // columns.
 type relMapping struct {
-	rel  *store.Relation
-	dst  []int
-	conv []converter
+	rel *store.Relation
+	// dst is the data column of each of the version's columns, and src
+	// the version's column of each data column there was when the
+	// mapping was made (-1: none).
+	dst, src []int
+	conv     []converter
 	// keyNames are the replica identity's columns, by data column name.
 	keyNames []string
+	// onAdder converts and puts the columns on the adder's goroutine,
+	// which writes inserted rows as they were queued (see
+	// Applier.applyChange); conv is the reading side's. quietOnAdder does
+	// the same without warnings, for the mirror's copy of a row whose
+	// values the changelog took: each value not representable is counted
+	// once.
+	onAdder, quietOnAdder adderColumns
+}
+
+// adderColumns are converters and putters of a schema version's columns.
+type adderColumns struct {
+	conv []converter
+	put  []putter
+}
+
+// noWarnings is a warner that counts nothing.
+type noWarnings struct{}
+
+func (noWarnings) warn(column, problem string) {}
+
+// source returns the queued value of data column i in vals, a row of the
+// mapping's schema version, or nil when the version has no such column.
+func (m *relMapping) source(vals []store.Value, i int) *store.Value {
+	if i < len(m.src) && m.src[i] >= 0 {
+		return &vals[m.src[i]]
+	}
+	return nil
+}
+
+// convert is columns.convert on the adder's goroutine, for a table of n
+// data columns whose mapping is m.
+func (c *adderColumns) convert(m *relMapping, vals []store.Value, n int) []any {
+	out := make([]any, n)
+	for i := range vals {
+		if i < len(m.dst) {
+			out[m.dst[i]] = c.conv[i](&vals[i])
+		}
+	}
+	return out
 }
 
 func newColumns(tm *typeMapper, log *slog.Logger, w warner) *columns {
@@ -106,7 +148,11 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 		c.last = m
 		return m
 	}
-	m := &relMapping{rel: rel, dst: make([]int, len(rel.Columns)), conv: make([]converter, len(rel.Columns))}
+	n := len(rel.Columns)
+	m := &relMapping{rel: rel, dst: make([]int, n), conv: make([]converter, n)}
+	for _, c := range []*adderColumns{&m.onAdder, &m.quietOnAdder} {
+		c.conv, c.put = make([]converter, n), make([]putter, n)
+	}
 	for i, col := range rel.Columns {
 		dt := c.tm.deltaType(col.TypeOID, col.TypeMod)
 		name := col.Name
@@ -130,9 +176,23 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 		}
 		m.dst[i] = j
 		m.conv[i] = converterFor(dt, rel.QualifiedName()+"."+name, c.w)
+		for _, ac := range []struct {
+			cols *adderColumns
+			w    warner
+		}{{&m.onAdder, c.w}, {&m.quietOnAdder, noWarnings{}}} {
+			ac.cols.conv[i] = converterFor(dt, rel.QualifiedName()+"."+name, ac.w)
+			ac.cols.put[i] = putterFor(dt, ac.cols.conv[i])
+		}
 		if col.Key {
 			m.keyNames = append(m.keyNames, name)
 		}
+	}
+	m.src = make([]int, len(c.cols))
+	for i := range m.src {
+		m.src[i] = -1
+	}
+	for i, j := range m.dst {
+		m.src[j] = i
 	}
 	c.rels[rel.Key] = m
 	c.last = m

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/big"
 	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -185,6 +186,118 @@ func converterFor(dt delta.DataType, column string, w warner) converter {
 	}
 }
 
+// putter gives a queued value to a row being built (delta.RowBuilder), as
+// field: the value its converter returns, in its column's physical form
+// and without boxing it, when the value is a common one; otherwise the
+// converter's value. It is the typed path of inserted rows (see
+// Applier.applyChange). KindUnchanged is never given to a putter (an
+// insert has no unchanged value).
+type putter func(v *store.Value, b *delta.RowBuilder, field int)
+
+// putterFor returns the putter for a column of Delta type dt, which gives
+// the values it does not put itself to conv, the column's converter for
+// the goroutine the putter runs on (converters keep state).
+func putterFor(dt delta.DataType, conv converter) putter {
+	general := func(v *store.Value, b *delta.RowBuilder, field int) { b.Value(field, conv(v)) }
+	var put putter
+	switch t := dt.(type) {
+	case delta.DecimalType:
+		put = func(v *store.Value, b *delta.RowBuilder, field int) {
+			if v.Kind == store.KindNumeric {
+				if u, ok := smallDecimal(v.Bytes, t.Precision, t.Scale); ok {
+					b.Decimal(field, u, int32(t.Scale))
+					return
+				}
+			}
+			general(v, b, field)
+		}
+	case delta.PrimitiveType:
+		put = primitivePutter(t, general)
+	default:
+		put = general
+	}
+	return func(v *store.Value, b *delta.RowBuilder, field int) {
+		if v.Kind == store.KindNull {
+			b.Null(field)
+			return
+		}
+		put(v, b, field)
+	}
+}
+
+// primitivePutter is the putter of a primitive Delta type: convertPlain's
+// values put as they are, and general for the rest.
+func primitivePutter(t delta.PrimitiveType, general putter) putter {
+	switch t {
+	case delta.TypeBoolean, delta.TypeShort, delta.TypeInteger, delta.TypeLong:
+		kinds := map[delta.PrimitiveType][]store.Kind{
+			delta.TypeBoolean: {store.KindBool},
+			delta.TypeShort:   {store.KindInt16},
+			delta.TypeInteger: {store.KindInt32},
+			delta.TypeLong:    {store.KindInt64, store.KindTime, store.KindInt32, store.KindInt16},
+		}[t]
+		return func(v *store.Value, b *delta.RowBuilder, field int) {
+			switch {
+			case !slices.Contains(kinds, v.Kind):
+				general(v, b, field)
+			case t == delta.TypeBoolean:
+				b.Bool(field, v.Int != 0)
+			default:
+				b.Int(field, v.Int)
+			}
+		}
+	case delta.TypeFloat:
+		return func(v *store.Value, b *delta.RowBuilder, field int) {
+			if v.Kind == store.KindFloat32 {
+				b.Float(field, math.Float32frombits(uint32(v.Int)))
+				return
+			}
+			general(v, b, field)
+		}
+	case delta.TypeDouble:
+		return func(v *store.Value, b *delta.RowBuilder, field int) {
+			if v.Kind == store.KindFloat64 {
+				b.Double(field, math.Float64frombits(uint64(v.Int)))
+				return
+			}
+			general(v, b, field)
+		}
+	case delta.TypeString:
+		return func(v *store.Value, b *delta.RowBuilder, field int) {
+			if v.Kind == store.KindString || v.Kind == store.KindNumeric {
+				b.Bytes(field, v.Bytes)
+				return
+			}
+			general(v, b, field)
+		}
+	case delta.TypeBinary:
+		return func(v *store.Value, b *delta.RowBuilder, field int) {
+			if v.Kind == store.KindBytes {
+				b.Bytes(field, v.Bytes)
+				return
+			}
+			general(v, b, field)
+		}
+	case delta.TypeTimestamp:
+		return func(v *store.Value, b *delta.RowBuilder, field int) {
+			if v.Kind == store.KindTimestamp {
+				b.Timestamp(field, clampTimestamp(v.Int))
+				return
+			}
+			general(v, b, field)
+		}
+	case delta.TypeDate:
+		return func(v *store.Value, b *delta.RowBuilder, field int) {
+			if v.Kind == store.KindDate {
+				b.Date(field, clampDate(v.Int))
+				return
+			}
+			general(v, b, field)
+		}
+	}
+	return general
+}
+
 // smallDecimal is the fast path of decimal conversion: it returns the
 // unscaled value at the given scale of a plain decimal text ("-12.5") whose
 // value fits precision p and has at most 18 digits. It reports false for
@@ -287,30 +400,40 @@ func convertPlain(t delta.PrimitiveType, v *store.Value) any {
 		}
 	case delta.TypeDate:
 		if v.Kind == store.KindDate {
-			d := v.Int
-			switch {
-			case d == store.InfinityInt || d > int64(maxDate):
-				d = int64(maxDate)
-			case d == store.NegativeInfinityInt || d < math.MinInt32:
-				d = int64(minDate)
-			}
-			return delta.DateFromDays(int32(d))
+			return delta.DateFromDays(clampDate(v.Int))
 		}
 	case delta.TypeTimestamp:
 		if v.Kind == store.KindTimestamp {
-			us := v.Int
-			switch us {
-			case store.InfinityInt:
-				us = maxTimestamp
-			case store.NegativeInfinityInt:
-				us = minTimestamp
-			}
-			return delta.TimeFromMicros(us)
+			return delta.TimeFromMicros(clampTimestamp(v.Int))
 		}
 	case delta.TypeString:
 		return valueText(v)
 	}
 	return nil
+}
+
+// clampDate returns a queued date (days since 1970-01-01) as written:
+// infinities and days beyond the year 9999 become the extreme dates.
+func clampDate(d int64) int32 {
+	switch {
+	case d == store.InfinityInt || d > int64(maxDate):
+		return maxDate
+	case d == store.NegativeInfinityInt || d < math.MinInt32:
+		return minDate
+	}
+	return int32(d)
+}
+
+// clampTimestamp returns a queued timestamp (microseconds since the epoch)
+// as written: infinities become the extreme timestamps.
+func clampTimestamp(us int64) int64 {
+	switch us {
+	case store.InfinityInt:
+		return maxTimestamp
+	case store.NegativeInfinityInt:
+		return minTimestamp
+	}
+	return us
 }
 
 // valueText returns the text form of a value, for string columns.
