@@ -75,7 +75,7 @@ func (b *RowBuilder) column(field int) *flatColumn {
 		return nil
 	}
 	c := b.g.cols[b.w.fieldCols[field].flat]
-	if len(c.present) != b.g.rows {
+	if c.rows != b.g.rows {
 		b.err = fmt.Errorf("write rows: %w: two values for column %q in one row", ErrInvalidValue, c.field.Name)
 		return nil
 	}
@@ -85,12 +85,6 @@ func (b *RowBuilder) column(field int) *flatColumn {
 // fail records the error of a value for column c.
 func (b *RowBuilder) fail(c *flatColumn, err error) {
 	b.err = errColumn(c.field, err)
-}
-
-// added records that a non-null value was appended to column c.
-func added(c *flatColumn) {
-	c.present = append(c.present, true)
-	c.count++
 }
 
 // errKind is the error of a value given to a column of another type.
@@ -112,7 +106,7 @@ func (b *RowBuilder) Null(field int) {
 			b.err = errNull(c.field)
 			return
 		}
-		c.present = append(c.present, false)
+		c.addNull()
 	}
 }
 
@@ -125,7 +119,7 @@ func (b *RowBuilder) Bool(field int, v bool) {
 		b.fail(c, errKind("a boolean", c))
 	default:
 		c.bools = append(c.bools, v)
-		added(c)
+		c.addValue()
 	}
 }
 
@@ -139,7 +133,7 @@ func (b *RowBuilder) Int(field int, v int64) {
 	switch c.kind {
 	case flatLong:
 		c.ints64 = append(c.ints64, v)
-		added(c)
+		c.addValue()
 		return
 	case flatByte:
 		lo, hi = math.MinInt8, math.MaxInt8
@@ -156,7 +150,7 @@ func (b *RowBuilder) Int(field int, v int64) {
 		return
 	}
 	c.ints32 = append(c.ints32, int32(v))
-	added(c)
+	c.addValue()
 }
 
 // Float sets a float field.
@@ -168,7 +162,7 @@ func (b *RowBuilder) Float(field int, v float32) {
 		b.fail(c, errKind("a float", c))
 	default:
 		c.floats = append(c.floats, v)
-		added(c)
+		c.addValue()
 	}
 }
 
@@ -181,7 +175,7 @@ func (b *RowBuilder) Double(field int, v float64) {
 		b.fail(c, errKind("a double", c))
 	default:
 		c.doubles = append(c.doubles, v)
-		added(c)
+		c.addValue()
 	}
 }
 
@@ -196,7 +190,7 @@ func (b *RowBuilder) Bytes(field int, v []byte) {
 	default:
 		c.data = append(c.data, v...)
 		c.ends = append(c.ends, len(c.data))
-		added(c)
+		c.addValue()
 	}
 }
 
@@ -209,7 +203,7 @@ func (b *RowBuilder) Date(field int, days int32) {
 		b.fail(c, errKind("a date", c))
 	default:
 		c.ints32 = append(c.ints32, days)
-		added(c)
+		c.addValue()
 	}
 }
 
@@ -223,7 +217,7 @@ func (b *RowBuilder) Timestamp(field int, micros int64) {
 		b.fail(c, errKind("a timestamp", c))
 	default:
 		c.ints64 = append(c.ints64, micros)
-		added(c)
+		c.addValue()
 	}
 }
 
@@ -252,7 +246,7 @@ func (b *RowBuilder) Decimal(field int, unscaled int64, scale int32) {
 	default:
 		c.ints64 = append(c.ints64, unscaled)
 	}
-	added(c)
+	c.addValue()
 }
 
 // Value sets a field of any type to a Go value, as Write takes it.
@@ -282,12 +276,12 @@ func (b *RowBuilder) End() error {
 	g := b.g
 	if b.err == nil {
 		for _, c := range g.cols {
-			if len(c.present) == g.rows {
+			if c.rows == g.rows {
 				if !c.field.Nullable {
 					b.err = errNull(c.field)
 					break
 				}
-				c.present = append(c.present, false)
+				c.addNull()
 			}
 		}
 	}

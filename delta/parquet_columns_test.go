@@ -208,8 +208,7 @@ func physicalBounds(t *testing.T, f *StructField, rows []Row, c int) (lo, hi []b
 			if !col.put(r[c]) {
 				t.Fatalf("column %s refuses %#v", f.Name, r[c])
 			}
-			col.present = append(col.present, true)
-			col.count++
+			col.addValue()
 		}
 	}
 	vals, _ := col.appendValues(nil, 0, col.count, 0)
@@ -588,4 +587,54 @@ func TestStringBoundsSplitCharacter(t *testing.T) {
 	if b := c.bounds(3); b.unbounded != nil || b.lo != "a" || b.hi != "\U0001F600" {
 		t.Errorf("bounds %+v, want a to \U0001F600", b)
 	}
+}
+
+// TestFlatColumnKeepsNullsFromTheFirst checks a column that keeps which
+// rows are null only from its first null on: values, a first null after
+// them, truncations on either side of it, and reuse once emptied, give the
+// Parquet values of the rows in order.
+func TestFlatColumnKeepsNullsFromTheFirst(t *testing.T) {
+	c := newFlatColumn(NewField("n", TypeLong, true), 0, 0)
+	var want []any
+	add := func(vs ...any) {
+		for _, v := range vs {
+			if err := c.add(v); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, v)
+		}
+	}
+	truncate := func(rows int) {
+		c.truncate(rows)
+		want = want[:rows]
+	}
+	check := func(when string) {
+		t.Helper()
+		vals, k := c.appendValues(nil, 0, c.rows, 0)
+		var got []any
+		for _, v := range vals {
+			if v.IsNull() {
+				got = append(got, nil)
+			} else {
+				got = append(got, v.Int64())
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) || k != c.count {
+			t.Fatalf("%s: values %v (%d not null), want %v", when, got, k, want)
+		}
+	}
+	add(int64(1), int64(2), int64(3))
+	check("values only")
+	truncate(2)
+	add(nil, int64(4))
+	check("a first null after values")
+	truncate(2)
+	check("truncated before the first null")
+	add(int64(5), nil)
+	truncate(3)
+	add(int64(6))
+	check("truncated after a null")
+	truncate(0)
+	add(int64(7), int64(8))
+	check("reused once emptied")
 }

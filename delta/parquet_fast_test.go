@@ -85,8 +85,8 @@ func TestPutAgreesWithNormalize(t *testing.T) {
 			t.Errorf("put(%s, %#v) refuses the normalised value", c.typ, n)
 			continue
 		}
-		fast.present, slow.present = []bool{true}, []bool{true}
-		fast.count, slow.count = 1, 1
+		fast.addValue()
+		slow.addValue()
 		fv, _ := fast.appendValues(nil, 0, 1, 0)
 		sv, _ := slow.appendValues(nil, 0, 1, 0)
 		if !parquet.Equal(fv[0], sv[0]) {

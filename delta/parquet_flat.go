@@ -34,9 +34,9 @@ const (
 )
 
 // flatColumn holds the values of one leaf column of a row group in their
-// Parquet physical form: present says, row by row, whether the value is not
-// null, and the non-null values follow each other in the one slice their
-// physical type uses.
+// Parquet physical form: the non-null values follow each other in the one
+// slice their physical type uses, and, once the column has a null, present
+// says row by row whether the value is not null.
 type flatColumn struct {
 	field *StructField
 	// pos is the field's position in the schema, leaf its leaf column's.
@@ -50,13 +50,18 @@ type flatColumn struct {
 	// size is the byte length of a FIXED_LEN_BYTE_ARRAY value.
 	size int
 
-	present []bool
-	count   int // non-null values
-	bools   []bool
-	ints32  []int32
-	ints64  []int64
-	floats  []float32
-	doubles []float64
+	// rows counts the rows given a value or a null, count the non-null
+	// values. While the column has no null (hasNull false), every row has
+	// a value and present is not kept: most columns have no null, and
+	// appending to present was a good part of the cost of a value.
+	rows, count int
+	hasNull     bool
+	present     []bool
+	bools       []bool
+	ints32      []int32
+	ints64      []int64
+	floats      []float32
+	doubles     []float64
 	// data holds the bytes of BYTE_ARRAY and FIXED_LEN_BYTE_ARRAY values;
 	// ends the end offset of each in it.
 	data []byte
@@ -104,7 +109,7 @@ func (c *flatColumn) add(v any) error {
 		if !c.field.Nullable {
 			return errNull(c.field)
 		}
-		c.present = append(c.present, false)
+		c.addNull()
 		return nil
 	}
 	if !c.put(v) {
@@ -116,9 +121,31 @@ func (c *flatColumn) add(v any) error {
 			return errColumn(c.field, fmt.Errorf("%w: %T for %s", ErrInvalidValue, v, c.field.Type))
 		}
 	}
-	c.present = append(c.present, true)
-	c.count++
+	c.addValue()
 	return nil
+}
+
+// addValue records the non-null value appended for one more row.
+func (c *flatColumn) addValue() {
+	if c.hasNull {
+		c.present = append(c.present, true)
+	}
+	c.count++
+	c.rows++
+}
+
+// addNull records a null for one more row.
+func (c *flatColumn) addNull() {
+	if !c.hasNull {
+		// Every row before has a value.
+		c.present = growTo(c.present[:0], c.rows+1)[:c.rows]
+		for i := range c.present {
+			c.present[i] = true
+		}
+		c.hasNull = true
+	}
+	c.present = append(c.present, false)
+	c.rows++
 }
 
 // put appends v when it is of the Go type readers return for the column
@@ -236,7 +263,9 @@ func (c *flatColumn) unscaled(v any) (int64, bool) {
 // reserve makes room for the values of rows rows, and dataBytes bytes of
 // byte array values, in all.
 func (c *flatColumn) reserve(rows, dataBytes int) {
-	c.present = growTo(c.present, rows)
+	if c.hasNull {
+		c.present = growTo(c.present, rows)
+	}
 	switch c.kind {
 	case flatBoolean:
 		c.bools = growTo(c.bools, rows)
@@ -261,12 +290,18 @@ func growTo[T any](s []T, n int) []T {
 
 // truncate keeps the values of the first rows rows.
 func (c *flatColumn) truncate(rows int) {
-	for _, p := range c.present[rows:] {
-		if p {
-			c.count--
+	if c.hasNull {
+		for _, p := range c.present[rows:] {
+			if p {
+				c.count--
+			}
 		}
+		c.present = c.present[:rows]
+		c.hasNull = rows > 0
+	} else {
+		c.count = rows
 	}
-	c.present = c.present[:rows]
+	c.rows = rows
 	n := c.count
 	switch c.kind {
 	case flatBoolean:
@@ -303,7 +338,11 @@ func (c *flatColumn) appendValues(dst []parquet.Value, from, to, k int) ([]parqu
 	}
 	n := len(dst)
 	dst = slices.Grow(dst, to-from)[:n+to-from]
-	out, present := dst[n:], c.present[from:to]
+	out := dst[n:]
+	var present []bool // nil: no null
+	if c.hasNull {
+		present = c.present[from:to]
+	}
 	switch c.kind {
 	case flatBoolean:
 		k = leveled(out, present, c.bools, k, def, func(v *parquet.Value, x bool) { *v = parquet.BooleanValue(x) })
@@ -331,10 +370,19 @@ func (c *flatColumn) appendValues(dst []parquet.Value, from, to, k int) ([]parqu
 
 // leveled sets out[i] to the Parquet value of row i: null if not present[i],
 // else the value set(&out[i], vals[k]) makes, at definition level def, k
-// counting from the given k up. It returns the k after the last value.
-// (Values are set in place: a Value returned by a function call, or by
-// Value.Level, is copied through the stack at several times the cost.)
+// counting from the given k up; a nil present has every value. It returns
+// the k after the last value. (Values are set in place: a Value returned by
+// a function call, or by Value.Level, is copied through the stack at
+// several times the cost.)
 func leveled[T any](out []parquet.Value, present []bool, vals []T, k, def int, set func(*parquet.Value, T)) int {
+	if present == nil {
+		for i := range out {
+			set(&out[i], vals[k])
+			out[i].SetDefinitionLevel(def)
+			k++
+		}
+		return k
+	}
 	for i, p := range present[:len(out)] {
 		if p {
 			set(&out[i], vals[k])
