@@ -46,8 +46,11 @@ type changelog struct {
 	opIdx, lsnIdx, xidIdx, tsIdx, seqIdx, beforeIdx, unchIdx, dateIdx int
 
 	// The open writers of this flush, by partition (days since the epoch),
-	// their buffered rows and the files already closed.
+	// their buffered rows and the files already closed. cur is the writer
+	// writer returned last, of partition curDay.
 	writers map[int32]*clWriter
+	cur     *clWriter
+	curDay  int32
 	adds    []delta.Action
 	rows    int64
 	// closer closes full files in the background.
@@ -163,7 +166,11 @@ func (c *changelog) ensureColumns() error {
 // writer returns the open writer of the partition of a transaction's
 // rows, opening it if needed.
 func (c *changelog) writer(a *Applier, tv *txnValues) (*clWriter, error) {
+	if c.cur != nil && c.curDay == tv.day {
+		return c.cur, nil
+	}
 	if w := c.writers[tv.day]; w != nil {
+		c.cur, c.curDay = w, tv.day
 		return w, nil
 	}
 	dw, err := delta.NewDataWriter(c.t.Path(), c.schema, []string{colCommitDate},
@@ -173,6 +180,7 @@ func (c *changelog) writer(a *Applier, tv *txnValues) (*clWriter, error) {
 	}
 	w := &clWriter{w: dw}
 	c.writers[tv.day] = w
+	c.cur, c.curDay = w, tv.day
 	return w, nil
 }
 
@@ -282,6 +290,9 @@ func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange
 func (c *changelog) closeWriter(day int32) error {
 	w := c.writers[day]
 	delete(c.writers, day)
+	if c.cur == w {
+		c.cur = nil
+	}
 	if len(w.rows) > 0 {
 		if err := w.w.Write(w.rows); err != nil {
 			w.w.Abort()
@@ -301,6 +312,7 @@ func (c *changelog) abort() {
 		w.w.Abort()
 		delete(c.writers, day)
 	}
+	c.cur = nil
 	c.closer.abort()
 	c.adds, c.rows = nil, 0
 }

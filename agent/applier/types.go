@@ -216,13 +216,8 @@ func putterFor(dt delta.DataType, conv converter) putter {
 	default:
 		put = general
 	}
-	return func(v *store.Value, b *delta.RowBuilder, field int) {
-		if v.Kind == store.KindNull {
-			b.Null(field)
-			return
-		}
-		put(v, b, field)
-	}
+	// (A null goes to general, whose converter makes it nil.)
+	return put
 }
 
 // primitivePutter is the putter of a primitive Delta type: convertPlain's
