@@ -367,8 +367,9 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 	m := st.cols.mapping(rel)
 	if ch.Op == store.OpInsert && ch.Old == nil && !slices.ContainsFunc(ch.New, isUnchanged) {
 		// An insert goes as queued: its values are written into the
-		// tables' columns as they are, not converted to Go values
-		// (putter), which took most of the time of a large insert.
+		// tables' columns as they are (putter), not converted to Go
+		// values and built into rows first, which took about a fifth
+		// of the time of applying a 1M-row insert.
 		x.m, x.ins = m, ch.New
 	} else {
 		// The values are converted once, for both tables.
