@@ -196,19 +196,11 @@ func (c *changelog) addInsert(a *Applier, h *store.TxnHeader, seq int64, m *relM
 	if err != nil {
 		return err
 	}
-	if len(w.rows) > 0 {
-		// The rows of the changes before go first.
-		if err := w.w.Write(w.rows); err != nil {
-			return fmt.Errorf("changelog %s: %w", c.name, err)
-		}
-		w.rows = w.rows[:0]
+	b, err := startRow(w.w, &w.rows)
+	if err != nil {
+		return fmt.Errorf("changelog %s: %w", c.name, err)
 	}
-	b := w.w.Row()
-	for i := range vals {
-		if i < len(m.dst) {
-			m.onAdder.put[i](&vals[i], b, c.dataPos[m.dst[i]])
-		}
-	}
+	m.onAdder.putRow(m, vals, b, c.dataPos)
 	b.Bytes(c.opIdx, c.insertOp)
 	b.Int(c.lsnIdx, int64(h.EndLSN))
 	b.Int(c.xidIdx, int64(h.Xid))

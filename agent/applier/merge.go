@@ -94,22 +94,11 @@ func (w *mergeWriter) emitInsert(key []byte, ins *insertRow) error {
 	if err := openFor(w, key); err != nil {
 		return err
 	}
-	if len(w.buf) > 0 {
-		// The rows before go first.
-		if err := w.w.Write(w.buf); err != nil {
-			return fmt.Errorf("mirror %s: %w", m.name, err)
-		}
-		w.buf = w.buf[:0]
+	b, err := startRow(w.w, &w.buf)
+	if err != nil {
+		return fmt.Errorf("mirror %s: %w", m.name, err)
 	}
-	b := w.w.Row()
-	mp := ins.m
-	for j := range ins.vals {
-		if j < len(mp.dst) {
-			if i := mp.dst[j]; i < len(m.dataPos) && m.dataPos[i] >= 0 {
-				ins.cols.put[j](&ins.vals[j], b, m.dataPos[i])
-			}
-		}
-	}
+	ins.cols.putRow(ins.m, ins.vals, b, m.dataPos)
 	if m.delIdx >= 0 {
 		b.Bool(m.delIdx, false)
 	}

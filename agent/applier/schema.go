@@ -98,6 +98,18 @@ func (m *relMapping) source(vals []store.Value, i int) *store.Value {
 	return nil
 }
 
+// putRow gives the values of a row of schema version m to b, each as the
+// field dataPos gives its data column (-1 or beyond: none).
+func (c *adderColumns) putRow(m *relMapping, vals []store.Value, b *delta.RowBuilder, dataPos []int) {
+	for j := range vals {
+		if j < len(m.dst) {
+			if i := m.dst[j]; i < len(dataPos) && dataPos[i] >= 0 {
+				c.put[j](&vals[j], b, dataPos[i])
+			}
+		}
+	}
+}
+
 // convert is columns.convert on the adder's goroutine, for a table of n
 // data columns whose mapping is m.
 func (c *adderColumns) convert(m *relMapping, vals []store.Value, n int) []any {

@@ -151,3 +151,15 @@ func nextRow(rows []delta.Row, n int) ([]delta.Row, delta.Row) {
 	r := make(delta.Row, n)
 	return append(rows, r), r
 }
+
+// startRow writes the rows buffered for w (see nextRow), which come before,
+// and starts a row given value by value (delta.RowBuilder).
+func startRow(w *delta.DataWriter, buffered *[]delta.Row) (*delta.RowBuilder, error) {
+	if len(*buffered) > 0 {
+		if err := w.Write(*buffered); err != nil {
+			return nil, err
+		}
+		*buffered = (*buffered)[:0]
+	}
+	return w.Row(), nil
+}

@@ -223,72 +223,48 @@ func putterFor(dt delta.DataType, conv converter) putter {
 // primitivePutter is the putter of a primitive Delta type: convertPlain's
 // values put as they are, and general for the rest.
 func primitivePutter(t delta.PrimitiveType, general putter) putter {
+	// when puts the values of the given kinds with put, the others with
+	// general.
+	when := func(put putter, kinds ...store.Kind) putter {
+		return func(v *store.Value, b *delta.RowBuilder, field int) {
+			if slices.Contains(kinds, v.Kind) {
+				put(v, b, field)
+				return
+			}
+			general(v, b, field)
+		}
+	}
+	putInt := func(v *store.Value, b *delta.RowBuilder, field int) { b.Int(field, v.Int) }
+	putBytes := func(v *store.Value, b *delta.RowBuilder, field int) { b.Bytes(field, v.Bytes) }
 	switch t {
-	case delta.TypeBoolean, delta.TypeShort, delta.TypeInteger, delta.TypeLong:
-		kinds := map[delta.PrimitiveType][]store.Kind{
-			delta.TypeBoolean: {store.KindBool},
-			delta.TypeShort:   {store.KindInt16},
-			delta.TypeInteger: {store.KindInt32},
-			delta.TypeLong:    {store.KindInt64, store.KindTime, store.KindInt32, store.KindInt16},
-		}[t]
-		return func(v *store.Value, b *delta.RowBuilder, field int) {
-			switch {
-			case !slices.Contains(kinds, v.Kind):
-				general(v, b, field)
-			case t == delta.TypeBoolean:
-				b.Bool(field, v.Int != 0)
-			default:
-				b.Int(field, v.Int)
-			}
-		}
+	case delta.TypeBoolean:
+		return when(func(v *store.Value, b *delta.RowBuilder, field int) { b.Bool(field, v.Int != 0) }, store.KindBool)
+	case delta.TypeShort:
+		return when(putInt, store.KindInt16)
+	case delta.TypeInteger:
+		return when(putInt, store.KindInt32)
+	case delta.TypeLong:
+		return when(putInt, store.KindInt64, store.KindTime, store.KindInt32, store.KindInt16)
 	case delta.TypeFloat:
-		return func(v *store.Value, b *delta.RowBuilder, field int) {
-			if v.Kind == store.KindFloat32 {
-				b.Float(field, math.Float32frombits(uint32(v.Int)))
-				return
-			}
-			general(v, b, field)
-		}
+		return when(func(v *store.Value, b *delta.RowBuilder, field int) {
+			b.Float(field, math.Float32frombits(uint32(v.Int)))
+		}, store.KindFloat32)
 	case delta.TypeDouble:
-		return func(v *store.Value, b *delta.RowBuilder, field int) {
-			if v.Kind == store.KindFloat64 {
-				b.Double(field, math.Float64frombits(uint64(v.Int)))
-				return
-			}
-			general(v, b, field)
-		}
+		return when(func(v *store.Value, b *delta.RowBuilder, field int) {
+			b.Double(field, math.Float64frombits(uint64(v.Int)))
+		}, store.KindFloat64)
 	case delta.TypeString:
-		return func(v *store.Value, b *delta.RowBuilder, field int) {
-			if v.Kind == store.KindString || v.Kind == store.KindNumeric {
-				b.Bytes(field, v.Bytes)
-				return
-			}
-			general(v, b, field)
-		}
+		return when(putBytes, store.KindString, store.KindNumeric)
 	case delta.TypeBinary:
-		return func(v *store.Value, b *delta.RowBuilder, field int) {
-			if v.Kind == store.KindBytes {
-				b.Bytes(field, v.Bytes)
-				return
-			}
-			general(v, b, field)
-		}
+		return when(putBytes, store.KindBytes)
 	case delta.TypeTimestamp:
-		return func(v *store.Value, b *delta.RowBuilder, field int) {
-			if v.Kind == store.KindTimestamp {
-				b.Timestamp(field, clampTimestamp(v.Int))
-				return
-			}
-			general(v, b, field)
-		}
+		return when(func(v *store.Value, b *delta.RowBuilder, field int) {
+			b.Timestamp(field, clampTimestamp(v.Int))
+		}, store.KindTimestamp)
 	case delta.TypeDate:
-		return func(v *store.Value, b *delta.RowBuilder, field int) {
-			if v.Kind == store.KindDate {
-				b.Date(field, clampDate(v.Int))
-				return
-			}
-			general(v, b, field)
-		}
+		return when(func(v *store.Value, b *delta.RowBuilder, field int) {
+			b.Date(field, clampDate(v.Int))
+		}, store.KindDate)
 	}
 	return general
 }
