@@ -115,16 +115,9 @@ func TestRowBuilderWritesWhatWriteWrites(t *testing.T) {
 			t.Fatalf("row %d: %v", i, err)
 		}
 	}
-	byBuilder, err := w.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	byBuilder, got := closeAndRead(t, w, dir, st)
 	if byBuilder.Stats != byWrite.Stats {
 		t.Errorf("stats\n builder: %s\n   write: %s", byBuilder.Stats, byWrite.Stats)
-	}
-	got, err := ReadParquetFile(ctx, filepath.Join(dir, byBuilder.Path), st)
-	if err != nil {
-		t.Fatal(err)
 	}
 	assertSameRowsInOrder(t, "rows built", got, want)
 }
@@ -134,7 +127,6 @@ func TestRowBuilderWritesWhatWriteWrites(t *testing.T) {
 // null or no value for a non-nullable column) leaves nothing of itself in
 // the file, and that the writer goes on.
 func TestRowBuilderRefusesBadRows(t *testing.T) {
-	ctx := context.Background()
 	st := NewStructType(
 		NewField("id", TypeLong, false),
 		NewField("n", TypeInteger, true),
@@ -181,14 +173,7 @@ func TestRowBuilderRefusesBadRows(t *testing.T) {
 		}
 	}
 	good(len(want))
-	add, err := w.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := ReadParquetFile(ctx, filepath.Join(dir, add.Path), st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, got := closeAndRead(t, w, dir, st)
 	assertSameRowsInOrder(t, "rows kept", got, want)
 	if b := w.Row(); b.End() == nil {
 		t.Error("a closed writer took a row")

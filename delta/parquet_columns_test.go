@@ -136,6 +136,21 @@ func assertSameRowsInOrder(t *testing.T, what string, got, want []Row) {
 	}
 }
 
+// closeAndRead closes a writer of a file under dir and returns its add
+// action and the rows read back from it.
+func closeAndRead(t *testing.T, w *DataWriter, dir string, st *StructType) (*Add, []Row) {
+	t.Helper()
+	add, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := ReadParquetFile(context.Background(), filepath.Join(dir, add.Path), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return add, rows
+}
+
 // checkRowGroups checks, with arrow-go, the number of row groups of a file
 // and the null count of every column chunk against the rows.
 func checkRowGroups(t *testing.T, path string, st *StructType, want []Row, rowGroupRows int) {
@@ -333,7 +348,6 @@ func TestColumnarStatsEdgeCases(t *testing.T) {
 // itself in the file, whichever column refuses it, and that the writer then
 // goes on.
 func TestColumnarBadRows(t *testing.T) {
-	ctx := context.Background()
 	st := NewStructType(
 		NewField("id", TypeLong, false),
 		NewField("s", TypeString, true),
@@ -371,14 +385,7 @@ func TestColumnarBadRows(t *testing.T) {
 			t.Errorf("bad row %d: err %v, want ErrInvalidValue", i, err)
 		}
 	}
-	add, err := w.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := ReadParquetFile(ctx, filepath.Join(dir, add.Path), st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	add, got := closeAndRead(t, w, dir, st)
 	assertSameRowsInOrder(t, "after bad rows", got, normalizedRows(t, st, want))
 	if ref := referenceStats(t, st, want); add.Stats != ref {
 		t.Errorf("stats\n got: %s\nwant: %s", add.Stats, ref)
