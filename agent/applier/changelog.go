@@ -46,8 +46,8 @@ type changelog struct {
 	opIdx, lsnIdx, xidIdx, tsIdx, seqIdx, beforeIdx, unchIdx, dateIdx int
 
 	// The open writers of this flush, by partition (days since the epoch),
-	// their buffered rows and the files already closed. cur is the writer
-	// writer returned last, of partition curDay.
+	// their buffered rows and the files already closed. cur is the one
+	// the writer method returned last, of partition curDay.
 	writers map[int32]*clWriter
 	cur     *clWriter
 	curDay  int32

@@ -50,10 +50,10 @@ type columns struct {
 	tm   *typeMapper
 	log  *slog.Logger
 	w    warner
-	// rels caches the mapping of each schema version, and last is the
-	// mapping mapping returned last: changes come in runs of one schema
+	// rels caches the mapping of each schema version, and last is the one
+	// the mapping method returned last: changes come in runs of one schema
 	// version, which then needs no lookup (the reading side alone uses
-	// the mappings).
+	// this cache).
 	rels map[store.RelationKey]*relMapping
 	last *relMapping
 }
