@@ -75,7 +75,7 @@ func (b *RowBuilder) column(field int) *flatColumn {
 		return nil
 	}
 	c := b.g.cols[b.w.fieldCols[field].flat]
-	if c.rows != b.g.rows {
+	if c.rows() != b.g.rows {
 		b.err = fmt.Errorf("write rows: %w: two values for column %q in one row", ErrInvalidValue, c.field.Name)
 		return nil
 	}
@@ -276,7 +276,7 @@ func (b *RowBuilder) End() error {
 	g := b.g
 	if b.err == nil {
 		for _, c := range g.cols {
-			if c.rows == g.rows {
+			if c.rows() == g.rows {
 				if !c.field.Nullable {
 					b.err = errNull(c.field)
 					break

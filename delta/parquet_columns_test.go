@@ -617,7 +617,7 @@ func TestFlatColumnKeepsNullsFromTheFirst(t *testing.T) {
 	}
 	check := func(when string) {
 		t.Helper()
-		vals, k := c.appendValues(nil, 0, c.rows, 0)
+		vals, k := c.appendValues(nil, 0, c.rows(), 0)
 		var got []any
 		for _, v := range vals {
 			if v.IsNull() {

@@ -50,18 +50,18 @@ type flatColumn struct {
 	// size is the byte length of a FIXED_LEN_BYTE_ARRAY value.
 	size int
 
-	// rows counts the rows given a value or a null, count the non-null
-	// values. While the column has no null (hasNull false), every row has
-	// a value and present is not kept: most columns have no null, and
-	// appending to present was a good part of the cost of a value.
-	rows, count int
-	hasNull     bool
-	present     []bool
-	bools       []bool
-	ints32      []int32
-	ints64      []int64
-	floats      []float32
-	doubles     []float64
+	// count is the number of non-null values. While the column has no
+	// null (hasNull false), every row has a value and present is not kept:
+	// most columns have no null, and appending to present was a good part
+	// of the cost of a value.
+	count   int
+	hasNull bool
+	present []bool
+	bools   []bool
+	ints32  []int32
+	ints64  []int64
+	floats  []float32
+	doubles []float64
 	// data holds the bytes of BYTE_ARRAY and FIXED_LEN_BYTE_ARRAY values;
 	// ends the end offset of each in it.
 	data []byte
@@ -131,21 +131,27 @@ func (c *flatColumn) addValue() {
 		c.present = append(c.present, true)
 	}
 	c.count++
-	c.rows++
+}
+
+// rows returns the number of rows given a value or a null.
+func (c *flatColumn) rows() int {
+	if c.hasNull {
+		return len(c.present)
+	}
+	return c.count
 }
 
 // addNull records a null for one more row.
 func (c *flatColumn) addNull() {
 	if !c.hasNull {
 		// Every row before has a value.
-		c.present = growTo(c.present[:0], c.rows+1)[:c.rows]
+		c.present = growTo(c.present[:0], c.count+1)[:c.count]
 		for i := range c.present {
 			c.present[i] = true
 		}
 		c.hasNull = true
 	}
 	c.present = append(c.present, false)
-	c.rows++
 }
 
 // put appends v when it is of the Go type readers return for the column
@@ -301,7 +307,6 @@ func (c *flatColumn) truncate(rows int) {
 	} else {
 		c.count = rows
 	}
-	c.rows = rows
 	n := c.count
 	switch c.kind {
 	case flatBoolean:

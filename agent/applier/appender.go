@@ -93,11 +93,7 @@ func (m *mirror) appendInsert(ctx context.Context, a *Applier, key []byte, ins *
 		m.appended++
 		return true, run.w.emitInsert(key, ins)
 	}
-	row := ins.values(len(m.cols.cols))
-	if !ins.converted {
-		row = slices.Clone(row)
-	}
-	r.held = append(r.held, row)
+	r.held = append(r.held, slices.Clone(ins.values(len(m.cols.cols))))
 	if len(r.held) < appendMinRows {
 		return true, nil
 	}

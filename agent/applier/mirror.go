@@ -289,15 +289,13 @@ type insertRow struct {
 	vals []store.Value
 	// cols converts and puts vals.
 	cols *adderColumns
-	// converted is set once row was made from vals (the row's own).
-	converted bool
 }
 
 // values returns the row's data column values, in a table of n data
 // columns.
 func (r *insertRow) values(n int) []any {
 	if r.row == nil {
-		r.row, r.converted = r.cols.convert(r.m, r.vals, n), true
+		r.row = r.cols.convert(r.m, r.vals, n)
 	}
 	return r.row
 }
