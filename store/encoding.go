@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"time"
 )
 
@@ -64,6 +65,10 @@ type decoder struct {
 	// returning nil (see TxnCursor.ChunksWithoutValues); it goes with
 	// shared, so that passing over bytes copies nothing.
 	withoutValues bool
+	// mem, with shared, is the memory the chunk is decoded into (see
+	// TxnCursor.RecycledChunks): its changes, and its block of values,
+	// which slab starts as.
+	mem *ChunkMemory
 }
 
 // sharedSlabValues is the fewest values a shared decoder allocates at once.
@@ -179,7 +184,8 @@ func (e *encoder) value(v *Value) {
 }
 
 func (d *decoder) value(v *Value) {
-	v.Kind = Kind(d.byte1())
+	// The whole value is set: recycled memory holds an earlier one.
+	*v = Value{Kind: Kind(d.byte1())}
 	switch v.Kind {
 	case KindNull, KindUnchanged:
 	case KindBool, KindInt16, KindInt32, KindInt64, KindDate, KindTimestamp, KindTime:
@@ -240,7 +246,16 @@ func (d *decoder) values() []Value {
 		return nil
 	}
 	var vs []Value
-	if d.shared {
+	if d.mem != nil {
+		if len(d.slab) < n-1 {
+			// A block twice the last, which the next chunk decoded
+			// into this memory starts from: once a block holds a
+			// whole chunk's values, decoding one allocates nothing.
+			d.slab = make([]Value, max(n-1, 2*len(d.mem.values)))
+			d.mem.values = d.slab
+		}
+		vs, d.slab = d.slab[:n-1:n-1], d.slab[n-1:]
+	} else if d.shared {
 		if len(d.slab) < n-1 {
 			// Each allocation doubles the last, up to sharedSlabValues:
 			// a chunk of one small change allocates only what it needs.
@@ -292,6 +307,14 @@ func decodeSharedChunk(data []byte) (subXid uint32, changes []Change, err error)
 	return decodeChunkWith(&d)
 }
 
+// decodeRecycledChunk is decodeSharedChunk into the memory of an earlier
+// chunk, mem (see TxnCursor.RecycledChunks).
+func decodeRecycledChunk(data []byte, mem *ChunkMemory) (subXid uint32, changes []Change, err error) {
+	d := newDecoder(recordChunk, data)
+	d.shared, d.mem, d.slab = true, mem, mem.values
+	return decodeChunkWith(&d)
+}
+
 // decodeChunkWithoutValues is decodeChunk for a caller that needs to know
 // what the changes are and touch, not their values (see
 // TxnCursor.ChunksWithoutValues).
@@ -304,7 +327,13 @@ func decodeChunkWithoutValues(data []byte) (subXid uint32, changes []Change, err
 func decodeChunkWith(d *decoder) (subXid uint32, changes []Change, err error) {
 	subXid = uint32(d.uvarint())
 	n := d.length(4)
-	changes = make([]Change, n)
+	if d.mem != nil {
+		// Every field of each change is set below.
+		changes = slices.Grow(d.mem.changes[:0], n)[:n]
+		d.mem.changes = changes
+	} else {
+		changes = make([]Change, n)
+	}
 	for i := range changes {
 		c := &changes[i]
 		c.Op = Op(d.byte1())

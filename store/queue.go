@@ -244,6 +244,22 @@ func (t *TxnCursor) SharedChunks(fn func(changes []Change) error) error {
 	return t.chunks(decodeSharedChunk, fn)
 }
 
+// RecycledChunks is SharedChunks for a callee that hands each chunk's
+// memory back once it is done with the chunk's changes, which may be after
+// fn returns and in another goroutine, but not after the read transaction
+// ends: fn gets the changes and the memory they are decoded into, and puts
+// that memory back into pool. Each chunk is decoded into memory taken from
+// pool, so that reading a large transaction, whose chunks are handed back
+// as the callee goes, allocates nothing per chunk.
+func (t *TxnCursor) RecycledChunks(pool *ChunkPool, fn func(changes []Change, mem *ChunkMemory) error) error {
+	var mem *ChunkMemory
+	decode := func(data []byte) (uint32, []Change, error) {
+		mem = pool.get()
+		return decodeRecycledChunk(data, mem)
+	}
+	return t.chunks(decode, func(changes []Change) error { return fn(changes, mem) })
+}
+
 // ChunksWithoutValues is Chunks without the values: each change has its
 // Op, Relation and OldIsKey, and New and Old are nil. The values are still
 // checked, not decoded, which costs a fraction of reading them: for a
@@ -263,7 +279,8 @@ func (t *TxnCursor) chunks(decode chunkDecoder, fn func(changes []Change) error)
 	return eachChunk(t.b, decode, func(_ uint32, changes []Change) error { return fn(changes) })
 }
 
-// chunkDecoder is decodeChunk, decodeSharedChunk or decodeChunkWithoutValues.
+// chunkDecoder is decodeChunk, decodeSharedChunk, decodeChunkWithoutValues
+// or a decodeRecycledChunk with its memory.
 type chunkDecoder func(data []byte) (subXid uint32, changes []Change, err error)
 
 // eachChunk decodes the chunks of a queue entry or spool in order, descending

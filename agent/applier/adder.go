@@ -26,6 +26,8 @@ type adder struct {
 	a     *Applier
 	work  chan []addition
 	batch []addition
+	// free holds batches added, emptied, for add to fill again.
+	free chan []addition
 	// synced answers a nil batch, which asks whether all before it is
 	// added; done is closed when the goroutine ends.
 	synced, done chan struct{}
@@ -40,8 +42,10 @@ type adder struct {
 
 // addition is one change for its table's changelog, mirror or both: its
 // converted values (rc), or, for an insert, its values as queued (ins, of
-// schema version m), which are valid until the reading side's read
-// transaction ends.
+// schema version m), which are valid until the chunk they were read from
+// goes back to its pool. An addition with no table (st nil) is that: the
+// memory of a chunk (mem) that no addition after it uses, to put back
+// into pool once the additions before it are added.
 type addition struct {
 	st         *sourceTable
 	h          *store.TxnHeader
@@ -50,14 +54,16 @@ type addition struct {
 	m          *relMapping
 	ins        []store.Value
 	toCL, toMR bool
+	mem        *store.ChunkMemory
+	pool       *store.ChunkPool
 }
 
 // additionBatch is how many changes are handed over at a time.
 const additionBatch = 256
 
 func newAdder(ctx context.Context, a *Applier) *adder {
-	d := &adder{a: a, work: make(chan []addition, 4), synced: make(chan struct{}), done: make(chan struct{}),
-		batch: make([]addition, 0, additionBatch)}
+	d := &adder{a: a, work: make(chan []addition, 4), free: make(chan []addition, 6),
+		synced: make(chan struct{}), done: make(chan struct{}), batch: make([]addition, 0, additionBatch)}
 	go d.run(ctx)
 	return d
 }
@@ -73,11 +79,21 @@ func (d *adder) run(ctx context.Context) {
 			continue // drained until the reading side stops
 		}
 		for i := range batch {
-			if err := d.a.addChange(ctx, &batch[i]); err != nil {
+			x := &batch[i]
+			if x.st == nil {
+				x.pool.Put(x.mem)
+				continue
+			}
+			if err := d.a.addChange(ctx, x); err != nil {
 				d.err = err
 				d.failed.Store(true)
 				break
 			}
+		}
+		clear(batch)
+		select {
+		case d.free <- batch[:0]:
+		default:
 		}
 	}
 }
@@ -93,12 +109,27 @@ func (d *adder) add(x addition) error {
 		d.header = &c
 	}
 	x.h = d.header
+	d.queue(x)
+	return nil
+}
+
+// release queues putting a chunk's memory back into its pool once the
+// changes queued before, which may use it, are added.
+func (d *adder) release(pool *store.ChunkPool, mem *store.ChunkMemory) {
+	d.queue(addition{mem: mem, pool: pool})
+}
+
+// queue appends x to the batch, and hands the batch over once it is full.
+func (d *adder) queue(x addition) {
 	d.batch = append(d.batch, x)
 	if len(d.batch) == additionBatch {
 		d.work <- d.batch
-		d.batch = make([]addition, 0, additionBatch)
+		select {
+		case d.batch = <-d.free:
+		default:
+			d.batch = make([]addition, 0, additionBatch)
+		}
 	}
-	return nil
 }
 
 // sync waits until every change queued is added, and returns the first

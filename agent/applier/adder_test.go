@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -105,4 +106,44 @@ func TestFlushFailsWhenAddingFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkReadAheadTables(t, tablesDir)
+}
+
+// TestFlushRecyclesTheQueuesMemory: a flush of a large streamed insert
+// decodes the queue's chunks into memory that the adder hands back once it
+// has added their changes, instead of into new memory for each chunk (each
+// row's six values take 384 bytes as decoded, its change 80 more). The
+// second of two flushes of 100k rows, in files of 10k rows, allocated 540
+// bytes per row so, and 1390 when each chunk was decoded into new memory.
+// The tables hold every row.
+func TestFlushRecyclesTheQueuesMemory(t *testing.T) {
+	const rows = 100_000
+	ctx := context.Background()
+	db, dir := openRelations(t, ordersRelation())
+	tablesDir := filepath.Join(dir, "tables")
+	a := New(Config{TablesDir: tablesDir, TargetFileRows: rows / 10, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	if err := a.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var perRow uint64
+	for i := range int64(2) {
+		spoolInserts(t, db, uint32(1000+i), 1+i*rows, (i+1)*rows, store.LSN(0x1001+i*0x1000))
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		if err := a.applyAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		perRow = (after.TotalAlloc - before.TotalAlloc) / rows
+	}
+	// (Under the race detector, which allocates for itself, only the
+	// rows are checked.)
+	if perRow > 900 && !raceEnabled {
+		t.Errorf("the second flush allocated %d bytes per row", perRow)
+	}
+	for _, table := range []string{"public.orders", "public.orders_changes"} {
+		if n := len(readTable(t, filepath.Join(tablesDir, table), "id")); n != 2*rows {
+			t.Fatalf("%s holds %d rows, want %d", table, n, 2*rows)
+		}
+	}
 }

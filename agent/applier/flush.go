@@ -247,6 +247,9 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 			}()
 		}
 		var read int64
+		// Each chunk's memory goes back to the pool once its changes
+		// are added, and the next chunks are decoded into it.
+		pool := new(store.ChunkPool)
 		return r.Txns(max(applied, a.read.upTo), func(h *store.TxnHeader, cur *store.TxnCursor) error {
 			if h.EndLSN > upTo {
 				return store.ErrStopScan
@@ -257,7 +260,7 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 			}
 			a.read.txns++
 			var seq int64
-			err := cur.SharedChunks(func(chs []store.Change) error {
+			err := cur.RecycledChunks(pool, func(chs []store.Change, mem *store.ChunkMemory) error {
 				for i := range chs {
 					seq++
 					a.read.changes++
@@ -267,6 +270,11 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 					if err := a.applyChange(ctx, rels, h, seq, &chs[i]); err != nil {
 						return err
 					}
+				}
+				if a.adder != nil {
+					a.adder.release(pool, mem)
+				} else {
+					pool.Put(mem)
 				}
 				return ctx.Err()
 			})

@@ -57,19 +57,26 @@ func queueOneTxn(tb testing.TB, dir string, rows int64) {
 		tb.Fatal(err)
 	}
 	defer db.Close()
-	rel := ordersRelation()
-	if err := db.Update(func(w *store.Writer) error { return w.PutRelation(rel) }); err != nil {
+	if err := db.Update(func(w *store.Writer) error { return w.PutRelation(ordersRelation()) }); err != nil {
 		tb.Fatal(err)
 	}
-	const xid = 1000
-	for first := int64(1); first <= rows; first += store.DefaultChunkSize * 16 {
+	spoolInserts(tb, db, 1000, 1, rows, 0x1001)
+}
+
+// spoolInserts queues one transaction, xid, that ends at end and inserts
+// the orders rows first to last, streamed: spooled in chunks of
+// store.DefaultChunkSize changes, 16 chunks per write, then committed.
+func spoolInserts(tb testing.TB, db *store.DB, xid uint32, first, last int64, end store.LSN) {
+	tb.Helper()
+	rel := ordersRelation()
+	for from := first; from <= last; from += store.DefaultChunkSize * 16 {
 		err := db.Update(func(w *store.Writer) error {
-			for c := first; c < min(first+store.DefaultChunkSize*16, rows+1); c += store.DefaultChunkSize {
+			for c := from; c < min(from+store.DefaultChunkSize*16, last+1); c += store.DefaultChunkSize {
 				chs := make([]store.Change, 0, store.DefaultChunkSize)
-				for g := c; g < min(c+store.DefaultChunkSize, rows+1); g++ {
+				for g := c; g < min(c+store.DefaultChunkSize, last+1); g++ {
 					chs = append(chs, store.Change{Op: store.OpInsert, Relation: rel.Key, New: ordersValues(g)})
 				}
-				if err := w.SpoolAppend(xid, xid, chs); err != nil {
+				if err := w.SpoolAppend(store.SpoolID(xid), xid, chs); err != nil {
 					return err
 				}
 			}
@@ -79,8 +86,8 @@ func queueOneTxn(tb testing.TB, dir string, rows int64) {
 			tb.Fatal(err)
 		}
 	}
-	h := store.TxnHeader{Xid: xid, CommitLSN: 0x1000, EndLSN: 0x1001, CommitTime: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-	if err := db.Update(func(w *store.Writer) error { return w.SpoolCommit(xid, h) }); err != nil {
+	h := store.TxnHeader{Xid: xid, CommitLSN: end - 1, EndLSN: end, CommitTime: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	if err := db.Update(func(w *store.Writer) error { return w.SpoolCommit(store.SpoolID(xid), h) }); err != nil {
 		tb.Fatal(err)
 	}
 }
