@@ -329,3 +329,64 @@ func TestStatsMatchData(t *testing.T) {
 		t.Errorf("nullCount arr = %s", got)
 	}
 }
+
+// TestParquetBoundsInTheIndexNotInPageHeaders checks where a data file's
+// bounds are: each column chunk's statistics and column index hold them,
+// as readers look for them, and no data page header repeats them (a copy
+// that cost a second pass over each page's values).
+func TestParquetBoundsInTheIndexNotInPageHeaders(t *testing.T) {
+	st, rows := benchOrdersRows(50_000)
+	dir := t.TempDir()
+	add, err := WriteDataFile(context.Background(), dir, st, nil, nil, rows, WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := file.OpenParquetFile(filepath.Join(dir, add.Path), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	rg := pr.RowGroup(0)
+	index, err := pr.GetPageIndexReader().RowGroup(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rg.NumColumns() {
+		name := pr.MetaData().Schema.Column(i).Path()
+		cc, err := rg.MetaData().ColumnChunk(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stats, err := cc.Statistics(); err != nil || stats == nil || !stats.HasMinMax() {
+			t.Errorf("%s: column chunk has no bounds (%v)", name, err)
+		}
+		ci, err := index.GetColumnIndex(i)
+		if err != nil || ci == nil {
+			t.Fatalf("%s: no column index (%v)", name, err)
+		}
+		pages, err := rg.GetColumnPageReader(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for pages.Next() {
+			p, ok := pages.Page().(file.DataPage)
+			if !ok {
+				continue
+			}
+			if s := p.Statistics(); s.HasMin || s.HasMax {
+				t.Errorf("%s: page %d header holds bounds", name, n)
+			}
+			if len(ci.GetMinValues()[n]) == 0 && !ci.GetNullPages()[n] {
+				t.Errorf("%s: page %d has no bounds in the column index", name, n)
+			}
+			n++
+		}
+		if err := pages.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 || n != len(ci.GetNullPages()) {
+			t.Errorf("%s: %d data pages, %d in the column index", name, n, len(ci.GetNullPages()))
+		}
+	}
+}

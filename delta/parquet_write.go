@@ -173,6 +173,12 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 		parquet.Compression(codec),
 		parquet.MaxRowsPerRowGroup(rg),
 		parquet.DataPageVersion(1),
+		// Each page's bounds go into the column index and the column
+		// chunk's statistics; a copy in every page header, which
+		// readers take from the index, cost a second pass over the
+		// page's values (3% of writing a 1M-row insert to its two
+		// tables).
+		parquet.DataPageStatistics(false),
 	}
 	if opts.CreatedBy != "" {
 		options = append(options, parquet.CreatedBy(opts.CreatedBy, "", ""))
