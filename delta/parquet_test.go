@@ -104,11 +104,13 @@ func TestParquetRoundTripAllTypes(t *testing.T) {
 	}
 }
 
-func TestParquetPhysicalTypes(t *testing.T) {
-	ctx := context.Background()
+// writeAndOpen writes rows to a data file of schema st with the default
+// options and opens it with arrow-go's Parquet reader, which the test's end
+// closes.
+func writeAndOpen(t *testing.T, st *StructType, rows []Row) *file.Reader {
+	t.Helper()
 	dir := t.TempDir()
-	st := allTypesSchema()
-	add, err := WriteDataFile(ctx, dir, st, nil, nil, allTypesRows(t), WriteOptions{})
+	add, err := WriteDataFile(context.Background(), dir, st, nil, nil, rows, WriteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +118,13 @@ func TestParquetPhysicalTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pr.Close()
+	t.Cleanup(func() { pr.Close() })
+	return pr
+}
+
+func TestParquetPhysicalTypes(t *testing.T) {
+	st := allTypesSchema()
+	pr := writeAndOpen(t, st, allTypesRows(t))
 	sch := pr.MetaData().Schema
 	type want struct {
 		phys    parquet.Type
@@ -336,16 +344,7 @@ func TestStatsMatchData(t *testing.T) {
 // that cost a second pass over each page's values).
 func TestParquetBoundsInTheIndexNotInPageHeaders(t *testing.T) {
 	st, rows := benchOrdersRows(50_000)
-	dir := t.TempDir()
-	add, err := WriteDataFile(context.Background(), dir, st, nil, nil, rows, WriteOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, err := file.OpenParquetFile(filepath.Join(dir, add.Path), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pr.Close()
+	pr := writeAndOpen(t, st, rows)
 	rg := pr.RowGroup(0)
 	index, err := pr.GetPageIndexReader().RowGroup(0)
 	if err != nil {
