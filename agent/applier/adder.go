@@ -26,8 +26,12 @@ type adder struct {
 	a     *Applier
 	work  chan []addition
 	batch []addition
-	// free holds batches added, emptied, for add to fill again.
+	// free holds batches added, emptied, for add to fill again: as many
+	// as can be handed over at once (work's four, the one being added and
+	// the one filling).
 	free chan []addition
+	// pool takes back the memory of the chunks whose changes are added.
+	pool *store.ChunkPool
 	// synced answers a nil batch, which asks whether all before it is
 	// added; done is closed when the goroutine ends.
 	synced, done chan struct{}
@@ -43,9 +47,9 @@ type adder struct {
 // addition is one change for its table's changelog, mirror or both: its
 // converted values (rc), or, for an insert, its values as queued (ins, of
 // schema version m), which are valid until the chunk they were read from
-// goes back to its pool. An addition with no table (st nil) is that: the
+// goes back to the pool. An addition with no table (st nil) is that: the
 // memory of a chunk (mem) that no addition after it uses, to put back
-// into pool once the additions before it are added.
+// once the additions before it are added.
 type addition struct {
 	st         *sourceTable
 	h          *store.TxnHeader
@@ -55,14 +59,15 @@ type addition struct {
 	ins        []store.Value
 	toCL, toMR bool
 	mem        *store.ChunkMemory
-	pool       *store.ChunkPool
 }
 
 // additionBatch is how many changes are handed over at a time.
 const additionBatch = 256
 
-func newAdder(ctx context.Context, a *Applier) *adder {
-	d := &adder{a: a, work: make(chan []addition, 4), free: make(chan []addition, 6),
+// newAdder starts the adding goroutine of a flush whose chunks are read
+// into memory from pool.
+func newAdder(ctx context.Context, a *Applier, pool *store.ChunkPool) *adder {
+	d := &adder{a: a, work: make(chan []addition, 4), free: make(chan []addition, 6), pool: pool,
 		synced: make(chan struct{}), done: make(chan struct{}), batch: make([]addition, 0, additionBatch)}
 	go d.run(ctx)
 	return d
@@ -81,7 +86,7 @@ func (d *adder) run(ctx context.Context) {
 		for i := range batch {
 			x := &batch[i]
 			if x.st == nil {
-				x.pool.Put(x.mem)
+				d.pool.Put(x.mem)
 				continue
 			}
 			if err := d.a.addChange(ctx, x); err != nil {
@@ -113,10 +118,10 @@ func (d *adder) add(x addition) error {
 	return nil
 }
 
-// release queues putting a chunk's memory back into its pool once the
+// release queues putting a chunk's memory back into the pool once the
 // changes queued before, which may use it, are added.
-func (d *adder) release(pool *store.ChunkPool, mem *store.ChunkMemory) {
-	d.queue(addition{mem: mem, pool: pool})
+func (d *adder) release(mem *store.ChunkMemory) {
+	d.queue(addition{mem: mem})
 }
 
 // queue appends x to the batch, and hands the batch over once it is full.

@@ -235,10 +235,13 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 		if err != nil {
 			return err
 		}
+		// Each chunk's memory goes back to the pool once its changes
+		// are added, and the next chunks are decoded into it.
+		pool := new(store.ChunkPool)
 		if !yield {
 			// The values read are valid only in this read transaction:
 			// the adder is done with them before it ends.
-			a.adder = newAdder(ctx, a)
+			a.adder = newAdder(ctx, a, pool)
 			defer func() {
 				if cerr := a.adder.close(); err == nil {
 					err = cerr
@@ -247,9 +250,6 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 			}()
 		}
 		var read int64
-		// Each chunk's memory goes back to the pool once its changes
-		// are added, and the next chunks are decoded into it.
-		pool := new(store.ChunkPool)
 		return r.Txns(max(applied, a.read.upTo), func(h *store.TxnHeader, cur *store.TxnCursor) error {
 			if h.EndLSN > upTo {
 				return store.ErrStopScan
@@ -272,7 +272,7 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 					}
 				}
 				if a.adder != nil {
-					a.adder.release(pool, mem)
+					a.adder.release(mem)
 				} else {
 					pool.Put(mem)
 				}
