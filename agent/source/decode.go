@@ -38,6 +38,18 @@ func scanner[T any](m *pgtype.Map, oid uint32, conv func(T) store.Value) decodeF
 	}
 }
 
+// isoTimestampOr reads the text of a timestamp (with time zone when zone)
+// as the session prints nearly all of them (parseISOTimestamp), and any
+// other with general.
+func isoTimestampOr(zone bool, general decodeFunc) decodeFunc {
+	return func(src []byte) (store.Value, error) {
+		if micros, ok := parseISOTimestamp(src, zone); ok {
+			return store.Value{Kind: store.KindTimestamp, Int: micros}, nil
+		}
+		return general(src)
+	}
+}
+
 func textValue(src []byte) (store.Value, error) {
 	return store.Value{Kind: store.KindString, Bytes: src}, nil
 }
@@ -70,13 +82,26 @@ func (d *typeDecoders) forType(oid uint32) decodeFunc {
 	m := d.m
 	switch oid {
 	case pgtype.BoolOID:
-		return scanner(m, oid, func(v bool) store.Value {
+		scan := scanner(m, oid, func(v bool) store.Value {
 			var i int64
 			if v {
 				i = 1
 			}
 			return store.Value{Kind: store.KindBool, Int: i}
 		})
+		return func(src []byte) (store.Value, error) {
+			// PostgreSQL prints t or f, which pgtype reads lowercased
+			// into a copy; it reads anything else.
+			if len(src) == 1 {
+				switch src[0] {
+				case 't':
+					return store.Value{Kind: store.KindBool, Int: 1}, nil
+				case 'f':
+					return store.Value{Kind: store.KindBool}, nil
+				}
+			}
+			return scan(src)
+		}
 	case pgtype.Int2OID:
 		return scanner(m, oid, func(v int16) store.Value { return store.Value{Kind: store.KindInt16, Int: int64(v)} })
 	case pgtype.Int4OID:
@@ -101,14 +126,14 @@ func (d *typeDecoders) forType(oid uint32) decodeFunc {
 			return store.Value{Kind: store.KindDate, Int: infinityInt(v.InfinityModifier, daysSinceEpoch(v.Time))}
 		})
 	case pgtype.TimestamptzOID:
-		return scanner(m, oid, func(v pgtype.Timestamptz) store.Value {
+		return isoTimestampOr(true, scanner(m, oid, func(v pgtype.Timestamptz) store.Value {
 			return store.Value{Kind: store.KindTimestamp, Int: infinityInt(v.InfinityModifier, v.Time.UnixMicro())}
-		})
+		}))
 	case pgtype.TimestampOID:
 		// The wall clock is read as UTC (DESIGN.md).
-		return scanner(m, oid, func(v pgtype.Timestamp) store.Value {
+		return isoTimestampOr(false, scanner(m, oid, func(v pgtype.Timestamp) store.Value {
 			return store.Value{Kind: store.KindTimestamp, Int: infinityInt(v.InfinityModifier, v.Time.UnixMicro())}
-		})
+		}))
 	case pgtype.TimeOID:
 		return scanner(m, oid, func(v pgtype.Time) store.Value {
 			return store.Value{Kind: store.KindTime, Int: v.Microseconds}
