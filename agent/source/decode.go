@@ -38,6 +38,17 @@ func scanner[T any](m *pgtype.Map, oid uint32, conv func(T) store.Value) decodeF
 	}
 }
 
+// integerOr reads the text of an integer of kind k, between lo and hi, as
+// PostgreSQL prints it (parseInteger), and any other with general.
+func integerOr(k store.Kind, lo, hi int64, general decodeFunc) decodeFunc {
+	return func(src []byte) (store.Value, error) {
+		if v, ok := parseInteger(src); ok && v >= lo && v <= hi {
+			return store.Value{Kind: k, Int: v}, nil
+		}
+		return general(src)
+	}
+}
+
 // isoTimestampOr reads the text of a timestamp (with time zone when zone)
 // as the session prints nearly all of them (parseISOTimestamp), and any
 // other with general.
@@ -103,11 +114,14 @@ func (d *typeDecoders) forType(oid uint32) decodeFunc {
 			return scan(src)
 		}
 	case pgtype.Int2OID:
-		return scanner(m, oid, func(v int16) store.Value { return store.Value{Kind: store.KindInt16, Int: int64(v)} })
+		return integerOr(store.KindInt16, math.MinInt16, math.MaxInt16,
+			scanner(m, oid, func(v int16) store.Value { return store.Value{Kind: store.KindInt16, Int: int64(v)} }))
 	case pgtype.Int4OID:
-		return scanner(m, oid, func(v int32) store.Value { return store.Value{Kind: store.KindInt32, Int: int64(v)} })
+		return integerOr(store.KindInt32, math.MinInt32, math.MaxInt32,
+			scanner(m, oid, func(v int32) store.Value { return store.Value{Kind: store.KindInt32, Int: int64(v)} }))
 	case pgtype.Int8OID:
-		return scanner(m, oid, func(v int64) store.Value { return store.Value{Kind: store.KindInt64, Int: v} })
+		return integerOr(store.KindInt64, math.MinInt64, math.MaxInt64,
+			scanner(m, oid, func(v int64) store.Value { return store.Value{Kind: store.KindInt64, Int: v} }))
 	case pgtype.Float4OID:
 		return scanner(m, oid, func(v float32) store.Value {
 			return store.Value{Kind: store.KindFloat32, Int: int64(math.Float32bits(v))}

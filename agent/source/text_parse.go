@@ -1,5 +1,10 @@
 package source
 
+// The parsers here read the text PostgreSQL prints for the commonest values
+// in the session's settings, far faster than pgtype's general ones and
+// without allocating; whatever else they meet they leave to pgtype, which
+// reads it or says why it cannot.
+
 // parseISOTimestamp reads the text PostgreSQL prints for a finite timestamp
 // between the years 1 and 9999 in the session's settings (DateStyle ISO,
 // TimeZone UTC): "2006-01-02 15:04:05", an optional fraction of up to six
@@ -89,4 +94,22 @@ func daysFromCivil(year, month, day int64) int64 {
 	doy := (153*mp+2)/5 + day - 1
 	doe := yoe*365 + yoe/4 - yoe/100 + doy
 	return era*146097 + doe - 719468
+}
+
+// parseInteger reads the text PostgreSQL prints for an integer of at most 18
+// digits, with a minus sign when negative, and reports false for any other
+// text (more digits, a plus sign, spaces).
+func parseInteger(src []byte) (int64, bool) {
+	neg := len(src) > 1 && src[0] == '-'
+	if neg {
+		src = src[1:]
+	}
+	if len(src) == 0 || len(src) > 18 {
+		return 0, false
+	}
+	v, ok := digits(src)
+	if neg {
+		v = -v
+	}
+	return v, ok
 }

@@ -2,6 +2,7 @@ package source
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -102,13 +103,58 @@ func TestBoolTextDecodesAsPgtype(t *testing.T) {
 	}
 }
 
-// FuzzParseISOTimestamp checks that whatever text the fast parse reads,
-// pgtype reads as the same instant.
+// TestIntegerTextDecodesAsPgtype checks the decoders of smallint, integer
+// and bigint against pgtype's, for random values of every length, the ends
+// of each range, values past them, and texts the fast parse leaves to
+// pgtype, and that they read PostgreSQL's text without allocating.
+func TestIntegerTextDecodesAsPgtype(t *testing.T) {
+	d := newTypeDecoders()
+	rng := rand.New(rand.NewPCG(3, 4))
+	texts := []string{"0", "-1", "32767", "-32768", "32768", "-32769", "2147483647", "-2147483648", "2147483648",
+		"9223372036854775807", "-9223372036854775808", "9223372036854775808", "999999999999999999", "-999999999999999999",
+		"+5", " 5", "5 ", "-", "", "1e3", "0x10", "--1", "00012"}
+	for i := range 5000 {
+		v := rng.Int64() >> (i % 64)
+		if i%2 == 1 {
+			v = -v
+		}
+		texts = append(texts, strconv.FormatInt(v, 10))
+	}
+	m := pgtype.NewMap()
+	// pgtype alone, scanning into the Go type of the column.
+	general := map[uint32]decodeFunc{
+		pgtype.Int2OID: scanner(m, pgtype.Int2OID, func(v int16) store.Value { return store.Value{Kind: store.KindInt16, Int: int64(v)} }),
+		pgtype.Int4OID: scanner(m, pgtype.Int4OID, func(v int32) store.Value { return store.Value{Kind: store.KindInt32, Int: int64(v)} }),
+		pgtype.Int8OID: scanner(m, pgtype.Int8OID, func(v int64) store.Value { return store.Value{Kind: store.KindInt64, Int: v} }),
+	}
+	for _, oid := range []uint32{pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID} {
+		decode := d.forType(oid)
+		for _, text := range texts {
+			got, gotErr := decode([]byte(text))
+			want, wantErr := general[oid]([]byte(text))
+			if (gotErr != nil) != (wantErr != nil) || got.Kind != want.Kind || got.Int != want.Int {
+				t.Fatalf("%q (oid %d) decodes to %+v, %v; pgtype gives %+v, %v", text, oid, got, gotErr, want, wantErr)
+			}
+		}
+		text := []byte("-1234")
+		if n := testing.AllocsPerRun(100, func() { decode(text) }); n != 0 {
+			t.Errorf("decoding an integer (oid %d) took %.0f allocations", oid, n)
+		}
+	}
+}
+
+// FuzzParseISOTimestamp checks that whatever text the fast parses read,
+// pgtype reads as the same instant, and strconv as the same integer.
 func FuzzParseISOTimestamp(f *testing.F) {
-	for _, s := range []string{"2024-02-29 23:59:59.5+00", "0001-01-01 00:00:00", "9999-12-31 23:59:59.999999+00", "2024-03-31 01:30:00+02"} {
+	for _, s := range []string{"2024-02-29 23:59:59.5+00", "0001-01-01 00:00:00", "9999-12-31 23:59:59.999999+00", "2024-03-31 01:30:00+02", "-123", "999999999999999999"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, text string) {
+		if v, ok := parseInteger([]byte(text)); ok {
+			if want, err := strconv.ParseInt(text, 10, 64); err != nil || want != v || strings.HasPrefix(text, "+") {
+				t.Fatalf("%q: fast parse %d, strconv %d, %v", text, v, want, err)
+			}
+		}
 		for _, zone := range []bool{true, false} {
 			micros, ok := parseISOTimestamp([]byte(text), zone)
 			if !ok {
