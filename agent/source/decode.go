@@ -16,8 +16,10 @@ type decodeFunc func(src []byte) (store.Value, error)
 
 // typeDecoders builds decoders for column types from PostgreSQL's text
 // output (pgoutput and COPY both use the types' output functions). The text
-// is parsed by pgtype; the mapping follows DESIGN.md, and a type with no
-// mapping keeps its text form.
+// is parsed by pgtype, except the commonest integers, booleans and
+// timestamps, which text_parse.go reads first as the session prints them;
+// the mapping follows DESIGN.md, and a type with no mapping keeps its text
+// form.
 type typeDecoders struct {
 	m *pgtype.Map
 }
