@@ -14,7 +14,9 @@ type ChunkMemory struct {
 // ChunkPool holds the ChunkMemory that chunks are decoded into and that
 // their users have handed back. Its zero value is an empty pool; it is safe
 // for concurrent use. It holds at most as many as were handed back at once,
-// which a caller bounds by how many chunks it keeps in use.
+// which a caller bounds by how many chunks it keeps in use. (A sync.Pool
+// would do but for keeping them: it may drop what it is given, and under
+// the race detector drops some on purpose.)
 type ChunkPool struct {
 	mu   sync.Mutex
 	free []*ChunkMemory

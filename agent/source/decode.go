@@ -40,24 +40,13 @@ func scanner[T any](m *pgtype.Map, oid uint32, conv func(T) store.Value) decodeF
 	}
 }
 
-// integerOr reads the text of an integer of kind k, between lo and hi, as
-// PostgreSQL prints it (parseInteger), and any other with general.
-func integerOr(k store.Kind, lo, hi int64, general decodeFunc) decodeFunc {
+// fastOr returns a decoder that reads a text with fast, which takes the
+// text as the session prints it (text_parse.go) and gives the value of a
+// kind k, and with general when fast does not take it.
+func fastOr(k store.Kind, fast func(src []byte) (int64, bool), general decodeFunc) decodeFunc {
 	return func(src []byte) (store.Value, error) {
-		if v, ok := parseInteger(src); ok && v >= lo && v <= hi {
+		if v, ok := fast(src); ok {
 			return store.Value{Kind: k, Int: v}, nil
-		}
-		return general(src)
-	}
-}
-
-// isoTimestampOr reads the text of a timestamp (with time zone when zone)
-// as the session prints nearly all of them (parseISOTimestamp), and any
-// other with general.
-func isoTimestampOr(zone bool, general decodeFunc) decodeFunc {
-	return func(src []byte) (store.Value, error) {
-		if micros, ok := parseISOTimestamp(src, zone); ok {
-			return store.Value{Kind: store.KindTimestamp, Int: micros}, nil
 		}
 		return general(src)
 	}
@@ -95,34 +84,21 @@ func (d *typeDecoders) forType(oid uint32) decodeFunc {
 	m := d.m
 	switch oid {
 	case pgtype.BoolOID:
-		scan := scanner(m, oid, func(v bool) store.Value {
+		return fastOr(store.KindBool, parseBool, scanner(m, oid, func(v bool) store.Value {
 			var i int64
 			if v {
 				i = 1
 			}
 			return store.Value{Kind: store.KindBool, Int: i}
-		})
-		return func(src []byte) (store.Value, error) {
-			// PostgreSQL prints t or f, which pgtype reads lowercased
-			// into a copy; it reads anything else.
-			if len(src) == 1 {
-				switch src[0] {
-				case 't':
-					return store.Value{Kind: store.KindBool, Int: 1}, nil
-				case 'f':
-					return store.Value{Kind: store.KindBool}, nil
-				}
-			}
-			return scan(src)
-		}
+		}))
 	case pgtype.Int2OID:
-		return integerOr(store.KindInt16, math.MinInt16, math.MaxInt16,
+		return fastOr(store.KindInt16, parseIntegerIn(math.MinInt16, math.MaxInt16),
 			scanner(m, oid, func(v int16) store.Value { return store.Value{Kind: store.KindInt16, Int: int64(v)} }))
 	case pgtype.Int4OID:
-		return integerOr(store.KindInt32, math.MinInt32, math.MaxInt32,
+		return fastOr(store.KindInt32, parseIntegerIn(math.MinInt32, math.MaxInt32),
 			scanner(m, oid, func(v int32) store.Value { return store.Value{Kind: store.KindInt32, Int: int64(v)} }))
 	case pgtype.Int8OID:
-		return integerOr(store.KindInt64, math.MinInt64, math.MaxInt64,
+		return fastOr(store.KindInt64, parseIntegerIn(math.MinInt64, math.MaxInt64),
 			scanner(m, oid, func(v int64) store.Value { return store.Value{Kind: store.KindInt64, Int: v} }))
 	case pgtype.Float4OID:
 		return scanner(m, oid, func(v float32) store.Value {
@@ -142,12 +118,12 @@ func (d *typeDecoders) forType(oid uint32) decodeFunc {
 			return store.Value{Kind: store.KindDate, Int: infinityInt(v.InfinityModifier, daysSinceEpoch(v.Time))}
 		})
 	case pgtype.TimestamptzOID:
-		return isoTimestampOr(true, scanner(m, oid, func(v pgtype.Timestamptz) store.Value {
+		return fastOr(store.KindTimestamp, parseISOTimestampOf(true), scanner(m, oid, func(v pgtype.Timestamptz) store.Value {
 			return store.Value{Kind: store.KindTimestamp, Int: infinityInt(v.InfinityModifier, v.Time.UnixMicro())}
 		}))
 	case pgtype.TimestampOID:
 		// The wall clock is read as UTC (DESIGN.md).
-		return isoTimestampOr(false, scanner(m, oid, func(v pgtype.Timestamp) store.Value {
+		return fastOr(store.KindTimestamp, parseISOTimestampOf(false), scanner(m, oid, func(v pgtype.Timestamp) store.Value {
 			return store.Value{Kind: store.KindTimestamp, Int: infinityInt(v.InfinityModifier, v.Time.UnixMicro())}
 		}))
 	case pgtype.TimeOID:

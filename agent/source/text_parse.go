@@ -1,9 +1,39 @@
 package source
 
+import "time"
+
 // The parsers here read the text PostgreSQL prints for the commonest values
 // in the session's settings, far faster than pgtype's general ones and
 // without allocating; whatever else they meet they leave to pgtype, which
 // reads it or says why it cannot.
+
+// parseBool reads t or f, which pgtype reads lowercased into a copy, as 1
+// or 0.
+func parseBool(src []byte) (int64, bool) {
+	if len(src) == 1 {
+		switch src[0] {
+		case 't':
+			return 1, true
+		case 'f':
+			return 0, true
+		}
+	}
+	return 0, false
+}
+
+// parseIntegerIn returns parseInteger for integers between lo and hi.
+func parseIntegerIn(lo, hi int64) func(src []byte) (int64, bool) {
+	return func(src []byte) (int64, bool) {
+		v, ok := parseInteger(src)
+		return v, ok && v >= lo && v <= hi
+	}
+}
+
+// parseISOTimestampOf returns parseISOTimestamp for timestamps with time
+// zone (zone) or without.
+func parseISOTimestampOf(zone bool) func(src []byte) (int64, bool) {
+	return func(src []byte) (int64, bool) { return parseISOTimestamp(src, zone) }
+}
 
 // parseISOTimestamp reads the text PostgreSQL prints for a finite timestamp
 // between the years 1 and 9999 in the session's settings (DateStyle ISO,
@@ -49,8 +79,8 @@ func parseISOTimestamp(src []byte, zone bool) (int64, bool) {
 		}
 		micros = frac
 	}
-	secs := daysFromCivil(year, month, day)*86400 + hour*3600 + minute*60 + second
-	return secs*1_000_000 + micros, true
+	t := time.Date(int(year), time.Month(month), int(day), int(hour), int(minute), int(second), 0, time.UTC)
+	return t.UnixMicro() + micros, true
 }
 
 // digits returns the number the ASCII digits b spell, and false if b holds
@@ -79,21 +109,6 @@ func daysInMonth(year, month int64) int64 {
 		return 30
 	}
 	return 31
-}
-
-// daysFromCivil returns the days from 1970-01-01 to a date of the proleptic
-// Gregorian calendar (years from 1 on), counting in eras of 400 years from
-// a year that starts in March.
-func daysFromCivil(year, month, day int64) int64 {
-	if month <= 2 {
-		year--
-	}
-	era := year / 400
-	yoe := year - era*400
-	mp := (month + 9) % 12
-	doy := (153*mp+2)/5 + day - 1
-	doe := yoe*365 + yoe/4 - yoe/100 + doy
-	return era*146097 + doe - 719468
 }
 
 // parseInteger reads the text PostgreSQL prints for an integer of at most 18
