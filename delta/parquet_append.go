@@ -74,12 +74,8 @@ func (b *RowBuilder) column(field int) *flatColumn {
 		b.err = fmt.Errorf("write rows: %w: field %d is not a leaf data column", ErrInvalidValue, field)
 		return nil
 	}
-	c := b.g.cols[b.w.fieldCols[field].flat]
-	if c.rows() != b.g.rows {
-		b.err = fmt.Errorf("write rows: %w: two values for column %q in one row", ErrInvalidValue, c.field.Name)
-		return nil
-	}
-	return c
+	// A second value for the column in this row is found by End.
+	return b.g.cols[b.w.fieldCols[field].flat]
 }
 
 // fail records the error of a value for column c.
@@ -276,13 +272,19 @@ func (b *RowBuilder) End() error {
 	g := b.g
 	if b.err == nil {
 		for _, c := range g.cols {
-			if c.rows() == g.rows {
-				if !c.field.Nullable {
-					b.err = errNull(c.field)
-					break
+			switch c.rows() - g.rows {
+			case 1:
+				continue
+			case 0:
+				if c.field.Nullable {
+					c.addNull()
+					continue
 				}
-				c.addNull()
+				b.err = errNull(c.field)
+			default:
+				b.err = fmt.Errorf("write rows: %w: two values for column %q in one row", ErrInvalidValue, c.field.Name)
 			}
+			break
 		}
 	}
 	if b.err == nil {

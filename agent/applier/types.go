@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/big"
 	"math/bits"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -226,8 +225,12 @@ func primitivePutter(t delta.PrimitiveType, general putter) putter {
 	// when puts the values of the given kinds with put, the others with
 	// general.
 	when := func(put putter, kinds ...store.Kind) putter {
+		var fast [256]bool
+		for _, k := range kinds {
+			fast[k] = true
+		}
 		return func(v *store.Value, b *delta.RowBuilder, field int) {
-			if slices.Contains(kinds, v.Kind) {
+			if fast[v.Kind] {
 				put(v, b, field)
 				return
 			}
