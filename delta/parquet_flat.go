@@ -414,10 +414,15 @@ type colBounds struct {
 // addTo adds the statistics to the file's, as colStats.observe would have
 // from the values one by one.
 func (b colBounds) addTo(s *colStats) {
+	nulls := b.nulls
 	for _, v := range b.values {
+		if v == nil {
+			nulls++ // counted at once below
+			continue
+		}
 		s.observe(v)
 	}
-	s.nullCount += b.nulls
+	s.observeNulls(nulls)
 	switch {
 	case b.unbounded != nil:
 		s.observe(b.unbounded)

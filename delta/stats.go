@@ -80,6 +80,20 @@ func (s *statsCollector) add(row []any) {
 	}
 }
 
+// observeNulls records n null values: observe(nil) n times.
+func (c *colStats) observeNulls(n int64) {
+	if n == 0 {
+		return
+	}
+	if _, ok := c.typ.(*StructType); ok {
+		for _, ch := range c.children {
+			ch.observeNulls(n)
+		}
+		return
+	}
+	c.nullCount += n
+}
+
 func (c *colStats) observe(v any) {
 	if _, ok := c.typ.(*StructType); ok {
 		if v == nil {
