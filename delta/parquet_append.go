@@ -272,19 +272,18 @@ func (b *RowBuilder) End() error {
 	g := b.g
 	if b.err == nil {
 		for _, c := range g.cols {
-			switch c.rows() - g.rows {
-			case 1:
-				continue
-			case 0:
-				if c.field.Nullable {
-					c.addNull()
-					continue
-				}
+			switch n := c.rows() - g.rows; {
+			case n == 1:
+			case n == 0 && c.field.Nullable:
+				c.addNull()
+			case n == 0:
 				b.err = errNull(c.field)
 			default:
 				b.err = fmt.Errorf("write rows: %w: two values for column %q in one row", ErrInvalidValue, c.field.Name)
 			}
-			break
+			if b.err != nil {
+				break
+			}
 		}
 	}
 	if b.err == nil {

@@ -80,7 +80,8 @@ func (s *statsCollector) add(row []any) {
 	}
 }
 
-// observeNulls records n null values: observe(nil) n times.
+// observeNulls records n null values; a null struct is null in each of its
+// fields.
 func (c *colStats) observeNulls(n int64) {
 	if n == 0 {
 		return
@@ -95,21 +96,15 @@ func (c *colStats) observeNulls(n int64) {
 }
 
 func (c *colStats) observe(v any) {
+	if v == nil {
+		c.observeNulls(1)
+		return
+	}
 	if _, ok := c.typ.(*StructType); ok {
-		if v == nil {
-			for _, ch := range c.children {
-				ch.observe(nil)
-			}
-			return
-		}
 		r := v.(Row)
 		for i, ch := range c.children {
 			ch.observe(r[i])
 		}
-		return
-	}
-	if v == nil {
-		c.nullCount++
 		return
 	}
 	if !hasBounds(c.typ) || c.noBounds {
