@@ -98,7 +98,7 @@ func (d *typeDecoders) forType(oid uint32) decodeFunc {
 		return fastOr(store.KindInt32, parseIntegerIn(math.MinInt32, math.MaxInt32),
 			scanner(m, oid, func(v int32) store.Value { return store.Value{Kind: store.KindInt32, Int: int64(v)} }))
 	case pgtype.Int8OID:
-		return fastOr(store.KindInt64, parseIntegerIn(math.MinInt64, math.MaxInt64),
+		return fastOr(store.KindInt64, parseInteger,
 			scanner(m, oid, func(v int64) store.Value { return store.Value{Kind: store.KindInt64, Int: v} }))
 	case pgtype.Float4OID:
 		return scanner(m, oid, func(v float32) store.Value {
