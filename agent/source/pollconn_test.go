@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -131,6 +132,61 @@ func TestPollConnKeepsTheDeadlines(t *testing.T) {
 	if _, err := c.Write(make([]byte, 64<<20)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("write past the deadline: %v, want a timeout", err)
 	}
+}
+
+func TestPollConnParksALongWait(t *testing.T) {
+	// A read waiting past holdFor leaves its scheduler thread: it waits
+	// in Go's poller ("IO wait"), not in a system call, on an epoll
+	// instance that watches the socket only while it waits.
+	c, server := pollPair(t)
+	got := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 10)
+		n, err := c.Read(buf)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- string(buf[:n])
+	}()
+	var stacks []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		stacks = make([]byte, 1<<20)
+		stacks = stacks[:runtime.Stack(stacks, true)]
+		if parkedReads(stacks) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiting read never parked in Go's poller; goroutines:\n%s", stacks)
+		}
+	}
+	if !epollWatched(t)[c.fd] {
+		t.Fatalf("no epoll instance watches the socket (fd %d) while a read waits for it", c.fd)
+	}
+	server.Write([]byte("woken"))
+	select {
+	case s := <-got:
+		if s != "woken" {
+			t.Fatalf("the parked read returned %q, want %q", s, "woken")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("data sent did not wake the parked read")
+	}
+	if epollWatched(t)[c.fd] {
+		t.Fatalf("an epoll instance still watches the socket (fd %d) after the wait", c.fd)
+	}
+}
+
+// parkedReads counts the goroutines of a stack dump that wait in Go's
+// poller inside parker.wait.
+func parkedReads(stacks []byte) int {
+	n := 0
+	for _, g := range strings.Split(string(stacks), "\n\n") {
+		if strings.Contains(g, "[IO wait") && strings.Contains(g, "(*parker).wait") {
+			n++
+		}
+	}
+	return n
 }
 
 func TestPollConnCloseEndsAWaitingRead(t *testing.T) {
