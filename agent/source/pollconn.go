@@ -45,10 +45,11 @@ const holdFor = 2 * time.Millisecond
 //
 // A goroutine in a system call keeps its scheduler thread (P) until the
 // runtime's monitor takes it back, which an idle monitor does only every
-// 10 to 20 ms. A capture waiting in poll(2) for the next message kept one
-// of two threads from a flush that way: waiting in slices of 50 ms, it
-// held its thread for a third or more of a 1M-row flush (225-308 ms of
-// 680-780 ms, in runtime traces of the end-to-end bench). So
+// 10 to 20 ms. A capture waiting in poll(2) for the next message could
+// keep one of two threads from a flush that way: in runtime traces of the
+// end-to-end bench, waiting in slices of 50 ms, it was in poll(2) for
+// 225-308 ms of a 680-780 ms 1M-row flush while other goroutines were
+// ready to run. So
 // a wait longer than holdFor parks instead, in Go's network poller, on an
 // epoll instance of the connection's own that watches the socket only for
 // the length of that wait (parker). The first holdFor stays in poll(2):
