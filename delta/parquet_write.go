@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress"
 	"github.com/parquet-go/parquet-go/compress/snappy"
+	"golang.org/x/sys/unix"
 )
 
 // Compression codecs for data files.
@@ -187,7 +187,7 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 	for _, p := range flbaDecimalPaths(w.data) {
 		options = append(options, parquet.SkipPageBounds(p...), parquet.SkipPageStatistics(p...))
 	}
-	w.writer = parquet.NewWriter(&writeback{f: f, fd: int(f.Fd())}, options...)
+	w.writer = parquet.NewWriter(&writeback{f: f}, options...)
 	w.stats = newStatsCollector(w.data)
 	w.columns = newColumnarWriter(w.writer, w.data, w.stats, rg, opts.Buffers, key)
 	return w, nil
@@ -579,7 +579,6 @@ const writebackAfter = 8 << 20
 // ms against 555 ms, medians of 10 alternated runs of 3.)
 type writeback struct {
 	f                *os.File
-	fd               int
 	written, started int64
 }
 
@@ -591,7 +590,7 @@ func (w *writeback) Write(p []byte) (int, error) {
 	if w.written-w.started >= writebackAfter {
 		// Only a hint, whose failure changes nothing: the fsync at Close
 		// is what makes the file durable.
-		unix.SyncFileRange(w.fd, w.started, w.written-w.started, unix.SYNC_FILE_RANGE_WRITE)
+		unix.SyncFileRange(int(w.f.Fd()), w.started, w.written-w.started, unix.SYNC_FILE_RANGE_WRITE)
 		w.started = w.written
 	}
 	return n, err

@@ -95,6 +95,8 @@ func (c *colStats) observeNulls(n int64) {
 	c.nullCount += n
 }
 
+// observe records one value of the column: a null, a struct's fields, or
+// a value for the bounds.
 func (c *colStats) observe(v any) {
 	if v == nil {
 		c.observeNulls(1)

@@ -49,10 +49,10 @@ const holdFor = 2 * time.Millisecond
 // keep one of two threads from a flush that way: in runtime traces of the
 // end-to-end bench, waiting in slices of 50 ms, it was in poll(2) for
 // 225-308 ms of a 680-780 ms 1M-row flush while other goroutines were
-// ready to run. So
-// a wait longer than holdFor parks instead, in Go's network poller, on an
-// epoll instance of the connection's own that watches the socket only for
-// the length of that wait (parker). The first holdFor stays in poll(2):
+// ready to run. So a wait longer than holdFor parks instead, in Go's
+// network poller, on an epoll instance of the connection's own that
+// watches the socket only for the length of that wait (parker). The first
+// holdFor stays in poll(2):
 // while capture catches up on one thread, a goroutine parked in the
 // poller is woken only when the busy thread next looks at the network,
 // and the short waits of a drain return at once.
@@ -299,7 +299,7 @@ type parker struct {
 	events uint32
 	ep     *os.File
 	raw    syscall.RawConn
-	ready  []unix.EpollEvent
+	ready  [1]unix.EpollEvent
 }
 
 // newParker makes the epoll instance of a parker of the socket sock for
@@ -320,7 +320,7 @@ func newParker(sock int, events uint32) (*parker, error) {
 		f.Close()
 		return nil, fmt.Errorf("epoll: %w", err)
 	}
-	return &parker{sock: sock, events: events, ep: f, raw: raw, ready: make([]unix.EpollEvent, 1)}, nil
+	return &parker{sock: sock, events: events, ep: f, raw: raw}, nil
 }
 
 // wait parks until the socket is ready for the parker's events, or has
@@ -339,7 +339,7 @@ func (p *parker) wait() error {
 	// Read calls the function until it reports done, parking between
 	// calls until the instance is readable: until the socket is ready.
 	err = p.raw.Read(func(ep uintptr) bool {
-		n, err := unix.EpollWait(int(ep), p.ready, 0)
+		n, err := unix.EpollWait(int(ep), p.ready[:], 0)
 		werr = err
 		return n > 0 || err != nil && err != unix.EINTR
 	})
