@@ -2,6 +2,7 @@ package delta
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -65,5 +66,60 @@ func TestColumnBuffersCarryOverFiles(t *testing.T) {
 	buffers.Release()
 	if len(buffers.free) != 0 {
 		t.Errorf("release kept %d schemas", len(buffers.free))
+	}
+}
+
+// TestExpectedRowsMakesRoomAtOnce checks that a writer told how many rows
+// to expect makes room for them, up to a row group, once its first
+// minGrowRows rows are in, where one told nothing doubles its room as rows
+// come; the file holds the same rows either way.
+func TestExpectedRowsMakesRoomAtOnce(t *testing.T) {
+	ctx := context.Background()
+	st := NewStructType(NewField("id", TypeLong, false), NewField("label", TypeString, true))
+	const rowGroup, written = 40_000, 30_000
+	var rows []Row
+	for i := range int64(written) {
+		label := any(fmt.Sprintf("row %d", i))
+		if i%7 == 0 {
+			label = nil
+		}
+		rows = append(rows, Row{i, label})
+	}
+	for _, tc := range []struct {
+		expect int64
+		// room is the rows the columns have room for once minGrowRows+1
+		// rows are in.
+		room int
+	}{
+		{0, 2 * minGrowRows},
+		{minGrowRows / 2, 2 * minGrowRows},
+		{written, written},
+		{10 * rowGroup, rowGroup},
+	} {
+		dir := t.TempDir()
+		w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: rowGroup, ExpectedRows: tc.expect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Write(rows[:minGrowRows+1]); err != nil {
+			t.Fatal(err)
+		}
+		g := w.columns.filling
+		if g.capRows != tc.room || cap(g.cols[0].ints64) < tc.room || cap(g.cols[1].ends) < tc.room {
+			t.Errorf("expecting %d rows, the columns have room for %d rows (%d, %d) after %d, want %d",
+				tc.expect, g.capRows, cap(g.cols[0].ints64), cap(g.cols[1].ends), minGrowRows+1, tc.room)
+		}
+		if err := w.Write(rows[minGrowRows+1:]); err != nil {
+			t.Fatal(err)
+		}
+		add, err := w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadParquetFile(ctx, filepath.Join(dir, add.Path), st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertSameRows(t, fmt.Sprintf("file expecting %d rows", tc.expect), got, rows)
 	}
 }

@@ -46,7 +46,7 @@ func (w *DataWriter) Row() *RowBuilder {
 	}
 	g := c.filling
 	if g.rows == g.capRows {
-		g.grow(c.maxRows)
+		g.grow(c.maxRows, c.expectRows)
 	}
 	b.g = g
 	if w.fieldCols == nil {

@@ -20,6 +20,9 @@ type columnarWriter struct {
 	schema  *StructType
 	stats   *statsCollector
 	maxRows int
+	// expectRows is how many rows the caller expects (at most maxRows),
+	// or zero (see WriteOptions.ExpectedRows).
+	expectRows int
 	// filling holds the rows of the row group being written.
 	filling *rowGroupColumns
 	// encoding are the row groups being encoded, oldest first; free the
@@ -126,9 +129,13 @@ const minGrowRows = 1024
 // grow doubles the rows the columns have room for, up to maxRows, and
 // their room for byte array values in proportion. (Appending would grow
 // large slices by a quarter at a time, allocating and copying them several
-// times over.)
-func (g *rowGroupColumns) grow(maxRows int) {
+// times over.) Once the columns hold minGrowRows rows, it makes room for
+// expect rows at once, when more are expected.
+func (g *rowGroupColumns) grow(maxRows, expect int) {
 	rows := min(max(2*g.capRows, minGrowRows), maxRows)
+	if g.capRows >= minGrowRows {
+		rows = max(rows, min(expect, maxRows))
+	}
 	for _, col := range g.cols {
 		dataBytes := 0
 		if g.rows > 0 {
@@ -150,7 +157,7 @@ func (c *columnarWriter) writeRow(r Row, idx []int) error {
 	}
 	g := c.filling
 	if g.rows == g.capRows {
-		g.grow(c.maxRows)
+		g.grow(c.maxRows, c.expectRows)
 	}
 	for i, col := range g.cols {
 		if err := col.add(r[idx[col.pos]]); err != nil {

@@ -53,6 +53,14 @@ type WriteOptions struct {
 	// Buffers, when set, lends the writer the column buffers of writers
 	// closed before it and takes its own back when it is closed.
 	Buffers *ColumnBuffers
+	// ExpectedRows, when more than zero, is how many rows the caller
+	// expects to write into the file. Once the first rows are in (they
+	// tell how many bytes a string of each column takes), the writer
+	// makes room for that many rows, up to a row group, at once, instead
+	// of doubling its room as rows come, which allocates, clears and
+	// copies the columns several times over. It is a hint: more rows or
+	// fewer may be written.
+	ExpectedRows int64
 }
 
 // DataWriter writes one Parquet data file of a table with parquet-go and
@@ -190,6 +198,7 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 	w.writer = parquet.NewWriter(&writeback{f: f}, options...)
 	w.stats = newStatsCollector(w.data)
 	w.columns = newColumnarWriter(w.writer, w.data, w.stats, rg, opts.Buffers, key)
+	w.columns.expectRows = int(min(opts.ExpectedRows, rg))
 	return w, nil
 }
 

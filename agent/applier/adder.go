@@ -170,7 +170,7 @@ func (a *Applier) addChange(ctx context.Context, x *addition) error {
 			}
 		}
 		if x.toMR {
-			return x.st.mirror.addInsert(ctx, a, x.m, x.ins, x.toCL)
+			return x.st.mirror.addInsert(ctx, a, x.m, x.ins, x.toCL, changesAhead(x.h, x.seq))
 		}
 		return nil
 	}

@@ -91,13 +91,14 @@ func (m *mirror) appendInsert(ctx context.Context, a *Applier, key []byte, ins *
 		run := r.runs[i]
 		run.last = append(run.last[:0], key...)
 		m.appended++
+		run.w.expectRows = ins.ahead / int64(len(r.runs))
 		return true, run.w.emitInsert(key, ins)
 	}
 	r.held = append(r.held, slices.Clone(ins.values(len(m.cols.cols))))
 	if len(r.held) < appendMinRows {
 		return true, nil
 	}
-	return true, m.startWriting(ctx, a)
+	return true, m.startWriting(ctx, a, ins.ahead-1)
 }
 
 // aboveAll reports whether key is above every key of the mirror's files
@@ -128,10 +129,11 @@ func (m *mirror) lastFile() *mirrorFile {
 // startWriting splits the appender's held rows into runs (see
 // appender) and writes them into their first data files, the lowest run's
 // after the rows of the mirror's last file when that holds less than half
-// of TargetFileRows rows, which the appender's files then replace. Rows
-// that make more than maxAppendRuns runs, or two of one key, end the
-// appender instead.
-func (m *mirror) startWriting(ctx context.Context, a *Applier) error {
+// of TargetFileRows rows, which the appender's files then replace; the
+// files expect a share of the ahead changes of the transaction still to
+// come besides. Rows that make more than maxAppendRuns runs, or two of one
+// key, end the appender instead.
+func (m *mirror) startWriting(ctx context.Context, a *Applier, ahead int64) error {
 	r := m.app
 	type heldRow struct {
 		key []byte
@@ -158,6 +160,7 @@ func (m *mirror) startWriting(ctx context.Context, a *Applier) error {
 	for j := range len(starts) - 1 {
 		rows := order[starts[j]:starts[j+1]]
 		run := &appendRun{w: &mergeWriter{m: m, a: a}, first: rows[0].key, last: slices.Clone(rows[len(rows)-1].key)}
+		run.w.expectRows = int64(len(rows)) + max(ahead, 0)/int64(len(starts)-1)
 		r.runs = append(r.runs, run)
 		if last := m.lastFile(); j == 0 && last != nil && last.rows < a.cfg.TargetFileRows/2 {
 			r.replaced = last

@@ -517,8 +517,19 @@ func (a *Applier) warn(where, problem string) {
 	a.warnings[where+": "+problem]++
 }
 
-func (a *Applier) writeOptions() delta.WriteOptions {
-	return delta.WriteOptions{Compression: a.cfg.Compression, CreatedBy: a.cfg.EngineInfo, Buffers: &a.buffers}
+// writeOptions are the options of a data file that is expected to get
+// expectRows rows (a hint; zero when not known), of which it holds
+// TargetFileRows at most.
+func (a *Applier) writeOptions(expectRows int64) delta.WriteOptions {
+	return delta.WriteOptions{Compression: a.cfg.Compression, CreatedBy: a.cfg.EngineInfo, Buffers: &a.buffers,
+		ExpectedRows: min(expectRows, a.cfg.TargetFileRows)}
+}
+
+// changesAhead is how many changes of the transaction of h are still to
+// be added, counting the one at seq (which counts from 1): at most the
+// rows a data file opened for it gets from it.
+func changesAhead(h *store.TxnHeader, seq int64) int64 {
+	return h.Changes - seq + 1
 }
 
 // errNoRelation reports a change whose schema version is not in the history.

@@ -164,8 +164,9 @@ func (c *changelog) ensureColumns() error {
 }
 
 // writer returns the open writer of the partition of a transaction's
-// rows, opening it if needed.
-func (c *changelog) writer(a *Applier, tv *txnValues) (*clWriter, error) {
+// rows, opening it if needed for a file expected to get expectRows rows
+// (see Applier.writeOptions).
+func (c *changelog) writer(a *Applier, tv *txnValues, expectRows int64) (*clWriter, error) {
 	if c.cur != nil && c.curDay == tv.day {
 		return c.cur, nil
 	}
@@ -174,7 +175,7 @@ func (c *changelog) writer(a *Applier, tv *txnValues) (*clWriter, error) {
 		return w, nil
 	}
 	dw, err := delta.NewDataWriter(c.t.Path(), c.schema, []string{colCommitDate},
-		map[string]any{colCommitDate: tv.date}, a.writeOptions())
+		map[string]any{colCommitDate: tv.date}, a.writeOptions(expectRows))
 	if err != nil {
 		return nil, fmt.Errorf("changelog %s: %w", c.name, err)
 	}
@@ -192,7 +193,7 @@ func (c *changelog) addInsert(a *Applier, h *store.TxnHeader, seq int64, m *relM
 		return err
 	}
 	tv := c.values(h)
-	w, err := c.writer(a, tv)
+	w, err := c.writer(a, tv, changesAhead(h, seq))
 	if err != nil {
 		return err
 	}
@@ -225,7 +226,7 @@ func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange
 	}
 	tv := c.values(h)
 	day := tv.day
-	w, err := c.writer(a, tv)
+	w, err := c.writer(a, tv, changesAhead(h, seq))
 	if err != nil {
 		return err
 	}

@@ -63,6 +63,9 @@ type mergeWriter struct {
 	files   []*mirrorFile
 	closer  closer
 	written int64
+	// expectRows is how many rows the next file opened is expected to
+	// get (see Applier.writeOptions), or zero.
+	expectRows int64
 }
 
 // openFor makes sure w has a file open for a row of key: a full one is
@@ -75,7 +78,7 @@ func openFor[K string | []byte](w *mergeWriter, key K) error {
 		}
 	}
 	if w.w == nil {
-		dw, err := delta.NewDataWriter(m.t.Path(), m.schema, nil, nil, w.a.writeOptions())
+		dw, err := delta.NewDataWriter(m.t.Path(), m.schema, nil, nil, w.a.writeOptions(w.expectRows))
 		if err != nil {
 			return fmt.Errorf("mirror %s: %w", m.name, err)
 		}

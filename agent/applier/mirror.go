@@ -289,6 +289,10 @@ type insertRow struct {
 	vals []store.Value
 	// cols converts and puts vals.
 	cols *adderColumns
+	// ahead is how many changes of its transaction are still to be added,
+	// this one included (see changesAhead), or zero: what an appender's
+	// file opened for it expects to get.
+	ahead int64
 }
 
 // values returns the row's data column values, in a table of n data
@@ -300,12 +304,13 @@ func (r *insertRow) values(n int) []any {
 	return r.row
 }
 
-// addInsert records an insert of a row of schema version mp, as queued.
-// With quiet, values not representable are not counted (the changelog
-// counted them).
-func (m *mirror) addInsert(ctx context.Context, a *Applier, mp *relMapping, vals []store.Value, quiet bool) error {
+// addInsert records an insert of a row of schema version mp, as queued,
+// with ahead changes of its transaction still to be added (see
+// insertRow). With quiet, values not representable are not counted (the
+// changelog counted them).
+func (m *mirror) addInsert(ctx context.Context, a *Applier, mp *relMapping, vals []store.Value, quiet bool, ahead int64) error {
 	m.begin(a)
-	ins := &insertRow{m: mp, vals: vals, cols: &mp.onAdder}
+	ins := &insertRow{m: mp, vals: vals, cols: &mp.onAdder, ahead: ahead}
 	if quiet {
 		ins.cols = &mp.quietOnAdder
 	}
