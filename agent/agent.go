@@ -141,6 +141,7 @@ func (a *Agent) Open() error {
 		FlushChanges:   a.cfg.Delta.FlushChanges,
 		SoftDelete:     a.cfg.Delta.SoftDelete,
 		TargetFileRows: a.cfg.Delta.TargetFileRows,
+		RowGroupRows:   a.cfg.Delta.RowGroupRows,
 		AppIDPrefix:    appIDPrefix(a.cfg.Source.Slot),
 		EngineInfo:     "lakeside/" + a.version,
 		Defer:          a.catchingUp,

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/lakeside/lakeside/agent/applier"
 	"github.com/lakeside/lakeside/agent/source"
 	"github.com/lakeside/lakeside/uploader"
 )
@@ -36,6 +37,7 @@ const (
 	DefaultFlushInterval  = time.Second
 	DefaultFlushChanges   = 100000
 	DefaultTargetFileRows = 100000
+	DefaultRowGroupRows   = applier.DefaultRowGroupRows
 	// DefaultVacuumRetention is Delta's default
 	// delta.deletedFileRetentionDuration: seven days of time travel.
 	DefaultVacuumRetention = 7 * 24 * time.Hour
@@ -99,6 +101,9 @@ type DeltaConfig struct {
 	SoftDelete bool `yaml:"soft_delete"`
 	// TargetFileRows is the number of rows per mirror data file (100000).
 	TargetFileRows int64 `yaml:"target_file_rows"`
+	// RowGroupRows is the most rows a Parquet row group of a data file
+	// holds (32768).
+	RowGroupRows int64 `yaml:"row_group_rows"`
 	// VacuumRetention is how far back time travel keeps working: vacuum
 	// deletes a data file only once no version newer than that needs it
 	// (168h by default, at least 1h).
@@ -259,6 +264,7 @@ type rawDelta struct {
 	FlushChanges    *string `yaml:"flush_changes"`
 	SoftDelete      *string `yaml:"soft_delete"`
 	TargetFileRows  *string `yaml:"target_file_rows"`
+	RowGroupRows    *string `yaml:"row_group_rows"`
 	VacuumRetention *string `yaml:"vacuum_retention"`
 	VacuumInterval  *string `yaml:"vacuum_interval"`
 }
@@ -312,7 +318,7 @@ func sectionKeys(path string) []string {
 	case "source":
 		return []string{"dsn", "slot", "publication", "tables", "snapshot", "status_interval", "logical_decoding_work_mem"}
 	case "delta":
-		return []string{"tables_dir", "flush_interval", "flush_changes", "soft_delete", "target_file_rows", "vacuum_retention", "vacuum_interval"}
+		return []string{"tables_dir", "flush_interval", "flush_changes", "soft_delete", "target_file_rows", "row_group_rows", "vacuum_retention", "vacuum_interval"}
 	case "replica":
 		return []string{"url", "site", "endpoint", "region", "access_key_id", "secret_access_key",
 			"max_backlog", "max_bytes_per_second", "poll_interval", "max_backoff", "concurrency"}

@@ -140,6 +140,9 @@ func (p *configParser) buildDelta(c *Config, raw *rawDelta) error {
 	if c.Delta.TargetFileRows, err = p.count("delta.target_file_rows", raw.TargetFileRows, DefaultTargetFileRows); err != nil {
 		return err
 	}
+	if c.Delta.RowGroupRows, err = p.count("delta.row_group_rows", raw.RowGroupRows, DefaultRowGroupRows); err != nil {
+		return err
+	}
 	if c.Delta.VacuumRetention, err = p.duration("delta.vacuum_retention", raw.VacuumRetention, DefaultVacuumRetention); err != nil {
 		return err
 	}

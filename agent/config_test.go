@@ -60,6 +60,7 @@ func badConfigs() []badConfig {
 		{"bad_vacuum_retention.bad.yml", []string{`bad_vacuum_retention.bad.yml:6: delta.vacuum_retention: 10m0s is shorter than 1h0m0s`}},
 		{"bad_vacuum_interval.bad.yml", []string{`bad_vacuum_interval.bad.yml:6: delta.vacuum_interval: "daily" is not a duration`}},
 		{"bad_soft_delete.bad.yml", []string{`bad_soft_delete.bad.yml:6: delta.soft_delete: "maybe" is not true or false`}},
+		{"bad_row_group_rows.bad.yml", []string{`bad_row_group_rows.bad.yml:7: delta.row_group_rows: "0" is not a positive whole number`}},
 		{"replica_bad_scheme.bad.yml", []string{`replica_bad_scheme.bad.yml:6: replica.url: replica url: unsupported scheme "ftp"`}},
 		{"replica_no_site.bad.yml", []string{`replica_no_site.bad.yml:5: replica.site:`, `is not a valid name`}},
 		{"replica_no_url.bad.yml", []string{`replica_no_url.bad.yml:5: replica.url: is required when the replica section is used`}},
@@ -186,7 +187,7 @@ func goodConfigs() []goodConfig {
 			},
 			StateDir: "/var/lib/lakeside",
 			Delta: DeltaConfig{TablesDir: "/srv/delta", FlushInterval: 250 * time.Millisecond, FlushChanges: 5000, SoftDelete: true, TargetFileRows: 20000,
-				VacuumRetention: 72 * time.Hour, VacuumInterval: 6 * time.Hour},
+				RowGroupRows: 5000, VacuumRetention: 72 * time.Hour, VacuumInterval: 6 * time.Hour},
 			Replica: uploader.Config{URL: "s3://branch-data/lakeside", Site: "branch7", Endpoint: "http://127.0.0.1:9000", Region: "eu-west-1",
 				AccessKeyID: "AKIA", SecretAccessKey: "test-secret", MaxBacklog: 2 << 30, MaxBytesPerSecond: 1000000,
 				PollInterval: 5 * time.Second, MaxBackoff: 2 * time.Minute, Concurrency: 2},
@@ -502,7 +503,7 @@ func TestPackagedConfigLoads(t *testing.T) {
 func withSectionDefaults(c Config) Config {
 	if c.Delta == (DeltaConfig{}) {
 		c.Delta = DeltaConfig{TablesDir: filepath.Join(c.StateDir, "tables"), FlushInterval: DefaultFlushInterval,
-			FlushChanges: DefaultFlushChanges, TargetFileRows: DefaultTargetFileRows,
+			FlushChanges: DefaultFlushChanges, TargetFileRows: DefaultTargetFileRows, RowGroupRows: DefaultRowGroupRows,
 			VacuumRetention: DefaultVacuumRetention, VacuumInterval: DefaultVacuumInterval}
 	}
 	if c.HTTP == (HTTPConfig{}) {

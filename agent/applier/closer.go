@@ -3,11 +3,11 @@ package applier
 import "github.com/lakeside/lakeside/delta"
 
 // closer closes a table's full data files in the background, one at a
-// time. A data file of TargetFileRows rows is a single row group, which a
-// delta.DataWriter encodes only when it closes: closed in the background,
-// it is encoded, written and synced while the next file fills, instead of
-// holding up the rows that follow. At most one file closes at a time, so a
-// table holds at most two files' rows.
+// time. A delta.DataWriter encodes each row group of RowGroupRows rows as
+// it fills, and the last one (or the only one) when it closes: closed in
+// the background, that is encoded, written and synced while the next file
+// fills, instead of holding up the rows that follow. At most one file
+// closes at a time, so a table holds at most two files' rows.
 type closer struct {
 	closing *closingFile
 }

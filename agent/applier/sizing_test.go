@@ -4,12 +4,71 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/url"
 	"path/filepath"
 	"runtime"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/parquet/file"
+
+	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
 )
+
+// TestDataFilesHoldRowGroupsOfRowGroupRows checks that the data files of a
+// large transaction hold row groups of RowGroupRows rows, the last one of
+// a file the rest (read with arrow-go), and every row.
+func TestDataFilesHoldRowGroupsOfRowGroupRows(t *testing.T) {
+	const rows, fileRows, rowGroupRows = 25_000, 10_000, 4_000
+	ctx := context.Background()
+	db, dir := openRelations(t, ordersRelation())
+	tablesDir := filepath.Join(dir, "tables")
+	a := New(Config{TablesDir: tablesDir, TargetFileRows: fileRows, RowGroupRows: rowGroupRows,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	if err := a.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spoolInserts(t, db, 1000, 1, rows, 0x1001)
+	if err := a.applyAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"public.orders", "public.orders_changes"} {
+		root := filepath.Join(tablesDir, table)
+		if n := len(readTable(t, root, "id")); n != rows {
+			t.Fatalf("%s holds %d rows, want %d", table, n, rows)
+		}
+		tbl, err := delta.Open(ctx, root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := tbl.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, add := range snap.Files() {
+			path, err := url.PathUnescape(add.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr, err := file.OpenParquetFile(filepath.Join(root, filepath.FromSlash(path)), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			left := pr.NumRows()
+			for rg := range pr.NumRowGroups() {
+				want := min(left, rowGroupRows)
+				if n := pr.MetaData().RowGroup(rg).NumRows(); n != want {
+					t.Errorf("%s: %s: row group %d of %d holds %d rows, want %d", table, add.Path, rg, pr.NumRowGroups(), n, want)
+				}
+				left -= want
+			}
+			if pr.NumRows() > rowGroupRows && pr.NumRowGroups() < 2 {
+				t.Errorf("%s: %s: %d rows in %d row group", table, add.Path, pr.NumRows(), pr.NumRowGroups())
+			}
+			pr.Close()
+		}
+	}
+}
 
 // TestLargeTransactionSizesItsFilesAtOnce checks that the data files a
 // large transaction fills are given room for their rows once their first
