@@ -127,14 +127,7 @@ func TestFlushRecyclesTheQueuesMemory(t *testing.T) {
 	var perRow uint64
 	for i := range int64(2) {
 		spoolInserts(t, db, uint32(1000+i), 1+i*rows, (i+1)*rows, store.LSN(0x1001+i*0x1000))
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		if err := a.applyAll(ctx); err != nil {
-			t.Fatal(err)
-		}
-		runtime.ReadMemStats(&after)
-		perRow = (after.TotalAlloc - before.TotalAlloc) / rows
+		perRow = applyAllocating(t, a) / rows
 	}
 	// (Under the race detector, which allocates for itself, only the
 	// rows are checked.)
@@ -146,4 +139,18 @@ func TestFlushRecyclesTheQueuesMemory(t *testing.T) {
 			t.Fatalf("%s holds %d rows, want %d", table, n, 2*rows)
 		}
 	}
+}
+
+// applyAllocating applies what a has queued and returns the bytes allocated
+// meanwhile.
+func applyAllocating(t *testing.T, a *Applier) uint64 {
+	t.Helper()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if err := a.applyAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }

@@ -192,16 +192,8 @@ type tableRow struct {
 // given long columns.
 func readTable(t *testing.T, path string, sortBy ...string) []tableRow {
 	t.Helper()
-	ctx := context.Background()
-	tb, err := delta.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := tb.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows, err := s.ReadRows(ctx)
+	s := latestSnapshot(t, path)
+	rows, err := s.ReadRows(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,4 +268,19 @@ func TestDecimalSlabMakesTheSameDecimals(t *testing.T) {
 	if perDecimal > 0.1 {
 		t.Errorf("a decimal from the slab took %.3f allocations", perDecimal)
 	}
+}
+
+// latestSnapshot returns the latest snapshot of the table at path.
+func latestSnapshot(t *testing.T, path string) *delta.Snapshot {
+	t.Helper()
+	ctx := context.Background()
+	tb, err := delta.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := tb.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -6,12 +6,10 @@ import (
 	"log/slog"
 	"net/url"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/parquet/file"
 
-	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -37,15 +35,7 @@ func TestDataFilesHoldRowGroupsOfRowGroupRows(t *testing.T) {
 		if n := len(readTable(t, root, "id")); n != rows {
 			t.Fatalf("%s holds %d rows, want %d", table, n, rows)
 		}
-		tbl, err := delta.Open(ctx, root)
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap, err := tbl.Snapshot(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, add := range snap.Files() {
+		for _, add := range latestSnapshot(t, root).Files() {
 			path, err := url.PathUnescape(add.Path)
 			if err != nil {
 				t.Fatal(err)
@@ -89,19 +79,13 @@ func TestLargeTransactionSizesItsFilesAtOnce(t *testing.T) {
 		for i := int64(0); i < rows/perTxn; i++ {
 			spoolInserts(t, db, uint32(1000+i), 1+i*perTxn, (i+1)*perTxn, store.LSN(0x1001+i*0x1000))
 		}
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		if err := a.applyAll(ctx); err != nil {
-			t.Fatal(err)
-		}
-		runtime.ReadMemStats(&after)
+		allocated := applyAllocating(t, a)
 		for _, table := range []string{"public.orders", "public.orders_changes"} {
 			if n := len(readTable(t, filepath.Join(tablesDir, table), "id")); n != rows {
 				t.Fatalf("%s holds %d rows, want %d", table, n, rows)
 			}
 		}
-		return (after.TotalAlloc - before.TotalAlloc) / rows
+		return allocated / rows
 	}
 	large, small := alloc(rows), alloc(perSmallTxn)
 	t.Logf("bytes allocated per row: %d in one transaction, %d in transactions of %d rows", large, small, perSmallTxn)
