@@ -172,7 +172,9 @@ func AskStatus(ctx context.Context, stateDir string) (*Status, error) {
 }
 
 // ReadStatus asks the agent running on stateDir for its status through the
-// control socket, or, when none answers, reads the state file.
+// control socket, or, when none answers, reads the state file. An agent
+// that holds the state file is asked again once the wait for the file's
+// lock has failed: it may have been starting, its socket not open yet.
 func ReadStatus(ctx context.Context, cfg *Config) (*Status, error) {
 	st, err := AskStatus(ctx, cfg.StateDir)
 	if !errors.Is(err, ErrNoAgent) {
@@ -181,6 +183,9 @@ func ReadStatus(ctx context.Context, cfg *Config) (*Status, error) {
 	sock := filepath.Join(cfg.StateDir, SocketName)
 	db, err := store.Open(cfg.StateDir, store.Options{ReadOnly: true, LockTimeout: 2 * time.Second})
 	if errors.Is(err, store.ErrLocked) {
+		if st, err := AskStatus(ctx, cfg.StateDir); !errors.Is(err, ErrNoAgent) {
+			return st, err
+		}
 		return nil, fmt.Errorf("an agent holds %s but does not answer on %s", cfg.StateDir, sock)
 	}
 	if err != nil {
