@@ -98,7 +98,7 @@ func (m *mirror) appendInsert(ctx context.Context, a *Applier, key []byte, ins *
 	if len(r.held) < appendMinRows {
 		return true, nil
 	}
-	return true, m.startWriting(ctx, a, ins.ahead-1)
+	return true, m.startWriting(ctx, a, ins.ahead)
 }
 
 // aboveAll reports whether key is above every key of the mirror's files
@@ -130,8 +130,8 @@ func (m *mirror) lastFile() *mirrorFile {
 // appender) and writes them into their first data files, the lowest run's
 // after the rows of the mirror's last file when that holds less than half
 // of TargetFileRows rows, which the appender's files then replace; the
-// files expect a share of the ahead changes of the transaction still to
-// come besides. Rows that make more than maxAppendRuns runs, or two of one
+// files expect a share of the ahead changes of the transaction besides
+// (those of the last row held on, see insertRow.ahead). Rows that make more than maxAppendRuns runs, or two of one
 // key, end the appender instead.
 func (m *mirror) startWriting(ctx context.Context, a *Applier, ahead int64) error {
 	r := m.app
@@ -160,7 +160,7 @@ func (m *mirror) startWriting(ctx context.Context, a *Applier, ahead int64) erro
 	for j := range len(starts) - 1 {
 		rows := order[starts[j]:starts[j+1]]
 		run := &appendRun{w: &mergeWriter{m: m, a: a}, first: rows[0].key, last: slices.Clone(rows[len(rows)-1].key)}
-		run.w.expectRows = int64(len(rows)) + max(ahead, 0)/int64(len(starts)-1)
+		run.w.expectRows = int64(len(rows)) + ahead/int64(len(starts)-1)
 		r.runs = append(r.runs, run)
 		if last := m.lastFile(); j == 0 && last != nil && last.rows < a.cfg.TargetFileRows/2 {
 			r.replaced = last

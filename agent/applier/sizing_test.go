@@ -4,12 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net/url"
 	"path/filepath"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/parquet/file"
 
+	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -36,11 +36,11 @@ func TestDataFilesHoldRowGroupsOfRowGroupRows(t *testing.T) {
 			t.Fatalf("%s holds %d rows, want %d", table, n, rows)
 		}
 		for _, add := range latestSnapshot(t, root).Files() {
-			path, err := url.PathUnescape(add.Path)
+			path, err := delta.ResolvePath(root, add.Path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			pr, err := file.OpenParquetFile(filepath.Join(root, filepath.FromSlash(path)), false)
+			pr, err := file.OpenParquetFile(path, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,9 +51,6 @@ func TestDataFilesHoldRowGroupsOfRowGroupRows(t *testing.T) {
 					t.Errorf("%s: %s: row group %d of %d holds %d rows, want %d", table, add.Path, rg, pr.NumRowGroups(), n, want)
 				}
 				left -= want
-			}
-			if pr.NumRows() > rowGroupRows && pr.NumRowGroups() < 2 {
-				t.Errorf("%s: %s: %d rows in %d row group", table, add.Path, pr.NumRows(), pr.NumRowGroups())
 			}
 			pr.Close()
 		}
@@ -89,7 +86,7 @@ func TestLargeTransactionSizesItsFilesAtOnce(t *testing.T) {
 	}
 	large, small := alloc(rows), alloc(perSmallTxn)
 	t.Logf("bytes allocated per row: %d in one transaction, %d in transactions of %d rows", large, small, perSmallTxn)
-	// Measured: 452 against 683 bytes; 673 against 662 with files grown
+	// Measured: 461 against 648 bytes; 662 against 660 with files grown
 	// by doubling in both. (Under the race detector, which allocates for
 	// itself, only the rows are checked.)
 	if large > small*4/5 && !raceEnabled {
