@@ -234,37 +234,53 @@ func (e *encoder) values(vs []Value) {
 }
 
 func (d *decoder) values() []Value {
-	n := d.length(1)
-	if n == 0 || d.err != nil {
+	// The count is the number of values plus one (zero for nil): each
+	// value takes at least a byte, the one more counted takes none.
+	n := d.uvarint()
+	if d.err != nil || n == 0 {
 		return nil
 	}
+	if n-1 > uint64(len(d.buf)) {
+		d.fail("length")
+		return nil
+	}
+	return d.valueList(int(n) - 1)
+}
+
+// valueList reads a list of n values, n checked against the bytes left.
+func (d *decoder) valueList(n int) []Value {
 	if d.withoutValues {
 		var v Value
-		for range n - 1 {
+		for range n {
 			d.value(&v)
 		}
 		return nil
 	}
+	if n == 0 {
+		// An empty tuple (a table without columns) is not a missing
+		// one: not nil, which a slice of an empty slab can be.
+		return []Value{}
+	}
 	var vs []Value
 	if d.mem != nil {
-		if len(d.slab) < n-1 {
+		if len(d.slab) < n {
 			// A block twice the last, which the next chunk decoded
 			// into this memory starts from: once a block holds a
 			// whole chunk's values, decoding one allocates nothing.
-			d.slab = make([]Value, max(n-1, 2*len(d.mem.values)))
+			d.slab = make([]Value, max(n, 2*len(d.mem.values)))
 			d.mem.values = d.slab
 		}
-		vs, d.slab = d.slab[:n-1:n-1], d.slab[n-1:]
+		vs, d.slab = d.slab[:n:n], d.slab[n:]
 	} else if d.shared {
-		if len(d.slab) < n-1 {
+		if len(d.slab) < n {
 			// Each allocation doubles the last, up to sharedSlabValues:
 			// a chunk of one small change allocates only what it needs.
-			d.slabSize = min(max(n-1, 2*d.slabSize), max(n-1, sharedSlabValues))
+			d.slabSize = min(max(n, 2*d.slabSize), max(n, sharedSlabValues))
 			d.slab = make([]Value, d.slabSize)
 		}
-		vs, d.slab = d.slab[:n-1:n-1], d.slab[n-1:]
+		vs, d.slab = d.slab[:n:n], d.slab[n:]
 	} else {
-		vs = make([]Value, n-1)
+		vs = make([]Value, n)
 	}
 	for i := range vs {
 		d.value(&vs[i])
