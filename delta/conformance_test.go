@@ -17,9 +17,10 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/file"
 )
 
-// refDir is the shared directory of reference tables written by Spark and
-// other engines.
-const refDir = "../../shared/delta-reference"
+// refDir holds the reference tables written by Spark, the Delta project's
+// generators and delta-kernel-rs (see its README.md for sources and
+// licences).
+const refDir = "../testdata/delta-reference"
 
 func requireRef(t *testing.T, sub string) string {
 	t.Helper()
