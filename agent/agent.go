@@ -324,5 +324,21 @@ func (v agentView) Ready() error {
 		}
 		return errors.New(reason)
 	}
+	if fs := v.a.app.Failures(); len(fs) > 0 {
+		return errors.New(applyFailingLine(fs))
+	}
 	return nil
+}
+
+// applyFailingLine says in one line what the applier cannot apply.
+func applyFailingLine(fs []applier.Failure) string {
+	f := fs[0]
+	what := "every table"
+	if f.Table != "" {
+		what = f.Table
+	}
+	if len(fs) > 1 {
+		what += fmt.Sprintf(" and %d more", len(fs)-1)
+	}
+	return fmt.Sprintf("%s: %s since %s: %s", ApplyFailing, what, f.Since.UTC().Format(time.RFC3339), f.Err)
 }

@@ -19,6 +19,7 @@ type collector struct {
 	deltaFilesRemoved, uploadErrors           *prometheus.Desc
 	vacuumRuns, vacuumFailures                *prometheus.Desc
 	vacuumFiles, vacuumBytes, vacuumLast      *prometheus.Desc
+	applyFailing, applyTableFailing           *prometheus.Desc
 }
 
 func (a *Agent) newMetrics() *prometheus.Registry {
@@ -54,6 +55,8 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 		vacuumFiles:       d("vacuum_deleted_files_total", "Files deleted locally by vacuums: data files, and log files (commits and checkpoints) past the log retention.", "kind"),
 		vacuumBytes:       d("vacuum_deleted_bytes_total", "Bytes of the files deleted locally by vacuums."),
 		vacuumLast:        d("vacuum_last_success_timestamp_seconds", "When a vacuum last succeeded for every table (Unix time); absent before the first."),
+		applyFailing:      d("apply_failing", "1 while the applier cannot apply a table, or the queue at all: its changes stay queued."),
+		applyTableFailing: d("apply_table_failing_since_timestamp_seconds", "When a source table that cannot be applied began failing (Unix time); absent while it applies.", "table"),
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -64,7 +67,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.confirmed, c.checkpoint, c.lag, c.lagSeconds, c.queueTxns, c.queueBytes, c.paused,
 		c.clients, c.tableVersion, c.remoteVersion, c.backlogBytes, c.backlogVersions, c.requests, c.versions, c.uploadedBytes, c.online,
 		c.capturedTxns, c.receivedChanges, c.deltaCommits, c.deltaFilesAdded, c.deltaFilesRemoved, c.uploadErrors,
-		c.vacuumRuns, c.vacuumFailures, c.vacuumFiles, c.vacuumBytes, c.vacuumLast} {
+		c.vacuumRuns, c.vacuumFailures, c.vacuumFiles, c.vacuumBytes, c.vacuumLast, c.applyFailing, c.applyTableFailing} {
 		ch <- d
 	}
 }
@@ -90,6 +93,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if !v.lastSuccess.IsZero() {
 		gauge(c.vacuumLast, float64(v.lastSuccess.UnixNano())/1e9)
 	}
+	failing := 0.0
+	for _, f := range st.ApplyFailures {
+		failing = 1
+		if f.Table != "" {
+			gauge(c.applyTableFailing, float64(f.Since.UnixNano())/1e9, f.Table)
+		}
+	}
+	gauge(c.applyFailing, failing)
 	counter(c.capturedTxns, float64(src.Transactions))
 	counter(c.receivedChanges, float64(src.Changes))
 	for _, t := range c.a.app.Tables() {

@@ -98,6 +98,9 @@ func (a *Agent) alive(timeout time.Duration) error {
 func (a *Agent) statusLine() string {
 	src := a.src.Status()
 	line := src.State
+	if fs := a.app.Failures(); len(fs) > 0 {
+		line = applyFailingLine(fs) + "; capture " + line
+	}
 	if src.ServerWALEnd > src.ConfirmedLSN {
 		line += fmt.Sprintf(", slot lag %s", FormatBytes(int64(src.ServerWALEnd-src.ConfirmedLSN)))
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/lakeside/lakeside/agent/applier"
 	"github.com/lakeside/lakeside/store"
 	"github.com/lakeside/lakeside/uploader"
 )
@@ -21,7 +22,12 @@ type Status struct {
 	// State is the source's state: starting, snapshot, streaming,
 	// disconnected or stopped.
 	State string `json:"state"`
-	Slot  string `json:"slot"`
+	// ApplyState is the applier's state while an agent runs: "applying",
+	// or ApplyFailing while a table (or every table) cannot be applied;
+	// ApplyFailures then says which, why and since when.
+	ApplyState    string         `json:"apply_state,omitempty"`
+	ApplyFailures []ApplyFailure `json:"apply_failures,omitempty"`
+	Slot          string         `json:"slot"`
 	// ConfirmedLSN is the flush position acknowledged to PostgreSQL (when
 	// no agent runs: the durable checkpoint, which the agent acknowledges
 	// on a clean stop).
@@ -43,6 +49,28 @@ type Status struct {
 	// LiveClients counts the live view's stream clients.
 	LiveClients int    `json:"live_clients"`
 	LastError   string `json:"last_error,omitempty"`
+}
+
+// ApplyFailing is the ApplyState of an applier that cannot apply a table.
+const ApplyFailing = "apply failing"
+
+// ApplyFailure is what the applier cannot apply: one source table, or
+// every table when Table is empty. Its changes stay queued.
+type ApplyFailure struct {
+	Table string    `json:"table,omitempty"`
+	Error string    `json:"error"`
+	Since time.Time `json:"since"`
+	// AppliedLSN is how far the table holds the queue.
+	AppliedLSN string `json:"applied_lsn"`
+}
+
+// applyFailures converts the applier's failures.
+func applyFailures(fs []applier.Failure) []ApplyFailure {
+	var out []ApplyFailure
+	for _, f := range fs {
+		out = append(out, ApplyFailure{Table: f.Table, Error: f.Err.Error(), Since: f.Since.UTC(), AppliedLSN: f.Applied.String()})
+	}
+	return out
 }
 
 // UploadStatus summarises replication to the remote.
@@ -112,6 +140,10 @@ func (a *Agent) Status() (*Status, error) {
 		ServerWALEnd: src.ServerWALEnd.String(),
 		LastError:    src.LastError,
 		LiveClients:  a.hub.Clients(),
+		ApplyState:   "applying",
+	}
+	if st.ApplyFailures = applyFailures(a.app.Failures()); st.ApplyFailures != nil {
+		st.ApplyState = ApplyFailing
 	}
 	if src.ServerWALEnd > src.ConfirmedLSN {
 		st.LagBytes = int64(src.ServerWALEnd - src.ConfirmedLSN)

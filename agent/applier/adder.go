@@ -2,7 +2,6 @@ package applier
 
 import (
 	"context"
-	"sync/atomic"
 
 	"github.com/lakeside/lakeside/store"
 )
@@ -35,10 +34,6 @@ type adder struct {
 	// synced answers a nil batch, which asks whether all before it is
 	// added; done is closed when the goroutine ends.
 	synced, done chan struct{}
-	// failed is set once an addition failed; err is that failure, to be
-	// read once synced or done.
-	failed atomic.Bool
-	err    error
 	// header is the copy of the header of the transaction being read that
 	// its additions share (the queue reuses its own).
 	header *store.TxnHeader
@@ -80,19 +75,17 @@ func (d *adder) run(ctx context.Context) {
 			d.synced <- struct{}{}
 			continue
 		}
-		if d.err != nil {
-			continue // drained until the reading side stops
-		}
 		for i := range batch {
 			x := &batch[i]
 			if x.st == nil {
 				d.pool.Put(x.mem)
 				continue
 			}
+			if x.st.failed() != nil {
+				continue
+			}
 			if err := d.a.addChange(ctx, x); err != nil {
-				d.err = err
-				d.failed.Store(true)
-				break
+				x.st.fail(err)
 			}
 		}
 		clear(batch)
@@ -104,18 +97,15 @@ func (d *adder) run(ctx context.Context) {
 }
 
 // add queues one change. Its transaction header is copied once per
-// transaction. It returns the failure of an earlier change, if any.
-func (d *adder) add(x addition) error {
-	if d.failed.Load() {
-		return d.sync()
-	}
+// transaction. A change that cannot be added fails its table
+// (sourceTable.fail).
+func (d *adder) add(x addition) {
 	if d.header == nil || *d.header != *x.h {
 		c := *x.h
 		d.header = &c
 	}
 	x.h = d.header
 	d.queue(x)
-	return nil
 }
 
 // release queues putting a chunk's memory back into the pool once the
@@ -137,28 +127,24 @@ func (d *adder) queue(x addition) {
 	}
 }
 
-// sync waits until every change queued is added, and returns the first
-// failure.
-func (d *adder) sync() error {
+// sync waits until every change queued is added.
+func (d *adder) sync() {
 	if len(d.batch) > 0 {
 		d.work <- d.batch
 		d.batch = make([]addition, 0, additionBatch)
 	}
 	d.work <- nil
 	<-d.synced
-	return d.err
 }
 
-// close waits until every change queued is added, ends the goroutine and
-// returns the first failure.
-func (d *adder) close() error {
+// close waits until every change queued is added and ends the goroutine.
+func (d *adder) close() {
 	if len(d.batch) > 0 {
 		d.work <- d.batch
 		d.batch = nil
 	}
 	close(d.work)
 	<-d.done
-	return d.err
 }
 
 // addChange adds one change to its table's changelog and mirror.

@@ -69,8 +69,9 @@ func TestFlushAddsAcrossASchemaChange(t *testing.T) {
 }
 
 // TestFlushFailsWhenAddingFails: a change that cannot be added (here, the
-// mirror's pending set cannot spill) fails the flush, which commits
-// nothing; once the cause is gone, the next flush applies the batch.
+// mirror's pending set cannot spill) fails its table, which commits
+// nothing and falls behind; once the cause is gone, the table's retry
+// applies the batch.
 func TestFlushFailsWhenAddingFails(t *testing.T) {
 	ctx := context.Background()
 	txns := readAheadQueue()
@@ -99,11 +100,18 @@ func TestFlushFailsWhenAddingFails(t *testing.T) {
 			t.Fatalf("%s has version %d after a failed flush: something was committed", st.Name, st.Version)
 		}
 	}
+	if f := a.Failures(); len(f) != 1 || f[0].Table != "public.orders" || !strings.Contains(f[0].Err.Error(), "spill") {
+		t.Fatalf("failures %+v, want public.orders failing to spill", f)
+	}
 	if err := os.Remove(spill); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.flush(ctx, txns[2].EndLSN); err != nil {
+	a.now = func() time.Time { return time.Now().Add(time.Hour) } // the retry is due
+	if err := a.applyAll(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if f := a.Failures(); len(f) != 0 {
+		t.Fatalf("failures %+v after the retry", f)
 	}
 	checkReadAheadTables(t, tablesDir)
 }

@@ -25,6 +25,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -198,6 +199,11 @@ type Applier struct {
 
 	// trimmed is how far the queue was last trimmed (see trimBehind).
 	trimmed store.LSN
+	// through is how far the tables that are not behind hold the queue,
+	// and behind holds the source tables that do not, by name (see
+	// failure.go).
+	through store.LSN
+	behind  map[string]*behindTable
 	// backlog is set while the next batch starts in the backlog capture
 	// last caught up with (see FlushingBacklog).
 	backlog atomic.Bool
@@ -205,6 +211,10 @@ type Applier struct {
 	mu      sync.Mutex
 	status  map[string]TableStatus
 	applied store.LSN
+	// failure is the failure of the last flush, when it failed as a
+	// whole; failures is what Failures returns.
+	failure  Failure
+	failures []Failure
 }
 
 // sourceTable is the state of one source table's two Delta tables.
@@ -215,6 +225,36 @@ type sourceTable struct {
 	mirror    *mirror
 	// Per flush: what each Delta table received.
 	clFlush, mrFlush flushStats
+	// held is set for a table that is behind and not retried in this
+	// flush: it has no Delta tables open, and its changes are left in
+	// the queue (see failure.go).
+	held bool
+	// err is the first failure of this flush to apply the table's
+	// changes; its other changes in the flush are passed over, and
+	// nothing of it is committed after it.
+	err atomic.Pointer[error]
+}
+
+// fail records err as the table's failure in this flush, unless one is
+// recorded. It is safe for the flush's goroutines.
+func (st *sourceTable) fail(err error) { st.err.CompareAndSwap(nil, &err) }
+
+// failed returns the table's failure in this flush, or nil.
+func (st *sourceTable) failed() error {
+	if p := st.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// abort drops what a flush gave the table's Delta tables.
+func (st *sourceTable) abort() {
+	if st.changelog != nil {
+		st.changelog.abort()
+	}
+	if st.mirror != nil {
+		st.mirror.abort()
+	}
 }
 
 // flushStats counts what a flush gives one Delta table.
@@ -245,6 +285,7 @@ func New(cfg Config, db *store.DB) *Applier {
 		notify:   make(chan struct{}, 1),
 		tm:       newTypeMapper(),
 		status:   map[string]TableStatus{},
+		behind:   map[string]*behindTable{},
 		now:      time.Now,
 		arrivals: arrivals{epoch: time.Now()},
 
@@ -264,7 +305,8 @@ func (a *Applier) Notify() {
 	}
 }
 
-// Applied returns the position up to which every table applied the queue.
+// Applied returns the position up to which every table applied the queue:
+// no further than a table that is behind (see Failures).
 func (a *Applier) Applied() store.LSN {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -315,9 +357,11 @@ func (a *Applier) countCommit(dt *deltaTable, actions []delta.Action) {
 	a.status[dt.name] = st
 }
 
-// Run applies the queue until ctx ends, and returns nil then. A failed
-// flush is logged and retried with backoff, starting again from what the
-// Delta tables and the state file say; Run returns an error only when the
+// Run applies the queue until ctx ends, and returns nil then. A flush that
+// fails as a whole is logged and retried with backoff, starting again from
+// what the Delta tables and the state file say; a table that fails falls
+// behind while the others go on (see failure.go). Both are reported by
+// Failures until they apply again. Run returns an error only when the
 // state file cannot be read.
 func (a *Applier) Run(ctx context.Context) error {
 	if err := a.start(ctx); err != nil {
@@ -362,14 +406,19 @@ func (a *Applier) Run(ctx context.Context) error {
 				}
 			case !now.Before(due):
 				err := a.flush(ctx, upTo)
+				var failed tableErrors
 				switch {
-				case err == nil:
+				case err == nil || errors.As(err, &failed):
+					// The tables that failed are retried on their
+					// own (settle logged them).
+					a.failFlush(nil)
 					sched.flushed(a.now().Sub(now), full)
 					backoff = 0
 					continue
 				case ctx.Err() != nil:
 					return nil
 				}
+				a.failFlush(err)
 				backoff = min(max(2*backoff, time.Second), 30*time.Second)
 				a.log.Error("apply failed; retrying", "err", err, "retry_in", backoff)
 				wait = backoff
@@ -413,6 +462,8 @@ func (a *Applier) start(ctx context.Context) error {
 	a.mu.Lock()
 	a.applied = applied
 	a.mu.Unlock()
+	a.through = applied
+	a.scan = batchScan{base: applied}
 	entries, err := os.ReadDir(a.cfg.TablesDir)
 	if err != nil {
 		return fmt.Errorf("applier: %w", err)
@@ -440,29 +491,28 @@ func (a *Applier) start(ctx context.Context) error {
 }
 
 // nextBatch returns the end LSN of the last transaction of the next flush
-// (zero when the queue holds nothing after the applied position), the
-// number of changes up to it, and whether more is queued after it.
+// (zero when the queue holds nothing after where the batch starts), the
+// number of changes up to it, and whether more is queued after it. The
+// batch starts where the tables are, or where a table behind is that is
+// due for a retry (batchStart).
 //
-// The scan is incremental: while the applied position stays put, only
+// The scan is incremental: while the batch's start stays put, only
 // transactions queued since the last call are read, so a queue that grows
 // by many small transactions is not read again from its start each time.
 func (a *Applier) nextBatch() (upTo store.LSN, changes int64, full bool, err error) {
-	err = a.db.View(func(r *store.Reader) error {
-		applied, err := r.Applied()
-		if err != nil {
-			return err
-		}
+	from, retrying := a.batchStart(a.now())
+	if sc := &a.scan; from != sc.base || !slices.Equal(retrying, sc.retrying) {
+		*sc = batchScan{base: from, retrying: retrying, id: sc.id + 1}
+	}
+	err = a.db.View(func(r *store.Reader) (err error) {
 		sc := &a.scan
-		if applied != sc.base {
-			*sc = batchScan{base: applied}
-		}
 		if sc.durable, err = r.Checkpoint(); err != nil {
 			return err
 		}
 		if sc.full {
 			return nil
 		}
-		return r.Txns(max(applied, sc.upTo), func(h *store.TxnHeader, _ *store.TxnCursor) error {
+		return r.Txns(max(sc.base, sc.upTo), func(h *store.TxnHeader, _ *store.TxnCursor) error {
 			if sc.upTo != 0 && sc.changes+h.Changes > int64(a.cfg.FlushChanges) {
 				sc.full = true
 				return store.ErrStopScan
@@ -482,12 +532,17 @@ func (a *Applier) nextBatch() (upTo store.LSN, changes int64, full bool, err err
 }
 
 // batchScan remembers how far nextBatch has read the queue past base, the
-// applied position it started from, where the first transaction it found
-// ends, and the queue's checkpoint when it last looked (durable).
+// position the batch starts from, where the first transaction it found
+// ends, and the queue's checkpoint when it last looked (durable). retrying
+// are the tables behind that the batch retries, sorted; id tells one scan
+// from the next, so that what was read ahead of one is not taken for the
+// next (queueRead).
 type batchScan struct {
 	base, first, upTo, durable store.LSN
 	changes                    int64
 	full                       bool
+	retrying                   []string
+	id                         uint64
 }
 
 // applyAll applies everything queued now, in flushes of at most

@@ -2,6 +2,7 @@ package applier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,13 +16,15 @@ import (
 	"github.com/lakeside/lakeside/store"
 )
 
-// flush applies the queued transactions after the applied position up to
-// and including the one ending at upTo: the changes not read ahead yet
-// (readAhead) are streamed chunk by chunk into the changelogs' Parquet
-// writers and the mirrors' pending sets, the touched tables' data files are
-// written (writeData), then each touched table commits once (changelog
-// first, then mirror), and finally the applied position is recorded and
-// the queue trimmed. When more is queued by then, another flush follows at
+// flush applies the queued transactions after where the batch starts (see
+// nextBatch) up to and including the one ending at upTo: the changes not
+// read ahead yet (readAhead) are streamed chunk by chunk into the
+// changelogs' Parquet writers and the mirrors' pending sets, the touched
+// tables' data files are written (writeData), then each touched table
+// commits once (changelog first, then mirror), and finally the applied
+// position is recorded and the queue trimmed. A source table that fails
+// falls behind and the others commit: flush then returns tableErrors (see
+// failure.go). When more is queued by then, another flush follows at
 // once: the queue is then trimmed only up to where it was applied before,
 // and the rest by the next flush (or by the idle applier, trimBehind), so
 // that trimming does not hold up its tables. (Trimming 100k small
@@ -35,7 +38,8 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 		}
 		a.warnings = nil
 		a.readAheadFailed = false
-		if err != nil {
+		var failed tableErrors
+		if err != nil && !errors.As(err, &failed) {
 			a.reset()
 		}
 	}()
@@ -45,45 +49,48 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 	txns, changes := a.read.txns, a.read.changes
 	a.read = queueRead{}
 	touched := a.touched()
-	if err := a.writeData(ctx, touched); err != nil {
-		return fmt.Errorf("apply up to %s: %w", upTo, err)
-	}
+	a.writeData(ctx, touched)
 	for _, st := range touched {
-		if st.clFlush.ci.changes > 0 {
+		if st.failed() == nil && st.clFlush.ci.changes > 0 {
 			if err := st.changelog.commit(ctx, a, st.clFlush.ci); err != nil {
-				return fmt.Errorf("apply up to %s: %w", upTo, err)
+				st.fail(err)
 			}
 		}
-		if st.mrFlush.ci.changes > 0 {
+		if st.failed() == nil && st.mrFlush.ci.changes > 0 {
 			if err := st.mirror.commit(ctx, a, st.mrFlush.ci); err != nil {
-				return fmt.Errorf("apply up to %s: %w", upTo, err)
+				st.fail(err)
 			}
 		}
 		st.clFlush, st.mrFlush = flushStats{}, flushStats{}
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	failed := a.dropFailed()
 	if err := a.fail("before-applied", ""); err != nil {
 		return err
 	}
+	applied := a.settle(upTo, failed)
 	var trimTo, last store.LSN
 	var trimmed int
 	err = a.db.Update(func(w *store.Writer) error {
-		if err := w.SetApplied(upTo); err != nil {
+		if err := w.SetApplied(applied); err != nil {
 			return err
 		}
 		qs, err := w.QueueStats()
 		if err != nil {
 			return err
 		}
-		trimTo, last = upTo, qs.LastLSN
+		trimTo, last = applied, qs.LastLSN
 		if qs.LastLSN > upTo {
-			trimTo = a.Applied()
+			trimTo = min(applied, a.Applied())
 		}
 		trimTo = a.trimmable(trimTo)
 		trimmed, err = w.Trim(trimTo)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("record applied position %s: %w", upTo, err)
+		return fmt.Errorf("record applied position %s: %w", applied, err)
 	}
 	a.trimmed = max(a.trimmed, trimTo)
 	if last <= upTo || a.cfg.BacklogEnd == nil || a.cfg.BacklogEnd() <= upTo {
@@ -95,10 +102,36 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 		a.cfg.OnCommit()
 	}
 	a.mu.Lock()
-	a.applied = max(a.applied, upTo)
+	a.applied = max(a.applied, applied)
 	a.mu.Unlock()
 	a.log.Debug("applied", "up_to", upTo, "transactions", txns, "changes", changes, "trimmed", trimmed, "took", time.Since(start))
+	if failed != nil {
+		return fmt.Errorf("apply up to %s: %w", upTo, failed)
+	}
 	return nil
+}
+
+// dropFailed forgets the tables of the flush that failed, and those it
+// held, so that a retry loads them again from disk, and returns the
+// failures.
+func (a *Applier) dropFailed() tableErrors {
+	var failed tableErrors
+	for name, st := range a.tables {
+		err := st.failed()
+		if err == nil && !st.held {
+			continue
+		}
+		st.abort()
+		delete(a.tables, name)
+		if err != nil {
+			if failed == nil {
+				failed = tableErrors{}
+			}
+			failed[name] = err
+		}
+	}
+	a.lastRel, a.lastTable = nil, nil
+	return failed
 }
 
 // trimBehind trims what flushes applied but could not trim then, because
@@ -132,11 +165,12 @@ func (a *Applier) trimmable(upTo store.LSN) store.LSN {
 	return upTo
 }
 
-// touched returns the source tables the pending flush changes, by name.
+// touched returns the source tables the pending flush changes, by name,
+// but for those that failed.
 func (a *Applier) touched() []*sourceTable {
 	var out []*sourceTable
 	for _, st := range a.tables {
-		if st.clFlush.ci.changes > 0 || st.mrFlush.ci.changes > 0 {
+		if st.failed() == nil && (st.clFlush.ci.changes > 0 || st.mrFlush.ci.changes > 0) {
 			out = append(out, st)
 		}
 	}
@@ -148,39 +182,56 @@ func (a *Applier) touched() []*sourceTable {
 // closes its writers and each touched mirror merges its changes. Each
 // writes files of its own table only, so they run side by side, as many
 // at once as Go has scheduler threads (GOMAXPROCS); the commits follow, in
-// order, once all are written. The first failure stops the others.
-func (a *Applier) writeData(ctx context.Context, touched []*sourceTable) error {
+// order, once all are written. A failure is the failure of its source
+// table (sourceTable.fail), and stops none of the others.
+func (a *Applier) writeData(ctx context.Context, touched []*sourceTable) {
 	for _, st := range touched {
 		if st.clFlush.ci.changes > 0 {
 			if err := st.changelog.ensureColumns(); err != nil {
-				return err
+				st.fail(err)
+				continue
 			}
 		}
 		if st.mrFlush.ci.changes > 0 {
 			if err := st.mirror.prepare(a); err != nil {
-				return err
+				st.fail(err)
 			}
 		}
 	}
-	g, ctx := errgroup.WithContext(ctx)
+	var g errgroup.Group
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for _, st := range touched {
+		if st.failed() != nil {
+			continue
+		}
 		if st.clFlush.ci.changes > 0 {
-			g.Go(st.changelog.write)
+			g.Go(func() error {
+				if err := st.changelog.write(); err != nil {
+					st.fail(err)
+				}
+				return nil
+			})
 		}
 		if st.mrFlush.ci.changes > 0 {
-			g.Go(func() error { return st.mirror.write(ctx, a) })
+			g.Go(func() error {
+				if err := st.mirror.write(ctx, a); err != nil {
+					st.fail(err)
+				}
+				return nil
+			})
 		}
 	}
-	return g.Wait()
+	g.Wait()
 }
 
 // queueRead is how far the pending flush has read the queue: through the
 // transaction ending at upTo (zero: nothing yet), in the queue's
-// generation, txns and changes in all.
+// generation, for the batch of scan (batchScan.id), txns and changes in
+// all.
 type queueRead struct {
 	upTo          store.LSN
 	generation    uint64
+	scan          uint64
 	txns, changes int64
 }
 
@@ -217,19 +268,15 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 		if err != nil {
 			return err
 		}
-		if a.read.upTo != 0 && gen != a.read.generation {
+		if a.read.upTo != 0 && (gen != a.read.generation || a.read.scan != a.scan.id) {
 			a.reset()
 		}
-		a.read.generation = gen
+		a.read.generation, a.read.scan = gen, a.scan.id
 		if a.warnings == nil {
 			a.warnings = map[string]int{}
 		}
 		if a.tables == nil {
 			a.tables = map[string]*sourceTable{}
-		}
-		applied, err := r.Applied()
-		if err != nil {
-			return err
 		}
 		rels, err := r.Relations()
 		if err != nil {
@@ -243,14 +290,12 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 			// the adder is done with them before it ends.
 			a.adder = newAdder(ctx, a, pool)
 			defer func() {
-				if cerr := a.adder.close(); err == nil {
-					err = cerr
-				}
+				a.adder.close()
 				a.adder = nil
 			}()
 		}
 		var read int64
-		return r.Txns(max(applied, a.read.upTo), func(h *store.TxnHeader, cur *store.TxnCursor) error {
+		return r.Txns(max(a.scan.base, a.read.upTo), func(h *store.TxnHeader, cur *store.TxnCursor) error {
 			if h.EndLSN > upTo {
 				return store.ErrStopScan
 			}
@@ -325,15 +370,16 @@ func (a *Applier) readAhead(ctx context.Context, upTo store.LSN) (more bool) {
 func (a *Applier) reset() {
 	a.read, a.warnings = queueRead{}, nil
 	for _, st := range a.tables {
-		st.changelog.abort()
-		st.mirror.abort()
+		st.abort()
 	}
 	a.tables = nil
 	a.lastRel, a.lastTable = nil, nil
 }
 
 // applyChange routes one change to its table's changelog and mirror, unless
-// the table already holds the transaction.
+// the table already holds the transaction, failed in this flush, or is
+// held (behind and not retried). A change that its table cannot take fails
+// the table (sourceTable.fail), not the flush.
 func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*store.Relation, h *store.TxnHeader, seq int64, ch *store.Change) error {
 	rel := a.lastRel
 	if rel == nil || rel.Key != ch.Relation {
@@ -344,15 +390,16 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 	if rel == nil {
 		return fmt.Errorf("%w: oid %d at %s", errNoRelation, ch.Relation.OID, ch.Relation.LSN)
 	}
+	st := a.table(ctx, rel)
+	if st.held || st.failed() != nil {
+		return nil
+	}
 	for _, vals := range [][]store.Value{ch.New, ch.Old} {
 		if vals != nil && len(vals) != len(rel.Columns) {
-			return fmt.Errorf("%w: change at %s has %d values, schema version %s/%s of %s has %d columns",
-				errSchemaMismatch, h.EndLSN, len(vals), ch.Relation.LSN, rel.Key.LSN, rel.QualifiedName(), len(rel.Columns))
+			st.fail(fmt.Errorf("%w: change at %s has %d values, schema version %s/%s of %s has %d columns",
+				errSchemaMismatch, h.EndLSN, len(vals), ch.Relation.LSN, rel.Key.LSN, rel.QualifiedName(), len(rel.Columns)))
+			return nil
 		}
-	}
-	st, err := a.table(ctx, rel)
-	if err != nil {
-		return err
 	}
 	toCL, toMR := h.EndLSN > st.changelog.applied, h.EndLSN > st.mirror.applied
 	if !toCL && !toMR {
@@ -361,9 +408,7 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 	if a.adder != nil && !st.cols.known(rel) {
 		// A new schema version may add columns, which the adder's
 		// goroutine reads: it first adds what it has.
-		if err := a.adder.sync(); err != nil {
-			return err
-		}
+		a.adder.sync()
 	}
 	if toCL {
 		st.clFlush.note(h)
@@ -384,9 +429,11 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 		x.rc = st.cols.convertChange(m, ch)
 	}
 	if a.adder != nil {
-		return a.adder.add(x)
+		a.adder.add(x)
+	} else if err := a.addChange(ctx, &x); err != nil {
+		st.fail(err)
 	}
-	return a.addChange(ctx, &x)
+	return nil
 }
 
 // isUnchanged reports whether v is an unchanged TOAST value.
@@ -394,17 +441,24 @@ func isUnchanged(v store.Value) bool { return v.Kind == store.KindUnchanged }
 
 // table returns the loaded state of a source table, opening (or creating)
 // its Delta tables. Existing tables are opened first so that their columns
-// come before the columns of the current schema version.
-func (a *Applier) table(ctx context.Context, rel *store.Relation) (*sourceTable, error) {
+// come before the columns of the current schema version. A table that
+// cannot be opened is returned failed, and a table held in this flush
+// without its Delta tables.
+func (a *Applier) table(ctx context.Context, rel *store.Relation) *sourceTable {
 	if rel == a.lastRel && a.lastTable != nil {
-		return a.lastTable, nil
+		return a.lastTable
 	}
 	name := rel.QualifiedName()
-	if st := a.tables[name]; st != nil {
-		a.lastRel, a.lastTable = rel, st
-		return st, nil
+	st := a.tables[name]
+	if st == nil && a.held(name) {
+		st = &sourceTable{name: name, held: true}
+		a.tables[name] = st
 	}
-	st := &sourceTable{name: name, cols: newColumns(a.tm, a.log, a)}
+	if st != nil {
+		a.lastRel, a.lastTable = rel, st
+		return st
+	}
+	st = &sourceTable{name: name, cols: newColumns(a.tm, a.log, a)}
 	exists := func(dir string) bool {
 		_, err := os.Stat(filepath.Join(a.cfg.TablesDir, dir, "_delta_log"))
 		return err == nil
@@ -435,10 +489,11 @@ func (a *Applier) table(ctx context.Context, rel *store.Relation) (*sourceTable,
 	}
 	for _, fn := range order {
 		if err := fn(); err != nil {
-			return nil, err
+			st.fail(err)
+			break
 		}
 	}
 	a.tables[name] = st
 	a.lastRel, a.lastTable = rel, st
-	return st, nil
+	return st
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/lakeside/lakeside/agent"
 )
@@ -52,6 +53,9 @@ func printStatus(w io.Writer, st *agent.Status) {
 	running := "not running (figures from the state file)"
 	if st.Running {
 		running = "running, capture " + st.State
+		if st.ApplyState != "" {
+			running += ", " + st.ApplyState
+		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "agent:\t%s\n", running)
@@ -62,6 +66,13 @@ func printStatus(w io.Writer, st *agent.Status) {
 	fmt.Fprintf(tw, "queue:\t%d transactions, %s, durable to %s\n", st.Queue.Entries, agent.FormatBytes(st.Queue.Bytes), st.CheckpointLSN)
 	if st.AppliedLSN != "" {
 		fmt.Fprintf(tw, "applied:\t%s\n", st.AppliedLSN)
+	}
+	for _, f := range st.ApplyFailures {
+		what := f.Table
+		if what == "" {
+			what = "every table"
+		}
+		fmt.Fprintf(tw, "apply failing:\t%s since %s, holds the queue to %s: %s\n", what, f.Since.Format(time.RFC3339), f.AppliedLSN, f.Error)
 	}
 	if u := st.Upload; u != nil {
 		online := "offline"
