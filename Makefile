@@ -33,9 +33,11 @@ VERSITYGW := $(BIN)/versitygw
 VERSITYGW_VERSION := v1.8.0
 NFPM      := $(BIN)/nfpm
 NFPM_VERSION := v2.45.2
+STATICCHECK := $(BIN)/staticcheck
+STATICCHECK_VERSION := v0.8.2
 PACKAGE_ARCHS ?= amd64 arm64
 
-.PHONY: all build test demo bench deps vet fmt clean package version
+.PHONY: all build test test-short demo bench deps vet fmt clean package version
 
 all: build
 
@@ -87,9 +89,21 @@ $(VERSITYGW):
 $(NFPM):
 	GOBIN=$(BIN) $(GO) install github.com/goreleaser/nfpm/v2/cmd/nfpm@$(NFPM_VERSION)
 
-vet:
+$(STATICCHECK):
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+# vet runs go vet, gofmt, staticcheck and the import layering check
+# (layering_test.go: imports point down the data flow).
+vet: $(STATICCHECK)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	$(STATICCHECK) ./...
+	$(GO) test -count=1 -run '^TestImportLayering$$' .
+
+# test-short runs the tests that start nothing (no PostgreSQL, S3 server,
+# browser or package build), in about a minute.
+test-short:
+	$(GO) test -short -count=1 ./...
 
 # RACE_PACKAGES run a second time under the race detector: the packages whose
 # goroutines share state (capture reads and writes on goroutines of its own,

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // collector exports the agent's state as Prometheus metrics, read on each
@@ -59,7 +60,7 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 		applyTableFailing: d("apply_table_failing_since_timestamp_seconds", "When a source table that cannot be applied began failing (Unix time); absent while it applies.", "table"),
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(c, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 

@@ -204,7 +204,7 @@ func writeParquetFile(path string, st *StructType, rows []Row) error {
 		return err
 	}
 	defer f.Close()
-	w := parquet.NewWriter(f, ps, parquet.Compression(&parquet.Snappy), parquet.DataPageVersion(1))
+	w := parquet.NewGenericWriter[any](f, ps, parquet.Compression(&parquet.Snappy), parquet.DataPageVersion(1))
 	sh := newShredder(st)
 	batch := make([]parquet.Row, 0, len(rows))
 	for _, r := range rows {

@@ -16,7 +16,7 @@ import (
 // and they are committed to the file in order. Once a row group fails, the
 // writer keeps returning its error.
 type columnarWriter struct {
-	writer  *parquet.Writer
+	writer  *parquet.GenericWriter[any]
 	schema  *StructType
 	stats   *statsCollector
 	maxRows int
@@ -68,7 +68,7 @@ type encodeJob struct {
 // newColumnarWriter returns a writer of row groups of at most maxRows rows
 // into w. With buffers, it borrows its columns from those of closed writers
 // of the same data schema (key), and gives them back once closed.
-func newColumnarWriter(w *parquet.Writer, st *StructType, stats *statsCollector, maxRows int64, buffers *ColumnBuffers, key string) *columnarWriter {
+func newColumnarWriter(w *parquet.GenericWriter[any], st *StructType, stats *statsCollector, maxRows int64, buffers *ColumnBuffers, key string) *columnarWriter {
 	c := &columnarWriter{writer: w, schema: st, stats: stats, maxRows: int(maxRows), buffers: buffers, key: key}
 	if g := buffers.take(key); g != nil {
 		g.rg = w.BeginRowGroup()

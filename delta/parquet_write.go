@@ -74,7 +74,7 @@ type DataWriter struct {
 	relPath     string
 	absPath     string
 	file        *os.File
-	writer      *parquet.Writer
+	writer      *parquet.GenericWriter[any]
 	full        *StructType
 	data        *StructType
 	dataIdx     []int
@@ -195,7 +195,7 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 	for _, p := range flbaDecimalPaths(w.data) {
 		options = append(options, parquet.SkipPageBounds(p...), parquet.SkipPageStatistics(p...))
 	}
-	w.writer = parquet.NewWriter(&writeback{f: f}, options...)
+	w.writer = parquet.NewGenericWriter[any](&writeback{f: f}, options...)
 	w.stats = newStatsCollector(w.data)
 	w.columns = newColumnarWriter(w.writer, w.data, w.stats, rg, opts.Buffers, key)
 	w.columns.expectRows = int(min(opts.ExpectedRows, rg))

@@ -43,17 +43,6 @@ func (t PrimitiveType) String() string { return string(t) }
 
 func (PrimitiveType) isDataType() {}
 
-// known reports whether the primitive type is one this package can read and
-// write.
-func (t PrimitiveType) known() bool {
-	switch t {
-	case TypeBoolean, TypeByte, TypeShort, TypeInteger, TypeLong, TypeFloat, TypeDouble,
-		TypeString, TypeBinary, TypeDate, TypeTimestamp, TypeTimestampNTZ:
-		return true
-	}
-	return false
-}
-
 // DecimalType is a fixed-point decimal with at most 38 digits of precision.
 type DecimalType struct {
 	Precision int

@@ -80,6 +80,9 @@ type harness struct {
 // installed, upgrades it to a rebuilt package, removes and purges it, and
 // queries the .rpm packages. It needs root and what `make deps` installs.
 func TestPackages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and installs the packages: not a short test")
+	}
 	h := newHarness(t)
 	h.requirePrerequisites(t)
 	h.restoreMachine(t)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // DefaultChunkSize is the number of changes stored per queue record.
@@ -52,7 +53,7 @@ func (w *Writer) AppendTxn(t *Txn, chunkSize int) error {
 		// is past every entry ever queued (capture appends in order).
 		if t.EndLSN <= w.stats.LastLSN {
 			if k, _ := q.Cursor().Seek(key); bytes.Equal(k, key) {
-				return fmt.Errorf("queue transaction at %s: %w", t.EndLSN, bolt.ErrBucketExists)
+				return fmt.Errorf("queue transaction at %s: %w", t.EndLSN, berrors.ErrBucketExists)
 			}
 		}
 		h := t.TxnHeader

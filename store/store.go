@@ -21,6 +21,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // FileName is the name of the state file inside the state directory.
@@ -83,7 +84,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		// memory) keeps their reads from stalling the queue's writer.
 		InitialMmapSize: initialMmapSize,
 	})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open state %s: %w", path, ErrLocked)
 	}
 	if err != nil {

@@ -199,9 +199,13 @@ func (m *stressModel) check(t *testing.T, tablesDir, name string) {
 // crashRounds runs rounds of appliers that crash at random points, each
 // after queue adds transactions, reading ahead half the time (and then
 // queueing more with meanwhile), and flushing in small full batches into
-// small files; then it lets a last applier apply everything.
+// small files; then it lets a last applier apply everything. The short
+// tests (go test -short) run a fifth of the rounds.
 func crashRounds(t *testing.T, db *store.DB, tablesDir string, rng *rand.Rand, rounds int, queue, meanwhile func()) {
 	t.Helper()
+	if testing.Short() {
+		rounds = max(1, rounds/5)
+	}
 	ctx := context.Background()
 	points := []string{"data-written", "before-commit", "after-commit", "before-checkpoint", "before-applied"}
 	for range rounds {

@@ -19,6 +19,7 @@ import (
 // the error (which carries the server log tail) if the cluster cannot start.
 func start(t *testing.T, opts pgcluster.Options) *pgcluster.Cluster {
 	t.Helper()
+	skipShort(t)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -198,6 +199,7 @@ func TestSettingsOverride(t *testing.T) {
 }
 
 func TestBaseDir(t *testing.T) {
+	skipShort(t)
 	base := t.TempDir() // 0700: not traversable by the postgres user when root
 	c, err := pgcluster.Start(t.Context(), pgcluster.Options{BaseDir: base})
 	if os.Geteuid() == 0 {
@@ -223,6 +225,7 @@ func TestBaseDir(t *testing.T) {
 }
 
 func TestInvalidSettings(t *testing.T) {
+	skipShort(t)
 	for name, settings := range map[string]map[string]string{
 		"managed port":  {"port": "5432"},
 		"managed sock":  {"Unix_Socket_Directories": "/tmp"},
@@ -240,6 +243,7 @@ func TestInvalidSettings(t *testing.T) {
 }
 
 func TestParallelStarts(t *testing.T) {
+	skipShort(t)
 	const n = 4
 	var wg sync.WaitGroup
 	clusters := make([]*pgcluster.Cluster, n)
@@ -270,6 +274,7 @@ func TestParallelStarts(t *testing.T) {
 }
 
 func TestFindBinDir(t *testing.T) {
+	skipShort(t)
 	dir, err := pgcluster.FindBinDir(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -288,6 +293,7 @@ func TestFindBinDir(t *testing.T) {
 }
 
 func TestStartFailureReportsLog(t *testing.T) {
+	skipShort(t)
 	base, err := os.MkdirTemp("", "pgcluster-fail-")
 	if err != nil {
 		t.Fatal(err)
@@ -311,5 +317,14 @@ func TestStartFailureReportsLog(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(base); len(entries) != 0 {
 		t.Errorf("failed Start left %d entries in the base dir", len(entries))
+	}
+}
+
+// skipShort skips a test that starts PostgreSQL or runs its binaries when
+// only the short tests run (go test -short).
+func skipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs PostgreSQL: not a short test")
 	}
 }

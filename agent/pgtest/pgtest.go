@@ -31,6 +31,9 @@ const cleanupTimeout = time.Minute
 // error, which includes the server log tail.
 func Start(t testing.TB, settings ...map[string]string) *pgcluster.Cluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts PostgreSQL: not a short test")
+	}
 	merged := map[string]string{}
 	for _, s := range settings {
 		maps.Copy(merged, s)

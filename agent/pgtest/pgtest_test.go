@@ -110,7 +110,7 @@ func TestDatabaseName(t *testing.T) {
 			t.Errorf("databaseName(%q) = %q, want prefix %q plus 8 hex digits", in, got, prefix)
 		}
 	}
-	if databaseName("TestX") == databaseName("TestX") {
+	if first, second := databaseName("TestX"), databaseName("TestX"); first == second {
 		t.Error("databaseName is not unique")
 	}
 }

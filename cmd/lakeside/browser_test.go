@@ -17,6 +17,9 @@ import (
 // and stopping and restarting the agent shows reconnecting, then connected
 // with the rows right.
 func TestLivePageAgainstTheAgent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL, the agent and Chromium: not a short test")
+	}
 	const chromium = "/usr/bin/chromium"
 	if _, err := os.Stat(chromium); err != nil {
 		t.Fatalf("headless Chromium is missing (%v): run make deps", err)

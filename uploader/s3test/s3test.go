@@ -72,6 +72,9 @@ func FindBinary() (string, error) {
 // when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts an S3 server: not a short test")
+	}
 	bin, err := FindBinary()
 	if err != nil {
 		t.Fatalf("s3test: %v", err)

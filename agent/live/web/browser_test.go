@@ -32,6 +32,9 @@ type browser struct {
 // newBrowser starts headless Chromium with a fresh profile, and runs
 // monitor (if any) in every new document before the page's scripts.
 func newBrowser(t *testing.T, monitor string) *browser {
+	if testing.Short() {
+		t.Skip("starts Chromium: not a short test")
+	}
 	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Fatalf("headless Chromium is missing (%v): run make deps", err)

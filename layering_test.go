@@ -1,0 +1,101 @@
+package lakeside_test
+
+import (
+	"go/build"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/lakeside/lakeside/"
+
+// layers says which of the module's packages each package may import, by
+// path prefix: imports point down the data flow (cmd → agent → store,
+// delta, uploader), the stages of agent do not import one another (agent
+// wires them), and delta and store import nothing of the module. The
+// longest matching prefix applies.
+var layers = map[string][]string{
+	"cmd/":            {"agent", "store", "delta", "uploader"},
+	"agent":           {"agent/", "store", "delta", "uploader"},
+	"agent/source":    {"store"},
+	"agent/applier":   {"store", "delta"},
+	"agent/live":      {"agent/live/", "store", "delta"},
+	"agent/pgcluster": {},
+	"agent/pgtest":    {"agent/pgcluster"},
+	"uploader":        {"uploader/", "store", "delta"},
+	"delta":           {"delta/"},
+	"store":           {},
+	"packaging":       {},
+}
+
+// testHelpers are packages for tests only: no other code imports them.
+var testHelpers = []string{"agent/pgtest", "uploader/s3test", "delta/deltatest"}
+
+// TestImportLayering checks every package's imports (test files aside)
+// against layers.
+func TestImportLayering(t *testing.T) {
+	checked := 0
+	err := filepath.WalkDir(".", func(dir string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if name := d.Name(); dir != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bin" || name == "dist") {
+			return filepath.SkipDir
+		}
+		pkg, err := build.ImportDir(dir, 0)
+		if _, none := err.(*build.NoGoError); none {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if len(pkg.GoFiles) == 0 {
+			return nil // tests only, as this one
+		}
+		path := filepath.ToSlash(dir)
+		allowed, ok := rule(path)
+		if !ok {
+			t.Errorf("package %s has no rule in layers", path)
+			return nil
+		}
+		checked++
+		for _, imp := range pkg.Imports {
+			own, found := strings.CutPrefix(imp, module)
+			if !found {
+				continue
+			}
+			if slices.Contains(testHelpers, own) && !slices.Contains(testHelpers, path) {
+				t.Errorf("%s imports %s, which is for tests only", path, own)
+			}
+			if !slices.ContainsFunc(allowed, func(p string) bool {
+				return own == strings.TrimSuffix(p, "/") || strings.HasPrefix(own, p) || strings.HasPrefix(own, p+"/")
+			}) {
+				t.Errorf("%s imports %s; it may import only %v", path, own, allowed)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 10 {
+		t.Fatalf("checked %d packages: the walk missed the module", checked)
+	}
+}
+
+// rule returns the layer rule of the package at path: that of its longest
+// matching prefix.
+func rule(path string) ([]string, bool) {
+	best, found := "", false
+	for prefix := range layers {
+		match := path == strings.TrimSuffix(prefix, "/") || strings.HasPrefix(path, strings.TrimSuffix(prefix, "/")+"/")
+		if match && len(prefix) > len(best) {
+			best, found = prefix, true
+		}
+	}
+	return layers[best], found
+}
