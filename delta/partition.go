@@ -178,9 +178,22 @@ func partitionDir(columns []string, values map[string]*string) string {
 		if p := values[c]; p != nil {
 			v = escapePartitionPathPart(*p)
 		}
-		parts[i] = escapePartitionPathPart(c) + "=" + v
+		parts[i] = partitionDirName(c) + "=" + v
 	}
 	return strings.Join(parts, "/")
+}
+
+// partitionDirName is the name a partition column has in directory names:
+// escaped, without the leading "_" and "." that would hide the directory.
+// The protocol keeps data files out of hidden directories, and Hadoop-style
+// listers skip them; readers take partition values from the log, not from
+// the path, so "_commit_date" is written under "commit_date=…".
+func partitionDirName(column string) string {
+	name := strings.TrimLeft(escapePartitionPathPart(column), "_.")
+	if name == "" {
+		return "p"
+	}
+	return name
 }
 
 // encodeLogPath turns a relative file path into the URI form stored in add

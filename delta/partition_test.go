@@ -220,3 +220,48 @@ func TestTimestampNTZProtocol(t *testing.T) {
 		t.Errorf("ntz stats %s", add.Stats)
 	}
 }
+
+// TestPartitionDirectoriesAreNotHidden writes files of partition columns
+// whose names start with "_" or ".": their directories must not, as the
+// protocol keeps data files out of hidden directories and Hadoop-style
+// listers skip them, while the partition values keep the columns' names.
+func TestPartitionDirectoriesAreNotHidden(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	schema := NewStructType(NewField("v", TypeLong, true), NewField("_commit_date", TypeDate, true),
+		NewField(".dot", TypeString, true), NewField("__", TypeString, true))
+	parts := []string{"_commit_date", ".dot", "__"}
+	tbl, err := Create(ctx, dir, schema, parts, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := tbl.Snapshot(ctx)
+	pv := map[string]any{"_commit_date": DateFromDays(20000), ".dot": "_x", "__": "y"}
+	add, err := snap.WriteFile(ctx, pv, []Row{{int64(1), nil, nil, nil}}, WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	segs := strings.Split(add.Path, "/")
+	for _, seg := range segs[:len(segs)-1] {
+		if strings.HasPrefix(seg, "_") || strings.HasPrefix(seg, ".") {
+			t.Errorf("data file %s is under a hidden directory %q", add.Path, seg)
+		}
+	}
+	if want := "commit_date=2024-10-04/dot=_x/p=y/"; !strings.HasPrefix(add.Path, want) {
+		t.Errorf("data file at %s, want it under %s", add.Path, want)
+	}
+	if _, err := tbl.Commit(ctx, snap.Version(), []Action{add}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err = tbl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := snap.ReadRows(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0][1] != DateFromDays(20000) || rows[0][2] != "_x" || rows[0][3] != "y" {
+		t.Fatalf("rows %v, want the partition values back by column name", rows)
+	}
+}

@@ -434,7 +434,8 @@ func (t *Table) addRef(logPath string, refs map[string]bool) error {
 
 // hiddenName reports whether a file or directory of the table is hidden
 // from vacuum: the log, and names starting with "." or "_" other than
-// partition directories such as "_commit_date=2024-01-01".
+// partition directories written before partitionDirName dropped the
+// leading "_", such as "_commit_date=2024-01-01".
 func hiddenName(name string, partitionColumns []string) bool {
 	if strings.HasPrefix(name, ".") {
 		return true
