@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,6 +29,14 @@ func TestAllNullRowUnderReplicaIdentityFull(t *testing.T) {
 	h.checkChangelog("g", []string{"insert"})
 	if f := a.Failures(); len(f) != 0 {
 		t.Fatalf("failures: %+v", f)
+	}
+	// The changelogs' partition directories are not hidden.
+	for _, tb := range []string{"public.f_changes", "public.g_changes"} {
+		for _, add := range h.snapshot(tb).Files() {
+			if dir := path.Dir(add.Path); strings.HasPrefix(dir, "_") || strings.HasPrefix(dir, ".") || !strings.HasPrefix(dir, "commit_date=") {
+				t.Errorf("%s: data file %s is not in a visible commit_date= directory", tb, add.Path)
+			}
+		}
 	}
 }
 
