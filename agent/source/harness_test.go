@@ -31,6 +31,9 @@ type harness struct {
 	src    *Source
 	cancel context.CancelFunc
 	done   chan error
+	// beforeCommit and failpoint, when set, are the next source's.
+	beforeCommit func() error
+	failpoint    func(point string) error
 }
 
 func newHarness(t *testing.T, settings ...map[string]string) *harness {
@@ -92,6 +95,7 @@ func (h *harness) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.db, h.cancel, h.done = db, cancel, make(chan error, 1)
 	h.src = New(h.cfg, db)
+	h.src.beforeCommit, h.src.failpoint = h.beforeCommit, h.failpoint
 	go func() { h.done <- h.src.Run(ctx) }()
 }
 

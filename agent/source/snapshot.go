@@ -57,8 +57,9 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.
 
 // copySnapshot copies every configured table inside the exported snapshot
 // into the snapshot spool, then commits the spool as one transaction at the
-// slot's consistent point.
-func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName string, at store.LSN, decoders *typeDecoders, rels map[uint32]*relationDecoder) error {
+// slot's consistent point, in the same write as the slot state done.
+func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName string, done *store.SlotState, decoders *typeDecoders, rels map[uint32]*relationDecoder) error {
+	at := done.ConsistentPoint
 	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
@@ -99,7 +100,7 @@ func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName 
 		s.log.Info("snapshot copied table", "table", t.String(), "rows", cp.rows, "seconds", time.Since(cp.started).Round(time.Millisecond).Seconds())
 	}
 	h := store.TxnHeader{CommitLSN: at, EndLSN: at, CommitTime: time.Now(), Snapshot: true}
-	if err := s.writer.send(writeOp{kind: opSpoolCommit, spool: store.SnapshotSpool, header: h}); err != nil {
+	if err := s.writer.send(writeOp{kind: opSpoolCommit, spool: store.SnapshotSpool, header: h, slot: done}); err != nil {
 		return err
 	}
 	s.log.Info("initial snapshot complete", "rows", total, "seconds", time.Since(start).Round(time.Millisecond).Seconds(), "lsn", at.String())

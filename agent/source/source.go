@@ -42,6 +42,14 @@ type Source struct {
 	// nanoseconds); see Alive.
 	beatBy atomic.Int64
 
+	// beforeCommit, when set, is called before each commit of the state
+	// file; an error it returns fails the commit as a crash there would
+	// (tests only).
+	beforeCommit func() error
+	// failpoint, when set, is called at the points a crash is simulated
+	// at; an error it returns stops there (tests only).
+	failpoint func(point string) error
+
 	mu            sync.Mutex
 	status        Status
 	ready         chan struct{}
@@ -210,6 +218,7 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	w := newQueueWriter(s.db, s.log, checkpoint, s.cfg.OnDurable, s.CatchingUp)
 	w.onCatchUpCommit = s.cfg.OnCatchUpCommit
+	w.beforeCommit = s.beforeCommit
 	s.mu.Lock()
 	s.writer = w
 	s.mu.Unlock()
@@ -411,20 +420,30 @@ func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, repl replConn, 
 	}
 	s.log.Info("created replication slot", "slot", s.cfg.Slot, "consistent_point", res.ConsistentPoint)
 	state.ConsistentPoint = store.LSN(cp)
+	done := *state
+	done.SnapshotDone = true
 	if s.cfg.Snapshot {
 		s.setState("snapshot")
 		if err := s.writer.send(writeOp{kind: opCheckpoint, lsn: state.ConsistentPoint}); err != nil {
 			return err
 		}
-		if err := s.copySnapshot(ctx, conn, res.SnapshotName, state.ConsistentPoint, decoders, rels); err != nil {
+		// The snapshot joins the queue in the same write as the record
+		// that it is done: were the record a write of its own, a crash
+		// between the two would start the snapshot over on a new slot
+		// after the first one could have been applied.
+		if err := s.copySnapshot(ctx, conn, res.SnapshotName, &done, decoders, rels); err != nil {
 			return err
 		}
-	}
-	done := *state
-	done.SnapshotDone = true
-	for _, op := range []writeOp{{kind: opCheckpoint, lsn: state.ConsistentPoint}, {kind: opSlotState, slot: &done}} {
-		if err := s.writer.send(op); err != nil {
-			return err
+		if s.failpoint != nil {
+			if err := s.failpoint("snapshot-queued"); err != nil {
+				return err
+			}
+		}
+	} else {
+		for _, op := range []writeOp{{kind: opCheckpoint, lsn: state.ConsistentPoint}, {kind: opSlotState, slot: &done}} {
+			if err := s.writer.send(op); err != nil {
+				return err
+			}
 		}
 	}
 	return s.writer.sync(ctx)

@@ -39,9 +39,11 @@ type writeOp struct {
 	header  store.TxnHeader
 	rel     *store.Relation
 	lsn     store.LSN
-	slot    *store.SlotState
-	done    chan error
-	weight  int64
+	// slot is the slot state an opSlotState records, or an
+	// opSpoolCommit records with the transaction it queues.
+	slot   *store.SlotState
+	done   chan error
+	weight int64
 }
 
 // Limits of the writer: how many changes may wait in memory for the writer,
@@ -417,7 +419,10 @@ func apply(tx *store.Writer, op *writeOp) error {
 	case opSpoolAbort:
 		return tx.SpoolAbort(op.spool, op.subXid)
 	case opSpoolCommit:
-		return tx.SpoolCommit(op.spool, op.header)
+		if err := tx.SpoolCommit(op.spool, op.header); err != nil || op.slot == nil {
+			return err
+		}
+		return tx.SetSlotState(op.slot)
 	case opDiscardSpools:
 		_, err := tx.DiscardSpools()
 		return err
