@@ -192,7 +192,7 @@ func (a *Agent) Open() error {
 func appIDPrefix(slot string) string { return "lakeside-" + slot }
 
 // backpressure pauses capture while the replication backlog exceeds its
-// budget (invariant 6): PostgreSQL keeps the WAL, nothing is dropped.
+// budget (invariant 6 in docs/architecture.md): PostgreSQL keeps the WAL, nothing is dropped.
 func (a *Agent) backpressure() (bool, string) {
 	if a.up == nil || a.cfg.Replica.MaxBacklog <= 0 {
 		return false, ""

@@ -232,10 +232,10 @@ func checkRemoteEqualsLocal(t testing.TB, b *backend, local *localTable, minVers
 	return latest
 }
 
-// orderChecker is a Hook that checks invariant 4 on every successful
-// request: every data file and checkpoint of version N goes up before
-// _delta_log/N.json, commits go up in order, and _last_checkpoint only after
-// the commit of the checkpoint it names.
+// orderChecker is a Hook that checks invariant 4 (docs/architecture.md) on
+// every successful request: every data file and checkpoint of version N goes
+// up before _delta_log/N.json, commits go up in order, and _last_checkpoint
+// only after the commit of the checkpoint it names.
 type orderChecker struct {
 	t      testing.TB
 	root   string // local tables root

@@ -54,8 +54,9 @@ type versionJob struct {
 //     add actions and its checkpoint) and hands those not yet uploaded to
 //     Concurrency workers, at most Window versions ahead of the commits;
 //   - the commits go up one at a time, in version order, each as soon as
-//     every file of its version is on the remote (invariant 4), while the
-//     workers already upload the files of the next versions.
+//     every file of its version is on the remote (invariant 4 in
+//     docs/architecture.md), while the workers already upload the files of
+//     the next versions.
 //
 // Uploaded files and the remote version are recorded in the state file every
 // recordEvery versions and at the end, also when the pass fails, so a restart

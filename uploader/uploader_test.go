@@ -29,8 +29,8 @@ func eachBackend(t *testing.T, fn func(t *testing.T, newBackend func(t *testing.
 
 // TestReplicateInOrder replicates two tables across two checkpoints in
 // several passes: the remote equals the local table at every version it
-// reaches, every request respects invariant 4, a pass with nothing new sends
-// no request, and _last_checkpoint follows.
+// reaches, every request respects invariant 4 (docs/architecture.md), a pass
+// with nothing new sends no request, and _last_checkpoint follows.
 func TestReplicateInOrder(t *testing.T) {
 	eachBackend(t, func(t *testing.T, newBackend func(t *testing.T) *backend) {
 		b := newBackend(t)

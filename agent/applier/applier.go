@@ -79,7 +79,7 @@ type Config struct {
 	PollInterval time.Duration
 	// TrimLimit, when set, bounds how far the queue is trimmed after a
 	// flush: other readers of the queue (the live view) must have read a
-	// transaction before it is deleted (invariant 5).
+	// transaction before it is deleted (invariant 5 in docs/architecture.md).
 	TrimLimit func() store.LSN
 	// OnCommit, when set, is called after a flush's commits, so that the
 	// uploader can look for the new versions at once.

@@ -48,7 +48,7 @@ const (
 	oidNumeric     = 1700
 )
 
-// typeMapper maps PostgreSQL column types to Delta types as DESIGN.md says.
+// typeMapper maps PostgreSQL column types to Delta types as the type mapping of docs/architecture.md says.
 type typeMapper struct{ m *pgtype.Map }
 
 func newTypeMapper() *typeMapper { return &typeMapper{m: pgtype.NewMap()} }

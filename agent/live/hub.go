@@ -45,7 +45,7 @@ const (
 // Hub follows the queue: it applies each durable transaction to its copy of
 // the current rows, keeps the recent transactions for clients that resume,
 // and fans the changes out to subscribers. It reads only what the queue has
-// made durable (invariant 7).
+// made durable (invariant 7 in docs/architecture.md).
 type Hub struct {
 	db        *store.DB
 	log       *slog.Logger

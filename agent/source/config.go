@@ -55,7 +55,7 @@ type Config struct {
 	OnCatchUpCommit func(committing bool)
 	// Pause, when set, is asked before each read from PostgreSQL; while it
 	// says true (with a reason), the source reads nothing and PostgreSQL
-	// keeps the WAL (invariant 6: backpressure, never drop).
+	// keeps the WAL (invariant 6 in docs/architecture.md: backpressure, never drop).
 	Pause func() (bool, string)
 	// Logger receives state changes; nil means slog.Default().
 	Logger *slog.Logger

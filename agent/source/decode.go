@@ -18,7 +18,7 @@ type decodeFunc func(src []byte) (store.Value, error)
 // output (pgoutput and COPY both use the types' output functions). The text
 // is parsed by pgtype, except the commonest integers, booleans and
 // timestamps, which text_parse.go reads first as the session prints them;
-// the mapping follows DESIGN.md, and a type with no mapping keeps its text
+// the mapping follows docs/architecture.md, and a type with no mapping keeps its text
 // form.
 type typeDecoders struct {
 	m *pgtype.Map
@@ -122,7 +122,7 @@ func (d *typeDecoders) forType(oid uint32) decodeFunc {
 			return store.Value{Kind: store.KindTimestamp, Int: infinityInt(v.InfinityModifier, v.Time.UnixMicro())}
 		}))
 	case pgtype.TimestampOID:
-		// The wall clock is read as UTC (DESIGN.md).
+		// The wall clock is read as UTC (docs/architecture.md, type mapping).
 		return fastOr(store.KindTimestamp, parseISOTimestampOf(false), scanner(m, oid, func(v pgtype.Timestamp) store.Value {
 			return store.Value{Kind: store.KindTimestamp, Int: infinityInt(v.InfinityModifier, v.Time.UnixMicro())}
 		}))

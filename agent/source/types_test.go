@@ -17,7 +17,7 @@ import (
 )
 
 // The table of testdata/sql/types.sql has a column of every type in
-// DESIGN.md's mapping. Columns whose mapping is "string" are read back by
+// the type mapping of docs/architecture.md. Columns whose mapping is "string" are read back by
 // the test as ::text, the rest in pgx's binary format, so the captured text
 // decoding is checked against an independent decoder.
 
@@ -198,7 +198,7 @@ func describe(v store.Value) string {
 	return fmt.Sprint(v)
 }
 
-// expectedValue maps a value pgx decoded to the store value DESIGN.md's
+// expectedValue maps a value pgx decoded to the store value the
 // mapping gives it.
 func expectedValue(v any) (store.Value, error) {
 	switch x := v.(type) {
