@@ -15,7 +15,7 @@ type collector struct {
 	tableVersion, remoteVersion, backlogBytes *prometheus.Desc
 	backlogVersions, requests, versions       *prometheus.Desc
 	uploadedBytes, online                     *prometheus.Desc
-	capturedTxns, receivedChanges             *prometheus.Desc
+	capturedTxns, receivedChanges, ignored    *prometheus.Desc
 	deltaCommits, deltaFilesAdded             *prometheus.Desc
 	deltaFilesRemoved, uploadErrors           *prometheus.Desc
 	vacuumRuns, vacuumFailures                *prometheus.Desc
@@ -48,6 +48,7 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 		online:            d("replica_online", "1 while the replica is reachable."),
 		capturedTxns:      d("captured_transactions_total", "Committed transactions captured into the queue."),
 		receivedChanges:   d("captured_changes_total", "Row changes received from PostgreSQL (snapshot rows included)."),
+		ignored:           d("ignored_changes_total", "Row changes of tables in the publication but not in source.tables, passed over."),
 		deltaCommits:      d("delta_commits_total", "Delta commits written.", "table", "kind"),
 		deltaFilesAdded:   d("delta_files_added_total", "Data files added by Delta commits.", "table", "kind"),
 		deltaFilesRemoved: d("delta_files_removed_total", "Data files removed (rewritten or deleted) by Delta commits.", "table", "kind"),
@@ -67,7 +68,7 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.confirmed, c.checkpoint, c.lag, c.lagSeconds, c.queueTxns, c.queueBytes, c.paused,
 		c.clients, c.tableVersion, c.remoteVersion, c.backlogBytes, c.backlogVersions, c.requests, c.versions, c.uploadedBytes, c.online,
-		c.capturedTxns, c.receivedChanges, c.deltaCommits, c.deltaFilesAdded, c.deltaFilesRemoved, c.uploadErrors,
+		c.capturedTxns, c.receivedChanges, c.ignored, c.deltaCommits, c.deltaFilesAdded, c.deltaFilesRemoved, c.uploadErrors,
 		c.vacuumRuns, c.vacuumFailures, c.vacuumFiles, c.vacuumBytes, c.vacuumLast, c.applyFailing, c.applyTableFailing} {
 		ch <- d
 	}
@@ -104,6 +105,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.applyFailing, failing)
 	counter(c.capturedTxns, float64(src.Transactions))
 	counter(c.receivedChanges, float64(src.Changes))
+	counter(c.ignored, float64(src.IgnoredChanges))
 	for _, t := range c.a.app.Tables() {
 		counter(c.deltaCommits, float64(t.Commits), t.Name, t.Kind)
 		counter(c.deltaFilesAdded, float64(t.FilesAdded), t.Name, t.Kind)

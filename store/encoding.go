@@ -416,6 +416,7 @@ func encodeRelation(r *Relation) []byte {
 		}
 		e.byte1(key)
 	}
+	e.str(r.Table)
 	return e.finish()
 }
 
@@ -435,6 +436,10 @@ func decodeRelation(data []byte) (*Relation, error) {
 		c.TypeOID = uint32(d.uvarint())
 		c.TypeMod = int32(d.varint())
 		c.Key = d.byte1() == 1
+	}
+	if len(d.buf) > 0 {
+		// Table was added after the first records; older ones end here.
+		r.Table = d.str()
 	}
 	if err := d.done(); err != nil {
 		return nil, fmt.Errorf("decode relation: %w", err)

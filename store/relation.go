@@ -1,6 +1,11 @@
 package store
 
-import "slices"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
+)
 
 // RelationKey identifies one version of a table's schema in the schema
 // history: the table's OID and the LSN at which that version was first seen.
@@ -12,9 +17,16 @@ type RelationKey struct {
 // Relation is one version of a source table's schema, as PostgreSQL's
 // Relation message describes it.
 type Relation struct {
-	Key             RelationKey
-	Schema          string
-	Name            string
+	Key RelationKey
+	// Schema and Name are the table's names as PostgreSQL sent them.
+	Schema string
+	Name   string
+	// Table is the configured table the relation is captured as,
+	// "schema.table", found by the table's OID: capture's Delta tables
+	// and the live view go by it, never by the names PostgreSQL sends,
+	// which a rename changes. Empty in schema versions recorded before it
+	// was kept.
+	Table           string
 	ReplicaIdentity byte
 	Columns         []Column
 }
@@ -30,9 +42,78 @@ type Column struct {
 // SameShape reports whether two relations describe the same table layout,
 // ignoring the key that says when each was seen.
 func (r *Relation) SameShape(o *Relation) bool {
-	return r.Key.OID == o.Key.OID && r.Schema == o.Schema && r.Name == o.Name &&
+	return r.Key.OID == o.Key.OID && r.Schema == o.Schema && r.Name == o.Name && r.Table == o.Table &&
 		r.ReplicaIdentity == o.ReplicaIdentity && slices.Equal(r.Columns, o.Columns)
 }
 
-// QualifiedName returns "schema.name".
+// QualifiedName returns "schema.name" as PostgreSQL sent them.
 func (r *Relation) QualifiedName() string { return r.Schema + "." + r.Name }
+
+// TableName returns the name the table is captured as: Table, or, in a
+// schema version recorded before Table was kept, QualifiedName.
+func (r *Relation) TableName() string {
+	if r.Table != "" {
+		return r.Table
+	}
+	return r.QualifiedName()
+}
+
+// DirName returns the name of the directory of the table's Delta mirror;
+// its changelog's is DirName() + ChangelogSuffix. See TableDirName.
+func (r *Relation) DirName() string {
+	if schema, name, ok := strings.Cut(r.Table, "."); ok {
+		return TableDirName(schema, name)
+	}
+	return TableDirName(r.Schema, r.Name)
+}
+
+// ChangelogSuffix ends the directory name of a table's changelog.
+const ChangelogSuffix = "_changes"
+
+// maxDirName bounds a directory name well below the 255 bytes file
+// systems allow, with room for ChangelogSuffix.
+const maxDirName = 200
+
+// TableDirName returns the directory name of a table's Delta mirror,
+// "schema.table", whatever the names hold: every byte that is not an
+// ASCII letter, digit or "_", or part of a UTF-8 sequence, is escaped as
+// %XX (so "/", "." and ".." never reach the file system, and the one "."
+// separates schema from table); so are a leading "_" of the schema (a
+// hidden directory to Hadoop-style listers) and the "_" of a table name's
+// trailing "_changes" (so that no mirror is named like another table's
+// changelog). Different tables get different names; a name longer than
+// maxDirName bytes is cut and ends in "~" and a hash of both names.
+func TableDirName(schema, name string) string {
+	dir := escapeDirPart(schema, true) + "." + escapeDirPart(name, false)
+	if strings.HasSuffix(dir, ChangelogSuffix) {
+		dir = strings.TrimSuffix(dir, ChangelogSuffix) + "%5F" + ChangelogSuffix[1:]
+	}
+	if len(dir) <= maxDirName {
+		return dir
+	}
+	sum := sha256.Sum256([]byte(schema + "\x00" + name))
+	cut := maxDirName - 17
+	for cut > 0 && (dir[cut-1] == '%' || cut > 1 && dir[cut-2] == '%') {
+		cut-- // not inside an escape
+	}
+	return dir[:cut] + "~" + hex.EncodeToString(sum[:8])
+}
+
+// escapeDirPart escapes one part of a directory name (see TableDirName).
+func escapeDirPart(s string, leading bool) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		keep := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80 ||
+			c == '_' && !(leading && i == 0)
+		if keep {
+			b.WriteByte(c)
+			continue
+		}
+		const hexDigits = "0123456789ABCDEF"
+		b.WriteByte('%')
+		b.WriteByte(hexDigits[c>>4])
+		b.WriteByte(hexDigits[c&15])
+	}
+	return b.String()
+}

@@ -110,8 +110,10 @@ func changelogSchema(cols *columns) *delta.StructType {
 	return st
 }
 
-func (a *Applier) openChangelog(ctx context.Context, name string, cols *columns) (*changelog, error) {
-	dt, _, err := a.openTable(ctx, name+"_changes", KindChangelog, func() (*delta.StructType, []string, map[string]string) {
+// openChangelog opens the changelog of the table whose mirror's directory
+// is dir.
+func (a *Applier) openChangelog(ctx context.Context, dir string, cols *columns) (*changelog, error) {
+	dt, _, err := a.openTable(ctx, dir+store.ChangelogSuffix, KindChangelog, func() (*delta.StructType, []string, map[string]string) {
 		return changelogSchema(cols), []string{colCommitDate}, nil
 	})
 	if err != nil {

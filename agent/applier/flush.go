@@ -397,7 +397,7 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 	for _, vals := range [][]store.Value{ch.New, ch.Old} {
 		if vals != nil && len(vals) != len(rel.Columns) {
 			st.fail(fmt.Errorf("%w: change at %s has %d values, schema version %s/%s of %s has %d columns",
-				errSchemaMismatch, h.EndLSN, len(vals), ch.Relation.LSN, rel.Key.LSN, rel.QualifiedName(), len(rel.Columns)))
+				errSchemaMismatch, h.EndLSN, len(vals), ch.Relation.LSN, rel.Key.LSN, rel.TableName(), len(rel.Columns)))
 			return nil
 		}
 	}
@@ -443,12 +443,14 @@ func isUnchanged(v store.Value) bool { return v.Kind == store.KindUnchanged }
 // its Delta tables. Existing tables are opened first so that their columns
 // come before the columns of the current schema version. A table that
 // cannot be opened is returned failed, and a table held in this flush
-// without its Delta tables.
+// without its Delta tables. A table is the configured table its OID was
+// captured as (store.Relation.TableName), whose Delta tables are in
+// directories named safely after it (store.Relation.DirName).
 func (a *Applier) table(ctx context.Context, rel *store.Relation) *sourceTable {
 	if rel == a.lastRel && a.lastTable != nil {
 		return a.lastTable
 	}
-	name := rel.QualifiedName()
+	name := rel.TableName()
 	st := a.tables[name]
 	if st == nil && a.held(name) {
 		st = &sourceTable{name: name, held: true}
@@ -471,20 +473,21 @@ func (a *Applier) table(ctx context.Context, rel *store.Relation) *sourceTable {
 		}
 		return fn()
 	}
+	dir := rel.DirName()
 	openCL := func() error {
-		return open(name+"_changes", func() (err error) {
-			st.changelog, err = a.openChangelog(ctx, name, st.cols)
+		return open(dir+store.ChangelogSuffix, func() (err error) {
+			st.changelog, err = a.openChangelog(ctx, dir, st.cols)
 			return err
 		})
 	}
 	openMR := func() error {
-		return open(name, func() (err error) {
-			st.mirror, err = a.openMirror(ctx, name, st.cols, rel)
+		return open(dir, func() (err error) {
+			st.mirror, err = a.openMirror(ctx, dir, st.cols, rel)
 			return err
 		})
 	}
 	order := []func() error{openMR, openCL}
-	if exists(name+"_changes") && !exists(name) {
+	if exists(dir+store.ChangelogSuffix) && !exists(dir) {
 		order = []func() error{openCL, openMR}
 	}
 	for _, fn := range order {

@@ -92,6 +92,8 @@ const (
 	tagMaxKey    = "lakeside.maxKey"
 )
 
+// openMirror opens the mirror in the directory named name, creating it
+// for rel when it does not exist.
 func (a *Applier) openMirror(ctx context.Context, name string, cols *columns, rel *store.Relation) (*mirror, error) {
 	dt, snap, err := a.openTable(ctx, name, KindMirror, func() (*delta.StructType, []string, map[string]string) {
 		st := delta.NewStructType(cols.fields()...)

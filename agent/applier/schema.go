@@ -175,7 +175,7 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 			alt := name + "__" + typeSuffix(dt)
 			if _, seen := c.idx[alt]; !seen {
 				c.log.Warn("column type changed; new values go to a new column",
-					"table", rel.QualifiedName(), "column", name, "old_type", c.cols[j].typ.String(),
+					"table", rel.TableName(), "column", name, "old_type", c.cols[j].typ.String(),
 					"new_type", dt.String(), "new_column", alt)
 			}
 			name = alt
@@ -187,12 +187,12 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 			c.cols = append(c.cols, dataCol{name: name, typ: dt})
 		}
 		m.dst[i] = j
-		m.conv[i] = converterFor(dt, rel.QualifiedName()+"."+name, c.w)
+		m.conv[i] = converterFor(dt, rel.TableName()+"."+name, c.w)
 		for _, ac := range []struct {
 			cols *adderColumns
 			w    warner
 		}{{&m.onAdder, c.w}, {&m.quietOnAdder, noWarnings{}}} {
-			ac.cols.conv[i] = converterFor(dt, rel.QualifiedName()+"."+name, ac.w)
+			ac.cols.conv[i] = converterFor(dt, rel.TableName()+"."+name, ac.w)
 			ac.cols.put[i] = putterFor(dt, ac.cols.conv[i])
 		}
 		if col.Key {

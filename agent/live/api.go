@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
 )
 
 const (
@@ -44,19 +45,20 @@ func (s *Server) serveTables(w http.ResponseWriter, r *http.Request) {
 	out := make([]tableListing, len(infos))
 	for i, ti := range infos {
 		out[i] = tableListing{TableInfo: ti, Versions: map[string]*int64{
-			"mirror":    s.deltaVersion(r, ti.Name),
-			"changelog": s.deltaVersion(r, ti.Name+"_changes"),
+			"mirror":    s.deltaVersion(r, ti.dir),
+			"changelog": s.deltaVersion(r, ti.dir+store.ChangelogSuffix),
 		}}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"tables": out})
 }
 
-// deltaVersion returns the latest version of a local Delta table, or nil.
-func (s *Server) deltaVersion(r *http.Request, name string) *int64 {
+// deltaVersion returns the latest version of the local Delta table in the
+// directory dir, or nil.
+func (s *Server) deltaVersion(r *http.Request, dir string) *int64 {
 	if s.cfg.TablesDir == "" {
 		return nil
 	}
-	t, err := delta.Open(r.Context(), filepath.Join(s.cfg.TablesDir, name))
+	t, err := delta.Open(r.Context(), filepath.Join(s.cfg.TablesDir, dir))
 	if err != nil {
 		return nil
 	}

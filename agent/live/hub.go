@@ -296,7 +296,7 @@ func (h *Hub) applyLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool, tx
 			if rel == nil {
 				return fmt.Errorf("change of unknown schema version %+v", ch.Relation)
 			}
-			t := h.tables[rel.QualifiedName()]
+			t := h.tables[rel.TableName()]
 			if t == nil {
 				t = newTableState(rel)
 				h.tables[t.name] = t
@@ -363,7 +363,7 @@ func (h *Hub) passOverLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool)
 				if rel == nil {
 					return errApplyChanges // applying says what is wrong
 				}
-				name := rel.QualifiedName()
+				name := rel.TableName()
 				j := slices.IndexFunc(tables, func(x *tableChanges) bool { return x.name == name })
 				if j < 0 {
 					tables = append(tables, &tableChanges{name: name, t: h.tables[name]})
@@ -823,7 +823,7 @@ func sortedStrings(s []string) []string {
 
 // tableInfo describes a table's newest schema version.
 func (h *Hub) tableInfo(rel *store.Relation) TableInfo {
-	ti := TableInfo{Name: rel.QualifiedName(), Columns: make([]ColumnInfo, len(rel.Columns)), Key: []string{}}
+	ti := TableInfo{Name: rel.TableName(), Columns: make([]ColumnInfo, len(rel.Columns)), Key: []string{}, dir: rel.DirName()}
 	for i, c := range rel.Columns {
 		ti.Columns[i] = ColumnInfo{Name: c.Name, Type: typeName(h.types, c.TypeOID)}
 		if c.Key {

@@ -71,6 +71,8 @@ type TableInfo struct {
 	Name    string       `json:"name"`
 	Columns []ColumnInfo `json:"columns"`
 	Key     []string     `json:"key"`
+	// dir is the directory of the table's Delta mirror.
+	dir string
 }
 
 // ColumnInfo describes a column: its name and PostgreSQL type name.

@@ -81,14 +81,14 @@ func (h *Hub) seed(ctx context.Context, rels map[store.RelationKey]*store.Relati
 	// The newest schema version of each table.
 	newest := map[string]*store.Relation{}
 	for _, rel := range rels {
-		name := rel.QualifiedName()
+		name := rel.TableName()
 		if cur, ok := newest[name]; !ok || rel.Key.LSN > cur.Key.LSN {
 			newest[name] = rel
 		}
 	}
 	var held store.LSN
 	for name, rel := range newest {
-		tbl, err := delta.Open(ctx, filepath.Join(h.tablesDir, name))
+		tbl, err := delta.Open(ctx, filepath.Join(h.tablesDir, rel.DirName()))
 		var snap *delta.Snapshot
 		if err == nil {
 			snap, err = tbl.Snapshot(ctx)
@@ -106,7 +106,7 @@ func (h *Hub) seed(ctx context.Context, rels map[store.RelationKey]*store.Relati
 			t.overflow, t.rows = true, nil
 			continue
 		}
-		if v, ok := snap.AppTransactionVersion(appIDPrefix + "/" + name + "/mirror"); ok {
+		if v, ok := snap.AppTransactionVersion(appIDPrefix + "/" + rel.DirName() + "/mirror"); ok {
 			t.seededTo = store.LSN(v)
 			held = max(held, t.seededTo)
 		}

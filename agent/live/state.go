@@ -29,7 +29,7 @@ type rowState struct {
 }
 
 func newTableState(rel *store.Relation) *tableState {
-	return &tableState{name: rel.QualifiedName(), rel: rel, rows: map[string]*rowState{}}
+	return &tableState{name: rel.TableName(), rel: rel, rows: map[string]*rowState{}}
 }
 
 // keyOf returns the key values of a row laid out per rel, and their string

@@ -65,7 +65,7 @@ func (h *Hub) readMirror(ctx context.Context, table string, version int64, asOf 
 	if h.tablesDir == "" {
 		return nil, errNoMirror
 	}
-	t, err := delta.Open(ctx, filepath.Join(h.tablesDir, table))
+	t, err := delta.Open(ctx, filepath.Join(h.tablesDir, rel.DirName()))
 	if err != nil {
 		return nil, errNoMirror
 	}

@@ -35,7 +35,7 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.
 	if err != nil {
 		return nil, fmt.Errorf("describe %s: %w", t, err)
 	}
-	rel := &store.Relation{Schema: t.Schema, Name: t.Name}
+	rel := &store.Relation{Schema: t.Schema, Name: t.Name, Table: t.String()}
 	for rows.Next() {
 		var col store.Column
 		var ident string

@@ -32,8 +32,9 @@ type Source struct {
 	// Positions, updated per message without a lock.
 	confirmedLSN, receivedLSN, serverWALEnd atomic.Uint64
 	lastCommitMicros                        atomic.Int64
-	// Counts since start: transactions queued, row changes received.
-	txnsQueued, changesReceived atomic.Int64
+	// Counts since start: transactions queued, row changes received, and
+	// row changes of tables not in Config.Tables passed over.
+	txnsQueued, changesReceived, changesIgnored atomic.Int64
 	// catchingUp is what OnCatchUp was last told (the capture goroutine's
 	// own); backlogEnd is the server's WAL end when it last turned false.
 	catchingUp bool
@@ -41,6 +42,10 @@ type Source struct {
 	// beatBy is when the capture loop promises to beat again (Unix
 	// nanoseconds); see Alive.
 	beatBy atomic.Int64
+
+	// noted holds what was logged once per table OID: a table passed over,
+	// or a captured table PostgreSQL names differently now.
+	noted sync.Map
 
 	// beforeCommit, when set, is called before each commit of the state
 	// file; an error it returns fails the commit as a crash there would
@@ -116,6 +121,10 @@ type Status struct {
 	// counts the row changes received, including those of streamed
 	// transactions that were later aborted, and the snapshot's rows.
 	Transactions, Changes int64
+	// IgnoredChanges counts the row changes passed over since start
+	// because their table is not in Config.Tables (a publication shared
+	// with other consumers, or FOR ALL TABLES).
+	IgnoredChanges int64
 }
 
 // New returns a source that writes into db.
@@ -166,6 +175,7 @@ func (s *Source) Status() Status {
 	st.ReceivedLSN = store.LSN(s.receivedLSN.Load())
 	st.ServerWALEnd = store.LSN(s.serverWALEnd.Load())
 	st.Transactions, st.Changes = s.txnsQueued.Load(), s.changesReceived.Load()
+	st.IgnoredChanges = s.changesIgnored.Load()
 	if us := s.lastCommitMicros.Load(); us != 0 {
 		st.LastCommitTime = time.UnixMicro(us)
 	}
@@ -383,7 +393,12 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	}
 	s.log.Info("streaming from PostgreSQL", "slot", s.cfg.Slot, "from", start.String(),
 		"logical_decoding_work_mem", cmp.Or(DecodingWorkMem(s.cfg.LogicalDecodingWorkMem), "server"))
-	st := &stream{s: s, conn: repl, sql: conn, decoders: decoders, rels: rels, lastQueued: start, received: start, open: map[uint32]bool{}}
+	tables, err := configuredTables(ctx, conn, s.cfg.Tables)
+	if err != nil {
+		return err
+	}
+	st := &stream{s: s, conn: repl, sql: conn, decoders: decoders, rels: rels, tables: tables, ignored: map[uint32]bool{},
+		lastQueued: start, received: start, open: map[uint32]bool{}}
 	s.receivedLSN.Store(uint64(start))
 	// Know how far behind the server this session starts before saying
 	// it streams: later stages hold back while capture catches up.

@@ -43,6 +43,10 @@ type stream struct {
 	sql      *pgx.Conn
 	decoders *typeDecoders
 	rels     map[uint32]*relationDecoder
+	// tables are the configured tables by OID: the changes of every
+	// other table are passed over (ignored holds their OIDs).
+	tables  map[uint32]Table
+	ignored map[uint32]bool
 
 	// lastQueued is the end LSN of the newest transaction handed to the
 	// writer; a transaction PostgreSQL sends again at or below it is dropped.
@@ -339,8 +343,8 @@ func (st *stream) idle() bool { return !st.inTxn && !st.inStream && len(st.open)
 func (st *stream) handle(data []byte, at store.LSN) error {
 	switch data[0] {
 	case 'I', 'U', 'D':
-		xid, c, err := st.rowChangeOf(data)
-		if err != nil {
+		xid, c, captured, err := st.rowChangeOf(data)
+		if err != nil || !captured {
 			return err
 		}
 		st.s.changesReceived.Add(1)
@@ -360,6 +364,10 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 		return st.commit(m)
 	case *pglogrepl.TruncateMessageV2:
 		for _, oid := range m.RelationIDs {
+			if st.ignored[oid] {
+				st.s.changesIgnored.Add(1)
+				continue
+			}
 			rd, err := st.relationFor(oid)
 			if err != nil {
 				return err
@@ -399,10 +407,27 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 // version of the table already recorded: keys never collide, and a version
 // is never overwritten while queued changes still refer to it.
 func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
+	t, ok := st.tables[m.RelationID]
+	if !ok {
+		st.ignored[m.RelationID] = true
+		if _, logged := st.s.noted.LoadOrStore(m.RelationID, true); !logged {
+			st.s.log.Warn("passing over the changes of a table not in source.tables (the publication has more tables than the agent captures)",
+				"oid", m.RelationID, "schema", m.Namespace, "table", m.RelationName)
+		}
+		return nil
+	}
+	delete(st.ignored, m.RelationID)
+	if m.Namespace != t.Schema || m.RelationName != t.Name {
+		if _, logged := st.s.noted.LoadOrStore(m.RelationID, true); !logged {
+			st.s.log.Warn("a captured table has another name in PostgreSQL now; its Delta tables keep the configured name",
+				"table", t.String(), "oid", m.RelationID, "now_schema", m.Namespace, "now_table", m.RelationName)
+		}
+	}
 	rel := &store.Relation{
 		Key:             store.RelationKey{OID: m.RelationID},
 		Schema:          m.Namespace,
 		Name:            m.RelationName,
+		Table:           t.String(),
 		ReplicaIdentity: m.ReplicaIdentity,
 		Columns:         make([]store.Column, len(m.Columns)),
 	}

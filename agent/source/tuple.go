@@ -135,22 +135,27 @@ func (rd *relationDecoder) decodeTuple(tuple []byte, slab *valueSlab) ([]store.V
 	return vals, nil
 }
 
-// rowChangeOf parses and decodes a row message into a change.
-func (st *stream) rowChangeOf(data []byte) (uint32, store.Change, error) {
+// rowChangeOf parses and decodes a row message into a change; captured is
+// false, and nothing decoded, for a change of a table passed over.
+func (st *stream) rowChangeOf(data []byte) (xid uint32, c store.Change, captured bool, err error) {
 	rc, err := parseRowChange(bytes.Clone(data), st.inStream)
 	if err != nil {
-		return 0, store.Change{}, fmt.Errorf("parse pgoutput message: %w", err)
+		return 0, store.Change{}, false, fmt.Errorf("parse pgoutput message: %w", err)
+	}
+	if st.ignored[rc.relation] {
+		st.s.changesIgnored.Add(1)
+		return 0, store.Change{}, false, nil
 	}
 	rd, err := st.relationFor(rc.relation)
 	if err != nil {
-		return 0, store.Change{}, err
+		return 0, store.Change{}, false, err
 	}
-	c := store.Change{Op: rc.op, Relation: rd.rel.Key, OldIsKey: rc.oldKind == 'K'}
+	c = store.Change{Op: rc.op, Relation: rd.rel.Key, OldIsKey: rc.oldKind == 'K'}
 	if c.New, err = rd.decodeTuple(rc.new, &st.slab); err != nil {
-		return 0, store.Change{}, err
+		return 0, store.Change{}, false, err
 	}
 	if c.Old, err = rd.decodeTuple(rc.old, &st.slab); err != nil {
-		return 0, store.Change{}, err
+		return 0, store.Change{}, false, err
 	}
-	return rc.xid, c, nil
+	return rc.xid, c, true, nil
 }

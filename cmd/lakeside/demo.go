@@ -217,7 +217,7 @@ func (p *capturePrinter) print() {
 				for _, ch := range changes {
 					name := "?"
 					if rel := p.rels[ch.Relation]; rel != nil {
-						name = rel.QualifiedName()
+						name = rel.TableName()
 					}
 					k := ch.Op.String() + " " + name
 					if counts[k] == 0 {
