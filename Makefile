@@ -109,7 +109,7 @@ test-short:
 # goroutines share state (capture reads and writes on goroutines of its own,
 # a flush writes its tables side by side, and the agent's stages share the
 # state file).
-RACE_PACKAGES := ./agent ./agent/applier ./agent/source ./store ./uploader
+RACE_PACKAGES := ./agent ./agent/internal/applier ./agent/internal/source ./store ./uploader
 
 test: deps vet
 	mkdir -p dist/test-artifacts

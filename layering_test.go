@@ -17,21 +17,23 @@ const module = "github.com/lakeside/lakeside/"
 // wires them), and delta and store import nothing of the module. The
 // longest matching prefix applies.
 var layers = map[string][]string{
-	"cmd/":            {"agent", "store", "delta", "uploader"},
-	"agent":           {"agent/", "store", "delta", "uploader"},
-	"agent/source":    {"store"},
-	"agent/applier":   {"store", "delta"},
-	"agent/live":      {"agent/live/", "store", "delta"},
-	"agent/pgcluster": {},
-	"agent/pgtest":    {"agent/pgcluster"},
-	"uploader":        {"uploader/", "store", "delta"},
-	"delta":           {"delta/"},
-	"store":           {},
-	"packaging":       {},
+	"cmd/":                   {"agent", "store", "delta", "uploader", "internal/pgcluster"},
+	"agent":                  {"agent/", "store", "delta", "uploader"},
+	"agent/internal/source":  {"store"},
+	"agent/internal/applier": {"store", "delta"},
+	"agent/internal/live":    {"agent/internal/live/", "store", "delta"},
+	"internal/pgcluster":     {},
+	"internal/pgtest":        {"internal/pgcluster"},
+	"internal/s3test":        {},
+	"internal/deltatest":     {"delta"},
+	"uploader":               {"uploader/", "store", "delta"},
+	"delta":                  {"delta/"},
+	"store":                  {},
+	"packaging":              {},
 }
 
 // testHelpers are packages for tests only: no other code imports them.
-var testHelpers = []string{"agent/pgtest", "uploader/s3test", "delta/deltatest"}
+var testHelpers = []string{"internal/pgtest", "internal/s3test", "internal/deltatest"}
 
 // TestImportLayering checks every package's imports (test files aside)
 // against layers.

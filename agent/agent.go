@@ -20,10 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
 
-	"github.com/lakeside/lakeside/agent/applier"
-	"github.com/lakeside/lakeside/agent/live"
-	"github.com/lakeside/lakeside/agent/live/web"
-	"github.com/lakeside/lakeside/agent/source"
+	"github.com/lakeside/lakeside/agent/internal/applier"
+	"github.com/lakeside/lakeside/agent/internal/live"
+	"github.com/lakeside/lakeside/agent/internal/live/web"
+	"github.com/lakeside/lakeside/agent/internal/source"
 	"github.com/lakeside/lakeside/store"
 	"github.com/lakeside/lakeside/uploader"
 	"github.com/lakeside/lakeside/uploader/replica"
@@ -75,8 +75,8 @@ func (a *Agent) ShareCPUs(catchingUp, otherwise int) {
 	a.threads = newThreads(a.log, catchingUp, otherwise, nil)
 }
 
-// SourceConfig converts the configuration for the replication source.
-func (c *Config) SourceConfig(log *slog.Logger) source.Config {
+// sourceConfig converts the configuration for the replication source.
+func (c *Config) sourceConfig(log *slog.Logger) source.Config {
 	return source.Config{
 		DSN:                    c.Source.DSN,
 		Slot:                   c.Source.Slot,
@@ -162,7 +162,7 @@ func (a *Agent) Open() error {
 	}
 	a.app = applier.New(appCfg, db)
 
-	srcCfg := a.cfg.SourceConfig(a.log.With("component", "source"))
+	srcCfg := a.cfg.sourceConfig(a.log.With("component", "source"))
 	srcCfg.OnDurable = func() {
 		a.hub.Notify()
 		a.app.Notify()

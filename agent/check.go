@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lakeside/lakeside/agent/source"
+	"github.com/lakeside/lakeside/agent/internal/source"
 	"github.com/lakeside/lakeside/uploader"
 	"github.com/lakeside/lakeside/uploader/replica"
 )
@@ -29,6 +29,24 @@ const minFreeBytes = 1 << 30
 
 // replicaCheckTimeout bounds the replica checks, whose client retries.
 const replicaCheckTimeout = 15 * time.Second
+
+// CheckPostgres runs the capture preflight: the connection, then the
+// server's settings, the role and the tables. An error means a check could
+// not be made at all.
+func CheckPostgres(ctx context.Context, cfg *Config) ([]Check, error) {
+	scfg := cfg.sourceConfig(nil)
+	conn, err := scfg.Connect(ctx)
+	if err != nil {
+		return []Check{{Name: "connect to PostgreSQL", Problem: err.Error(),
+			Fix: "check source.dsn, that the server runs, and pg_hba.conf"}}, nil
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	checks, err := source.Preflight(ctx, conn, scfg)
+	if err != nil {
+		return nil, err
+	}
+	return append([]Check{{Name: "connect to PostgreSQL", OK: true}}, checks...), nil
+}
 
 // CheckStateDir checks that state_dir is writable and has room: at least
 // 1 GiB free beyond replica.max_backlog, the budget of data waiting for the

@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/lakeside/lakeside/agent/applier"
-	"github.com/lakeside/lakeside/agent/source"
+	"github.com/lakeside/lakeside/agent/internal/applier"
+	"github.com/lakeside/lakeside/agent/internal/source"
 	"github.com/lakeside/lakeside/uploader"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lakeside/lakeside/agent/live"
+	"github.com/lakeside/lakeside/agent/internal/live"
 )
 
 // HTTPOff is the http.listen value that disables the HTTP server.

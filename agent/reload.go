@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/lakeside/lakeside/agent/live"
+	"github.com/lakeside/lakeside/agent/internal/live"
 )
 
 // Change is one configuration key whose value differs between the running

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/lakeside/lakeside/agent/live"
+	"github.com/lakeside/lakeside/agent/internal/live"
 )
 
 func parse(t *testing.T, extra string) *Config {

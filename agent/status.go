@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/lakeside/lakeside/agent/applier"
+	"github.com/lakeside/lakeside/agent/internal/applier"
 	"github.com/lakeside/lakeside/store"
 	"github.com/lakeside/lakeside/uploader"
 )

@@ -13,10 +13,10 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/lakeside/lakeside/delta"
-	"github.com/lakeside/lakeside/delta/deltatest"
+	"github.com/lakeside/lakeside/internal/deltatest"
+	"github.com/lakeside/lakeside/internal/s3test"
 	"github.com/lakeside/lakeside/store"
 	"github.com/lakeside/lakeside/uploader"
-	"github.com/lakeside/lakeside/uploader/s3test"
 )
 
 // vacuumTable is a local table whose every version replaces the data file,

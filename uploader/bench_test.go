@@ -13,8 +13,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/lakeside/lakeside/internal/s3test"
 	"github.com/lakeside/lakeside/uploader"
-	"github.com/lakeside/lakeside/uploader/s3test"
 )
 
 // benchRounds is how many times the throughput is measured; medians are

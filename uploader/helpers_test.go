@@ -17,11 +17,11 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/internal/s3test"
 	"github.com/lakeside/lakeside/store"
 	"github.com/lakeside/lakeside/uploader"
 	"github.com/lakeside/lakeside/uploader/file"
 	"github.com/lakeside/lakeside/uploader/s3"
-	"github.com/lakeside/lakeside/uploader/s3test"
 )
 
 const site = "branch-1"

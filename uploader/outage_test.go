@@ -17,10 +17,10 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/internal/s3test"
 	"github.com/lakeside/lakeside/uploader"
 	"github.com/lakeside/lakeside/uploader/file"
 	"github.com/lakeside/lakeside/uploader/s3"
-	"github.com/lakeside/lakeside/uploader/s3test"
 )
 
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/internal/s3test"
 	"github.com/lakeside/lakeside/uploader"
-	"github.com/lakeside/lakeside/uploader/s3test"
 )
 
 // eachBackend runs fn against the file backend and against versitygw.

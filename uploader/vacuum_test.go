@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
-	"github.com/lakeside/lakeside/delta/deltatest"
+	"github.com/lakeside/lakeside/internal/deltatest"
 	"github.com/lakeside/lakeside/store"
 	"github.com/lakeside/lakeside/uploader"
 )

@@ -18,8 +18,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/jackc/pglogrepl"
 
-	"github.com/lakeside/lakeside/agent/live"
-	"github.com/lakeside/lakeside/agent/pgtest"
+	"github.com/lakeside/lakeside/internal/pgtest"
 )
 
 // TestBenchLiveView measures the live view: 200 WebSocket clients on 4
@@ -100,8 +99,17 @@ func TestBenchLiveView(t *testing.T) {
 					break
 				}
 				now := time.Now()
-				var m live.Changes
-				if json.Unmarshal(data, &m) != nil || m.Type != live.TypeChanges {
+				// A "changes" message of the live stream, as a client
+				// reads it.
+				var m struct {
+					Type string `json:"type"`
+					Txns []struct {
+						Changes []struct {
+							Row map[string]json.RawMessage `json:"row"`
+						} `json:"changes"`
+					} `json:"txns"`
+				}
+				if json.Unmarshal(data, &m) != nil || m.Type != "changes" {
 					continue
 				}
 				for _, txn := range m.Txns {

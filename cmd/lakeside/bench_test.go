@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/lakeside/lakeside/agent"
-	"github.com/lakeside/lakeside/agent/pgtest"
+	"github.com/lakeside/lakeside/internal/pgtest"
 	"github.com/lakeside/lakeside/store"
 )
 

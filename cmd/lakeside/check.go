@@ -7,7 +7,6 @@ import (
 	"io"
 
 	"github.com/lakeside/lakeside/agent"
-	"github.com/lakeside/lakeside/agent/source"
 )
 
 // checkCommand runs the preflight checks and nothing else.
@@ -32,7 +31,7 @@ func (c *checkCommand) Run(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(c.stdout, "✓ configuration %s\n", c.configPath)
-	checks, err := c.postgres(ctx, cfg)
+	checks, err := agent.CheckPostgres(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -49,21 +48,4 @@ func (c *checkCommand) Run(ctx context.Context) error {
 		return fmt.Errorf("%d of %d checks failed", bad, len(checks)+1)
 	}
 	return nil
-}
-
-// postgres runs the capture preflight: the connection, then the server's
-// settings, the role and the tables.
-func (c *checkCommand) postgres(ctx context.Context, cfg *agent.Config) ([]agent.Check, error) {
-	scfg := cfg.SourceConfig(nil)
-	conn, err := scfg.Connect(ctx)
-	if err != nil {
-		return []agent.Check{{Name: "connect to PostgreSQL", Problem: err.Error(),
-			Fix: "check source.dsn, that the server runs, and pg_hba.conf"}}, nil
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	checks, err := source.Preflight(ctx, conn, scfg)
-	if err != nil {
-		return nil, err
-	}
-	return append([]agent.Check{{Name: "connect to PostgreSQL", OK: true}}, checks...), nil
 }

@@ -15,8 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeside/lakeside/agent"
-	"github.com/lakeside/lakeside/agent/pgcluster"
-	"github.com/lakeside/lakeside/agent/source"
+	"github.com/lakeside/lakeside/internal/pgcluster"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -120,7 +119,7 @@ http:
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 
-	go runDemoWorkload(ctx, cfg.SourceConfig(nil), log)
+	go runDemoWorkload(ctx, cluster.DSN("shop"), log)
 	printer := &capturePrinter{w: c.stdout, db: a.DB()}
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -140,8 +139,8 @@ http:
 
 // runDemoWorkload changes stock levels and prices steadily, with an
 // occasional new product, until ctx ends.
-func runDemoWorkload(ctx context.Context, cfg source.Config, log *slog.Logger) {
-	conn, err := cfg.Connect(ctx)
+func runDemoWorkload(ctx context.Context, dsn string, log *slog.Logger) {
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		log.Error("demo workload", "err", err)
 		return

@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeside/lakeside/agent"
-	"github.com/lakeside/lakeside/agent/pgtest"
+	"github.com/lakeside/lakeside/internal/pgtest"
 )
 
 // crashSchema: every workload transaction first bumps the one counter row,

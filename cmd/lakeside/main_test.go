@@ -18,9 +18,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeside/lakeside/agent"
-	"github.com/lakeside/lakeside/agent/pgcluster"
-	"github.com/lakeside/lakeside/agent/pgtest"
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/internal/pgcluster"
+	"github.com/lakeside/lakeside/internal/pgtest"
 	"github.com/lakeside/lakeside/store"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/lakeside/lakeside/agent"
 	"github.com/lakeside/lakeside/delta"
-	"github.com/lakeside/lakeside/uploader/s3test"
+	"github.com/lakeside/lakeside/internal/s3test"
 )
 
 // TestReplicaOutageBackpressureAndCatchUp runs the real agent against a

@@ -17,7 +17,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
-	"github.com/lakeside/lakeside/uploader/s3test"
+	"github.com/lakeside/lakeside/internal/s3test"
 )
 
 // notifyListener is the service manager's end of the notify protocol: a

@@ -15,12 +15,12 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/lakeside/lakeside/agent/live"
-	"github.com/lakeside/lakeside/agent/live/web"
+	"github.com/lakeside/lakeside/agent/internal/live"
+	"github.com/lakeside/lakeside/agent/internal/live/web"
 )
 
 // fakeAgent is a small server implementing the stream protocol of
-// agent/live/protocol.go over an in-memory state, plus a settable
+// agent/internal/live/protocol.go over an in-memory state, plus a settable
 // /api/v1/status, and the embedded page at /.
 type fakeAgent struct {
 	t      *testing.T

@@ -139,7 +139,7 @@ func abs(x int64) int64 {
 
 // typesTableSQL reads the shared table with a column of every mapped type.
 func typesTableSQL() string {
-	b, err := os.ReadFile("../../testdata/sql/types.sql")
+	b, err := os.ReadFile("../../../testdata/sql/types.sql")
 	if err != nil {
 		panic(err)
 	}

@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lakeside/lakeside/agent/pgtest"
-	"github.com/lakeside/lakeside/agent/source"
+	"github.com/lakeside/lakeside/agent/internal/source"
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/internal/pgtest"
 	"github.com/lakeside/lakeside/store"
 )
 

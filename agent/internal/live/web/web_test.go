@@ -14,7 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/gorilla/websocket"
 
-	"github.com/lakeside/lakeside/agent/live"
+	"github.com/lakeside/lakeside/agent/internal/live"
 )
 
 // Sample inventory tables: products keyed by an int8 id (a JSON string on

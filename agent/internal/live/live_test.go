@@ -17,9 +17,9 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lakeside/lakeside/agent/applier"
-	"github.com/lakeside/lakeside/agent/pgtest"
-	"github.com/lakeside/lakeside/agent/source"
+	"github.com/lakeside/lakeside/agent/internal/applier"
+	"github.com/lakeside/lakeside/agent/internal/source"
+	"github.com/lakeside/lakeside/internal/pgtest"
 	"github.com/lakeside/lakeside/store"
 )
 

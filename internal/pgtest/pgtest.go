@@ -18,7 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lakeside/lakeside/agent/pgcluster"
+	"github.com/lakeside/lakeside/internal/pgcluster"
 )
 
 // cleanupTimeout bounds each cleanup step; the test's context is already

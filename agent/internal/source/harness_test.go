@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lakeside/lakeside/agent/pgcluster"
-	"github.com/lakeside/lakeside/agent/pgtest"
+	"github.com/lakeside/lakeside/internal/pgcluster"
+	"github.com/lakeside/lakeside/internal/pgtest"
 	"github.com/lakeside/lakeside/store"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lakeside/lakeside/agent/pgcluster"
+	"github.com/lakeside/lakeside/internal/pgcluster"
 )
 
 // start starts a cluster and registers its removal; it fails the test with

@@ -42,7 +42,7 @@ INSERT INTO types VALUES
 
 func TestTypesRoundTrip(t *testing.T) {
 	h := newHarness(t, map[string]string{"timezone": "Europe/Berlin"})
-	sql, err := os.ReadFile("../../testdata/sql/types.sql")
+	sql, err := os.ReadFile("../../../testdata/sql/types.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
