@@ -91,7 +91,49 @@ func Preflight(ctx context.Context, conn *pgx.Conn, cfg Config) ([]Check, error)
 	for _, t := range cfg.Tables {
 		checks = append(checks, checkTable(ctx, conn, t, quotedRole)...)
 	}
+	c, err := checkPartitionRoot(ctx, conn, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		add(*c)
+	}
 	return checks, nil
+}
+
+// checkPartitionRoot checks that an existing publication publishes the
+// changes of a configured partitioned table as the table's own
+// (publish_via_partition_root), not as its partitions', which are not
+// captured. It returns nil when no configured table is partitioned or the
+// publication does not exist yet (the agent creates it so).
+func checkPartitionRoot(ctx context.Context, conn *pgx.Conn, cfg Config) (*Check, error) {
+	var roots []string
+	for _, t := range cfg.Tables {
+		var partitioned bool
+		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'p')`, t.Schema, t.Name).Scan(&partitioned)
+		if err != nil {
+			return nil, fmt.Errorf("preflight: %w", err)
+		}
+		if partitioned {
+			roots = append(roots, t.String())
+		}
+	}
+	if len(roots) == 0 {
+		return nil, nil
+	}
+	var viaRoot *bool
+	err := conn.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, cfg.Publication).Scan(&viaRoot)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("preflight: %w", err)
+	}
+	pub := pgx.Identifier{cfg.Publication}.Sanitize()
+	return &Check{Name: "publication " + cfg.Publication + " publishes partitioned tables as a whole", OK: viaRoot != nil && *viaRoot,
+		Problem: "publish_via_partition_root is off, so the changes of " + strings.Join(roots, ", ") + " would come as their partitions'",
+		Fix:     "ALTER PUBLICATION " + pub + " SET (publish_via_partition_root = true);"}, nil
 }
 
 // checkTable checks that a table exists, can be read, and identifies its rows.

@@ -86,15 +86,24 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) (created
 		for i, t := range cfg.Tables {
 			names[i] = t.Quoted()
 		}
-		sql := "CREATE PUBLICATION " + pub + " FOR TABLE " + strings.Join(names, ", ")
+		// A partitioned table's changes come as the table's own, not
+		// as its partitions'.
+		sql := "CREATE PUBLICATION " + pub + " FOR TABLE " + strings.Join(names, ", ") + " WITH (publish_via_partition_root = true)"
 		if _, err := conn.Exec(ctx, sql); err != nil {
 			return false, nil, fatalf("create publication: %w (run as the tables' owner: %s;)", err, sql)
 		}
 		return true, nil, nil
 	}
 	for _, t := range cfg.Tables {
+		// The table itself is a member (a partitioned table's
+		// partitions are listed in pg_publication_tables instead of it
+		// without publish_via_partition_root), or every table is.
 		var in bool
-		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
+		err := conn.QueryRow(ctx, `SELECT EXISTS (
+			SELECT 1 FROM pg_publication p
+			JOIN pg_class c ON true JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE p.pubname = $1 AND n.nspname = $2 AND c.relname = $3
+			  AND (p.puballtables OR EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = c.oid)))`,
 			cfg.Publication, t.Schema, t.Name).Scan(&in)
 		if err != nil {
 			return false, nil, fmt.Errorf("read publication: %w", err)

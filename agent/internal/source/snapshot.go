@@ -80,13 +80,21 @@ func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName 
 		rd := decoders.forRelation(rel)
 		rels[rel.Key.OID] = rd
 		var estimate int64
-		_ = conn.QueryRow(ctx, `SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1`, rel.Key.OID).Scan(&estimate)
+		var partitioned bool
+		err = conn.QueryRow(ctx, `SELECT greatest(reltuples, 0)::bigint, relkind = 'p' FROM pg_class WHERE oid = $1`, rel.Key.OID).Scan(&estimate, &partitioned)
+		if err != nil {
+			return fmt.Errorf("snapshot %s: %w", t, err)
+		}
 		cols := make([]string, len(rel.Columns))
 		for i, c := range rel.Columns {
 			cols[i] = pgx.Identifier{c.Name}.Sanitize()
 		}
 		cp := &copyReader{src: s, rd: rd, log: s.log.With("table", t.String()), estimate: estimate, started: time.Now(), lastLog: time.Now()}
 		sql := "COPY " + t.Quoted() + " (" + strings.Join(cols, ", ") + ") TO STDOUT"
+		if partitioned {
+			// COPY reads a partitioned table only through a query.
+			sql = "COPY (SELECT " + strings.Join(cols, ", ") + " FROM " + t.Quoted() + ") TO STDOUT"
+		}
 		if _, err := conn.PgConn().CopyTo(ctx, cp, sql); err != nil {
 			return fmt.Errorf("snapshot %s: %w", t, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -411,8 +412,13 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	if !ok {
 		st.ignored[m.RelationID] = true
 		if _, logged := st.s.noted.LoadOrStore(m.RelationID, true); !logged {
-			st.s.log.Warn("passing over the changes of a table not in source.tables (the publication has more tables than the agent captures)",
-				"oid", m.RelationID, "schema", m.Namespace, "table", m.RelationName)
+			level, msg := slog.LevelWarn, "passing over the changes of a table not in source.tables (the publication has more tables than the agent captures)"
+			if st.partitionOfCaptured(m.RelationID) {
+				// PostgreSQL describes a partition too; its changes
+				// come as the partitioned table's.
+				level, msg = slog.LevelDebug, "a partition of a captured table; its changes come as the table's"
+			}
+			st.s.log.Log(context.Background(), level, msg, "oid", m.RelationID, "schema", m.Namespace, "table", m.RelationName)
 		}
 		return nil
 	}
@@ -459,6 +465,21 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	}
 	st.rels[m.RelationID] = st.decoders.forRelation(rel)
 	return st.s.writer.send(writeOp{kind: opRelation, rel: rel})
+}
+
+// partitionOfCaptured reports whether the table oid is a partition of a
+// captured table (false when the catalog cannot say).
+func (st *stream) partitionOfCaptured(oid uint32) bool {
+	roots := make([]uint32, 0, len(st.tables))
+	for root := range st.tables {
+		roots = append(roots, root)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var in bool
+	err := st.sql.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_partition_ancestors($1) a WHERE a.relid = ANY ($2::oid[]))`,
+		oid, roots).Scan(&in)
+	return err == nil && in
 }
 
 // newestVersion returns the newest recorded schema version of a table, or nil.
