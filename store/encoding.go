@@ -410,11 +410,14 @@ func encodeRelation(r *Relation) []byte {
 		e.str(c.Name)
 		e.uvarint(uint64(c.TypeOID))
 		e.varint(int64(c.TypeMod))
-		key := byte(0)
+		flags := byte(0)
 		if c.Key {
-			key = 1
+			flags |= 1
 		}
-		e.byte1(key)
+		if c.PrimaryKey {
+			flags |= 2
+		}
+		e.byte1(flags)
 	}
 	e.str(r.Table)
 	return e.finish()
@@ -435,7 +438,8 @@ func decodeRelation(data []byte) (*Relation, error) {
 		c.Name = d.str()
 		c.TypeOID = uint32(d.uvarint())
 		c.TypeMod = int32(d.varint())
-		c.Key = d.byte1() == 1
+		flags := d.byte1()
+		c.Key, c.PrimaryKey = flags&1 != 0, flags&2 != 0
 	}
 	if len(d.buf) > 0 {
 		// Table was added after the first records; older ones end here.

@@ -36,7 +36,62 @@ type Column struct {
 	Name    string
 	TypeOID uint32
 	TypeMod int32
-	Key     bool
+	// Key is set for a column of the replica identity (every column
+	// under REPLICA IDENTITY FULL), as PostgreSQL flags it.
+	Key bool
+	// PrimaryKey is set for a column of the table's primary key.
+	PrimaryKey bool
+}
+
+// KeyColumns returns the positions of the columns that identify a row:
+// the primary key under REPLICA IDENTITY FULL (whose old rows hold it), and
+// otherwise the replica identity's columns. Under FULL without a primary
+// key it is every column, and rows are a multiset (see Multiset).
+func (r *Relation) KeyColumns() []int {
+	var out []int
+	byPK := r.keyedByPrimaryKey()
+	for i := range r.Columns {
+		if r.isKey(i, byPK) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// keyedByPrimaryKey reports whether rows are identified by the primary key
+// rather than by the replica identity's columns: under REPLICA IDENTITY
+// FULL with a primary key.
+func (r *Relation) keyedByPrimaryKey() bool {
+	return r.ReplicaIdentity == 'f' && slices.ContainsFunc(r.Columns, func(c Column) bool { return c.PrimaryKey })
+}
+
+// isKey reports whether column i identifies rows (see KeyColumns).
+func (r *Relation) isKey(i int, byPK bool) bool {
+	if byPK {
+		return r.Columns[i].PrimaryKey
+	}
+	return r.Columns[i].Key
+}
+
+// KeyOf calls fn with the position of each column that identifies a row,
+// in order (see KeyColumns), allocating nothing.
+func (r *Relation) KeyOf(fn func(i int)) {
+	byPK := r.keyedByPrimaryKey()
+	for i := range r.Columns {
+		if r.isKey(i, byPK) {
+			fn(i)
+		}
+	}
+}
+
+// Multiset reports whether the table's rows are not identified by a key:
+// REPLICA IDENTITY FULL without a primary key, or no replica identity.
+// Equal rows are then as many copies.
+func (r *Relation) Multiset() bool {
+	if r.ReplicaIdentity == 'f' {
+		return !slices.ContainsFunc(r.Columns, func(c Column) bool { return c.PrimaryKey })
+	}
+	return !slices.ContainsFunc(r.Columns, func(c Column) bool { return c.Key })
 }
 
 // SameShape reports whether two relations describe the same table layout,

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -70,5 +71,36 @@ func TestRelationRoundTrip(t *testing.T) {
 	}
 	if got.Table != "" || got.TableName() != "public.renamed" || got.DirName() != "public.renamed" {
 		t.Fatalf("a record without Table: %+v", got)
+	}
+}
+
+// TestKeyColumns checks which columns identify a row: the primary key
+// whatever the replica identity, else the identity's columns; a table
+// under FULL without a primary key, or without an identity, is a multiset.
+func TestKeyColumns(t *testing.T) {
+	cols := func(flags ...[2]bool) []Column {
+		out := make([]Column, len(flags))
+		for i, f := range flags {
+			out[i] = Column{Name: string(rune('a' + i)), Key: f[0], PrimaryKey: f[1]}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name     string
+		rel      Relation
+		key      []int
+		multiset bool
+	}{
+		{"default", Relation{ReplicaIdentity: 'd', Columns: cols([2]bool{true, true}, [2]bool{}, [2]bool{})}, []int{0}, false},
+		{"full with a primary key", Relation{ReplicaIdentity: 'f', Columns: cols([2]bool{true, false}, [2]bool{true, true}, [2]bool{true, false})}, []int{1}, false},
+		{"full without one", Relation{ReplicaIdentity: 'f', Columns: cols([2]bool{true, false}, [2]bool{true, false})}, []int{0, 1}, true},
+		{"index", Relation{ReplicaIdentity: 'i', Columns: cols([2]bool{false, true}, [2]bool{true, false})}, []int{1}, false},
+		{"nothing", Relation{ReplicaIdentity: 'n', Columns: cols([2]bool{false, true}, [2]bool{})}, nil, true},
+	} {
+		var via []int
+		tc.rel.KeyOf(func(i int) { via = append(via, i) })
+		if got := tc.rel.KeyColumns(); !slices.Equal(got, tc.key) || !slices.Equal(via, tc.key) || tc.rel.Multiset() != tc.multiset {
+			t.Errorf("%s: key %v (KeyOf %v), multiset %v; want %v, %v", tc.name, got, via, tc.rel.Multiset(), tc.key, tc.multiset)
+		}
 	}
 }

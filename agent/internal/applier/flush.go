@@ -390,7 +390,7 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 	if rel == nil {
 		return fmt.Errorf("%w: oid %d at %s", errNoRelation, ch.Relation.OID, ch.Relation.LSN)
 	}
-	st := a.table(ctx, rel)
+	st := a.table(ctx, rels, rel)
 	if st.held || st.failed() != nil {
 		return nil
 	}
@@ -436,6 +436,18 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 	return nil
 }
 
+// newestVersion returns the newest schema version of rel's table in the
+// schema history.
+func newestVersion(rels map[store.RelationKey]*store.Relation, rel *store.Relation) *store.Relation {
+	newest := rel
+	for k, r := range rels {
+		if k.OID == rel.Key.OID && k.LSN > newest.Key.LSN {
+			newest = r
+		}
+	}
+	return newest
+}
+
 // isUnchanged reports whether v is an unchanged TOAST value.
 func isUnchanged(v store.Value) bool { return v.Kind == store.KindUnchanged }
 
@@ -446,7 +458,7 @@ func isUnchanged(v store.Value) bool { return v.Kind == store.KindUnchanged }
 // without its Delta tables. A table is the configured table its OID was
 // captured as (store.Relation.TableName), whose Delta tables are in
 // directories named safely after it (store.Relation.DirName).
-func (a *Applier) table(ctx context.Context, rel *store.Relation) *sourceTable {
+func (a *Applier) table(ctx context.Context, rels map[store.RelationKey]*store.Relation, rel *store.Relation) *sourceTable {
 	if rel == a.lastRel && a.lastTable != nil {
 		return a.lastTable
 	}
@@ -494,6 +506,13 @@ func (a *Applier) table(ctx context.Context, rel *store.Relation) *sourceTable {
 		if err := fn(); err != nil {
 			st.fail(err)
 			break
+		}
+	}
+	if newest := newestVersion(rels, rel); st.failed() == nil && st.mirror.multiset && !newest.Multiset() {
+		// Created as a multiset by an earlier version, which keyed
+		// REPLICA IDENTITY FULL by every column; the table has a key.
+		if err := st.mirror.rekey(ctx, a, newest); err != nil {
+			st.fail(err)
 		}
 	}
 	a.tables[name] = st

@@ -38,12 +38,15 @@ import (
 // see closer.go), whatever the size of the flush, so the 1M-row initial
 // snapshot is applied like any other transaction.
 //
-// Keys. The key is the replica identity's columns as the first schema
-// version names them, stored in the table configuration lakeside.key. A
-// table whose replica identity is FULL, or that has none, is a multiset:
-// the key is every column, the mirror keeps as many copies of a row as
-// PostgreSQL has, a delete removes one copy, and an update removes one copy
-// of the old row and adds the new one.
+// Keys. The key is the columns that identify a row as the first schema
+// version names them (store.Relation.KeyColumns: the primary key, whatever
+// the replica identity, or the replica identity's columns), stored in the
+// table configuration lakeside.key. A table without a key (REPLICA IDENTITY
+// FULL without a primary key, or no identity) is a multiset: the key is
+// every column, the mirror keeps as many copies of a row as PostgreSQL has,
+// a delete removes one copy, and an update removes one copy of the old row
+// and adds the new one. A mirror made a multiset by an earlier version for
+// a table that has a key is rewritten keyed by it (rekey.go).
 //
 // Appending. Inserts in key order above every key of the mirror are
 // written straight into new data files by the flush's appender (see
@@ -102,7 +105,7 @@ func (a *Applier) openMirror(ctx context.Context, name string, cols *columns, re
 		}
 		first := cols.mapping(rel)
 		conf := map[string]string{}
-		if first.rel.ReplicaIdentity == 'f' || len(first.keyNames) == 0 {
+		if first.rel.Multiset() || len(first.keyNames) == 0 {
 			conf[confMultiset] = "true"
 		} else {
 			k, _ := json.Marshal(first.keyNames)

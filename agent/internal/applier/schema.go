@@ -3,6 +3,7 @@ package applier
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
@@ -67,7 +68,8 @@ type relMapping struct {
 	// mapping was made (-1: none).
 	dst, src []int
 	conv     []converter
-	// keyNames are the replica identity's columns, by data column name.
+	// keyNames are the columns that identify a row, by data column name
+	// (store.Relation.KeyColumns).
 	keyNames []string
 	// onAdder converts and puts the columns on the adder's goroutine,
 	// which writes inserted rows as they were queued (see
@@ -162,6 +164,7 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 	}
 	n := len(rel.Columns)
 	m := &relMapping{rel: rel, dst: make([]int, n), conv: make([]converter, n)}
+	keyCols := rel.KeyColumns()
 	for _, c := range []*adderColumns{&m.onAdder, &m.quietOnAdder} {
 		c.conv, c.put = make([]converter, n), make([]putter, n)
 	}
@@ -195,7 +198,7 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 			ac.cols.conv[i] = converterFor(dt, rel.TableName()+"."+name, ac.w)
 			ac.cols.put[i] = putterFor(dt, ac.cols.conv[i])
 		}
-		if col.Key {
+		if slices.Contains(keyCols, i) {
 			m.keyNames = append(m.keyNames, name)
 		}
 	}

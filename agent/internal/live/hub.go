@@ -425,7 +425,7 @@ func (h *Hub) passOverLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool)
 // REPLICA IDENTITY FULL is keyed by its whole row, so two equal rows are
 // one.) h.mu is held.
 func (h *Hub) overflowsLocked(t *tableState, rel *store.Relation, inserts, deletes int, truncated bool) bool {
-	if truncated || rel.ReplicaIdentity == 'f' || !slices.ContainsFunc(rel.Columns, func(c store.Column) bool { return c.Key }) {
+	if truncated || rel.Multiset() {
 		return false
 	}
 	rows := 0
@@ -787,12 +787,7 @@ func (h *Hub) missingLocked(table string) error {
 // keyValues parses a key given by a client: a JSON array of the key values
 // (as the API returns them), or for a one-column key the plain text.
 func keyValues(rel *store.Relation, s string) ([]store.Value, error) {
-	var keyCols []int
-	for i, c := range rel.Columns {
-		if c.Key {
-			keyCols = append(keyCols, i)
-		}
-	}
+	keyCols := rel.KeyColumns()
 	var parts []json.RawMessage
 	if err := json.Unmarshal([]byte(s), &parts); err != nil || len(parts) != len(keyCols) {
 		if len(keyCols) != 1 {
@@ -826,10 +821,8 @@ func (h *Hub) tableInfo(rel *store.Relation) TableInfo {
 	ti := TableInfo{Name: rel.TableName(), Columns: make([]ColumnInfo, len(rel.Columns)), Key: []string{}, dir: rel.DirName()}
 	for i, c := range rel.Columns {
 		ti.Columns[i] = ColumnInfo{Name: c.Name, Type: typeName(h.types, c.TypeOID)}
-		if c.Key {
-			ti.Key = append(ti.Key, c.Name)
-		}
 	}
+	rel.KeyOf(func(i int) { ti.Key = append(ti.Key, rel.Columns[i].Name) })
 	return ti
 }
 

@@ -37,16 +37,16 @@ func newTableState(rel *store.Relation) *tableState {
 func keyOf(rel *store.Relation, vals []store.Value) ([]store.Value, string) {
 	var key []store.Value
 	b := []byte{'['}
-	for i, c := range rel.Columns {
-		if !c.Key || i >= len(vals) {
-			continue
+	rel.KeyOf(func(i int) {
+		if i >= len(vals) {
+			return
 		}
 		if len(key) > 0 {
 			b = append(b, ',')
 		}
 		key = append(key, vals[i])
 		b = append(b, jsonValue(vals[i])...)
-	}
+	})
 	return key, string(append(b, ']'))
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -437,8 +438,13 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 		ReplicaIdentity: m.ReplicaIdentity,
 		Columns:         make([]store.Column, len(m.Columns)),
 	}
+	pk, err := st.primaryKey(m.RelationID)
+	if err != nil {
+		return err
+	}
 	for i, c := range m.Columns {
-		rel.Columns[i] = store.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 == 1}
+		rel.Columns[i] = store.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 == 1,
+			PrimaryKey: slices.Contains(pk, c.Name)}
 	}
 	cur, had := st.rels[m.RelationID]
 	if had && cur.rel.SameShape(rel) {
@@ -465,6 +471,25 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	}
 	st.rels[m.RelationID] = st.decoders.forRelation(rel)
 	return st.s.writer.send(writeOp{kind: opRelation, rel: rel})
+}
+
+// primaryKey returns the names of the primary key's columns of the table
+// oid, as the catalog has them now: the Relation message flags only the
+// replica identity's columns, every column under REPLICA IDENTITY FULL.
+func (st *stream) primaryKey(oid uint32) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := st.sql.Query(ctx, `SELECT a.attname FROM pg_index i
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+		WHERE i.indrelid = $1 AND i.indisprimary`, oid)
+	if err != nil {
+		return nil, fmt.Errorf("read the primary key of table %d: %w", oid, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read the primary key of table %d: %w", oid, err)
+	}
+	return names, nil
 }
 
 // partitionOfCaptured reports whether the table oid is a partition of a
