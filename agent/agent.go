@@ -50,6 +50,8 @@ type Agent struct {
 	vacuumed vacuumTotals
 	// threads sets GOMAXPROCS by what capture does; nil leaves it alone.
 	threads *threads
+	// tuningOff names the stages' performance tricks turned off.
+	tuningOff TuningOff
 
 	// reloadMu guards effective, the configuration as changed by reloads
 	// (cfg stays as started).
@@ -146,6 +148,9 @@ func (a *Agent) Open() error {
 		EngineInfo:     "lakeside/" + a.version,
 		Defer:          a.catchingUp,
 		BacklogEnd:     a.backlogEnd,
+		NoReadAhead:    a.tuningOff.ReadAhead,
+		NoAdder:        a.tuningOff.Adder,
+		NoWriteback:    a.tuningOff.Writeback,
 		Logger:         a.log.With("component", "applier"),
 	}
 	if a.cfg.HTTP.Listen != HTTPOff {
@@ -163,6 +168,7 @@ func (a *Agent) Open() error {
 	a.app = applier.New(appCfg, db)
 
 	srcCfg := a.cfg.sourceConfig(a.log.With("component", "source"))
+	srcCfg.PlainConnection = a.tuningOff.PollConn
 	srcCfg.OnDurable = func() {
 		a.hub.Notify()
 		a.app.Notify()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -15,7 +16,6 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress"
 	"github.com/parquet-go/parquet-go/compress/snappy"
-	"golang.org/x/sys/unix"
 )
 
 // Compression codecs for data files.
@@ -53,6 +53,10 @@ type WriteOptions struct {
 	// Buffers, when set, lends the writer the column buffers of writers
 	// closed before it and takes its own back when it is closed.
 	Buffers *ColumnBuffers
+	// NoWriteback turns off a performance trick: the writer then leaves
+	// the whole file for the fsync that closes it to write out (see
+	// tuning_writeback.go).
+	NoWriteback bool
 	// ExpectedRows, when more than zero, is how many rows the caller
 	// expects to write into the file. Once the first rows are in (they
 	// tell how many bytes a string of each column takes), the writer
@@ -195,7 +199,11 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 	for _, p := range flbaDecimalPaths(w.data) {
 		options = append(options, parquet.SkipPageBounds(p...), parquet.SkipPageStatistics(p...))
 	}
-	w.writer = parquet.NewGenericWriter[any](&writeback{f: f}, options...)
+	var out io.Writer = &writeback{f: f}
+	if opts.NoWriteback {
+		out = f
+	}
+	w.writer = parquet.NewGenericWriter[any](out, options...)
 	w.stats = newStatsCollector(w.data)
 	w.columns = newColumnarWriter(w.writer, w.data, w.stats, rg, opts.Buffers, key)
 	w.columns.expectRows = int(min(opts.ExpectedRows, rg))
@@ -574,33 +582,4 @@ func appendTwosComplement(dst []byte, u *big.Int, n int) []byte {
 	mod := new(big.Int).Lsh(big.NewInt(1), uint(8*n))
 	new(big.Int).Add(mod, u).FillBytes(dst[start:])
 	return dst
-}
-
-// writebackAfter is how many bytes written to a data file make the kernel
-// start writing them out.
-const writebackAfter = 8 << 20
-
-// writeback writes a data file and has the kernel start writing out each
-// writebackAfter bytes written, without waiting for it (sync_file_range):
-// the fsync that closes the file then waits only for the last of them, and
-// the disk takes a flush's files as they are written rather than in one
-// burst at its end. (A 1M-row flush to a changelog and a mirror took 541
-// ms against 555 ms, medians of 10 alternated runs of 3.)
-type writeback struct {
-	f                *os.File
-	written, started int64
-}
-
-// Write writes p to the file, and starts the writeout of what was written
-// since the last start once that is writebackAfter bytes.
-func (w *writeback) Write(p []byte) (int, error) {
-	n, err := w.f.Write(p)
-	w.written += int64(n)
-	if w.written-w.started >= writebackAfter {
-		// Only a hint, whose failure changes nothing: the fsync at Close
-		// is what makes the file durable.
-		unix.SyncFileRange(int(w.f.Fd()), w.started, w.written-w.started, unix.SYNC_FILE_RANGE_WRITE)
-		w.started = w.written
-	}
-	return n, err
 }

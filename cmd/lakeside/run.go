@@ -8,16 +8,9 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/lakeside/lakeside/agent"
-)
-
-// The agent's garbage collection settings (see Run).
-const (
-	gcPercent   = 400
-	memoryLimit = 128 << 20
 )
 
 // runCommand runs the agent.
@@ -44,27 +37,27 @@ func (c *runCommand) Run(ctx context.Context) error {
 	level := new(slog.LevelVar)
 	level.Set(cfg.SlogLevel())
 	log := newLogger(cfg, level, c.stderr).With("version", Version)
-	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
-		// Capture allocates for every change and keeps little of it: a
-		// collection each time the heap doubles stalls the reading of the
-		// stream (measured on 2 cores: collecting at 5x captures 10-20%
-		// more single-row transactions a second). The memory limit keeps
-		// the heap bounded all the same (a 2M-row transaction captured
-		// and applied peaks at 125 MB anonymous memory). GOGC or
-		// GOMEMLIMIT in the environment overrides both.
-		debug.SetGCPercent(gcPercent)
-		debug.SetMemoryLimit(memoryLimit)
+	off, err := agent.ParseTuningOff(os.Getenv(agent.TuningOffVariable))
+	if err != nil {
+		return err
+	}
+	if !off.GC {
+		setGC()
 	}
 	a := agent.New(cfg, log, Version)
-	if os.Getenv("GOMAXPROCS") == "" {
+	a.TurnOff(off)
+	if !off.Threads && os.Getenv("GOMAXPROCS") == "" {
 		// The agent shares a small machine with PostgreSQL, whose walsender
 		// is the other half of every capture: while capture drains a
 		// backlog, the agent leaves it CPUs of its own (measured on 2
 		// cores, one scheduler thread captures about a fifth faster than
 		// two). Once capture has caught up, the agent uses them all: a
 		// flush writes its tables side by side. GOMAXPROCS in the
-		// environment overrides this.
+		// environment overrides this (agent/tuning_threads.go).
 		a.ShareCPUs(runtime.NumCPU()/2, runtime.NumCPU())
+	}
+	if off != (agent.TuningOff{}) {
+		log.Info("performance tricks turned off", "variable", agent.TuningOffVariable, "off", os.Getenv(agent.TuningOffVariable))
 	}
 
 	hup := make(chan os.Signal, 1)

@@ -95,6 +95,12 @@ type Config struct {
 	// holds the backlog whole, without waiting to gather more: its changes
 	// waited for capture already (see schedule.go).
 	BacklogEnd func() store.LSN
+	// NoReadAhead, NoAdder and NoWriteback turn performance tricks off
+	// (tuning_readahead.go, tuning_adder.go, delta's tuning_writeback.go):
+	// a batch is then read only when its flush is due, a flush adds the
+	// changes it reads itself, and a data file is written out by the
+	// fsync that closes it.
+	NoReadAhead, NoAdder, NoWriteback bool
 	// Logger receives progress and problems; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -593,7 +599,7 @@ const DefaultRowGroupRows = 32768
 // TargetFileRows at most.
 func (a *Applier) writeOptions(expectRows int64) delta.WriteOptions {
 	return delta.WriteOptions{Compression: a.cfg.Compression, CreatedBy: a.cfg.EngineInfo, Buffers: &a.buffers,
-		RowGroupRows: a.cfg.RowGroupRows, ExpectedRows: min(expectRows, a.cfg.TargetFileRows)}
+		RowGroupRows: a.cfg.RowGroupRows, ExpectedRows: min(expectRows, a.cfg.TargetFileRows), NoWriteback: a.cfg.NoWriteback}
 }
 
 // changesAhead is how many changes of the transaction of h are still to

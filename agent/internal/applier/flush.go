@@ -285,7 +285,7 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 		// Each chunk's memory goes back to the pool once its changes
 		// are added, and the next chunks are decoded into it.
 		pool := new(store.ChunkPool)
-		if !yield {
+		if !yield && !a.cfg.NoAdder {
 			// The values read are valid only in this read transaction:
 			// the adder is done with them before it ends.
 			a.adder = newAdder(ctx, a, pool)
@@ -335,33 +335,6 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 		a.read.upTo = max(a.read.upTo, upTo)
 	}
 	return done, nil
-}
-
-// readAhead reads the batch that ends at upTo into the pending flush while
-// the flush is not due yet: held back for capture to catch up, or waiting
-// for its deadline. Capture's pace is the walsender's, and the scheduler
-// thread it shares has time left over: reading the queue there, yielding
-// often, leaves the flush that follows only the rest of the batch to read
-// before it writes and commits. Nothing is committed. It reads about
-// readAheadSlice changes and reports whether more of the batch is left to
-// read. After a failure, what was read is dropped and reading ahead stops
-// until the next flush, which reads the batch again and reports what
-// fails.
-func (a *Applier) readAhead(ctx context.Context, upTo store.LSN) (more bool) {
-	if a.readAheadFailed || upTo <= a.read.upTo {
-		return false
-	}
-	done, err := a.ingest(ctx, upTo, a.readAheadSlice)
-	if err != nil {
-		a.reset()
-		a.buffers.Release()
-		a.readAheadFailed = true
-		if ctx.Err() == nil {
-			a.log.Debug("reading ahead stopped until the next flush", "err", err)
-		}
-		return false
-	}
-	return !done
 }
 
 // reset drops the in-memory state after a failure, with what was read of

@@ -57,6 +57,10 @@ type Config struct {
 	// says true (with a reason), the source reads nothing and PostgreSQL
 	// keeps the WAL (invariant 6 in docs/architecture.md: backpressure, never drop).
 	Pause func() (bool, string)
+	// PlainConnection turns a performance trick off: the replication
+	// connection is then an ordinary one, watched by Go's network poller,
+	// instead of a pollConn (tuning_pollconn.go).
+	PlainConnection bool
 	// Logger receives state changes; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -124,7 +128,9 @@ func (c Config) connectReplication(ctx context.Context) (*pgconn.PgConn, error) 
 	if err != nil {
 		return nil, err
 	}
-	pc.DialFunc = dialPoll
+	if !c.PlainConnection {
+		pc.DialFunc = dialPoll
+	}
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
 		var pgErr *pgconn.PgError

@@ -56,6 +56,11 @@ const holdFor = 2 * time.Millisecond
 // while capture catches up on one thread, a goroutine parked in the
 // poller is woken only when the busy thread next looks at the network,
 // and the short waits of a drain return at once.
+//
+// A performance trick, measured by TestBenchCapture and
+// TestBenchDeltaEndToEnd (make bench); switched off by
+// Config.PlainConnection (LAKESIDE_TUNING_OFF=pollconn for the agent),
+// which reads the stream through Go's network poller like any connection.
 type pollConn struct {
 	fd            int
 	local, remote net.Addr

@@ -18,6 +18,11 @@ import (
 // fsync keeps the thread that makes it for its whole length, about 1.5 ms.
 // Meanwhile capture reads on; with one thread it waited, and the walsender
 // with it once its socket's buffer (about 2 ms of a backlog) was full.
+//
+// A performance trick, measured by TestBenchCapture and
+// TestBenchDeltaEndToEnd (make bench); switched off by not calling
+// Agent.ShareCPUs (LAKESIDE_TUNING_OFF=threads, or GOMAXPROCS set, for
+// lakeside run), which leaves GOMAXPROCS to the runtime.
 type threads struct {
 	log                   *slog.Logger
 	catchingUp, otherwise int

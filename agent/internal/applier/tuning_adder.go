@@ -21,6 +21,11 @@ import (
 // mappings for its side (relMapping.onAdder); the reading side changes a
 // table's columns only after sync, when the adder is idle (see
 // Applier.applyChange).
+//
+// A performance trick, measured by BenchmarkApplyLargeTransaction and the
+// tests of tuning_adder_test.go; switched off by Config.NoAdder
+// (LAKESIDE_TUNING_OFF=adder for the agent), which has the flush add what
+// it reads itself.
 type adder struct {
 	a     *Applier
 	work  chan []addition
