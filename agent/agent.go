@@ -146,8 +146,7 @@ func (a *Agent) Open() error {
 		RowGroupRows:   a.cfg.Delta.RowGroupRows,
 		AppIDPrefix:    appIDPrefix(a.cfg.Source.Slot),
 		EngineInfo:     "lakeside/" + a.version,
-		Defer:          a.catchingUp,
-		BacklogEnd:     a.backlogEnd,
+		Capture:        capture{a},
 		NoReadAhead:    a.tuningOff.ReadAhead,
 		NoAdder:        a.tuningOff.Adder,
 		NoWriteback:    a.tuningOff.Writeback,
@@ -156,27 +155,22 @@ func (a *Agent) Open() error {
 	if a.cfg.HTTP.Listen != HTTPOff {
 		// The live view reads every transaction before the queue lets it
 		// go. Without it (http.listen: off) the hub does not run.
-		appCfg.TrimLimit = a.hub.Offset
+		appCfg.Reader = a.hub
 	}
-	appCfg.OnCommit = func() {
-		if a.up != nil {
-			a.up.Notify()
-		}
-		// The live view may have waited for this commit (liveDefer).
-		a.hub.Notify()
+	// The live view may have waited for a commit (liveDefer).
+	committed := notifiers{a.hub}
+	if a.up != nil {
+		committed = append(committed, a.up)
 	}
+	appCfg.Committed = committed
 	a.app = applier.New(appCfg, db)
 
 	srcCfg := a.cfg.sourceConfig(a.log.With("component", "source"))
 	srcCfg.PlainConnection = a.tuningOff.PollConn
-	srcCfg.OnDurable = func() {
-		a.hub.Notify()
-		a.app.Notify()
-	}
-	srcCfg.Pause = a.backpressure
+	srcCfg.Durable = notifiers{a.hub, a.app}
+	srcCfg.Backpressure = backpressure{a}
 	if a.threads != nil {
-		srcCfg.OnCatchUp = a.threads.follow
-		srcCfg.OnCatchUpCommit = a.threads.commit
+		srcCfg.Threads = a.threads
 	}
 	a.src = source.New(srcCfg, db)
 	a.hub.SetDefer(a.liveDefer)
@@ -197,6 +191,28 @@ func (a *Agent) Open() error {
 // a slot's changes.
 func appIDPrefix(slot string) string { return "lakeside-" + slot }
 
+// notifiers tells each of its stages that there is something new to look
+// at (source.Notifier, applier.Notifier).
+type notifiers []interface{ Notify() }
+
+func (ns notifiers) Notify() {
+	for _, n := range ns {
+		n.Notify()
+	}
+}
+
+// capture answers what the applier asks of capture (applier.Capture) from
+// the agent's source, which is made after the applier.
+type capture struct{ a *Agent }
+
+func (c capture) CatchingUp() bool      { return c.a.src.CatchingUp() }
+func (c capture) BacklogEnd() store.LSN { return c.a.src.BacklogEnd() }
+
+// backpressure holds capture back for the agent (source.Backpressure).
+type backpressure struct{ a *Agent }
+
+func (b backpressure) Pause() (bool, string) { return b.a.backpressure() }
+
 // backpressure pauses capture while the replication backlog exceeds its
 // budget (invariant 6 in docs/architecture.md): PostgreSQL keeps the WAL, nothing is dropped.
 func (a *Agent) backpressure() (bool, string) {
@@ -209,25 +225,15 @@ func (a *Agent) backpressure() (bool, string) {
 	return false, ""
 }
 
-// catchingUp reports whether capture is far behind PostgreSQL (see
-// source.Source.CatchingUp): the applier and the live view then hold back,
-// so that a small machine spends itself on shrinking the WAL the server
-// keeps for the slot, and the live view's clients refetch once afterwards
-// instead of being streamed every change of the backlog.
-func (a *Agent) catchingUp() bool { return a.src.CatchingUp() }
-
 // liveDefer tells the live view to poll the queue only now and then: while
-// capture catches up with a backlog, and then until the applier has
-// committed it. The view is not live during a backlog anyway (its clients
-// refetch the rows after it), and the applier reading and committing the
-// backlog, which is what analysts wait for, then has the CPUs to itself:
-// reading a backlog of a million changes takes the view about 0.15 s of
-// CPU.
-func (a *Agent) liveDefer() bool { return a.catchingUp() || a.app.FlushingBacklog() }
-
-// backlogEnd is where the backlog capture last caught up with ends (see
-// source.Source.BacklogEnd).
-func (a *Agent) backlogEnd() store.LSN { return a.src.BacklogEnd() }
+// capture catches up with a backlog (the applier holds back then too, so
+// that a small machine spends itself on shrinking the WAL the server keeps
+// for the slot), and then until the applier has committed it. The view is
+// not live during a backlog anyway (its clients refetch the rows after it),
+// and the applier reading and committing the backlog, which is what
+// analysts wait for, then has the CPUs to itself: reading a backlog of a
+// million changes takes the view about 0.15 s of CPU.
+func (a *Agent) liveDefer() bool { return a.src.CatchingUp() || a.app.FlushingBacklog() }
 
 // DB returns the open state file (nil before Open).
 func (a *Agent) DB() *store.DB { return a.db }

@@ -45,13 +45,13 @@ func newThreads(log *slog.Logger, catchingUp, otherwise int, set func(int) int) 
 		set = runtime.GOMAXPROCS
 	}
 	t := &threads{log: log, catchingUp: max(1, catchingUp), otherwise: max(1, otherwise), set: set}
-	t.follow(true)
+	t.CatchUp(true)
 	return t
 }
 
-// follow sets the count for capture catching up, or not. The source's
-// capture goroutine calls it (source.Config.OnCatchUp).
-func (t *threads) follow(catchingUp bool) {
+// CatchUp sets the count for capture catching up, or not. The source's
+// capture goroutine calls it (source.Threads).
+func (t *threads) CatchUp(catchingUp bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.behind = catchingUp
@@ -60,10 +60,10 @@ func (t *threads) follow(catchingUp bool) {
 	}
 }
 
-// commit notes that the queue writer starts (true) or ends (false) a commit
-// while capture catches up. The writer's goroutine calls it
-// (source.Config.OnCatchUpCommit).
-func (t *threads) commit(committing bool) {
+// CatchUpCommit notes that the queue writer starts (true) or ends (false)
+// a commit while capture catches up. The writer's goroutine calls it
+// (source.Threads).
+func (t *threads) CatchUpCommit(committing bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.committing = committing

@@ -24,14 +24,14 @@ func recordingThreads(catchingUp, otherwise int) (*threads, *[]int) {
 func TestThreadsFollowCapture(t *testing.T) {
 	th, set := recordingThreads(1, 4)
 	for _, catchingUp := range []bool{true, false, false, true, false} {
-		th.follow(catchingUp)
+		th.CatchUp(catchingUp)
 	}
 	if want := []int{1, 4, 1, 4}; !slices.Equal(*set, want) {
 		t.Fatalf("GOMAXPROCS set to %v, want %v", *set, want)
 	}
 	// A machine of one CPU keeps its one thread.
 	th, set = recordingThreads(0, 1)
-	th.follow(false)
+	th.CatchUp(false)
 	if want := []int{1}; !slices.Equal(*set, want) {
 		t.Fatalf("on one CPU GOMAXPROCS set to %v, want %v", *set, want)
 	}
@@ -41,21 +41,21 @@ func TestThreadsFollowCapture(t *testing.T) {
 // catches up takes a thread more, up to every thread, and gives it back.
 func TestThreadsAddOneForAQueueCommit(t *testing.T) {
 	th, set := recordingThreads(1, 2)
-	th.commit(true)
-	th.commit(false)
+	th.CatchUpCommit(true)
+	th.CatchUpCommit(false)
 	// A commit that ends after capture has caught up leaves every thread.
-	th.commit(true)
-	th.follow(false)
-	th.commit(false)
-	th.commit(true)
-	th.commit(false)
+	th.CatchUpCommit(true)
+	th.CatchUp(false)
+	th.CatchUpCommit(false)
+	th.CatchUpCommit(true)
+	th.CatchUpCommit(false)
 	if want := []int{1, 2, 1, 2}; !slices.Equal(*set, want) {
 		t.Fatalf("GOMAXPROCS set to %v, want %v", *set, want)
 	}
 	// On one CPU there is no thread more to take.
 	th, set = recordingThreads(0, 1)
-	th.commit(true)
-	th.commit(false)
+	th.CatchUpCommit(true)
+	th.CatchUpCommit(false)
 	if want := []int{1}; !slices.Equal(*set, want) {
 		t.Fatalf("on one CPU GOMAXPROCS set to %v, want %v", *set, want)
 	}

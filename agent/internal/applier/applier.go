@@ -77,24 +77,23 @@ type Config struct {
 	// PollInterval is how often the queue is looked at when Notify is not
 	// called (default 200ms).
 	PollInterval time.Duration
-	// TrimLimit, when set, bounds how far the queue is trimmed after a
-	// flush: other readers of the queue (the live view) must have read a
-	// transaction before it is deleted (invariant 5 in docs/architecture.md).
-	TrimLimit func() store.LSN
-	// OnCommit, when set, is called after a flush's commits, so that the
-	// uploader can look for the new versions at once.
-	OnCommit func()
-	// Defer, when set and true, holds flushes back (for at most
-	// MaxDefer): capture catching up with PostgreSQL goes first, since
-	// every byte it is behind is WAL the server keeps.
-	Defer    func() bool
+	// Reader, when set, is the queue's other reader (the live view): the
+	// queue is trimmed after a flush no further than it has read, so
+	// that it has read a transaction before it is deleted (invariant 5 in
+	// docs/architecture.md).
+	Reader QueueReader
+	// Committed, when set, is told after a flush's commits, so that the
+	// uploader and the live view look for the new versions at once.
+	Committed Notifier
+	// Capture, when set, is asked how capture is doing: while it catches
+	// up with PostgreSQL, flushes are held back (for at most MaxDefer),
+	// since every byte it is behind is WAL the server keeps; and a batch
+	// that starts in the backlog it last caught up with is applied as
+	// soon as the queue holds that backlog whole, without waiting to
+	// gather more: its changes waited for capture already (see
+	// schedule.go).
+	Capture  Capture
 	MaxDefer time.Duration
-	// BacklogEnd, when set, says where the backlog capture last caught up
-	// with ends (source.Source.BacklogEnd). A batch that starts with a
-	// transaction ending at or before it is applied as soon as the queue
-	// holds the backlog whole, without waiting to gather more: its changes
-	// waited for capture already (see schedule.go).
-	BacklogEnd func() store.LSN
 	// NoReadAhead, NoAdder and NoWriteback turn performance tricks off
 	// (tuning_readahead.go, tuning_adder.go, delta's tuning_writeback.go):
 	// a batch is then read only when its flush is due, a flush adds the
@@ -143,6 +142,23 @@ func (c *Config) defaults() {
 		c.Logger = slog.Default()
 	}
 }
+
+// Capture is what the applier asks of capture (source.Source is one).
+type Capture interface {
+	// CatchingUp reports whether capture drains a backlog.
+	CatchingUp() bool
+	// BacklogEnd is where the backlog capture last caught up with ends.
+	BacklogEnd() store.LSN
+}
+
+// QueueReader is another reader of the queue (the live view's hub is one).
+type QueueReader interface {
+	// Offset is the end LSN of the last transaction it has read.
+	Offset() store.LSN
+}
+
+// Notifier is told that there is something new to look at.
+type Notifier interface{ Notify() }
 
 // TableStatus describes one Delta table.
 type TableStatus struct {
@@ -320,7 +336,7 @@ func (a *Applier) Applied() store.LSN {
 }
 
 // FlushingBacklog reports whether the queue holds transactions of the
-// backlog capture last caught up with (Config.BacklogEnd) that the tables
+// backlog capture last caught up with (Config.Capture) that the tables
 // do not hold yet: the applier reads and commits them as soon as it can,
 // and work that can wait, such as the live view reading the same
 // transactions, waits for it rather than share the CPUs.
@@ -395,10 +411,10 @@ func (a *Applier) Run(ctx context.Context) error {
 			a.trimBehind()
 		} else {
 			now := a.now()
-			deferring := a.cfg.Defer != nil && a.cfg.Defer()
+			var deferring bool
 			var backlogEnd store.LSN
-			if a.cfg.BacklogEnd != nil {
-				backlogEnd = a.cfg.BacklogEnd()
+			if a.cfg.Capture != nil {
+				deferring, backlogEnd = a.cfg.Capture.CatchingUp(), a.cfg.Capture.BacklogEnd()
 			}
 			backlog := a.scan.first <= backlogEnd
 			a.backlog.Store(backlog)

@@ -93,13 +93,13 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 		return fmt.Errorf("record applied position %s: %w", applied, err)
 	}
 	a.trimmed = max(a.trimmed, trimTo)
-	if last <= upTo || a.cfg.BacklogEnd == nil || a.cfg.BacklogEnd() <= upTo {
-		// Nothing of the backlog is left (before OnCommit, which may
+	if last <= upTo || a.cfg.Capture == nil || a.cfg.Capture.BacklogEnd() <= upTo {
+		// Nothing of the backlog is left (before Config.Committed, which may
 		// ask).
 		a.backlog.Store(false)
 	}
-	if a.cfg.OnCommit != nil {
-		a.cfg.OnCommit()
+	if a.cfg.Committed != nil {
+		a.cfg.Committed.Notify()
 	}
 	a.mu.Lock()
 	a.applied = max(a.applied, applied)
@@ -135,7 +135,7 @@ func (a *Applier) dropFailed() tableErrors {
 }
 
 // trimBehind trims what flushes applied but could not trim then, because
-// another reader of the queue (Config.TrimLimit, the live view) had not
+// another reader of the queue (Config.Reader, the live view) had not
 // read it yet, or a full batch left it to the next flush. The idle applier
 // calls it, so that an idle agent's queue ends empty once that reader has
 // caught up; it writes to the state file only when there is something to
@@ -157,10 +157,10 @@ func (a *Applier) trimBehind() {
 }
 
 // trimmable returns how far the queue may be trimmed of what is applied up
-// to upTo: no further than its other reader has read (Config.TrimLimit).
+// to upTo: no further than its other reader has read (Config.Reader).
 func (a *Applier) trimmable(upTo store.LSN) store.LSN {
-	if a.cfg.TrimLimit != nil {
-		return min(upTo, a.cfg.TrimLimit())
+	if a.cfg.Reader != nil {
+		return min(upTo, a.cfg.Reader.Offset())
 	}
 	return upTo
 }

@@ -117,10 +117,10 @@ func TestFullBatchLeavesTrimmingToTheNextFlush(t *testing.T) {
 	}
 	var applied []store.LSN
 	var queuedAfter []int64
-	a.cfg.OnCommit = func() {
+	a.cfg.Committed = notifyFunc(func() {
 		applied = append(applied, appliedPosition(t, db))
 		queuedAfter = append(queuedAfter, queuedTxns(t, db))
-	}
+	})
 	if err := a.applyAll(ctx); err != nil {
 		t.Fatal(err)
 	}

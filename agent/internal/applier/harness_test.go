@@ -360,3 +360,31 @@ func (h *harness) compare(what string, want, got []string) {
 }
 
 func sleepMillis(n int) { time.Sleep(time.Duration(n) * time.Millisecond) }
+
+// captureFuncs is a Capture of functions; a nil one says not catching up,
+// and no backlog.
+type captureFuncs struct {
+	catchingUp func() bool
+	backlogEnd func() store.LSN
+}
+
+func (c captureFuncs) CatchingUp() bool {
+	return c.catchingUp != nil && c.catchingUp()
+}
+
+func (c captureFuncs) BacklogEnd() store.LSN {
+	if c.backlogEnd == nil {
+		return 0
+	}
+	return c.backlogEnd()
+}
+
+// notifyFunc is a Notifier that calls itself.
+type notifyFunc func()
+
+func (f notifyFunc) Notify() { f() }
+
+// offsetFunc is a QueueReader that calls itself.
+type offsetFunc func() store.LSN
+
+func (f offsetFunc) Offset() store.LSN { return f() }

@@ -17,7 +17,7 @@ import (
 // A backlog is the exception. While capture catches up the flushes are held
 // back (the first batch is read ahead meanwhile). Capture counts as caught
 // up with the backlog's last megabyte still to come; the backlog is what
-// the server's WAL held then (Config.BacklogEnd). Its changes have waited
+// the server's WAL held then (Config.Capture). Its changes have waited
 // for capture already, so once its last transactions are durable in the
 // queue (or half an interval after capture caught up, should they not
 // come), the backlog is applied at once, in as many batches as it takes.

@@ -169,8 +169,8 @@ func TestRunReadsAheadSliceAfterSlice(t *testing.T) {
 	db, dir := openQueued(t, ordersRelation(), txns...)
 	var looks atomic.Int64
 	a := New(Config{TablesDir: filepath.Join(dir, "tables"), PollInterval: time.Hour, FlushInterval: time.Hour, MaxDefer: time.Hour,
-		Defer:  func() bool { looks.Add(1); return true }, // capture is catching up
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+		Capture: captureFuncs{catchingUp: func() bool { looks.Add(1); return true }}, // capture is catching up
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
 	a.readAheadSlice = 3
 	defer runInBackground(t, a)()
 	// One look per slice: the first transaction, then the other two.
@@ -241,7 +241,7 @@ func TestRunReadsAheadWhileCaptureCatchesUp(t *testing.T) {
 	var catchingUp atomic.Bool
 	catchingUp.Store(true)
 	a := New(Config{TablesDir: tablesDir, MergeMemoryKeys: 8, FlushInterval: 50 * time.Millisecond, PollInterval: 10 * time.Millisecond,
-		Defer: catchingUp.Load, MaxDefer: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+		Capture: captureFuncs{catchingUp: catchingUp.Load}, MaxDefer: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
 	defer runInBackground(t, a)()
 	a.Notify()
 
@@ -324,7 +324,7 @@ func waitForSpill(t *testing.T, tablesDir, when string) {
 // counts as caught up a little before the backlog's end), then applies the
 // backlog at once, without waiting for the flush interval. A transaction
 // after the backlog waits for the interval. FlushingBacklog holds from the
-// backlog's arrival until its commit, and no longer when OnCommit is
+// backlog's arrival until its commit, and no longer when Committed is
 // called.
 func TestRunAppliesTheBacklogAtOnce(t *testing.T) {
 	txns := readAheadQueue()
@@ -335,9 +335,10 @@ func TestRunAppliesTheBacklogAtOnce(t *testing.T) {
 	var a *Applier
 	flushingAtCommit := make(chan bool, 10)
 	a = New(Config{TablesDir: tablesDir, FlushInterval: time.Hour, PollInterval: 10 * time.Millisecond,
-		Defer: catchingUp.Load, MaxDefer: time.Hour, BacklogEnd: func() store.LSN { return txns[1].EndLSN },
-		OnCommit: func() { flushingAtCommit <- a.FlushingBacklog() },
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+		Capture:   captureFuncs{catchingUp: catchingUp.Load, backlogEnd: func() store.LSN { return txns[1].EndLSN }},
+		MaxDefer:  time.Hour,
+		Committed: notifyFunc(func() { flushingAtCommit <- a.FlushingBacklog() }),
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
 	stop := runInBackground(t, a)
 	a.Notify()
 	queue := func(txn *store.Txn) {
@@ -371,7 +372,7 @@ func TestRunAppliesTheBacklogAtOnce(t *testing.T) {
 		}
 	}
 	if <-flushingAtCommit {
-		t.Fatal("FlushingBacklog is true when OnCommit is called for the backlog's commit")
+		t.Fatal("FlushingBacklog is true when Committed is told of the backlog's commit")
 	}
 	queue(txns[2])
 	time.Sleep(100 * time.Millisecond)
@@ -389,7 +390,7 @@ func TestRunAppliesTheBacklogAtOnce(t *testing.T) {
 }
 
 // TestIdleApplierTrimsWhatAReaderHeldBack: a flush trims the queue only as
-// far as its other reader (TrimLimit, the live view) has read; once that
+// far as its other reader (Reader, the live view) has read; once that
 // reader has read the rest, the idle applier trims it, and the queue of an
 // idle agent ends empty.
 func TestIdleApplierTrimsWhatAReaderHeldBack(t *testing.T) {
@@ -398,8 +399,8 @@ func TestIdleApplierTrimsWhatAReaderHeldBack(t *testing.T) {
 	var readerAt atomic.Uint64
 	readerAt.Store(uint64(txns[0].EndLSN))
 	a := New(Config{TablesDir: filepath.Join(dir, "tables"), FlushInterval: 10 * time.Millisecond, PollInterval: 10 * time.Millisecond,
-		TrimLimit: func() store.LSN { return store.LSN(readerAt.Load()) },
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+		Reader: offsetFunc(func() store.LSN { return store.LSN(readerAt.Load()) }),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
 	defer runInBackground(t, a)()
 	a.Notify()
 	for deadline := time.Now().Add(10 * time.Second); appliedPosition(t, db) < txns[2].EndLSN; time.Sleep(5 * time.Millisecond) {

@@ -75,7 +75,7 @@ func newFixture(t *testing.T, cfg Config, schema ...string) *fixture {
 		// The applier builds the mirrors the hub falls back on.
 		stages++
 		app := applier.New(applier.Config{TablesDir: cfg.TablesDir, FlushInterval: 100 * time.Millisecond,
-			TrimLimit: f.hub.Offset, Logger: log}, db)
+			Reader: f.hub, Logger: log}, db)
 		go func() { app.Run(ctx); done <- struct{}{} }()
 	}
 	srv := NewServer(cfg, f.hub, fakeAgent{f.src}, nil, nil)

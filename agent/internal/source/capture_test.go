@@ -520,7 +520,7 @@ func TestQuietStreamKeepsItsConnection(t *testing.T) {
 // TestServerWALEndHoldsWhileCatchingUp: while capture drains a backlog, the
 // status keeps the server's WAL end it sampled; the walsender's keepalives
 // (which carry only how far it has decoded) do not lower it, so the later
-// stages see that capture is behind. OnCatchUp is told once, when capture
+// stages see that capture is behind. Threads.CatchUp is told once, when capture
 // has caught up, and BacklogEnd then says where the backlog ends: past
 // every one of its transactions.
 func TestServerWALEndHoldsWhileCatchingUp(t *testing.T) {
@@ -540,13 +540,13 @@ func TestServerWALEndHoldsWhileCatchingUp(t *testing.T) {
 	var mu sync.Mutex
 	var told []string
 	var backlogEnd store.LSN
-	h.cfg.OnCatchUp = func(catchingUp bool) {
+	h.cfg.Threads = catchUpFunc(func(catchingUp bool) {
 		st := h.src.Status()
 		mu.Lock()
 		defer mu.Unlock()
 		told = append(told, fmt.Sprintf("%v with %d bytes to go", catchingUp, int64(st.ServerWALEnd)-int64(st.ReceivedLSN)))
 		backlogEnd = h.src.BacklogEnd()
-	}
+	})
 	h.start()
 	h.waitStreaming()
 	sawEnd, sawBehind := false, false
@@ -576,12 +576,12 @@ func TestServerWALEndHoldsWhileCatchingUp(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(told) != 1 || !strings.HasPrefix(told[0], "false with ") {
-		t.Fatalf("OnCatchUp was told %q, want once that capture caught up", told)
+		t.Fatalf("Threads.CatchUp was told %q, want once that capture caught up", told)
 	}
 	var left int64
 	fmt.Sscanf(told[0], "false with %d", &left)
 	if left > catchUpBytes {
-		t.Errorf("OnCatchUp was told capture caught up with %d bytes to go, more than %d", left, catchUpBytes)
+		t.Errorf("Threads.CatchUp was told capture caught up with %d bytes to go, more than %d", left, catchUpBytes)
 	}
 	if backlogEnd < end || backlogEnd != h.src.BacklogEnd() {
 		t.Errorf("backlog end %s when capture caught up, %s after; want the same, at or past %s, where the backlog's WAL ended",

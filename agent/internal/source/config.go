@@ -41,22 +41,15 @@ type Config struct {
 	// session: the memory the walsender decodes transactions in before it
 	// streams the largest one in progress. Zero leaves the server's setting.
 	LogicalDecodingWorkMem int64
-	// OnDurable, when set, is called after each write that made changes
-	// durable in the queue (from the writer's goroutine; it must not block).
-	OnDurable func()
-	// OnCatchUp, when set, is told each time CatchingUp changes: true as
-	// capture falls behind by a backlog, false once it has caught up. It is
-	// called from the capture goroutine, between two messages, and must
-	// not block.
-	OnCatchUp func(catchingUp bool)
-	// OnCatchUpCommit, when set, is told before (true) and after (false)
-	// each commit of the queue made while capture catches up. It is called
-	// from the queue writer's goroutine and must not block.
-	OnCatchUpCommit func(committing bool)
-	// Pause, when set, is asked before each read from PostgreSQL; while it
-	// says true (with a reason), the source reads nothing and PostgreSQL
-	// keeps the WAL (invariant 6 in docs/architecture.md: backpressure, never drop).
-	Pause func() (bool, string)
+	// Durable, when set, is told after each write that made changes
+	// durable in the queue (from the writer's goroutine; it must not
+	// block).
+	Durable Notifier
+	// Threads, when set, is told what capture does (see Threads).
+	Threads Threads
+	// Backpressure, when set, is asked before each read from PostgreSQL
+	// (see Backpressure).
+	Backpressure Backpressure
 	// PlainConnection turns a performance trick off: the replication
 	// connection is then an ordinary one, watched by Go's network poller,
 	// instead of a pollConn (tuning_pollconn.go).
@@ -74,6 +67,29 @@ var sessionParams = map[string]string{
 	"TimeZone":           "UTC",
 	"extra_float_digits": "3",
 	"bytea_output":       "hex",
+}
+
+// Notifier is told that there is something new to look at.
+type Notifier interface{ Notify() }
+
+// Threads is told what capture does, so that the agent can set its
+// scheduler threads by it. Its methods must not block.
+type Threads interface {
+	// CatchUp is told each time Source.CatchingUp changes: true as
+	// capture falls behind by a backlog, false once it has caught up,
+	// from the capture goroutine, between two messages.
+	CatchUp(catchingUp bool)
+	// CatchUpCommit is told before (true) and after (false) each commit
+	// of the queue made while capture catches up, from the queue
+	// writer's goroutine.
+	CatchUpCommit(committing bool)
+}
+
+// Backpressure holds capture back: while Pause says true (with a reason),
+// the source reads nothing and PostgreSQL keeps the WAL (invariant 6 in
+// docs/architecture.md: backpressure, never drop).
+type Backpressure interface {
+	Pause() (paused bool, reason string)
 }
 
 // DecodingWorkMem returns a logical_decoding_work_mem of bytes as

@@ -298,3 +298,9 @@ func (h *harness) dropSlot() {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// catchUpFunc is Threads that tells only CatchUp, to itself.
+type catchUpFunc func(catchingUp bool)
+
+func (f catchUpFunc) CatchUp(catchingUp bool) { f(catchingUp) }
+func (f catchUpFunc) CatchUpCommit(bool)      {}

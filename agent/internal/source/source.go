@@ -85,7 +85,7 @@ func (s *Source) CatchingUp() bool {
 // with up to catchUpBytes still to come).
 func (s *Source) BacklogEnd() store.LSN { return store.LSN(s.backlogEnd.Load()) }
 
-// noteCatchUp tells OnCatchUp when CatchingUp changed. The capture
+// noteCatchUp tells Config.Threads when CatchingUp changed. The capture
 // goroutine calls it after it moves the positions.
 func (s *Source) noteCatchUp() {
 	if c := s.CatchingUp(); c != s.catchingUp {
@@ -93,8 +93,8 @@ func (s *Source) noteCatchUp() {
 		if !c {
 			s.backlogEnd.Store(s.serverWALEnd.Load())
 		}
-		if s.cfg.OnCatchUp != nil {
-			s.cfg.OnCatchUp(c)
+		if s.cfg.Threads != nil {
+			s.cfg.Threads.CatchUp(c)
 		}
 	}
 }
@@ -226,8 +226,14 @@ func (s *Source) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("read checkpoint: %w", err)
 	}
-	w := newQueueWriter(s.db, s.log, checkpoint, s.cfg.OnDurable, s.CatchingUp)
-	w.onCatchUpCommit = s.cfg.OnCatchUpCommit
+	var onDurable func()
+	if s.cfg.Durable != nil {
+		onDurable = s.cfg.Durable.Notify
+	}
+	w := newQueueWriter(s.db, s.log, checkpoint, onDurable, s.CatchingUp)
+	if s.cfg.Threads != nil {
+		w.onCatchUpCommit = s.cfg.Threads.CatchUpCommit
+	}
 	w.beforeCommit = s.beforeCommit
 	s.mu.Lock()
 	s.writer = w

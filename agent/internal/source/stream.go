@@ -186,10 +186,10 @@ func (st *stream) receive(ctx context.Context) error {
 // pause waits a moment, reading nothing, while the agent asks capture to
 // pause; it logs once when capture pauses and once when it resumes.
 func (st *stream) pause(ctx context.Context) (bool, error) {
-	if st.s.cfg.Pause == nil {
+	if st.s.cfg.Backpressure == nil {
 		return false, nil
 	}
-	paused, reason := st.s.cfg.Pause()
+	paused, reason := st.s.cfg.Backpressure.Pause()
 	if paused != st.paused {
 		st.paused = paused
 		if paused {

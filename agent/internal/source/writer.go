@@ -72,7 +72,7 @@ type queueWriter struct {
 	// behind reports whether capture is draining a backlog, if set.
 	behind func() bool
 	// onCatchUpCommit, if set, is told before and after each commit
-	// made while behind (Config.OnCatchUpCommit).
+	// made while behind (Threads.CatchUpCommit).
 	onCatchUpCommit func(committing bool)
 	// commitEvery is the least time between commits while behind.
 	commitEvery time.Duration
