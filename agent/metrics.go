@@ -20,7 +20,7 @@ type collector struct {
 	deltaFilesRemoved, uploadErrors           *prometheus.Desc
 	vacuumRuns, vacuumFailures                *prometheus.Desc
 	vacuumFiles, vacuumBytes, vacuumLast      *prometheus.Desc
-	applyFailing, applyTableFailing           *prometheus.Desc
+	applyFailing, applyTableFailing, replaced *prometheus.Desc
 }
 
 func (a *Agent) newMetrics() *prometheus.Registry {
@@ -59,6 +59,7 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 		vacuumLast:        d("vacuum_last_success_timestamp_seconds", "When a vacuum last succeeded for every table (Unix time); absent before the first."),
 		applyFailing:      d("apply_failing", "1 while the applier cannot apply a table, or the queue at all: its changes stay queued."),
 		applyTableFailing: d("apply_table_failing_since_timestamp_seconds", "When a source table that cannot be applied began failing (Unix time); absent while it applies.", "table"),
+		replaced:          d("replaced_values_total", "Values a changelog stored other than PostgreSQL holds them (listed in the row's _replaced).", "table"),
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -69,7 +70,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.confirmed, c.checkpoint, c.lag, c.lagSeconds, c.queueTxns, c.queueBytes, c.paused,
 		c.clients, c.tableVersion, c.remoteVersion, c.backlogBytes, c.backlogVersions, c.requests, c.versions, c.uploadedBytes, c.online,
 		c.capturedTxns, c.receivedChanges, c.ignored, c.deltaCommits, c.deltaFilesAdded, c.deltaFilesRemoved, c.uploadErrors,
-		c.vacuumRuns, c.vacuumFailures, c.vacuumFiles, c.vacuumBytes, c.vacuumLast, c.applyFailing, c.applyTableFailing} {
+		c.vacuumRuns, c.vacuumFailures, c.vacuumFiles, c.vacuumBytes, c.vacuumLast, c.applyFailing, c.applyTableFailing, c.replaced} {
 		ch <- d
 	}
 }
@@ -103,6 +104,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	gauge(c.applyFailing, failing)
+	for table, n := range c.a.app.Replaced() {
+		counter(c.replaced, float64(n), table)
+	}
 	counter(c.capturedTxns, float64(src.Transactions))
 	counter(c.receivedChanges, float64(src.Changes))
 	counter(c.ignored, float64(src.IgnoredChanges))

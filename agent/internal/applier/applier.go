@@ -237,6 +237,12 @@ type Applier struct {
 	// whole; failures is what Failures returns.
 	failure  Failure
 	failures []Failure
+	// replaced counts the values stored other than PostgreSQL holds them,
+	// by source table (see replaced.go).
+	replaced map[string]int64
+	// replacedColumns are the columns whose first replacement was logged
+	// ("table.column"); warnMu guards it.
+	replacedColumns map[string]bool
 }
 
 // sourceTable is the state of one source table's two Delta tables.

@@ -24,6 +24,9 @@ import (
 //	_unchanged   array<string>  the columns of an update whose unchanged TOAST
 //	                        value PostgreSQL did not send: they are null in
 //	                        this row but not null in the table
+//	_replaced    array<string>  the columns of this row whose value is stored
+//	                        other than PostgreSQL holds it (replaced.go);
+//	                        null when none
 //	_commit_date date       the UTC date of _commit_ts, the partition column
 //
 // A truncate is one row with null data columns. Columns added later (new
@@ -40,10 +43,12 @@ var changelogMeta = []*delta.StructField{
 type changelog struct {
 	*deltaTable
 	cols *columns
+	// source is the source table's name (store.Relation.TableName).
+	source string
 
 	// Positions of the columns in the schema and in _before.
-	dataPos, beforePos                                                []int
-	opIdx, lsnIdx, xidIdx, tsIdx, seqIdx, beforeIdx, unchIdx, dateIdx int
+	dataPos, beforePos                                                         []int
+	opIdx, lsnIdx, xidIdx, tsIdx, seqIdx, beforeIdx, unchIdx, replIdx, dateIdx int
 
 	// The open writers of this flush, by partition (days since the epoch),
 	// their buffered rows and the files already closed. cur is the one
@@ -106,6 +111,7 @@ func changelogSchema(cols *columns) *delta.StructType {
 	st.Fields = append(st.Fields,
 		delta.NewField(colBefore, delta.NewStructType(cols.fields()...), true),
 		delta.NewField(colUnchanged, &delta.ArrayType{ElementType: delta.TypeString, ContainsNull: false}, true),
+		replacedField(),
 		delta.NewField(colCommitDate, delta.TypeDate, true))
 	return st
 }
@@ -130,9 +136,19 @@ func (a *Applier) openChangelog(ctx context.Context, dir string, cols *columns) 
 	return c, nil
 }
 
-// layout extends the schema with new data columns and computes positions.
+// replacedField is the changelog's _replaced column.
+func replacedField() *delta.StructField {
+	return delta.NewField(colReplaced, &delta.ArrayType{ElementType: delta.TypeString, ContainsNull: false}, true)
+}
+
+// layout extends the schema with new data columns (and _replaced, which a
+// changelog created before it lacks) and computes positions.
 func (c *changelog) layout() {
 	if extend(c.schema, c.cols.cols) {
+		c.schemaDirty = true
+	}
+	if f, _ := c.schema.Field(colReplaced); f == nil {
+		c.schema.Fields = append(c.schema.Fields, replacedField())
 		c.schemaDirty = true
 	}
 	f, idx := c.schema.Field(colBefore)
@@ -149,6 +165,7 @@ func (c *changelog) layout() {
 	_, c.tsIdx = c.schema.Field(colCommitTS)
 	_, c.seqIdx = c.schema.Field(colSeq)
 	_, c.unchIdx = c.schema.Field(colUnchanged)
+	_, c.replIdx = c.schema.Field(colReplaced)
 	_, c.dateIdx = c.schema.Field(colCommitDate)
 }
 
@@ -204,6 +221,10 @@ func (c *changelog) addInsert(a *Applier, h *store.TxnHeader, seq int64, m *relM
 		return fmt.Errorf("changelog %s: %w", c.name, err)
 	}
 	m.onAdder.putRow(m, vals, b, c.dataPos)
+	if replaced := m.replacedIn(c.cols.cols, vals); replaced != nil {
+		b.Value(c.replIdx, replaced)
+		a.noteReplaced(c.source, replaced)
+	}
 	b.Bytes(c.opIdx, c.insertOp)
 	b.Int(c.lsnIdx, int64(h.EndLSN))
 	b.Int(c.xidIdx, int64(h.Xid))
@@ -248,6 +269,10 @@ func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange
 	}
 	if unch != nil {
 		row[c.unchIdx] = unch
+	}
+	if rc.replaced != nil {
+		row[c.replIdx] = rc.replaced
+		a.noteReplaced(c.source, rc.replaced)
 	}
 	if rc.oldRow != nil && rc.op != store.OpInsert {
 		before := make(delta.Row, len(c.beforePos))

@@ -461,7 +461,9 @@ func (a *Applier) table(ctx context.Context, rels map[store.RelationKey]*store.R
 	dir := rel.DirName()
 	openCL := func() error {
 		return open(dir+store.ChangelogSuffix, func() (err error) {
-			st.changelog, err = a.openChangelog(ctx, dir, st.cols)
+			if st.changelog, err = a.openChangelog(ctx, dir, st.cols); err == nil {
+				st.changelog.source = name
+			}
 			return err
 		})
 	}

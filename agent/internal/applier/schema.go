@@ -18,6 +18,7 @@ const (
 	colSeq        = "_seq"
 	colBefore     = "_before"
 	colUnchanged  = "_unchanged"
+	colReplaced   = "_replaced"
 	colCommitDate = "_commit_date"
 	colDeleted    = "_deleted"
 )
@@ -26,7 +27,7 @@ const (
 // column with such a name is renamed with the suffix "__col".
 func reserved(name string) bool {
 	switch name {
-	case colOp, colLSN, colXid, colCommitTS, colSeq, colBefore, colUnchanged, colCommitDate, colDeleted:
+	case colOp, colLSN, colXid, colCommitTS, colSeq, colBefore, colUnchanged, colReplaced, colCommitDate, colDeleted:
 		return true
 	}
 	return false
@@ -71,6 +72,10 @@ type relMapping struct {
 	// keyNames are the columns that identify a row, by data column name
 	// (store.Relation.KeyColumns).
 	keyNames []string
+	// lossy are the version's columns whose values may be stored other
+	// than PostgreSQL holds them, and check says which are (replaced.go).
+	lossy []int
+	check []replacedCheck
 	// onAdder converts and puts the columns on the adder's goroutine,
 	// which writes inserted rows as they were queued (see
 	// Applier.applyChange); conv is the reading side's. quietOnAdder does
@@ -163,7 +168,7 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 		return m
 	}
 	n := len(rel.Columns)
-	m := &relMapping{rel: rel, dst: make([]int, n), conv: make([]converter, n)}
+	m := &relMapping{rel: rel, dst: make([]int, n), conv: make([]converter, n), check: make([]replacedCheck, n)}
 	keyCols := rel.KeyColumns()
 	for _, c := range []*adderColumns{&m.onAdder, &m.quietOnAdder} {
 		c.conv, c.put = make([]converter, n), make([]putter, n)
@@ -190,6 +195,9 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 			c.cols = append(c.cols, dataCol{name: name, typ: dt})
 		}
 		m.dst[i] = j
+		if m.check[i] = replacedCheckFor(dt); m.check[i] != nil {
+			m.lossy = append(m.lossy, i)
+		}
 		m.conv[i] = converterFor(dt, rel.TableName()+"."+name, c.w)
 		for _, ac := range []struct {
 			cols *adderColumns
@@ -224,11 +232,21 @@ type rowChange struct {
 	newRow, oldRow []any
 	// oldIsKey tells that oldRow holds only the key columns.
 	oldIsKey bool
+	// replaced names the data columns of the changelog's image of the
+	// change (the old row of a delete, the new row otherwise) whose values
+	// are stored other than PostgreSQL holds them.
+	replaced []any
 }
 
 // convertChange converts the values of a change of schema version m.
 func (c *columns) convertChange(m *relMapping, ch *store.Change) *rowChange {
-	return &rowChange{op: ch.Op, newRow: c.convert(m, ch.New), oldRow: c.convert(m, ch.Old), oldIsKey: ch.OldIsKey}
+	rc := &rowChange{op: ch.Op, newRow: c.convert(m, ch.New), oldRow: c.convert(m, ch.Old), oldIsKey: ch.OldIsKey}
+	image := ch.New
+	if ch.Op == store.OpDelete {
+		image = ch.Old
+	}
+	rc.replaced = m.replacedIn(c.cols, image)
+	return rc
 }
 
 // convert turns a queued row into data column values (nil for a nil row).

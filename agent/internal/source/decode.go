@@ -70,6 +70,29 @@ func infinityInt(m pgtype.InfinityModifier, finite int64) int64 {
 	return finite
 }
 
+// timestampValue is the queued value of a timestamp: microseconds since the
+// epoch, or, for a time too far from it for an int64 to count them (past
+// 294246 AD or before 290307 BC), KindString, whose text microsOrText
+// fills in.
+func timestampValue(m pgtype.InfinityModifier, t time.Time) store.Value {
+	if m == pgtype.Finite && (t.Unix() > math.MaxInt64/1_000_000-1 || t.Unix() < math.MinInt64/1_000_000+1) {
+		return store.Value{Kind: store.KindString}
+	}
+	return store.Value{Kind: store.KindTimestamp, Int: infinityInt(m, t.UnixMicro())}
+}
+
+// microsOrText keeps the text of a timestamp that general found too far
+// from the epoch to count in microseconds: never a wrapped number.
+func microsOrText(general decodeFunc) decodeFunc {
+	return func(src []byte) (store.Value, error) {
+		v, err := general(src)
+		if err == nil && v.Kind == store.KindString {
+			v.Bytes = src
+		}
+		return v, err
+	}
+}
+
 func daysSinceEpoch(t time.Time) int64 {
 	secs := t.Unix()
 	days := secs / 86400
@@ -118,14 +141,14 @@ func (d *typeDecoders) forType(oid uint32) decodeFunc {
 			return store.Value{Kind: store.KindDate, Int: infinityInt(v.InfinityModifier, daysSinceEpoch(v.Time))}
 		})
 	case pgtype.TimestamptzOID:
-		return fastOr(store.KindTimestamp, parseISOTimestampOf(true), scanner(m, oid, func(v pgtype.Timestamptz) store.Value {
-			return store.Value{Kind: store.KindTimestamp, Int: infinityInt(v.InfinityModifier, v.Time.UnixMicro())}
-		}))
+		return fastOr(store.KindTimestamp, parseISOTimestampOf(true), microsOrText(scanner(m, oid, func(v pgtype.Timestamptz) store.Value {
+			return timestampValue(v.InfinityModifier, v.Time)
+		})))
 	case pgtype.TimestampOID:
 		// The wall clock is read as UTC (docs/architecture.md, type mapping).
-		return fastOr(store.KindTimestamp, parseISOTimestampOf(false), scanner(m, oid, func(v pgtype.Timestamp) store.Value {
-			return store.Value{Kind: store.KindTimestamp, Int: infinityInt(v.InfinityModifier, v.Time.UnixMicro())}
-		}))
+		return fastOr(store.KindTimestamp, parseISOTimestampOf(false), microsOrText(scanner(m, oid, func(v pgtype.Timestamp) store.Value {
+			return timestampValue(v.InfinityModifier, v.Time)
+		})))
 	case pgtype.TimeOID:
 		return scanner(m, oid, func(v pgtype.Time) store.Value {
 			return store.Value{Kind: store.KindTime, Int: v.Microseconds}

@@ -1,0 +1,147 @@
+package applier
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lakeside/lakeside/delta"
+)
+
+// exactSQL returns an SQL expression giving the exact text of expr, a value
+// of type typ, in the format canon gives Delta values: unlike canonSQL, it
+// maps no value the Delta type cannot hold to what the applier writes.
+func exactSQL(expr, typ string) string {
+	if strings.HasSuffix(typ, "[]") {
+		elem := exactSQL("e", strings.TrimSuffix(typ, "[]"))
+		return fmt.Sprintf(`CASE WHEN %[1]s IS NULL THEN NULL ELSE coalesce((SELECT string_agg(coalesce(%[2]s, 'NULL'), '|' ORDER BY o) FROM unnest(%[1]s) WITH ORDINALITY u(e, o)), '') END`, expr, elem)
+	}
+	switch {
+	case typ == "date":
+		return fmt.Sprintf(`CASE WHEN isfinite(%[1]s) THEN to_char(%[1]s, 'YYYY-MM-DD') ELSE %[1]s::text END`, expr)
+	case typ == "timestamp without time zone":
+		return fmt.Sprintf(`CASE WHEN isfinite(%[1]s) THEN to_char(%[1]s, 'YYYY-MM-DD"T"HH24:MI:SS.US') ELSE %[1]s::text END`, expr)
+	case typ == "timestamp with time zone":
+		return fmt.Sprintf(`CASE WHEN isfinite(%[1]s) THEN to_char(%[1]s AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') ELSE %[1]s::text END`, expr)
+	case strings.HasPrefix(typ, "numeric"):
+		return expr + "::text"
+	}
+	return canonSQL(expr, typ)
+}
+
+// TestReplacedValuesAreListed inserts, updates and deletes values at the
+// edges of the date, time and decimal types: every changelog row lists in
+// _replaced exactly the columns whose stored value differs from the one
+// PostgreSQL holds (compared value by value, as PostgreSQL prints it and
+// as the Delta table holds it), and the count of replaced values follows.
+func TestReplacedValuesAreListed(t *testing.T) {
+	h := newHarness(t, `
+		CREATE TABLE edges (id int PRIMARY KEY, d date, ts timestamp, tstz timestamptz, n numeric(5,2), da date[], na numeric(3,1)[]);
+		INSERT INTO edges VALUES
+			(1, '2026-01-01', '2026-01-01 12:00:00.5', '2026-01-01 12:00+00', 1.5, '{2026-01-01}', '{1.5}'),
+			(2, 'infinity', 'infinity', '-infinity', 'NaN', '{infinity,2026-01-01}', '{NaN,NULL}'),
+			(3, '5874897-12-31', '294276-12-31 23:59:59.999999', '0001-01-01 00:00+00', 999.99, NULL, '{}'),
+			(4, '-infinity', '1999-01-01', NULL, NULL, '{}', NULL);`, "edges")
+	a := h.applier()
+	h.apply(a)
+	h.exec(`UPDATE edges SET n = 'NaN', ts = '-infinity' WHERE id = 1`,
+		`INSERT INTO edges VALUES (5, '9999-12-31', '294247-01-10 04:00:54.775808', 'infinity', -999.99, '{-infinity}', '{99.9}')`,
+		`DELETE FROM edges WHERE id = 3`)
+	h.apply(a)
+
+	cols := h.pgColumns("edges")
+	exprs := make([]string, len(cols))
+	for i, c := range cols {
+		exprs[i] = exactSQL(pgx.Identifier{c.name}.Sanitize(), c.typ)
+	}
+	rows, err := h.conn.Query(t.Context(), "SELECT "+strings.Join(exprs, ", ")+" FROM edges")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := map[string][]string{}
+	for rows.Next() {
+		vals := make([]*string, len(cols))
+		dst := make([]any, len(cols))
+		for i := range vals {
+			dst[i] = &vals[i]
+		}
+		if err := rows.Scan(dst...); err != nil {
+			t.Fatal(err)
+		}
+		row := make([]string, len(cols))
+		for i, v := range vals {
+			row[i] = "NULL"
+			if v != nil {
+				row[i] = *v
+			}
+		}
+		pg[row[0]] = row
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+
+	// The latest changelog row of each id that is still there.
+	s := h.snapshot("public.edges_changes")
+	changes, err := s.ReadRows(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.Schema()
+	_, lsnIdx := st.Field(colLSN)
+	_, replIdx := st.Field(colReplaced)
+	if replIdx < 0 {
+		t.Fatal("the changelog has no _replaced column")
+	}
+	latest := map[string]delta.Row{}
+	for _, r := range changes {
+		_, idIdx := st.Field("id")
+		id := canon(r[idIdx], delta.TypeInteger)
+		if cur, ok := latest[id]; !ok || r[lsnIdx].(int64) > cur[lsnIdx].(int64) {
+			latest[id] = r
+		}
+	}
+	replacedTotal := 0
+	checked := 0
+	for id, want := range pg {
+		r := latest[id]
+		if r == nil {
+			t.Fatalf("no changelog row for id %s", id)
+		}
+		var listed []string
+		if l, ok := r[replIdx].([]any); ok {
+			for _, c := range l {
+				listed = append(listed, c.(string))
+			}
+		}
+		var differ []string
+		for i, c := range cols {
+			f, j := st.Field(c.name)
+			if got := canon(r[j], f.Type); got != want[i] {
+				differ = append(differ, c.name)
+			}
+		}
+		slices.Sort(listed)
+		slices.Sort(differ)
+		t.Logf("id %s: _replaced %v", id, listed)
+		if !slices.Equal(listed, differ) {
+			t.Errorf("id %s: _replaced lists %v; the values that differ from PostgreSQL's are %v", id, listed, differ)
+		}
+		checked++
+	}
+	for _, r := range changes {
+		if l, ok := r[replIdx].([]any); ok {
+			replacedTotal += len(l)
+		}
+	}
+	if checked != 4 {
+		t.Fatalf("checked %d rows, want 4", checked)
+	}
+	if got := a.Replaced()["public.edges"]; got != int64(replacedTotal) || got == 0 {
+		t.Errorf("Replaced counts %d values for public.edges; the changelog lists %d", got, replacedTotal)
+	}
+	h.checkChangelog("edges", nil)
+}
