@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -180,8 +181,17 @@ func (h *harness) pgColumns(table string) []pgColumn {
 // by PostgreSQL itself, independently of the applier's conversions.
 func canonSQL(expr, typ string) string {
 	if strings.HasSuffix(typ, "[]") {
-		elem := canonSQL("e", strings.TrimSuffix(typ, "[]"))
-		return fmt.Sprintf(`CASE WHEN %[1]s IS NULL THEN NULL ELSE coalesce((SELECT string_agg(coalesce(%[2]s, 'NULL'), '|' ORDER BY o) FROM unnest(%[1]s) WITH ORDINALITY u(e, o)), '') END`, expr, elem)
+		elemType := strings.TrimSuffix(typ, "[]")
+		elem := canonSQL("e", elemType)
+		// An array a list of elements would not hold (more than one
+		// dimension, bounds other than from 1) is its text, the one
+		// element of an array of strings, or null.
+		other := "NULL"
+		if stringType(elemType) {
+			other = expr + "::text"
+		}
+		return fmt.Sprintf(`CASE WHEN %[1]s IS NULL THEN NULL WHEN array_ndims(%[1]s) > 1 OR array_lower(%[1]s, 1) <> 1 THEN %[3]s
+			ELSE coalesce((SELECT string_agg(coalesce(%[2]s, 'NULL'), '|' ORDER BY o) FROM unnest(%[1]s) WITH ORDINALITY u(e, o)), '') END`, expr, elem, other)
 	}
 	base := typ
 	if i := strings.IndexByte(base, '('); i >= 0 {
@@ -211,6 +221,23 @@ func canonSQL(expr, typ string) string {
 	// The type's output function, as pgoutput sends it (char(n) keeps its
 	// padding, inet its netmask rules).
 	return fmt.Sprintf(`CASE WHEN %[1]s IS NULL THEN NULL ELSE concat(%[1]s) END`, expr)
+}
+
+// stringType reports whether the applier maps the PostgreSQL type typ
+// (format_type's name) to a Delta string.
+func stringType(typ string) bool {
+	base := typ
+	if i := strings.IndexByte(base, '('); i >= 0 {
+		base = base[:i]
+	}
+	switch base {
+	case "boolean", "smallint", "integer", "bigint", "real", "double precision", "bytea", "date",
+		"timestamp without time zone", "timestamp with time zone", "time without time zone", "money":
+		return false
+	case "numeric":
+		return typ == "numeric"
+	}
+	return true
 }
 
 // canon formats a value read from a Delta table.
@@ -272,31 +299,9 @@ func (h *harness) pgRows(table string) []string {
 	for i, c := range cols {
 		exprs[i] = canonSQL(pgx.Identifier{c.name}.Sanitize(), c.typ)
 	}
-	rows, err := h.conn.Query(context.Background(), "SELECT "+strings.Join(exprs, ", ")+" FROM "+table)
-	if err != nil {
-		h.t.Fatal(err)
-	}
 	var out []string
-	for rows.Next() {
-		vals := make([]*string, len(cols))
-		dst := make([]any, len(cols))
-		for i := range vals {
-			dst[i] = &vals[i]
-		}
-		if err := rows.Scan(dst...); err != nil {
-			h.t.Fatal(err)
-		}
-		parts := make([]string, len(cols))
-		for i, v := range vals {
-			parts[i] = "NULL"
-			if v != nil {
-				parts[i] = *v
-			}
-		}
-		out = append(out, strings.Join(parts, " ‖ "))
-	}
-	if err := rows.Err(); err != nil {
-		h.t.Fatal(err)
+	for _, row := range h.textRows("SELECT " + strings.Join(exprs, ", ") + " FROM " + table) {
+		out = append(out, strings.Join(row, " ‖ "))
 	}
 	slices.Sort(out)
 	return out
@@ -388,3 +393,51 @@ func (f notifyFunc) Notify() { f() }
 type offsetFunc func() store.LSN
 
 func (f offsetFunc) Offset() store.LSN { return f() }
+
+// textRows runs a query whose columns are all text and returns its rows,
+// a null as "NULL".
+func (h *harness) textRows(sql string) [][]string {
+	h.t.Helper()
+	rows, err := h.conn.Query(context.Background(), sql)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	n := len(rows.FieldDescriptions())
+	var out [][]string
+	for rows.Next() {
+		vals := make([]*string, n)
+		dst := make([]any, n)
+		for i := range vals {
+			dst[i] = &vals[i]
+		}
+		if err := rows.Scan(dst...); err != nil {
+			h.t.Fatal(err)
+		}
+		row := make([]string, n)
+		for i, v := range vals {
+			row[i] = "NULL"
+			if v != nil {
+				row[i] = *v
+			}
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		h.t.Fatal(err)
+	}
+	return out
+}
+
+// tableDirs returns the names in the tables directory, sorted.
+func (h *harness) tableDirs() []string {
+	h.t.Helper()
+	entries, err := os.ReadDir(h.tablesDir)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var dirs []string
+	for _, e := range entries {
+		dirs = append(dirs, e.Name())
+	}
+	return dirs
+}

@@ -1,7 +1,6 @@
 package applier
 
 import (
-	"os"
 	"slices"
 	"testing"
 )
@@ -36,15 +35,7 @@ func TestPartitionedTable(t *testing.T) {
 		t.Errorf("%d changes of the partitioned table were passed over", n)
 	}
 
-	entries, err := os.ReadDir(h.tablesDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dirs []string
-	for _, e := range entries {
-		dirs = append(dirs, e.Name())
-	}
-	if want := []string{"public.meas", "public.meas_changes"}; !slices.Equal(dirs, want) {
+	if dirs, want := h.tableDirs(), []string{"public.meas", "public.meas_changes"}; !slices.Equal(dirs, want) {
 		t.Errorf("tables directory holds %v, want %v", dirs, want)
 	}
 }

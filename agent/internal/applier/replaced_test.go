@@ -57,31 +57,9 @@ func TestReplacedValuesAreListed(t *testing.T) {
 	for i, c := range cols {
 		exprs[i] = exactSQL(pgx.Identifier{c.name}.Sanitize(), c.typ)
 	}
-	rows, err := h.conn.Query(t.Context(), "SELECT "+strings.Join(exprs, ", ")+" FROM edges")
-	if err != nil {
-		t.Fatal(err)
-	}
 	pg := map[string][]string{}
-	for rows.Next() {
-		vals := make([]*string, len(cols))
-		dst := make([]any, len(cols))
-		for i := range vals {
-			dst[i] = &vals[i]
-		}
-		if err := rows.Scan(dst...); err != nil {
-			t.Fatal(err)
-		}
-		row := make([]string, len(cols))
-		for i, v := range vals {
-			row[i] = "NULL"
-			if v != nil {
-				row[i] = *v
-			}
-		}
+	for _, row := range h.textRows("SELECT " + strings.Join(exprs, ", ") + " FROM edges") {
 		pg[row[0]] = row
-	}
-	if rows.Err() != nil {
-		t.Fatal(rows.Err())
 	}
 
 	// The latest changelog row of each id that is still there.

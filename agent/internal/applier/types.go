@@ -46,6 +46,7 @@ const (
 	oidTimestamp   = 1114
 	oidTimestamptz = 1184
 	oidNumeric     = 1700
+	oidMoney       = 790
 )
 
 // typeMapper maps PostgreSQL column types to Delta types as the type mapping of docs/architecture.md says.
@@ -75,6 +76,9 @@ func (tm *typeMapper) deltaType(oid uint32, typmod int32) delta.DataType {
 			return delta.DecimalType{Precision: p, Scale: s}
 		}
 		return delta.TypeString
+	case oidMoney:
+		// Capture reads it as a decimal of two places (the C locale's).
+		return delta.DecimalType{Precision: 19, Scale: 2}
 	case oidBytea:
 		return delta.TypeBinary
 	case oidDate:
@@ -161,7 +165,13 @@ func converterFor(dt delta.DataType, column string, w warner) converter {
 		elem := converterFor(t.ElementType, column, w)
 		conv = func(v *store.Value) any {
 			if v.Kind != store.KindArray {
-				return []any{convertPlain(delta.TypeString, v)}
+				// Not a list of elements (a multi-dimensional array
+				// queued as its text): its text as the one element of
+				// an array of strings, null otherwise; in _replaced.
+				if t.ElementType == delta.TypeString {
+					return []any{convertPlain(delta.TypeString, v)}
+				}
+				return nil
 			}
 			out := make([]any, len(v.Elems))
 			for i := range v.Elems {

@@ -67,6 +67,9 @@ var sessionParams = map[string]string{
 	"TimeZone":           "UTC",
 	"extra_float_digits": "3",
 	"bytea_output":       "hex",
+	// money prints as "-$1,234.56": a "$", "," between thousands and
+	// two decimals, whatever the server's locale (see moneyValue).
+	"lc_monetary": "C",
 }
 
 // Notifier is told that there is something new to look at.

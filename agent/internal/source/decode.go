@@ -1,6 +1,7 @@
 package source
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"time"
@@ -60,6 +61,25 @@ func numericValue(src []byte) (store.Value, error) {
 	return store.Value{Kind: store.KindNumeric, Bytes: src}, nil
 }
 
+// oidMoney is the type OID of money.
+const oidMoney = 790
+
+// moneyValue reads money as the session prints it (lc_monetary C:
+// "-$1,234.56") into the exact decimal it is.
+func moneyValue(src []byte) (store.Value, error) {
+	out := make([]byte, 0, len(src))
+	for _, c := range src {
+		switch {
+		case c == '$' || c == ',':
+		case c == '-' || c == '.' || c >= '0' && c <= '9':
+			out = append(out, c)
+		default:
+			return store.Value{}, fmt.Errorf("money %q is not in the C locale's format", src)
+		}
+	}
+	return store.Value{Kind: store.KindNumeric, Bytes: out}, nil
+}
+
 func infinityInt(m pgtype.InfinityModifier, finite int64) int64 {
 	switch m {
 	case pgtype.Infinity:
@@ -102,6 +122,16 @@ func daysSinceEpoch(t time.Time) int64 {
 	return days
 }
 
+// known reports whether capture reads the type oid as itself: a type
+// pgtype knows, or money (see resolveTypes).
+func (d *typeDecoders) known(oid uint32) bool {
+	if oid == oidMoney {
+		return true
+	}
+	_, ok := d.m.TypeForOID(oid)
+	return ok
+}
+
 // forType returns the decoder for a column of the given type.
 func (d *typeDecoders) forType(oid uint32) decodeFunc {
 	m := d.m
@@ -134,6 +164,8 @@ func (d *typeDecoders) forType(oid uint32) decodeFunc {
 	case pgtype.NumericOID:
 		// PostgreSQL prints numeric exactly; the text is the value.
 		return numericValue
+	case oidMoney:
+		return moneyValue
 	case pgtype.ByteaOID:
 		return scanner(m, oid, func(v []byte) store.Value { return store.Value{Kind: store.KindBytes, Bytes: v} })
 	case pgtype.DateOID:
@@ -166,13 +198,19 @@ func (d *typeDecoders) forType(oid uint32) decodeFunc {
 
 // arrayOf returns a decoder for arrays whose elements have type elem. The
 // array literal is split by pgtype's text[] parser, and each element is then
-// decoded like a column of the element type. Multi-dimensional arrays are
-// flattened in row-major order.
+// decoded like a column of the element type. An array that a list of
+// elements would not hold exactly, one of more dimensions than one or with
+// bounds other than from 1 ("{{1,2},{3,4}}", "[0:1]={1,2}"), is queued as
+// its text (KindString), which the applier does not take for an array: it
+// lists the column in _replaced.
 func (d *typeDecoders) arrayOf(elem uint32) decodeFunc {
 	elemDecode := d.forType(elem)
 	var probe pgtype.FlatArray[pgtype.Text]
 	plan := d.m.PlanScan(pgtype.TextArrayOID, pgtype.TextFormatCode, &probe)
 	return func(src []byte) (store.Value, error) {
+		if bytes.HasPrefix(src, []byte("{{")) || bytes.HasPrefix(src, []byte("[")) {
+			return store.Value{Kind: store.KindString, Bytes: src}, nil
+		}
 		var arr pgtype.FlatArray[pgtype.Text]
 		if err := plan.Scan(src, &arr); err != nil {
 			return store.Value{}, err

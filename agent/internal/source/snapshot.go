@@ -19,7 +19,7 @@ const snapshotChunk = 2048
 // relationFromCatalog describes a table's published columns the way a
 // pgoutput Relation message does, so that the snapshot's rows and the
 // stream's share one schema version when nothing changed.
-func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.LSN) (*store.Relation, error) {
+func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.LSN, known func(uint32) bool) (*store.Relation, error) {
 	rows, err := conn.Query(ctx, `
 		SELECT c.oid, c.relreplident::text, a.attname, a.atttypid, a.atttypmod,
 		       CASE c.relreplident
@@ -52,6 +52,9 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.
 	if len(rel.Columns) == 0 {
 		return nil, fatalf("describe %s: table not found or has no columns", t)
 	}
+	if err := resolveTypes(ctx, conn, rel.Columns, known); err != nil {
+		return nil, fmt.Errorf("describe %s: %w", t, err)
+	}
 	rel.Key.LSN = at
 	return rel, nil
 }
@@ -71,7 +74,7 @@ func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName 
 	var total int64
 	start := time.Now()
 	for _, t := range s.cfg.Tables {
-		rel, err := relationFromCatalog(ctx, conn, t, at)
+		rel, err := relationFromCatalog(ctx, conn, t, at, decoders.known)
 		if err != nil {
 			return err
 		}

@@ -446,6 +446,11 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 		rel.Columns[i] = store.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 == 1,
 			PrimaryKey: slices.Contains(pk, c.Name)}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := resolveTypes(ctx, st.sql, rel.Columns, st.decoders.known); err != nil {
+		return err
+	}
 	cur, had := st.rels[m.RelationID]
 	if had && cur.rel.SameShape(rel) {
 		return nil
