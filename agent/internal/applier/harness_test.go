@@ -182,7 +182,7 @@ func (h *harness) pgColumns(table string) []pgColumn {
 func canonSQL(expr, typ string) string {
 	if strings.HasSuffix(typ, "[]") {
 		elemType := strings.TrimSuffix(typ, "[]")
-		elem := canonSQL("e", elemType)
+		elem := canonSQL(fmt.Sprintf("(%s)[o]", expr), elemType)
 		// An array a list of elements would not hold (more than one
 		// dimension, bounds other than from 1) is its text, the one
 		// element of an array of strings, or null.
@@ -191,7 +191,7 @@ func canonSQL(expr, typ string) string {
 			other = expr + "::text"
 		}
 		return fmt.Sprintf(`CASE WHEN %[1]s IS NULL THEN NULL WHEN array_ndims(%[1]s) > 1 OR array_lower(%[1]s, 1) <> 1 THEN %[3]s
-			ELSE coalesce((SELECT string_agg(coalesce(%[2]s, 'NULL'), '|' ORDER BY o) FROM unnest(%[1]s) WITH ORDINALITY u(e, o)), '') END`, expr, elem, other)
+			ELSE coalesce((SELECT string_agg(coalesce(%[2]s, 'NULL'), '|' ORDER BY o) FROM generate_subscripts(%[1]s, 1) s(o)), '') END`, expr, elem, other)
 	}
 	base := typ
 	if i := strings.IndexByte(base, '('); i >= 0 {
@@ -208,19 +208,22 @@ func canonSQL(expr, typ string) string {
 	case "bytea":
 		return fmt.Sprintf(`encode(%s, 'hex')`, expr)
 	case "date":
-		return fmt.Sprintf(`CASE WHEN %[1]s = 'infinity' THEN '9999-12-31' WHEN %[1]s = '-infinity' THEN '0001-01-01' ELSE to_char(%[1]s, 'YYYY-MM-DD') END`, expr)
+		return fmt.Sprintf(`CASE WHEN %[1]s > '9999-12-31' THEN '9999-12-31' WHEN %[1]s < '0001-01-01' THEN '0001-01-01' ELSE to_char(%[1]s, 'YYYY-MM-DD') END`, expr)
 	case "timestamp without time zone":
-		return fmt.Sprintf(`CASE WHEN %[1]s = 'infinity' THEN '9999-12-31T23:59:59.999999' WHEN %[1]s = '-infinity' THEN '0001-01-01T00:00:00.000000' ELSE to_char(%[1]s, 'YYYY-MM-DD"T"HH24:MI:SS.US') END`, expr)
+		return fmt.Sprintf(`CASE WHEN %[1]s > '9999-12-31 23:59:59.999999' THEN '9999-12-31T23:59:59.999999' WHEN %[1]s < '0001-01-01' THEN '0001-01-01T00:00:00.000000' ELSE to_char(%[1]s, 'YYYY-MM-DD"T"HH24:MI:SS.US') END`, expr)
 	case "timestamp with time zone":
-		return fmt.Sprintf(`CASE WHEN %[1]s = 'infinity' THEN '9999-12-31T23:59:59.999999' WHEN %[1]s = '-infinity' THEN '0001-01-01T00:00:00.000000' ELSE to_char(%[1]s AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') END`, expr)
+		return fmt.Sprintf(`CASE WHEN %[1]s > '9999-12-31 23:59:59.999999+00' THEN '9999-12-31T23:59:59.999999' WHEN %[1]s < '0001-01-01 00:00+00' THEN '0001-01-01T00:00:00.000000' ELSE to_char(%[1]s AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') END`, expr)
 	case "time without time zone":
 		return fmt.Sprintf(`(extract(epoch from %s) * 1000000)::int8::text`, expr)
 	case "smallint", "integer", "bigint", "real", "double precision":
 		return expr + "::text"
+	case "money":
+		return expr + "::numeric::text"
 	}
 	// The type's output function, as pgoutput sends it (char(n) keeps its
-	// padding, inet its netmask rules).
-	return fmt.Sprintf(`CASE WHEN %[1]s IS NULL THEN NULL ELSE concat(%[1]s) END`, expr)
+	// padding, inet its netmask rules). A composite value whose fields are
+	// all null IS NULL, but is not a null.
+	return fmt.Sprintf(`CASE WHEN num_nulls(%[1]s) = 1 THEN NULL ELSE concat(%[1]s) END`, expr)
 }
 
 // stringType reports whether the applier maps the PostgreSQL type typ

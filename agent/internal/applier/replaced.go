@@ -2,7 +2,6 @@ package applier
 
 import (
 	"bytes"
-	"math"
 
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
@@ -14,10 +13,12 @@ import (
 // (Applier.Replaced, a metric), and the first replacement in each column
 // is logged. The replacements:
 //
-//	date         past 9999-12-31, or infinity: 9999-12-31; -infinity: 0001-01-01
-//	timestamp    infinity and -infinity: 9999-12-31 23:59:59.999999, 0001-01-01;
-//	             past 294246 AD (more microseconds than an int64 holds,
-//	             queued as text by capture): null
+//	date         outside 0001-01-01 to 9999-12-31 (the range of Delta
+//	             dates), infinities included: the nearer end
+//	timestamp    outside 0001-01-01 00:00 to 9999-12-31 23:59:59.999999,
+//	             infinities included: the nearer end (a time past 294246 AD
+//	             or before 290307 BC, which capture queues as text because
+//	             an int64 cannot count its microseconds, too)
 //	decimal(p,s) NaN, Infinity, -Infinity, or more integer digits than p-s: null
 //	array        an element replaced as its type says
 //
@@ -55,11 +56,11 @@ func replacedCheckFor(dt delta.DataType) replacedCheck {
 		switch t {
 		case delta.TypeDate:
 			return func(v *store.Value) bool {
-				return v.Kind != store.KindDate || v.Int > int64(maxDate) || v.Int < math.MinInt32
+				return v.Kind != store.KindDate || v.Int > int64(maxDate) || v.Int < int64(minDate)
 			}
 		case delta.TypeTimestamp:
 			return func(v *store.Value) bool {
-				return v.Kind != store.KindTimestamp || v.Int == store.InfinityInt || v.Int == store.NegativeInfinityInt
+				return v.Kind != store.KindTimestamp || v.Int > maxTimestamp || v.Int < minTimestamp
 			}
 		}
 	}

@@ -16,18 +16,23 @@ import (
 // maps no value the Delta type cannot hold to what the applier writes.
 func exactSQL(expr, typ string) string {
 	if strings.HasSuffix(typ, "[]") {
-		elem := exactSQL("e", strings.TrimSuffix(typ, "[]"))
-		return fmt.Sprintf(`CASE WHEN %[1]s IS NULL THEN NULL ELSE coalesce((SELECT string_agg(coalesce(%[2]s, 'NULL'), '|' ORDER BY o) FROM unnest(%[1]s) WITH ORDINALITY u(e, o)), '') END`, expr, elem)
+		// A list of elements, or the dimensions and text of an array of
+		// more dimensions or other bounds.
+		elem := exactSQL(fmt.Sprintf("(%s)[o]", expr), strings.TrimSuffix(typ, "[]"))
+		return fmt.Sprintf(`CASE WHEN %[1]s IS NULL THEN NULL WHEN array_ndims(%[1]s) > 1 OR array_lower(%[1]s, 1) <> 1 THEN array_dims(%[1]s) || %[1]s::text
+			ELSE coalesce((SELECT string_agg(coalesce(%[2]s, 'NULL'), '|' ORDER BY o) FROM generate_subscripts(%[1]s, 1) s(o)), '') END`, expr, elem)
 	}
 	switch {
 	case typ == "date":
-		return fmt.Sprintf(`CASE WHEN isfinite(%[1]s) THEN to_char(%[1]s, 'YYYY-MM-DD') ELSE %[1]s::text END`, expr)
+		return fmt.Sprintf(`CASE WHEN %[1]s BETWEEN '0001-01-01' AND '9999-12-31' THEN to_char(%[1]s, 'YYYY-MM-DD') ELSE %[1]s::text END`, expr)
 	case typ == "timestamp without time zone":
-		return fmt.Sprintf(`CASE WHEN isfinite(%[1]s) THEN to_char(%[1]s, 'YYYY-MM-DD"T"HH24:MI:SS.US') ELSE %[1]s::text END`, expr)
+		return fmt.Sprintf(`CASE WHEN %[1]s BETWEEN '0001-01-01' AND '9999-12-31 23:59:59.999999' THEN to_char(%[1]s, 'YYYY-MM-DD"T"HH24:MI:SS.US') ELSE %[1]s::text END`, expr)
 	case typ == "timestamp with time zone":
-		return fmt.Sprintf(`CASE WHEN isfinite(%[1]s) THEN to_char(%[1]s AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') ELSE %[1]s::text END`, expr)
+		return fmt.Sprintf(`CASE WHEN %[1]s BETWEEN '0001-01-01 00:00+00' AND '9999-12-31 23:59:59.999999+00' THEN to_char(%[1]s AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') ELSE %[1]s::text END`, expr)
 	case strings.HasPrefix(typ, "numeric"):
 		return expr + "::text"
+	case typ == "money":
+		return expr + "::numeric::text"
 	}
 	return canonSQL(expr, typ)
 }
@@ -52,18 +57,36 @@ func TestReplacedValuesAreListed(t *testing.T) {
 		`DELETE FROM edges WHERE id = 3`)
 	h.apply(a)
 
-	cols := h.pgColumns("edges")
+	checked, replacedTotal := h.checkReplaced("edges")
+	if checked != 4 {
+		t.Fatalf("checked %d rows, want 4", checked)
+	}
+	if got := a.Replaced()["public.edges"]; got != int64(replacedTotal) || got == 0 {
+		t.Errorf("Replaced counts %d values for public.edges; the changelog lists %d", got, replacedTotal)
+	}
+	h.checkChangelog("edges", nil)
+}
+
+// checkReplaced compares the latest changelog row of each row of table (an
+// int key "id") with PostgreSQL's row, value by value (exactSQL against
+// canon), and checks that _replaced lists exactly the columns that differ.
+// It returns how many rows it checked and how many values the changelog
+// lists as replaced in all.
+func (h *harness) checkReplaced(table string) (checked, replacedTotal int) {
+	t := h.t
+	t.Helper()
+	cols := h.pgColumns(table)
 	exprs := make([]string, len(cols))
 	for i, c := range cols {
 		exprs[i] = exactSQL(pgx.Identifier{c.name}.Sanitize(), c.typ)
 	}
 	pg := map[string][]string{}
-	for _, row := range h.textRows("SELECT " + strings.Join(exprs, ", ") + " FROM edges") {
+	for _, row := range h.textRows("SELECT " + strings.Join(exprs, ", ") + " FROM " + table) {
 		pg[row[0]] = row
 	}
 
 	// The latest changelog row of each id that is still there.
-	s := h.snapshot("public.edges_changes")
+	s := h.snapshot("public." + table + "_changes")
 	changes, err := s.ReadRows(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -82,8 +105,6 @@ func TestReplacedValuesAreListed(t *testing.T) {
 			latest[id] = r
 		}
 	}
-	replacedTotal := 0
-	checked := 0
 	for id, want := range pg {
 		r := latest[id]
 		if r == nil {
@@ -104,7 +125,6 @@ func TestReplacedValuesAreListed(t *testing.T) {
 		}
 		slices.Sort(listed)
 		slices.Sort(differ)
-		t.Logf("id %s: _replaced %v", id, listed)
 		if !slices.Equal(listed, differ) {
 			t.Errorf("id %s: _replaced lists %v; the values that differ from PostgreSQL's are %v", id, listed, differ)
 		}
@@ -115,11 +135,5 @@ func TestReplacedValuesAreListed(t *testing.T) {
 			replacedTotal += len(l)
 		}
 	}
-	if checked != 4 {
-		t.Fatalf("checked %d rows, want 4", checked)
-	}
-	if got := a.Replaced()["public.edges"]; got != int64(replacedTotal) || got == 0 {
-		t.Errorf("Replaced counts %d values for public.edges; the changelog lists %d", got, replacedTotal)
-	}
-	h.checkChangelog("edges", nil)
+	return checked, replacedTotal
 }

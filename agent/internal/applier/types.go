@@ -1,6 +1,7 @@
 package applier
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/big"
@@ -23,8 +24,10 @@ type unchangedValue struct{}
 // unchanged is the one value of unchangedValue.
 var unchanged any = unchangedValue{}
 
-// The clamps for infinite dates and timestamps: the extreme values Spark
-// accepts (0001-01-01 and 9999-12-31, 23:59:59.999999 for timestamps).
+// The range of Delta dates and timestamps (the protocol's, which Spark and
+// the other engines keep to): 0001-01-01 to 9999-12-31, 23:59:59.999999
+// for timestamps. A value outside, infinities included, is written as the
+// nearer end (and listed in _replaced, see replaced.go).
 var (
 	maxDate      = delta.DaysSinceEpoch(time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC))
 	minDate      = delta.DaysSinceEpoch(time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -387,8 +390,16 @@ func convertPlain(t delta.PrimitiveType, v *store.Value) any {
 			return delta.DateFromDays(clampDate(v.Int))
 		}
 	case delta.TypeTimestamp:
-		if v.Kind == store.KindTimestamp {
+		switch v.Kind {
+		case store.KindTimestamp:
 			return delta.TimeFromMicros(clampTimestamp(v.Int))
+		case store.KindString:
+			// Too far from the epoch for an int64 to count its
+			// microseconds: capture queued its text.
+			if bytes.HasSuffix(v.Bytes, []byte(" BC")) {
+				return delta.TimeFromMicros(minTimestamp)
+			}
+			return delta.TimeFromMicros(maxTimestamp)
 		}
 	case delta.TypeString:
 		return valueText(v)
@@ -397,27 +408,15 @@ func convertPlain(t delta.PrimitiveType, v *store.Value) any {
 }
 
 // clampDate returns a queued date (days since 1970-01-01) as written:
-// infinities and days beyond the year 9999 become the extreme dates.
+// within the range of Delta dates.
 func clampDate(d int64) int32 {
-	switch {
-	case d == store.InfinityInt || d > int64(maxDate):
-		return maxDate
-	case d == store.NegativeInfinityInt || d < math.MinInt32:
-		return minDate
-	}
-	return int32(d)
+	return int32(min(max(d, int64(minDate)), int64(maxDate)))
 }
 
 // clampTimestamp returns a queued timestamp (microseconds since the epoch)
-// as written: infinities become the extreme timestamps.
+// as written: within the range of Delta timestamps.
 func clampTimestamp(us int64) int64 {
-	switch us {
-	case store.InfinityInt:
-		return maxTimestamp
-	case store.NegativeInfinityInt:
-		return minTimestamp
-	}
-	return us
+	return min(max(us, minTimestamp), maxTimestamp)
 }
 
 // valueText returns the text form of a value, for string columns.
