@@ -420,6 +420,9 @@ func encodeRelation(r *Relation) []byte {
 		e.byte1(flags)
 	}
 	e.str(r.Table)
+	for _, c := range r.Columns {
+		e.uvarint(uint64(c.Dims))
+	}
 	return e.finish()
 }
 
@@ -441,9 +444,15 @@ func decodeRelation(data []byte) (*Relation, error) {
 		flags := d.byte1()
 		c.Key, c.PrimaryKey = flags&1 != 0, flags&2 != 0
 	}
+	// Table, then each column's Dims, were added after the first
+	// records; older ones end before them.
 	if len(d.buf) > 0 {
-		// Table was added after the first records; older ones end here.
 		r.Table = d.str()
+	}
+	if len(d.buf) > 0 {
+		for i := range r.Columns {
+			r.Columns[i].Dims = int(d.uvarint())
+		}
 	}
 	if err := d.done(); err != nil {
 		return nil, fmt.Errorf("decode relation: %w", err)

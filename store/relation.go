@@ -41,6 +41,9 @@ type Column struct {
 	Key bool
 	// PrimaryKey is set for a column of the table's primary key.
 	PrimaryKey bool
+	// Dims is the number of dimensions an array column is declared with
+	// (int[][] has 2); 0 or 1 for one, and for a column not an array.
+	Dims int
 }
 
 // KeyColumns returns the positions of the columns that identify a row:

@@ -50,7 +50,7 @@ func TestTableDirNameIsSafeAndDistinct(t *testing.T) {
 // it is captured as, and decodes a record written before that was kept.
 func TestRelationRoundTrip(t *testing.T) {
 	r := &Relation{Key: RelationKey{OID: 16384, LSN: 99}, Schema: "public", Name: "renamed", Table: "public.stock",
-		ReplicaIdentity: 'd', Columns: []Column{{Name: "id", TypeOID: 23, TypeMod: -1, Key: true}}}
+		ReplicaIdentity: 'd', Columns: []Column{{Name: "id", TypeOID: 23, TypeMod: -1, Key: true, PrimaryKey: true}, {Name: "grid", TypeOID: 1007, Dims: 2}}}
 	got, err := decodeRelation(encodeRelation(r))
 	if err != nil {
 		t.Fatal(err)
@@ -60,16 +60,18 @@ func TestRelationRoundTrip(t *testing.T) {
 	}
 	old := *r
 	old.Table = ""
+	old.Columns = []Column{r.Columns[0], {Name: "grid", TypeOID: 1007}}
 	data := encodeRelation(&old)
-	// A record of the format before Table: the same, without the last
-	// field (an empty string, one byte), checksummed again.
-	body := data[:len(data)-5]
+	// A record of the format before Table and Dims: the same, without
+	// them (an empty string and a zero per column, a byte each), and
+	// checksummed again.
+	body := data[:len(data)-4-1-len(old.Columns)]
 	legacy := (&encoder{buf: body}).finish()
 	got, err = decodeRelation(legacy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Table != "" || got.TableName() != "public.renamed" || got.DirName() != "public.renamed" {
+	if got.Table != "" || got.TableName() != "public.renamed" || got.DirName() != "public.renamed" || got.Columns[1].Dims != 0 {
 		t.Fatalf("a record without Table: %+v", got)
 	}
 }

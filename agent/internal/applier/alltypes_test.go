@@ -25,7 +25,9 @@ const allTypesSetup = `
 		r4 int4range, rts tstzrange, mr int4multirange,
 		js json, jb jsonb, x xml, u uuid,
 		e mood, dq qty, cp pair,
-		ai int[], at text[], ad date[], an numeric(5,2)[], ae mood[], acp pair[], aq qty[], agrid int[]);
+		ai int[], at text[], ad date[], an numeric(5,2)[], ae mood[], acp pair[], aq qty[], agrid int[],
+		ab bool[], af float8[], aby bytea[], ats timestamptz[], am money[], ainet inet[], ajb jsonb[], ar int4range[],
+		apt point[], auu uuid[], aiv interval[], abit bit(3)[], anu numeric[], atm time[], ax xml[]);
 	INSERT INTO every VALUES
 		(1, true, -32768, -2147483648, -9223372036854775808, 'NaN', '-Infinity',
 		 -9999999.999, 'NaN', '-92233720368547758.08',
@@ -36,7 +38,10 @@ const allTypesSetup = `
 		 '[1,10)', '[2026-01-01 00:00+00,2026-02-01 00:00+00)', '{[1,3),[5,7)}',
 		 '{"a": [1, null]}', '{"b": {"c": true}}', '<a>x</a>', '00000000-0000-0000-0000-000000000000',
 		 'sad', 0, ROW(1, 'x'),
-		 '{1,NULL,3}', '{"a,b",NULL,""}', '{-infinity,2026-01-01}', '{1.5,NaN,NULL}', '{sad,happy}', ARRAY[ROW(1,'x')::pair, NULL], '{0,1}', '{{1,2},{3,4}}'),
+		 '{1,NULL,3}', '{"a,b",NULL,""}', '{-infinity,2026-01-01}', '{1.5,NaN,NULL}', '{sad,happy}', ARRAY[ROW(1,'x')::pair, NULL], '{0,1}', '{{1,2},{3,4}}',
+		 '{true,NULL,false}', '{NaN,-Infinity,1.5}', '{"\\x00ff",NULL}', '{-infinity,"2026-01-01 00:00+00"}', '{-1.50,NULL}', '{::1,10.0.0.1}',
+		 ARRAY['{"a": 1}'::jsonb, '[]'], '{"[1,2)",empty}', '{"(1,2)",NULL}', '{00000000-0000-0000-0000-000000000000}',
+		 '{"1 day","-178000000 years"}', '{101,000}', '{NaN,Infinity,1.5}', '{00:00,24:00}', ARRAY['<a/>'::xml, NULL]),
 		(2, false, 32767, 2147483647, 9223372036854775807, '1.4e-45', 'Infinity',
 		 9999999.999, 'Infinity', '92233720368547758.07',
 		 'xyz', '', repeat('long ', 1000), 'n', '',
@@ -46,12 +51,14 @@ const allTypesSetup = `
 		 'empty', '(,)', '{}',
 		 '[]', '{}', '<?xml version="1.0"?><r/>', 'ffffffff-ffff-ffff-ffff-ffffffffffff',
 		 'happy', 2147483647, ROW(NULL, NULL),
-		 '{}', '{}', '{}', '{}', '{}', '{}', '{}', '[0:1]={5,6}'),
+		 '{}', '{}', '{}', '{}', '{}', '{}', '{}', '[0:1]={5,6}',
+		 '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}'),
 		(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 		 '0001-01-01', '9999-12-31 23:59:59.999999', '2026-06-01 12:00:00.123456+02', NULL, NULL, NULL,
 		 NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 		 'null', 'null', NULL, NULL, NULL, NULL, NULL,
-		 NULL, '{NULL}', '{9999-12-31,0001-01-01}', '{999.99,-999.99}', '{NULL}', NULL, NULL, NULL);`
+		 NULL, '{NULL}', '{9999-12-31,0001-01-01}', '{999.99,-999.99}', '{NULL}', NULL, NULL, NULL,
+		 NULL, NULL, NULL, NULL, '{92233720368547758.07}', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);`
 
 // TestEveryTypeAgainstPostgreSQL captures a column of every type of
 // Debezium's PostgreSQL type list, at its edges (numeric NaN and
@@ -70,7 +77,7 @@ func TestEveryTypeAgainstPostgreSQL(t *testing.T) {
 	// The same rows again, streamed: each id moved up by 10.
 	h.exec(`INSERT INTO every SELECT id + 10, b, i2, i4, i8, f4, f8, n, nu, m, c, vc, t, nm, by, d, ts, tstz, tm, tmtz, iv,
 		bt, vb, inet_, cidr_, mac, mac8, pt, ln, ls, bx, pa, pg, ci, r4, rts, mr, js, jb, x, u, e, dq, cp,
-		ai, at, ad, an, ae, acp, aq, agrid FROM every`)
+		ai, at, ad, an, ae, acp, aq, agrid, ab, af, aby, ats, am, ainet, ajb, ar, apt, auu, aiv, abit, anu, atm, ax FROM every`)
 	h.apply(a)
 	checked, replaced := h.checkReplaced("every")
 	if checked != 6 || replaced == 0 {

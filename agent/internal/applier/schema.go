@@ -175,6 +175,14 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 	}
 	for i, col := range rel.Columns {
 		dt := c.tm.deltaType(col.TypeOID, col.TypeMod)
+		if at, ok := dt.(*delta.ArrayType); ok {
+			// An array declared of more dimensions is arrays of
+			// arrays, as deep.
+			for range col.Dims - 1 {
+				at = &delta.ArrayType{ElementType: at, ContainsNull: true}
+			}
+			dt = at
+		}
 		name := col.Name
 		if reserved(name) {
 			name += "__col"

@@ -50,6 +50,7 @@ const (
 	oidTimestamptz = 1184
 	oidNumeric     = 1700
 	oidMoney       = 790
+	oidMoneyArray  = 791
 )
 
 // typeMapper maps PostgreSQL column types to Delta types as the type mapping of docs/architecture.md says.
@@ -82,6 +83,8 @@ func (tm *typeMapper) deltaType(oid uint32, typmod int32) delta.DataType {
 	case oidMoney:
 		// Capture reads it as a decimal of two places (the C locale's).
 		return delta.DecimalType{Precision: 19, Scale: 2}
+	case oidMoneyArray:
+		return &delta.ArrayType{ElementType: delta.DecimalType{Precision: 19, Scale: 2}, ContainsNull: true}
 	case oidBytea:
 		return delta.TypeBinary
 	case oidDate:

@@ -61,8 +61,11 @@ func numericValue(src []byte) (store.Value, error) {
 	return store.Value{Kind: store.KindNumeric, Bytes: src}, nil
 }
 
-// oidMoney is the type OID of money.
-const oidMoney = 790
+// The type OIDs of money and money[], which pgtype does not read.
+const (
+	oidMoney      = 790
+	oidMoneyArray = 791
+)
 
 // moneyValue reads money as the session prints it (lc_monetary C:
 // "-$1,234.56") into the exact decimal it is.
@@ -125,7 +128,7 @@ func daysSinceEpoch(t time.Time) int64 {
 // known reports whether capture reads the type oid as itself: a type
 // pgtype knows, or money (see resolveTypes).
 func (d *typeDecoders) known(oid uint32) bool {
-	if oid == oidMoney {
+	if oid == oidMoney || oid == oidMoneyArray {
 		return true
 	}
 	_, ok := d.m.TypeForOID(oid)
@@ -166,6 +169,8 @@ func (d *typeDecoders) forType(oid uint32) decodeFunc {
 		return numericValue
 	case oidMoney:
 		return moneyValue
+	case oidMoneyArray:
+		return d.arrayOf(oidMoney)
 	case pgtype.ByteaOID:
 		return scanner(m, oid, func(v []byte) store.Value { return store.Value{Kind: store.KindBytes, Bytes: v} })
 	case pgtype.DateOID:
@@ -230,6 +235,56 @@ func (d *typeDecoders) arrayOf(elem uint32) decodeFunc {
 	}
 }
 
+// arrayOfDims returns a decoder for a column declared an array of dims
+// dimensions (int[][] has 2), whose values keep their shape: arrays of
+// arrays, as deep as dims. A value of other dimensions, or with bounds
+// other than from 1, is queued as its text (see arrayOf).
+func (d *typeDecoders) arrayOfDims(elem uint32, dims int) decodeFunc {
+	elemDecode := d.forType(elem)
+	var probe pgtype.Array[pgtype.Text]
+	plan := d.m.PlanScan(pgtype.TextArrayOID, pgtype.TextFormatCode, &probe)
+	return func(src []byte) (store.Value, error) {
+		var arr pgtype.Array[pgtype.Text]
+		if err := plan.Scan(src, &arr); err != nil {
+			return store.Value{}, err
+		}
+		shaped := len(arr.Dims) == dims || len(arr.Elements) == 0 && len(arr.Dims) == 0
+		for _, dim := range arr.Dims {
+			shaped = shaped && dim.LowerBound == 1
+		}
+		if !shaped {
+			return store.Value{Kind: store.KindString, Bytes: src}, nil
+		}
+		elems := make([]store.Value, len(arr.Elements))
+		for i, e := range arr.Elements {
+			if !e.Valid {
+				continue // KindNull
+			}
+			v, err := elemDecode([]byte(e.String))
+			if err != nil {
+				return store.Value{}, fmt.Errorf("element %d: %w", i+1, err)
+			}
+			elems[i] = v
+		}
+		return nest(elems, arr.Dims), nil
+	}
+}
+
+// nest builds arrays of arrays from elems, the elements of an array of the
+// given dimensions in row-major order.
+func nest(elems []store.Value, dims []pgtype.ArrayDimension) store.Value {
+	if len(dims) <= 1 {
+		return store.Value{Kind: store.KindArray, Elems: elems}
+	}
+	n := int(dims[0].Length)
+	size := len(elems) / max(n, 1)
+	out := store.Value{Kind: store.KindArray, Elems: make([]store.Value, n)}
+	for i := range n {
+		out.Elems[i] = nest(elems[i*size:(i+1)*size], dims[1:])
+	}
+	return out
+}
+
 // relationDecoder decodes the tuples of one schema version of a table.
 type relationDecoder struct {
 	rel  *store.Relation
@@ -240,6 +295,13 @@ func (d *typeDecoders) forRelation(rel *store.Relation) *relationDecoder {
 	rd := &relationDecoder{rel: rel, cols: make([]decodeFunc, len(rel.Columns))}
 	for i, c := range rel.Columns {
 		rd.cols[i] = d.forType(c.TypeOID)
+		if c.Dims > 1 {
+			if t, ok := d.m.TypeForOID(c.TypeOID); ok {
+				if ac, ok := t.Codec.(*pgtype.ArrayCodec); ok && ac.ElementType != nil {
+					rd.cols[i] = d.arrayOfDims(ac.ElementType.OID, c.Dims)
+				}
+			}
+		}
 	}
 	return rd
 }

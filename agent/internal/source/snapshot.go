@@ -27,7 +27,8 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.
 		         WHEN 'd' THEN a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
 		         WHEN 'i' THEN a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident)
 		         ELSE false END,
-		       a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+		       a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
+		       a.attndims
 		FROM pg_class c
 		JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
@@ -40,7 +41,7 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.
 	for rows.Next() {
 		var col store.Column
 		var ident string
-		if err := rows.Scan(&rel.Key.OID, &ident, &col.Name, &col.TypeOID, &col.TypeMod, &col.Key, &col.PrimaryKey); err != nil {
+		if err := rows.Scan(&rel.Key.OID, &ident, &col.Name, &col.TypeOID, &col.TypeMod, &col.Key, &col.PrimaryKey, &col.Dims); err != nil {
 			return nil, fmt.Errorf("describe %s: %w", t, err)
 		}
 		rel.ReplicaIdentity = ident[0]

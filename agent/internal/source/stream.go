@@ -438,13 +438,13 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 		ReplicaIdentity: m.ReplicaIdentity,
 		Columns:         make([]store.Column, len(m.Columns)),
 	}
-	pk, err := st.primaryKey(m.RelationID)
+	pk, dims, err := st.columnFacts(m.RelationID)
 	if err != nil {
 		return err
 	}
 	for i, c := range m.Columns {
 		rel.Columns[i] = store.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 == 1,
-			PrimaryKey: slices.Contains(pk, c.Name)}
+			PrimaryKey: slices.Contains(pk, c.Name), Dims: dims[c.Name]}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -478,23 +478,38 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	return st.s.writer.send(writeOp{kind: opRelation, rel: rel})
 }
 
-// primaryKey returns the names of the primary key's columns of the table
-// oid, as the catalog has them now: the Relation message flags only the
-// replica identity's columns, every column under REPLICA IDENTITY FULL.
-func (st *stream) primaryKey(oid uint32) ([]string, error) {
+// columnFacts reads what the Relation message does not say of the table
+// oid's columns, as the catalog has it now: the names of the primary key's
+// columns (the message flags the replica identity's, every column under
+// REPLICA IDENTITY FULL), and the dimensions array columns are declared
+// with, by name.
+func (st *stream) columnFacts(oid uint32) (pk []string, dims map[string]int, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rows, err := st.sql.Query(ctx, `SELECT a.attname FROM pg_index i
-		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
-		WHERE i.indrelid = $1 AND i.indisprimary`, oid)
+	rows, err := st.sql.Query(ctx, `SELECT a.attname, a.attndims,
+		       a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisprimary)
+		FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, oid)
 	if err != nil {
-		return nil, fmt.Errorf("read the primary key of table %d: %w", oid, err)
+		return nil, nil, fmt.Errorf("read the columns of table %d: %w", oid, err)
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read the primary key of table %d: %w", oid, err)
+	defer rows.Close()
+	dims = map[string]int{}
+	for rows.Next() {
+		var name string
+		var n int
+		var inPK *bool
+		if err := rows.Scan(&name, &n, &inPK); err != nil {
+			return nil, nil, fmt.Errorf("read the columns of table %d: %w", oid, err)
+		}
+		dims[name] = n
+		if inPK != nil && *inPK {
+			pk = append(pk, name)
+		}
 	}
-	return names, nil
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read the columns of table %d: %w", oid, err)
+	}
+	return pk, dims, nil
 }
 
 // partitionOfCaptured reports whether the table oid is a partition of a
