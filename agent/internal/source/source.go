@@ -403,7 +403,7 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	if err != nil {
 		return err
 	}
-	st := &stream{s: s, conn: repl, sql: conn, decoders: decoders, rels: rels, tables: tables, ignored: map[uint32]bool{},
+	st := &stream{s: s, conn: repl, sql: conn, decoders: decoders, rels: rels, tables: tables, ignored: map[uint32]bool{}, described: map[uint32]string{},
 		lastQueued: start, received: start, open: map[uint32]bool{}}
 	s.receivedLSN.Store(uint64(start))
 	// Know how far behind the server this session starts before saying

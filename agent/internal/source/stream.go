@@ -49,6 +49,11 @@ type stream struct {
 	// other table are passed over (ignored holds their OIDs).
 	tables  map[uint32]Table
 	ignored map[uint32]bool
+	// described holds, by table OID, the last Relation message recorded
+	// (describedAs): PostgreSQL sends one again at the start of every
+	// block of a streamed transaction, and an unchanged one needs no look
+	// at the catalog.
+	described map[uint32]string
 
 	// lastQueued is the end LSN of the newest transaction handed to the
 	// writer; a transaction PostgreSQL sends again at or below it is dropped.
@@ -424,6 +429,10 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 		return nil
 	}
 	delete(st.ignored, m.RelationID)
+	desc := describedAs(m)
+	if _, had := st.rels[m.RelationID]; had && st.described[m.RelationID] == desc {
+		return nil
+	}
 	if m.Namespace != t.Schema || m.RelationName != t.Name {
 		if _, logged := st.s.noted.LoadOrStore(m.RelationID, true); !logged {
 			st.s.log.Warn("a captured table has another name in PostgreSQL now; its Delta tables keep the configured name",
@@ -453,6 +462,7 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	}
 	cur, had := st.rels[m.RelationID]
 	if had && cur.rel.SameShape(rel) {
+		st.described[m.RelationID] = desc
 		return nil
 	}
 	newest, err := st.newestVersion(m.RelationID)
@@ -461,6 +471,7 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	}
 	if newest != nil && newest.SameShape(rel) {
 		st.rels[m.RelationID] = st.decoders.forRelation(newest)
+		st.described[m.RelationID] = desc
 		return nil
 	}
 	key := max(at, st.received)
@@ -475,7 +486,18 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 		st.s.log.Info("table schema changed", "table", rel.QualifiedName(), "columns", len(rel.Columns), "version_lsn", key.String())
 	}
 	st.rels[m.RelationID] = st.decoders.forRelation(rel)
+	st.described[m.RelationID] = desc
 	return st.s.writer.send(writeOp{kind: opRelation, rel: rel})
+}
+
+// describedAs returns what a Relation message says of its table, to tell
+// one that says something new.
+func describedAs(m *pglogrepl.RelationMessage) string {
+	b := fmt.Appendf(nil, "%q.%q %c", m.Namespace, m.RelationName, m.ReplicaIdentity)
+	for _, c := range m.Columns {
+		b = fmt.Appendf(b, " %q:%d:%d:%d", c.Name, c.DataType, c.TypeModifier, c.Flags)
+	}
+	return string(b)
 }
 
 // columnFacts reads what the Relation message does not say of the table
