@@ -2,6 +2,7 @@ package applier
 
 import (
 	"bytes"
+	"maps"
 
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
@@ -133,9 +134,5 @@ func (a *Applier) noteReplaced(table string, columns []any) {
 func (a *Applier) Replaced() map[string]int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make(map[string]int64, len(a.replaced))
-	for k, v := range a.replaced {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(a.replaced)
 }

@@ -371,13 +371,12 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 		return st.commit(m)
 	case *pglogrepl.TruncateMessageV2:
 		for _, oid := range m.RelationIDs {
-			if st.ignored[oid] {
-				st.s.changesIgnored.Add(1)
-				continue
-			}
-			rd, err := st.relationFor(oid)
+			rd, captured, err := st.relationFor(oid)
 			if err != nil {
 				return err
+			}
+			if !captured {
+				continue
 			}
 			if err := st.add(m.Xid, store.Change{Op: store.OpTruncate, Relation: rd.rel.Key}); err != nil {
 				return err
@@ -570,12 +569,19 @@ func (st *stream) newestVersion(oid uint32) (*store.Relation, error) {
 	return found, nil
 }
 
-func (st *stream) relationFor(oid uint32) (*relationDecoder, error) {
-	rd, ok := st.rels[oid]
-	if !ok {
-		return nil, fmt.Errorf("change for relation %d before its Relation message", oid)
+// relationFor returns the decoder of a table's change; captured is false
+// for a table passed over (not configured). One map lookup serves the
+// captured tables, on every change.
+func (st *stream) relationFor(oid uint32) (rd *relationDecoder, captured bool, err error) {
+	if rd, ok := st.rels[oid]; ok {
+		return rd, true, nil
 	}
-	return rd, nil
+	if st.ignored[oid] {
+		// A table not configured (never in rels): counted, passed over.
+		st.s.changesIgnored.Add(1)
+		return nil, false, nil
+	}
+	return nil, false, fmt.Errorf("change for relation %d before its Relation message", oid)
 }
 
 // add adds a change to the current transaction, or to the current stream

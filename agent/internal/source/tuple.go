@@ -142,12 +142,8 @@ func (st *stream) rowChangeOf(data []byte) (xid uint32, c store.Change, captured
 	if err != nil {
 		return 0, store.Change{}, false, fmt.Errorf("parse pgoutput message: %w", err)
 	}
-	if st.ignored[rc.relation] {
-		st.s.changesIgnored.Add(1)
-		return 0, store.Change{}, false, nil
-	}
-	rd, err := st.relationFor(rc.relation)
-	if err != nil {
+	rd, captured, err := st.relationFor(rc.relation)
+	if err != nil || !captured {
 		return 0, store.Change{}, false, err
 	}
 	c = store.Change{Op: rc.op, Relation: rd.rel.Key, OldIsKey: rc.oldKind == 'K'}
