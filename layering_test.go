@@ -14,14 +14,16 @@ const module = "github.com/lakeside/lakeside/"
 // layers says which of the module's packages each package may import, by
 // path prefix: imports point down the data flow (cmd → agent → store,
 // delta, uploader), the stages of agent do not import one another (agent
-// wires them), and delta and store import nothing of the module. The
+// wires them) but share the type table, and delta and store import nothing
+// of the module. The
 // longest matching prefix applies.
 var layers = map[string][]string{
 	"cmd/":                   {"agent", "store", "delta", "uploader", "internal/pgcluster"},
 	"agent":                  {"agent/", "store", "delta", "uploader"},
-	"agent/internal/source":  {"store"},
-	"agent/internal/applier": {"store", "delta"},
-	"agent/internal/live":    {"agent/internal/live/", "store", "delta"},
+	"agent/internal/source":  {"agent/internal/typemap", "store"},
+	"agent/internal/applier": {"agent/internal/typemap", "store", "delta"},
+	"agent/internal/live":    {"agent/internal/live/", "agent/internal/typemap", "store", "delta"},
+	"agent/internal/typemap": {"store", "delta"},
 	"internal/pgcluster":     {},
 	"internal/pgtest":        {"internal/pgcluster"},
 	"internal/s3test":        {},

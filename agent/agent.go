@@ -105,13 +105,17 @@ func (a *Agent) Open() error {
 		return err
 	}
 	a.db = db
-	a.hub = live.NewHub(db, a.cfg.Delta.TablesDir, a.log.With("component", "live"))
 	names := make([]string, len(a.cfg.Source.Tables))
 	for i, t := range a.cfg.Source.Tables {
 		names[i] = t.String()
 	}
-	a.hub.SetSourceTables(names)
-	a.hub.SetAppIDPrefix(appIDPrefix(a.cfg.Source.Slot))
+	a.hub = live.NewHub(db, live.HubConfig{
+		TablesDir:    a.cfg.Delta.TablesDir,
+		SourceTables: names,
+		AppIDPrefix:  appIDPrefix(a.cfg.Source.Slot),
+		Backlog:      backlog{a},
+		Logger:       a.log.With("component", "live"),
+	})
 
 	if a.cfg.Replica.URL != "" {
 		a.limiter = newBandwidthLimiter(a.cfg.Replica.MaxBytesPerSecond)
@@ -173,7 +177,6 @@ func (a *Agent) Open() error {
 		srcCfg.Threads = a.threads
 	}
 	a.src = source.New(srcCfg, db)
-	a.hub.SetDefer(a.liveDefer)
 	a.metrics = a.newMetrics()
 	if a.cfg.HTTP.Listen != HTTPOff {
 		a.server = live.NewServer(live.Config{
@@ -207,6 +210,12 @@ type capture struct{ a *Agent }
 
 func (c capture) CatchingUp() bool      { return c.a.src.CatchingUp() }
 func (c capture) BacklogEnd() store.LSN { return c.a.src.BacklogEnd() }
+
+// backlog tells the live view when to leave the CPUs to a backlog
+// (live.Backlog).
+type backlog struct{ a *Agent }
+
+func (b backlog) Backlogged() bool { return b.a.liveDefer() }
 
 // backpressure holds capture back for the agent (source.Backpressure).
 type backpressure struct{ a *Agent }

@@ -32,6 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
 )
@@ -182,7 +183,7 @@ type Applier struct {
 	db     *store.DB
 	log    *slog.Logger
 	notify chan struct{}
-	tm     *typeMapper
+	tm     *typemap.Map
 	scan   batchScan
 
 	// clock, when set, replaces time.Now in commits (tests).
@@ -311,7 +312,7 @@ func New(cfg Config, db *store.DB) *Applier {
 		db:       db,
 		log:      cfg.Logger,
 		notify:   make(chan struct{}, 1),
-		tm:       newTypeMapper(),
+		tm:       typemap.New(),
 		status:   map[string]TableStatus{},
 		behind:   map[string]*behindTable{},
 		now:      time.Now,
@@ -597,7 +598,7 @@ func (a *Applier) fail(point, table string) error {
 
 // warn counts a value problem; flush logs the counts once per flush. It is
 // safe for the concurrent writes of a flush (writeData).
-func (a *Applier) warn(where, problem string) {
+func (a *Applier) Warn(where, problem string) {
 	a.warnMu.Lock()
 	defer a.warnMu.Unlock()
 	if a.warnings == nil {

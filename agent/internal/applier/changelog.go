@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
 )
@@ -261,7 +262,7 @@ func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange
 	}
 	var unch []any
 	for i, v := range image {
-		if v == unchanged {
+		if v == typemap.Unchanged {
 			unch = append(unch, c.cols.cols[i].name)
 			v = nil
 		}
@@ -277,7 +278,7 @@ func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange
 	if rc.oldRow != nil && rc.op != store.OpInsert {
 		before := make(delta.Row, len(c.beforePos))
 		for i, v := range rc.oldRow {
-			if v == unchanged {
+			if v == typemap.Unchanged {
 				v = nil
 			}
 			before[c.beforePos[i]] = v

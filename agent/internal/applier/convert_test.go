@@ -5,14 +5,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
-	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
 )
@@ -20,65 +19,7 @@ import (
 // countWarner counts the warnings of a conversion.
 type countWarner struct{ n int }
 
-func (w *countWarner) warn(string, string) { w.n++ }
-
-// generalDecimal is the general path of the decimal conversion: what the
-// fast path must agree with.
-func generalDecimal(text string, p, s int) (delta.Decimal, bool) {
-	d, err := delta.ParseDecimal(text)
-	if err == nil {
-		d, err = d.Rescale(int32(s))
-	}
-	if err != nil || digits(d) > p {
-		return delta.Decimal{}, false
-	}
-	return d, true
-}
-
-func TestDecimalConversionAgreesWithTheGeneralPath(t *testing.T) {
-	texts := []string{"0", "-0", "0.00", "-0.00", "1", "-1", "12.5", "12.50", "12.55", "12.", ".5", "-.5", ".", "-", "",
-		"007", "0.05", "99.99", "100.00", "999999999999999999", "9999999999999999999", "-999999999999999999",
-		"123456789012345678.9", "0.000000000000000001", "1e3", "1.5E+3", "NaN", "Infinity", "-Infinity", "+1", " 1",
-		"1.2.3", "12a", "1234567890123456789012345678901234567890.0123456789"}
-	rng := rand.New(rand.NewPCG(3, 4))
-	for range 2000 {
-		intDigits, fracDigits := rng.IntN(20), rng.IntN(6)
-		s := ""
-		if rng.IntN(3) == 0 {
-			s = "-"
-		}
-		for range intDigits {
-			s += fmt.Sprint(rng.IntN(10))
-		}
-		if fracDigits > 0 || rng.IntN(4) == 0 {
-			s += "."
-			for range fracDigits {
-				s += fmt.Sprint(rng.IntN(10))
-			}
-		}
-		texts = append(texts, s)
-	}
-	types := []delta.DecimalType{{Precision: 1, Scale: 0}, {Precision: 5, Scale: 2}, {Precision: 12, Scale: 2},
-		{Precision: 18, Scale: 0}, {Precision: 18, Scale: 4}, {Precision: 19, Scale: 2}, {Precision: 38, Scale: 10},
-		{Precision: 3, Scale: 3}}
-	for _, dt := range types {
-		for _, text := range texts {
-			want, wantOK := generalDecimal(text, dt.Precision, dt.Scale)
-			w := &countWarner{}
-			got := converterFor(dt, "c", w)(&store.Value{Kind: store.KindNumeric, Bytes: []byte(text)})
-			if !wantOK {
-				if got != nil || w.n != 1 {
-					t.Errorf("%s as %s: got %v with %d warnings, want null and one warning", text, dt, got, w.n)
-				}
-				continue
-			}
-			d, ok := got.(delta.Decimal)
-			if !ok || d.Scale != want.Scale || d.Unscaled.Cmp(want.Unscaled) != 0 || w.n != 0 {
-				t.Errorf("%s as %s: got %v with %d warnings, want %s", text, dt, got, w.n, want)
-			}
-		}
-	}
-}
+func (w *countWarner) Warn(string, string) { w.n++ }
 
 // TestChangesConvertedOnceForBothTables applies inserts, updates with an
 // unchanged TOAST value (one of them changing the key), deletes and a value
@@ -131,7 +72,7 @@ func TestChangesConvertedOnceForBothTables(t *testing.T) {
 			expected := func(id, g int64) []string {
 				out := make([]string, len(rel.Columns))
 				for i, f := range benchOrdersFields() {
-					out[i] = canon(converterFor(f.Type, "", &countWarner{})(&ordersValues(g)[i]), f.Type)
+					out[i] = canon(typemap.ConverterFor(f.Type, "", &countWarner{})(&ordersValues(g)[i]), f.Type)
 				}
 				out[0] = fmt.Sprint(id)
 				return out
@@ -177,7 +118,7 @@ func TestChangesConvertedOnceForBothTables(t *testing.T) {
 
 // benchOrdersFields returns the Delta fields of ordersRelation's columns.
 func benchOrdersFields() []*delta.StructField {
-	c := newColumns(newTypeMapper(), slog.Default(), &countWarner{})
+	c := newColumns(typemap.New(), slog.Default(), &countWarner{})
 	c.mapping(ordersRelation())
 	return c.fields()
 }
@@ -238,35 +179,6 @@ func checkRows(t *testing.T, what string, rows []tableRow, cols []string, want [
 	}
 	if !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("%s:\n got  %q\n want %q", what, got, want)
-	}
-}
-
-// TestDecimalSlabMakesTheSameDecimals checks decimals made from slab blocks
-// against delta.NewDecimal, across block boundaries and the int64 range, and
-// that a decimal keeps its value while later ones are made.
-func TestDecimalSlabMakesTheSameDecimals(t *testing.T) {
-	values := []int64{0, 1, -1, 42, -4200, math.MaxInt64, math.MinInt64, math.MinInt64 + 1, 999999999999999999, -999999999999999999}
-	for i := int64(0); i < 3*decimalSlabSize; i++ {
-		values = append(values, i*7919-1_000_000)
-	}
-	var slab decimalSlab
-	made := make([]delta.Decimal, len(values))
-	for i, v := range values {
-		made[i] = slab.decimal(v, 2)
-	}
-	for i, v := range values {
-		want := delta.NewDecimal(v, 2)
-		if made[i].Scale != 2 || made[i].Unscaled.Cmp(want.Unscaled) != 0 || made[i].String() != want.String() {
-			t.Fatalf("value %d: slab made %s, want %s", v, made[i], want)
-		}
-	}
-	perDecimal := testing.AllocsPerRun(10, func() {
-		for range 4 * decimalSlabSize {
-			slab.decimal(-12345, 2)
-		}
-	}) / (4 * decimalSlabSize)
-	if perDecimal > 0.1 {
-		t.Errorf("a decimal from the slab took %.3f allocations", perDecimal)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
 )
 
@@ -122,8 +123,8 @@ func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
 	w.buf, row = nextRow(w.buf, len(m.schema.Fields))
 	for i, v := range data {
 		if i < len(m.dataPos) && m.dataPos[i] >= 0 {
-			if v == unchanged {
-				w.a.warn(m.name, "unchanged TOAST value without an existing row; written as null")
+			if v == typemap.Unchanged {
+				w.a.Warn(m.name, "unchanged TOAST value without an existing row; written as null")
 				v = nil
 			}
 			row[m.dataPos[i]] = v
@@ -204,7 +205,7 @@ func (w *mergeWriter) apply(key string, e *entry, base []baseRow) error {
 	if m.multiset {
 		n := len(live) + e.count
 		if n < 0 {
-			w.a.warn(m.name, "delete of a row the mirror does not hold; ignored")
+			w.a.Warn(m.name, "delete of a row the mirror does not hold; ignored")
 			n = 0
 		}
 		for i := 0; i < n; i++ {

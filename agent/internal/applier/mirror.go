@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
 )
@@ -18,7 +19,7 @@ import (
 // their rewritten contents.
 //
 // Clustering. Every data file holds a contiguous, sorted range of row keys
-// (see keys.go), recorded in the add action's tags lakeside.minKey and
+// (see typemap.AppendKey), recorded in the add action's tags lakeside.minKey and
 // lakeside.maxKey (hex); ranges of different files never overlap. A changed
 // key belongs to the file with the greatest minKey at or below it (the
 // first file for keys below every range). Keys above the last file's range
@@ -176,14 +177,14 @@ func (m *mirror) appendKey(dst []byte, row []any) []byte {
 		for n > 0 && row[n-1] == nil {
 			n--
 		}
-		return appendKey(dst, row[:n])
+		return typemap.AppendKey(dst, row[:n])
 	}
 	for _, i := range m.keyIdx {
 		var v any
 		if i >= 0 && i < len(row) {
 			v = row[i]
 		}
-		dst = appendKeyValue(dst, v)
+		dst = typemap.AppendKeyValue(dst, v)
 	}
 	return dst
 }
@@ -233,7 +234,7 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 	case store.OpDelete:
 		old := rc.oldRow
 		if old == nil {
-			a.warn(m.name, "delete without an old row; ignored")
+			a.Warn(m.name, "delete without an old row; ignored")
 			return nil
 		}
 		if m.multiset {
@@ -251,7 +252,7 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 		}
 		if m.multiset {
 			if old == nil || rc.oldIsKey {
-				a.warn(m.name, "update without the old row in a multiset mirror; treated as an insert")
+				a.Warn(m.name, "update without the old row in a multiset mirror; treated as an insert")
 				return p.add(key(row), &entry{row: row, count: 1})
 			}
 			if err := p.add(key(old), &entry{row: old, count: -1}); err != nil {
@@ -269,7 +270,7 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 		}
 		// The key changed: the old key is deleted, and unchanged values of
 		// the new row come from the old key's row.
-		if slices.Contains(row, unchanged) {
+		if slices.Contains(row, typemap.Unchanged) {
 			base, err := m.lookup(ctx, a, oldKey)
 			if err != nil {
 				return err
@@ -342,35 +343,18 @@ func (m *mirror) insert(ctx context.Context, a *Applier, key []byte, ins *insert
 func (m *mirror) appendQueuedKey(dst []byte, ins *insertRow) []byte {
 	mp := ins.m
 	for _, i := range m.keyIdx {
-		var v *store.Value
-		if i >= 0 {
-			v = mp.source(ins.vals, i)
+		if i < 0 {
+			dst = typemap.AppendKeyValue(dst, nil)
+			continue
 		}
-		switch {
-		case v == nil || v.Kind == store.KindNull:
-			dst = appendKeyValue(dst, nil)
-		case integerKey(m.cols.cols[i].typ, v.Kind):
-			dst = appendOrderedInt(append(dst, 1), v.Int)
-		default:
-			dst = appendKeyValue(dst, ins.cols.conv[mp.src[i]](v))
+		v := mp.source(ins.vals, i)
+		var conv typemap.Converter
+		if v != nil {
+			conv = ins.cols.conv[mp.src[i]]
 		}
+		dst = typemap.AppendQueuedKeyValue(dst, m.cols.cols[i].typ, v, conv)
 	}
 	return dst
-}
-
-// integerKey reports whether a queued value of kind k converts to an
-// integer of column type t (see convertPlain), whose key is its ordered
-// bytes.
-func integerKey(t delta.DataType, k store.Kind) bool {
-	switch t {
-	case delta.TypeShort:
-		return k == store.KindInt16
-	case delta.TypeInteger:
-		return k == store.KindInt32
-	case delta.TypeLong:
-		return k == store.KindInt64 || k == store.KindTime || k == store.KindInt32 || k == store.KindInt16
-	}
-	return false
 }
 
 // insertEntry returns the pending entry of an inserted row.

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 )
 
 // entry is the net effect of a flush's changes on one mirror key.
@@ -28,7 +30,7 @@ type entry struct {
 
 // partial reports whether the row still needs values from the existing row.
 func (e *entry) partial() bool {
-	return e.row == nil || slices.Contains(e.row, unchanged)
+	return e.row == nil || slices.Contains(e.row, typemap.Unchanged)
 }
 
 // combine folds a newer entry for the same key into an older one and returns
@@ -58,7 +60,7 @@ func combine(old, newer *entry, multiset bool) *entry {
 func fillUnchanged(row, base []any) []any {
 	out := slices.Clone(row)
 	for i, v := range out {
-		if v == unchanged {
+		if v == typemap.Unchanged {
 			if i < len(base) {
 				out[i] = base[i]
 			} else {
@@ -81,48 +83,36 @@ func appendEntry(dst []byte, e *entry) []byte {
 	dst = append(dst, flags)
 	dst = binary.AppendVarint(dst, int64(e.count))
 	if e.row != nil {
-		dst = binary.AppendUvarint(dst, uint64(len(e.row)))
-		for _, v := range e.row {
-			dst = appendRowValue(dst, v)
-		}
+		dst = typemap.AppendRow(dst, e.row)
 	}
 	return dst
 }
 
 // decodeEntryInto decodes an entry written by appendEntry into e, using
 // its row's memory again; decimals makes its decimals.
-func decodeEntryInto(e *entry, b []byte, decimals *decimalSlab) error {
-	d := valueDecoder{b: b, decimals: decimals}
-	flags, err := d.byte1()
-	if err != nil {
-		return err
+func decodeEntryInto(e *entry, b []byte, decimals *typemap.DecimalSlab) error {
+	if len(b) == 0 {
+		return typemap.ErrSpillCorrupt
 	}
-	count, err := d.varint()
-	if err != nil {
-		return err
+	flags := b[0]
+	count, n := binary.Varint(b[1:])
+	if n <= 0 {
+		return typemap.ErrSpillCorrupt
 	}
 	e.deleted, e.count = flags&1 != 0, int(count)
 	if flags&2 == 0 {
 		e.row = nil
 		return nil
 	}
-	n, err := d.uvarint()
-	if err != nil || n > uint64(len(d.b)) {
-		return errSpillCorrupt
-	}
-	e.row = slices.Grow(e.row[:0], int(n))[:n]
-	for i := range e.row {
-		if e.row[i], err = d.value(); err != nil {
-			return err
-		}
-	}
-	return nil
+	row, _, err := typemap.DecodeRow(e.row, b[1+n:], decimals)
+	e.row = row
+	return err
 }
 
 // pending collects the effect of a flush's changes on a mirror, by key, in
 // bounded memory.
 //
-// Each change is appended, encoded (codec.go), to an arena of memory
+// Each change is appended, encoded (typemap.AppendRow), to an arena of memory
 // blocks, with a reference to it; nothing is folded or sorted while
 // changes arrive. When the arena and its references reach maxBytes (or
 // maxKeys references), the references are sorted by key, keeping the order
@@ -155,7 +145,7 @@ type pending struct {
 	changes int
 	scratch []byte
 	// decimals makes the decimals of the entries read back.
-	decimals decimalSlab
+	decimals typemap.DecimalSlab
 }
 
 // pendingRef locates a record in the blocks: its key at
@@ -289,8 +279,8 @@ func (p *pending) spill() error {
 	w := bufio.NewWriterSize(f, 256<<10)
 	var buf []byte
 	for _, r := range p.refs {
-		buf = appendBytes(buf[:0], p.key(r))
-		buf = appendBytes(buf, p.body(r))
+		buf = appendLengthPrefixed(buf[:0], p.key(r))
+		buf = appendLengthPrefixed(buf, p.body(r))
 		if _, err := w.Write(buf); err != nil {
 			f.Close()
 			return fmt.Errorf("spill: %w", err)
@@ -452,4 +442,10 @@ func (p *pending) iterate(fn func(key []byte, e *entry) error) error {
 // spillDir returns the directory for a table's run files.
 func spillDir(tablesDir, table string) string {
 	return filepath.Join(tablesDir, ".spill", table)
+}
+
+// appendLengthPrefixed appends b to dst after its length.
+func appendLengthPrefixed(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
 )
 
@@ -26,7 +27,7 @@ func TestPendingFoldsLikeAMap(t *testing.T) {
 		case 0:
 			return nil
 		case 1:
-			return unchanged
+			return typemap.Unchanged
 		case 2:
 			return rng.Int64N(1000) - 500
 		case 3:
@@ -61,7 +62,7 @@ func TestPendingFoldsLikeAMap(t *testing.T) {
 				if !e.deleted || rng.IntN(2) == 0 {
 					e.row = []any{value(), value(), value()}
 				}
-				keys = append(keys, appendKeyValue(nil, order.key(i)))
+				keys = append(keys, typemap.AppendKeyValue(nil, order.key(i)))
 				entries = append(entries, e)
 			}
 			want := map[string]*entry{}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
 )
@@ -49,9 +50,9 @@ type dataCol struct {
 type columns struct {
 	cols []dataCol
 	idx  map[string]int
-	tm   *typeMapper
+	tm   *typemap.Map
 	log  *slog.Logger
-	w    warner
+	w    typemap.Warner
 	// rels caches the mapping of each schema version, and last is the one
 	// the mapping method returned last: changes come in runs of one schema
 	// version, which then needs no lookup (the reading side alone uses
@@ -68,14 +69,14 @@ type relMapping struct {
 	// the version's column of each data column there was when the
 	// mapping was made (-1: none).
 	dst, src []int
-	conv     []converter
+	conv     []typemap.Converter
 	// keyNames are the columns that identify a row, by data column name
 	// (store.Relation.KeyColumns).
 	keyNames []string
 	// lossy are the version's columns whose values may be stored other
 	// than PostgreSQL holds them, and check says which are (replaced.go).
 	lossy []int
-	check []replacedCheck
+	check []typemap.ReplacedCheck
 	// onAdder converts and puts the columns on the adder's goroutine,
 	// which writes inserted rows as they were queued (see
 	// Applier.applyChange); conv is the reading side's. quietOnAdder does
@@ -87,14 +88,14 @@ type relMapping struct {
 
 // adderColumns are converters and putters of a schema version's columns.
 type adderColumns struct {
-	conv []converter
-	put  []putter
+	conv []typemap.Converter
+	put  []typemap.Putter
 }
 
 // noWarnings is a warner that counts nothing.
 type noWarnings struct{}
 
-func (noWarnings) warn(column, problem string) {}
+func (noWarnings) Warn(column, problem string) {}
 
 // source returns the queued value of data column i in vals, a row of the
 // mapping's schema version, or nil when the version has no such column.
@@ -129,7 +130,7 @@ func (c *adderColumns) convert(m *relMapping, vals []store.Value, n int) []any {
 	return out
 }
 
-func newColumns(tm *typeMapper, log *slog.Logger, w warner) *columns {
+func newColumns(tm *typemap.Map, log *slog.Logger, w typemap.Warner) *columns {
 	return &columns{idx: map[string]int{}, tm: tm, log: log, w: w, rels: map[store.RelationKey]*relMapping{}}
 }
 
@@ -168,27 +169,19 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 		return m
 	}
 	n := len(rel.Columns)
-	m := &relMapping{rel: rel, dst: make([]int, n), conv: make([]converter, n), check: make([]replacedCheck, n)}
+	m := &relMapping{rel: rel, dst: make([]int, n), conv: make([]typemap.Converter, n), check: make([]typemap.ReplacedCheck, n)}
 	keyCols := rel.KeyColumns()
 	for _, c := range []*adderColumns{&m.onAdder, &m.quietOnAdder} {
-		c.conv, c.put = make([]converter, n), make([]putter, n)
+		c.conv, c.put = make([]typemap.Converter, n), make([]typemap.Putter, n)
 	}
 	for i, col := range rel.Columns {
-		dt := c.tm.deltaType(col.TypeOID, col.TypeMod)
-		if at, ok := dt.(*delta.ArrayType); ok {
-			// An array declared of more dimensions is arrays of
-			// arrays, as deep.
-			for range col.Dims - 1 {
-				at = &delta.ArrayType{ElementType: at, ContainsNull: true}
-			}
-			dt = at
-		}
+		dt := c.tm.DeltaType(col)
 		name := col.Name
 		if reserved(name) {
 			name += "__col"
 		}
 		if j, ok := c.idx[name]; ok && c.cols[j].typ.String() != dt.String() {
-			alt := name + "__" + typeSuffix(dt)
+			alt := name + "__" + typemap.TypeSuffix(dt)
 			if _, seen := c.idx[alt]; !seen {
 				c.log.Warn("column type changed; new values go to a new column",
 					"table", rel.TableName(), "column", name, "old_type", c.cols[j].typ.String(),
@@ -203,16 +196,16 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 			c.cols = append(c.cols, dataCol{name: name, typ: dt})
 		}
 		m.dst[i] = j
-		if m.check[i] = replacedCheckFor(dt); m.check[i] != nil {
+		if m.check[i] = typemap.ReplacedCheckFor(dt); m.check[i] != nil {
 			m.lossy = append(m.lossy, i)
 		}
-		m.conv[i] = converterFor(dt, rel.TableName()+"."+name, c.w)
+		m.conv[i] = typemap.ConverterFor(dt, rel.TableName()+"."+name, c.w)
 		for _, ac := range []struct {
 			cols *adderColumns
-			w    warner
+			w    typemap.Warner
 		}{{&m.onAdder, c.w}, {&m.quietOnAdder, noWarnings{}}} {
-			ac.cols.conv[i] = converterFor(dt, rel.TableName()+"."+name, ac.w)
-			ac.cols.put[i] = putterFor(dt, ac.cols.conv[i])
+			ac.cols.conv[i] = typemap.ConverterFor(dt, rel.TableName()+"."+name, ac.w)
+			ac.cols.put[i] = typemap.PutterFor(dt, ac.cols.conv[i])
 		}
 		if slices.Contains(keyCols, i) {
 			m.keyNames = append(m.keyNames, name)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -20,12 +22,12 @@ import (
 func ordersRelation() *store.Relation {
 	return &store.Relation{Key: store.RelationKey{OID: 16384, LSN: 0x100}, Schema: "public", Name: "orders",
 		ReplicaIdentity: 'd', Columns: []store.Column{
-			{Name: "id", TypeOID: oidInt8, TypeMod: -1, Key: true},
+			{Name: "id", TypeOID: pgtype.Int8OID, TypeMod: -1, Key: true},
 			{Name: "label", TypeOID: 25, TypeMod: -1},
-			{Name: "amount", TypeOID: oidNumeric, TypeMod: (12<<16 | 2) + 4},
-			{Name: "placed_at", TypeOID: oidTimestamptz, TypeMod: -1},
-			{Name: "paid", TypeOID: oidBool, TypeMod: -1},
-			{Name: "qty", TypeOID: oidInt4, TypeMod: -1},
+			{Name: "amount", TypeOID: pgtype.NumericOID, TypeMod: (12<<16 | 2) + 4},
+			{Name: "placed_at", TypeOID: pgtype.TimestamptzOID, TypeMod: -1},
+			{Name: "paid", TypeOID: pgtype.BoolOID, TypeMod: -1},
+			{Name: "qty", TypeOID: pgtype.Int4OID, TypeMod: -1},
 		}}
 }
 

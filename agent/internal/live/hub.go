@@ -13,8 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
-
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -53,10 +52,10 @@ type Hub struct {
 	maxRows   int
 	// defer, when set and true, spaces polls out to deferredPoll: while
 	// capture catches up with PostgreSQL, the view is not live anyway.
-	deferFn func() bool
+	backlog Backlog
 
 	notify chan struct{}
-	types  *pgtype.Map
+	types  *typemap.Map
 
 	mu    sync.Mutex
 	epoch string
@@ -102,34 +101,68 @@ type retainedTxn struct {
 	refetch    bool
 }
 
-// NewHub returns a hub over db. Run feeds it. tablesDir holds the Delta
-// mirrors, which serve time travel and tables too large to keep in memory.
-func NewHub(db *store.DB, tablesDir string, log *slog.Logger) *Hub {
+// HubConfig configures a Hub.
+type HubConfig struct {
+	// TablesDir holds the Delta mirrors, which serve time travel and
+	// tables too large to keep in memory.
+	TablesDir string
+	// SourceTables names the configured source tables ("schema.table"),
+	// so that one of which nothing was captured yet is told apart from an
+	// unknown one.
+	SourceTables []string
+	// AppIDPrefix starts the appIds of the mirrors' txn actions (the
+	// applier's AppIDPrefix): the appId of a table's mirror is
+	// "<prefix>/<dir>/mirror", and its version the end LSN of the last
+	// transaction the mirror holds. "lakeside" when empty.
+	AppIDPrefix string
+	// Backlog says when the hub polls the queue only now and then; nil:
+	// never.
+	Backlog Backlog
+	// Logger is slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+// Backlog tells the hub that the pipeline is working through a backlog,
+// which the hub then leaves the CPUs to (see Agent.liveDefer).
+type Backlog interface {
+	Backlogged() bool
+}
+
+// NewHub returns a hub over db. Run feeds it.
+func NewHub(db *store.DB, cfg HubConfig) *Hub {
+	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
+	prefix := cfg.AppIDPrefix
+	if prefix == "" {
+		prefix = defaultAppIDPrefix
+	}
+	configured := map[string]bool{}
+	for _, n := range cfg.SourceTables {
+		configured[n] = true
+	}
 	return &Hub{
-		db:        db,
-		log:       log,
-		tablesDir: tablesDir,
-		maxRows:   defaultMaxRows,
-		notify:    make(chan struct{}, 1),
-		types:     pgtype.NewMap(),
-		tables:    map[string]*tableState{},
-		rels:      map[store.RelationKey]*store.Relation{},
-		retain:    defaultRetainTxns,
-		farBehind: defaultFarBehind,
-		subs:      map[*subscriber]struct{}{},
+		db:         db,
+		log:        log,
+		tablesDir:  cfg.TablesDir,
+		backlog:    cfg.Backlog,
+		maxRows:    defaultMaxRows,
+		notify:     make(chan struct{}, 1),
+		types:      typemap.New(),
+		tables:     map[string]*tableState{},
+		configured: configured,
+		rels:       map[store.RelationKey]*store.Relation{},
+		retain:     defaultRetainTxns,
+		farBehind:  defaultFarBehind,
+		subs:       map[*subscriber]struct{}{},
 
-		appIDPrefix: defaultAppIDPrefix,
+		appIDPrefix: prefix,
 	}
 }
 
-// deferredPoll is the poll interval while capture catches up.
+// deferredPoll is the poll interval during a backlog.
 const deferredPoll = 2 * time.Second
-
-// SetDefer sets the function that says capture is catching up.
-func (h *Hub) SetDefer(f func() bool) { h.deferFn = f }
 
 // Notify tells the hub that the queue changed; it never blocks.
 func (h *Hub) Notify() {
@@ -161,7 +194,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	defer tick.Stop()
 	var last time.Time
 	for {
-		if h.deferFn == nil || !h.deferFn() || time.Since(last) >= deferredPoll {
+		if h.backlog == nil || !h.backlog.Backlogged() || time.Since(last) >= deferredPoll {
 			if err := h.poll(); err != nil {
 				return fmt.Errorf("live view: %w", err)
 			}
@@ -710,7 +743,7 @@ func (h *Hub) rowsPage(table string, after string, limit int) ([]Row, string, er
 		if r := t.rows[after]; r != nil {
 			afterKey = r.key
 		} else {
-			v, err := keyValues(t.rel, after)
+			v, err := keyValues(h.types, t.rel, after)
 			if err != nil {
 				return nil, "", fmt.Errorf("%w: %v", errBadKey, err)
 			}
@@ -744,7 +777,7 @@ func (h *Hub) row(table, key string) (Row, bool, error) {
 		return Row{Key: key, Values: r.json}, true, nil
 	}
 	// Accept the key's text form as well as its JSON form.
-	want, err := keyValues(t.rel, key)
+	want, err := keyValues(h.types, t.rel, key)
 	if err != nil {
 		return Row{}, false, fmt.Errorf("%w: %v", errBadKey, err)
 	}
@@ -764,18 +797,6 @@ var errUnknownTable = errors.New("unknown table")
 // retry shortly.
 var errNotCaptured = errors.New("not captured yet; retry shortly")
 
-// SetSourceTables names the configured source tables ("schema.table"), so
-// that a request for one the hub has not seen yet is told to retry rather
-// than that the table is unknown.
-func (h *Hub) SetSourceTables(names []string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.configured = map[string]bool{}
-	for _, n := range names {
-		h.configured[n] = true
-	}
-}
-
 // missingLocked explains why the hub has no state for table.
 func (h *Hub) missingLocked(table string) error {
 	if h.configured[table] {
@@ -786,14 +807,15 @@ func (h *Hub) missingLocked(table string) error {
 
 // keyValues parses a key given by a client: a JSON array of the key values
 // (as the API returns them), or for a one-column key the plain text.
-func keyValues(rel *store.Relation, s string) ([]store.Value, error) {
+func keyValues(types *typemap.Map, rel *store.Relation, s string) ([]store.Value, error) {
 	keyCols := rel.KeyColumns()
 	var parts []json.RawMessage
 	if err := json.Unmarshal([]byte(s), &parts); err != nil || len(parts) != len(keyCols) {
 		if len(keyCols) != 1 {
 			return nil, fmt.Errorf("key must be a JSON array of %d values", len(keyCols))
 		}
-		parts = []json.RawMessage{quote(s)}
+		text, _ := json.Marshal(s)
+		parts = []json.RawMessage{text}
 	}
 	out := make([]store.Value, len(keyCols))
 	for i, ci := range keyCols {
@@ -801,7 +823,7 @@ func keyValues(rel *store.Relation, s string) ([]store.Value, error) {
 		if err := json.Unmarshal(parts[i], &text); err != nil {
 			text = string(parts[i])
 		}
-		v, err := parseKeyText(rel.Columns[ci].TypeOID, text)
+		v, err := types.ParseKey(rel.Columns[ci].TypeOID, text)
 		if err != nil {
 			return nil, fmt.Errorf("key column %s: %w", rel.Columns[ci].Name, err)
 		}
@@ -820,7 +842,7 @@ func sortedStrings(s []string) []string {
 func (h *Hub) tableInfo(rel *store.Relation) TableInfo {
 	ti := TableInfo{Name: rel.TableName(), Columns: make([]ColumnInfo, len(rel.Columns)), Key: []string{}, dir: rel.DirName()}
 	for i, c := range rel.Columns {
-		ti.Columns[i] = ColumnInfo{Name: c.Name, Type: typeName(h.types, c.TypeOID)}
+		ti.Columns[i] = ColumnInfo{Name: c.Name, Type: h.types.TypeName(c.TypeOID)}
 	}
 	rel.KeyOf(func(i int) { ti.Key = append(ti.Key, rel.Columns[i].Name) })
 	return ti

@@ -65,7 +65,7 @@ func newFixture(t *testing.T, cfg Config, schema ...string) *fixture {
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	f.src = source.New(source.Config{DSN: dsn, Slot: "live", Publication: "live", Snapshot: true,
 		Tables: []source.Table{{Schema: "public", Name: "stock"}}, StatusInterval: time.Second, Logger: log}, db)
-	f.hub = NewHub(db, cfg.TablesDir, log)
+	f.hub = NewHub(db, HubConfig{TablesDir: cfg.TablesDir, SourceTables: []string{"public.stock", "public.later"}, Logger: log})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 3)
 	go func() { f.src.Run(ctx); done <- struct{}{} }()

@@ -12,16 +12,6 @@ import (
 // defaultAppIDPrefix is the applier's default appId prefix.
 const defaultAppIDPrefix = "lakeside"
 
-// SetAppIDPrefix sets the prefix of the appIds in the mirrors' txn actions
-// (the applier's AppIDPrefix): the appId of a table's mirror is
-// "<prefix>/<schema.table>/mirror", and its version the end LSN of the last
-// transaction the mirror holds.
-func (h *Hub) SetAppIDPrefix(prefix string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.appIDPrefix = prefix
-}
-
 // resetIfNewEpoch starts the hub's state over when the queue belongs to
 // another epoch than the state (and when the hub starts). The applier trims
 // from the queue what the Delta mirrors hold, so the queue alone holds only
@@ -115,7 +105,7 @@ func (h *Hub) seed(ctx context.Context, rels map[store.RelationKey]*store.Relati
 			t.overflow, t.rows = true, nil
 			continue
 		}
-		tr, err := mirrorRows(ctx, name, snap, rel)
+		tr, err := mirrorRows(ctx, h.types, name, snap, rel)
 		if err != nil {
 			h.log.Error("live view: cannot read the table's Delta mirror; its rows are served from the mirror", "table", name, "err", err)
 			t.overflow, t.rows = true, nil

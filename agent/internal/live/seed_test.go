@@ -25,7 +25,7 @@ func TestSeedTakesAMirrorNotCommittedYetFromTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	h := NewHub(db, tablesDir, slog.New(slog.NewTextHandler(t.Output(), nil)))
+	h := NewHub(db, HubConfig{TablesDir: tablesDir, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	rel := &store.Relation{Key: store.RelationKey{OID: 16384, LSN: 0x100}, Schema: "public", Name: "stock", ReplicaIdentity: 'd',
 		Columns: []store.Column{{Name: "id", TypeOID: 20, TypeMod: -1, Key: true}}}
 	tables, _ := h.seed(context.Background(), map[store.RelationKey]*store.Relation{rel.Key: rel}, defaultAppIDPrefix)

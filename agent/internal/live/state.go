@@ -2,10 +2,9 @@ package live
 
 import (
 	"encoding/json"
-	"math"
-	"math/big"
 	"slices"
 
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -45,7 +44,7 @@ func keyOf(rel *store.Relation, vals []store.Value) ([]store.Value, string) {
 			b = append(b, ',')
 		}
 		key = append(key, vals[i])
-		b = append(b, jsonValue(vals[i])...)
+		b = append(b, typemap.JSON(vals[i])...)
 	})
 	return key, string(append(b, ']'))
 }
@@ -106,7 +105,7 @@ func (t *tableState) apply(rel *store.Relation, c *store.Change, wantOut bool) (
 			}
 			continue
 		}
-		row.json[col.Name] = jsonValue(v)
+		row.json[col.Name] = typemap.JSON(v)
 	}
 	if !t.overflow {
 		t.rows[k] = row
@@ -139,7 +138,7 @@ func (c *Change) render() {
 	c.Row = make(map[string]json.RawMessage, len(rel.Columns))
 	for i, col := range rel.Columns {
 		if i < len(raw.New) && raw.New[i].Kind != store.KindUnchanged {
-			c.Row[col.Name] = jsonValue(raw.New[i])
+			c.Row[col.Name] = typemap.JSON(raw.New[i])
 		}
 	}
 }
@@ -174,66 +173,9 @@ func (t *tableState) sortedKeys() []string {
 // the mapped types: numbers by value, text by bytes, NULL first.
 func compareKeys(a, b []store.Value) int {
 	for i := range min(len(a), len(b)) {
-		if c := compareValue(a[i], b[i]); c != 0 {
+		if c := typemap.Compare(a[i], b[i]); c != 0 {
 			return c
 		}
 	}
 	return len(a) - len(b)
-}
-
-func compareValue(a, b store.Value) int {
-	if a.Kind == store.KindNull || b.Kind == store.KindNull {
-		switch {
-		case a.Kind == b.Kind:
-			return 0
-		case a.Kind == store.KindNull:
-			return -1
-		}
-		return 1
-	}
-	switch a.Kind {
-	case store.KindBool, store.KindInt16, store.KindInt32, store.KindInt64, store.KindDate, store.KindTimestamp, store.KindTime:
-		switch {
-		case a.Int < b.Int:
-			return -1
-		case a.Int > b.Int:
-			return 1
-		}
-		return 0
-	case store.KindFloat32, store.KindFloat64:
-		fa, fb := floatOf(a), floatOf(b)
-		switch {
-		case fa < fb:
-			return -1
-		case fa > fb:
-			return 1
-		}
-		return 0
-	case store.KindNumeric:
-		return compareNumericText(string(a.Bytes), string(b.Bytes))
-	}
-	return slices.Compare(a.Bytes, b.Bytes)
-}
-
-func floatOf(v store.Value) float64 {
-	if v.Kind == store.KindFloat32 {
-		return float64(math.Float32frombits(uint32(v.Int)))
-	}
-	return math.Float64frombits(uint64(v.Int))
-}
-
-// compareNumericText compares two numerics printed by PostgreSQL; NaN sorts
-// after every number, as in PostgreSQL.
-func compareNumericText(a, b string) int {
-	ra, okA := new(big.Rat).SetString(a)
-	rb, okB := new(big.Rat).SetString(b)
-	switch {
-	case okA && okB:
-		return ra.Cmp(rb)
-	case okA:
-		return -1
-	case okB:
-		return 1
-	}
-	return 0
 }

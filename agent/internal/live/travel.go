@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"path/filepath"
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
-
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
 )
@@ -31,6 +29,7 @@ type travelRows struct {
 	rows    map[string]Row
 	keyVals map[string][]store.Value
 	rel     *store.Relation
+	types   *typemap.Map
 }
 
 // known returns nil when the hub has seen the table, and otherwise why not.
@@ -81,21 +80,21 @@ func (h *Hub) readMirror(ctx context.Context, table string, version int64, asOf 
 	if err != nil {
 		return nil, err
 	}
-	return mirrorRows(ctx, table, snap, rel)
+	return mirrorRows(ctx, h.types, table, snap, rel)
 }
 
 // mirrorRows reads the rows of a mirror's snapshot, laid out per rel.
-func mirrorRows(ctx context.Context, table string, snap *delta.Snapshot, rel *store.Relation) (*travelRows, error) {
+func mirrorRows(ctx context.Context, types *typemap.Map, table string, snap *delta.Snapshot, rel *store.Relation) (*travelRows, error) {
 	rows, err := snap.ReadRows(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read %s at version %d: %w", table, snap.Version(), err)
 	}
-	oids := map[string]uint32{}
+	byType := map[string]typemap.Type{}
 	for _, c := range rel.Columns {
-		oids[c.Name] = c.TypeOID
+		byType[c.Name] = types.Lookup(c.TypeOID)
 	}
 	fields := snap.Schema().Fields
-	tr := &travelRows{version: snap.Version(), rows: map[string]Row{}, keyVals: map[string][]store.Value{}, rel: rel}
+	tr := &travelRows{version: snap.Version(), rows: map[string]Row{}, keyVals: map[string][]store.Value{}, rel: rel, types: types}
 	for _, row := range rows {
 		byName := map[string]store.Value{}
 		values := map[string]json.RawMessage{}
@@ -105,9 +104,9 @@ func mirrorRows(ctx context.Context, table string, snap *delta.Snapshot, rel *st
 				deleted, _ = row[i].(bool)
 				continue
 			}
-			v := storeValue(row[i], f.Type, oids[f.Name])
+			v := byType[f.Name].FromDelta(row[i], f.Type)
 			byName[f.Name] = v
-			values[f.Name] = jsonValue(v)
+			values[f.Name] = typemap.JSON(v)
 		}
 		if deleted {
 			continue
@@ -131,7 +130,7 @@ func (tr *travelRows) page(after string, limit int) ([]Row, string, error) {
 	if after != "" {
 		afterKey, ok := tr.keyVals[after]
 		if !ok {
-			v, err := keyValues(tr.rel, after)
+			v, err := keyValues(tr.types, tr.rel, after)
 			if err != nil {
 				return nil, "", fmt.Errorf("%w: %v", errBadKey, err)
 			}
@@ -158,7 +157,7 @@ func (tr *travelRows) find(key string) (Row, bool, error) {
 	if r, ok := tr.rows[key]; ok {
 		return r, true, nil
 	}
-	want, err := keyValues(tr.rel, key)
+	want, err := keyValues(tr.types, tr.rel, key)
 	if err != nil {
 		return Row{}, false, fmt.Errorf("%w: %v", errBadKey, err)
 	}
@@ -168,58 +167,4 @@ func (tr *travelRows) find(key string) (Row, bool, error) {
 		}
 	}
 	return Row{}, false, nil
-}
-
-// storeValue converts a value read from a Delta table back to the captured
-// form, given the Delta type and the PostgreSQL column type.
-func storeValue(v any, dt delta.DataType, oid uint32) store.Value {
-	switch x := v.(type) {
-	case nil:
-		return store.Value{}
-	case bool:
-		if x {
-			return store.Value{Kind: store.KindBool, Int: 1}
-		}
-		return store.Value{Kind: store.KindBool}
-	case int8:
-		return store.Value{Kind: store.KindInt16, Int: int64(x)}
-	case int16:
-		return store.Value{Kind: store.KindInt16, Int: int64(x)}
-	case int32:
-		return store.Value{Kind: store.KindInt32, Int: int64(x)}
-	case int64:
-		if oid == pgtype.TimeOID {
-			return store.Value{Kind: store.KindTime, Int: x}
-		}
-		return store.Value{Kind: store.KindInt64, Int: x}
-	case float32:
-		return store.Value{Kind: store.KindFloat32, Int: int64(math.Float32bits(x))}
-	case float64:
-		return store.Value{Kind: store.KindFloat64, Int: int64(math.Float64bits(x))}
-	case delta.Decimal:
-		return store.Value{Kind: store.KindNumeric, Bytes: []byte(x.String())}
-	case string:
-		if oid == pgtype.NumericOID {
-			return store.Value{Kind: store.KindNumeric, Bytes: []byte(x)}
-		}
-		return store.Value{Kind: store.KindString, Bytes: []byte(x)}
-	case []byte:
-		return store.Value{Kind: store.KindBytes, Bytes: x}
-	case time.Time:
-		if dt == delta.TypeDate {
-			return store.Value{Kind: store.KindDate, Int: x.Unix() / 86400}
-		}
-		return store.Value{Kind: store.KindTimestamp, Int: x.UnixMicro()}
-	case []any:
-		var elem delta.DataType
-		if at, ok := dt.(*delta.ArrayType); ok {
-			elem = at.ElementType
-		}
-		out := store.Value{Kind: store.KindArray, Elems: make([]store.Value, len(x))}
-		for i, e := range x {
-			out.Elems[i] = storeValue(e, elem, 0)
-		}
-		return out
-	}
-	return store.Value{Kind: store.KindString, Bytes: []byte(fmt.Sprint(v))}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -63,7 +64,7 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.
 // copySnapshot copies every configured table inside the exported snapshot
 // into the snapshot spool, then commits the spool as one transaction at the
 // slot's consistent point, in the same write as the slot state done.
-func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName string, done *store.SlotState, decoders *typeDecoders, rels map[uint32]*relationDecoder) error {
+func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName string, done *store.SlotState, types *typemap.Map, rels map[uint32]*relationDecoder) error {
 	at := done.ConsistentPoint
 	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
 		return fmt.Errorf("snapshot: %w", err)
@@ -75,14 +76,14 @@ func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName 
 	var total int64
 	start := time.Now()
 	for _, t := range s.cfg.Tables {
-		rel, err := relationFromCatalog(ctx, conn, t, at, decoders.known)
+		rel, err := relationFromCatalog(ctx, conn, t, at, types.Known)
 		if err != nil {
 			return err
 		}
 		if err := s.writer.send(writeOp{kind: opRelation, rel: rel}); err != nil {
 			return err
 		}
-		rd := decoders.forRelation(rel)
+		rd := newRelationDecoder(types, rel)
 		rels[rel.Key.OID] = rd
 		var estimate int64
 		var partitioned bool

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -364,14 +365,14 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 		state = nil
 	}
 
-	decoders := newTypeDecoders()
+	types := typemap.New()
 	rels := map[uint32]*relationDecoder{}
 	if state == nil {
 		if slot.exists {
 			return fatalf("replication slot %q already exists, but %s has no record of it, so the changes it holds would be skipped; drop it if nothing else uses it: %s -- or use another source.slot",
 				s.cfg.Slot, s.db.Path(), dropSlotSQL(s.cfg.Slot))
 		}
-		if err := s.createSlot(ctx, conn, repl, sys, decoders, rels); err != nil {
+		if err := s.createSlot(ctx, conn, repl, sys, types, rels); err != nil {
 			return err
 		}
 	} else if err := s.checkSlot(slot, sys.DBName); err != nil {
@@ -403,7 +404,7 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	if err != nil {
 		return err
 	}
-	st := &stream{s: s, conn: repl, sql: conn, decoders: decoders, rels: rels, tables: tables, ignored: map[uint32]bool{}, described: map[uint32]string{},
+	st := &stream{s: s, conn: repl, sql: conn, types: types, rels: rels, tables: tables, ignored: map[uint32]bool{}, described: map[uint32]string{},
 		lastQueued: start, received: start, open: map[uint32]bool{}}
 	s.receivedLSN.Store(uint64(start))
 	// Know how far behind the server this session starts before saying
@@ -418,7 +419,7 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 // createSlot creates the replication slot and, when configured, copies the
 // initial snapshot from the slot's exported snapshot. The state records the
 // setup as pending first, so that a crash part-way starts it over cleanly.
-func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, repl replConn, sys pglogrepl.IdentifySystemResult, decoders *typeDecoders, rels map[uint32]*relationDecoder) error {
+func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, repl replConn, sys pglogrepl.IdentifySystemResult, types *typemap.Map, rels map[uint32]*relationDecoder) error {
 	state := &store.SlotState{SystemID: sys.SystemID, Database: sys.DBName, Slot: s.cfg.Slot, Publication: s.cfg.Publication}
 	if err := s.writer.send(writeOp{kind: opSlotState, slot: state}); err != nil {
 		return err
@@ -452,7 +453,7 @@ func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, repl replConn, 
 		// that it is done: were the record a write of its own, a crash
 		// between the two would start the snapshot over on a new slot
 		// after the first one could have been applied.
-		if err := s.copySnapshot(ctx, conn, res.SnapshotName, &done, decoders, rels); err != nil {
+		if err := s.copySnapshot(ctx, conn, res.SnapshotName, &done, types, rels); err != nil {
 			return err
 		}
 		if s.failpoint != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -42,9 +43,9 @@ type stream struct {
 	conn replConn
 	// sql is the session's ordinary connection, idle while streaming; it
 	// samples the server's WAL position while capture is paused.
-	sql      *pgx.Conn
-	decoders *typeDecoders
-	rels     map[uint32]*relationDecoder
+	sql   *pgx.Conn
+	types *typemap.Map
+	rels  map[uint32]*relationDecoder
 	// tables are the configured tables by OID: the changes of every
 	// other table are passed over (ignored holds their OIDs).
 	tables  map[uint32]Table
@@ -456,7 +457,7 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := resolveTypes(ctx, st.sql, rel.Columns, st.decoders.known); err != nil {
+	if err := resolveTypes(ctx, st.sql, rel.Columns, st.types.Known); err != nil {
 		return err
 	}
 	cur, had := st.rels[m.RelationID]
@@ -469,7 +470,7 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 		return err
 	}
 	if newest != nil && newest.SameShape(rel) {
-		st.rels[m.RelationID] = st.decoders.forRelation(newest)
+		st.rels[m.RelationID] = newRelationDecoder(st.types, newest)
 		st.described[m.RelationID] = desc
 		return nil
 	}
@@ -484,7 +485,7 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	if had {
 		st.s.log.Info("table schema changed", "table", rel.QualifiedName(), "columns", len(rel.Columns), "version_lsn", key.String())
 	}
-	st.rels[m.RelationID] = st.decoders.forRelation(rel)
+	st.rels[m.RelationID] = newRelationDecoder(st.types, rel)
 	st.described[m.RelationID] = desc
 	return st.s.writer.send(writeOp{kind: opRelation, rel: rel})
 }

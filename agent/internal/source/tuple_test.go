@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -34,7 +35,7 @@ func TestParseRowChange(t *testing.T) {
 	if rc.op != store.OpUpdate || rc.xid != 777 || rc.relation != 16384 || rc.oldKind != 'K' {
 		t.Fatalf("parsed %+v", rc)
 	}
-	rd := newTypeDecoders().forRelation(&store.Relation{Schema: "s", Name: "t", Columns: []store.Column{{Name: "id", TypeOID: 20}, {Name: "v", TypeOID: 25}}})
+	rd := newRelationDecoder(typemap.New(), &store.Relation{Schema: "s", Name: "t", Columns: []store.Column{{Name: "id", TypeOID: 20}, {Name: "v", TypeOID: 25}}})
 	var slab valueSlab
 	newVals, err := rd.decodeTuple(rc.new, &slab)
 	if err != nil || newVals[0].Int != 2 || string(newVals[1].Bytes) != "x" {
@@ -55,7 +56,7 @@ func TestParseRowChange(t *testing.T) {
 func FuzzParseRowChange(f *testing.F) {
 	ins := append([]byte{'I', 0, 0, 64, 0, 'N'}, tupleData([]byte("42"), []byte("text"))...)
 	f.Add(ins, false)
-	rd := newTypeDecoders().forRelation(&store.Relation{Columns: []store.Column{{Name: "a", TypeOID: 20}, {Name: "b", TypeOID: 25}}})
+	rd := newRelationDecoder(typemap.New(), &store.Relation{Columns: []store.Column{{Name: "a", TypeOID: 20}, {Name: "b", TypeOID: 25}}})
 	f.Fuzz(func(t *testing.T, data []byte, inStream bool) {
 		if len(data) == 0 {
 			return

@@ -1,4 +1,4 @@
-package applier
+package typemap
 
 import (
 	"bytes"
@@ -10,19 +10,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
 )
 
-// unchangedValue marks an unchanged TOAST value inside a converted row. It
-// never reaches a data file: the mirror fills it from the existing row, the
-// changelog writes null and lists the column in _unchanged.
+// unchangedValue is the type of Unchanged.
 type unchangedValue struct{}
 
-// unchanged is the one value of unchangedValue.
-var unchanged any = unchangedValue{}
+// Unchanged marks an unchanged TOAST value inside a converted row. It never
+// reaches a data file: the mirror fills it from the existing row, the
+// changelog writes null and lists the column in _unchanged.
+var Unchanged any = unchangedValue{}
 
 // The range of Delta dates and timestamps (the protocol's, which Spark and
 // the other engines keep to): 0001-01-01 to 9999-12-31, 23:59:59.999999
@@ -35,92 +33,9 @@ var (
 	minTimestamp = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
 )
 
-// Type OIDs of the mapped PostgreSQL types.
-const (
-	oidBool        = 16
-	oidBytea       = 17
-	oidInt8        = 20
-	oidInt2        = 21
-	oidInt4        = 23
-	oidFloat4      = 700
-	oidFloat8      = 701
-	oidDate        = 1082
-	oidTime        = 1083
-	oidTimestamp   = 1114
-	oidTimestamptz = 1184
-	oidNumeric     = 1700
-	oidMoney       = 790
-	oidMoneyArray  = 791
-)
-
-// typeMapper maps PostgreSQL column types to Delta types as the type mapping of docs/architecture.md says.
-type typeMapper struct{ m *pgtype.Map }
-
-func newTypeMapper() *typeMapper { return &typeMapper{m: pgtype.NewMap()} }
-
-// deltaType returns the Delta type of a column of the given PostgreSQL type
-// and type modifier. Every type without a mapping becomes a string (its text
-// form), so a new type never stops the pipeline.
-func (tm *typeMapper) deltaType(oid uint32, typmod int32) delta.DataType {
-	switch oid {
-	case oidBool:
-		return delta.TypeBoolean
-	case oidInt2:
-		return delta.TypeShort
-	case oidInt4:
-		return delta.TypeInteger
-	case oidInt8:
-		return delta.TypeLong
-	case oidFloat4:
-		return delta.TypeFloat
-	case oidFloat8:
-		return delta.TypeDouble
-	case oidNumeric:
-		if p, s, ok := numericTypmod(typmod); ok {
-			return delta.DecimalType{Precision: p, Scale: s}
-		}
-		return delta.TypeString
-	case oidMoney:
-		// Capture reads it as a decimal of two places (the C locale's).
-		return delta.DecimalType{Precision: 19, Scale: 2}
-	case oidMoneyArray:
-		return &delta.ArrayType{ElementType: delta.DecimalType{Precision: 19, Scale: 2}, ContainsNull: true}
-	case oidBytea:
-		return delta.TypeBinary
-	case oidDate:
-		return delta.TypeDate
-	case oidTimestamp, oidTimestamptz:
-		return delta.TypeTimestamp
-	case oidTime:
-		return delta.TypeLong
-	}
-	if t, ok := tm.m.TypeForOID(oid); ok {
-		if ac, ok := t.Codec.(*pgtype.ArrayCodec); ok && ac.ElementType != nil {
-			// An array column's typmod applies to its elements.
-			return &delta.ArrayType{ElementType: tm.deltaType(ac.ElementType.OID, typmod), ContainsNull: true}
-		}
-	}
-	return delta.TypeString
-}
-
-// numericTypmod decodes numeric(p,s) from a type modifier. It reports false
-// for unconstrained numeric and for constraints Delta cannot express
-// (precision above 38, negative scale or scale above precision).
-func numericTypmod(typmod int32) (p, s int, ok bool) {
-	if typmod < 4 {
-		return 0, 0, false
-	}
-	p = int(((typmod - 4) >> 16) & 0xffff)
-	s = int((typmod - 4) & 0xffff)
-	if p < 1 || p > 38 || s > p {
-		return 0, 0, false
-	}
-	return p, s, true
-}
-
-// typeSuffix names a Delta type in a column name, for example
+// TypeSuffix names a Delta type in a column name, for example
 // "decimal_12_3" or "array_integer".
-func typeSuffix(dt delta.DataType) string {
+func TypeSuffix(dt delta.DataType) string {
 	return strings.Map(func(r rune) rune {
 		switch {
 		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
@@ -132,23 +47,23 @@ func typeSuffix(dt delta.DataType) string {
 	}, dt.String())
 }
 
-// warner counts values that could not be represented and logs them once per
-// flush and column (see Applier.flush).
-type warner interface {
-	warn(column, problem string)
+// Warner counts values that could not be represented and logs them once per
+// flush and column.
+type Warner interface {
+	Warn(column, problem string)
 }
 
-// converter turns a queued value into the Go value of its Delta type, the
+// Converter turns a queued value into the Go value of its Delta type, the
 // same Go type delta's readers return, so converted rows compare equal with
 // rows read back from data files.
-type converter func(v *store.Value) any
+type Converter func(v *store.Value) any
 
-// converterFor returns the converter for a column of Delta type dt.
-func converterFor(dt delta.DataType, column string, w warner) converter {
-	var conv converter
+// ConverterFor returns the Converter for a column of Delta type dt.
+func ConverterFor(dt delta.DataType, column string, w Warner) Converter {
+	var conv Converter
 	switch t := dt.(type) {
 	case delta.DecimalType:
-		var decimals decimalSlab
+		var decimals DecimalSlab
 		conv = func(v *store.Value) any {
 			if v.Kind != store.KindNumeric {
 				return convertPlain(delta.TypeString, v)
@@ -160,15 +75,15 @@ func converterFor(dt delta.DataType, column string, w warner) converter {
 			if err == nil {
 				d, err = d.Rescale(int32(t.Scale))
 			}
-			if err != nil || digits(d) > t.Precision {
+			if err != nil || decimalDigits(d) > t.Precision {
 				// NaN, Infinity and values that do not fit: null, logged.
-				w.warn(column, fmt.Sprintf("%q does not fit %s; written as null", v.Bytes, t))
+				w.Warn(column, fmt.Sprintf("%q does not fit %s; written as null", v.Bytes, t))
 				return nil
 			}
 			return d
 		}
 	case *delta.ArrayType:
-		elem := converterFor(t.ElementType, column, w)
+		elem := ConverterFor(t.ElementType, column, w)
 		conv = func(v *store.Value) any {
 			if v.Kind != store.KindArray {
 				// Not a list of elements (a multi-dimensional array
@@ -195,26 +110,26 @@ func converterFor(dt delta.DataType, column string, w warner) converter {
 		case store.KindNull:
 			return nil
 		case store.KindUnchanged:
-			return unchanged
+			return Unchanged
 		}
 		return conv(v)
 	}
 }
 
-// putter gives a queued value to a row being built (delta.RowBuilder), as
-// field: the value its converter returns, in its column's physical form
+// Putter gives a queued value to a row being built (delta.RowBuilder), as
+// field: the value its Converter returns, in its column's physical form
 // and without boxing it, when the value is a common one; otherwise the
-// converter's value. It is the typed path of inserted rows (see
-// Applier.applyChange). KindUnchanged is never given to a putter (an
+// Converter's value. It is the typed path of inserted rows (see
+// Applier.applyChange). KindUnchanged is never given to a Putter (an
 // insert has no unchanged value).
-type putter func(v *store.Value, b *delta.RowBuilder, field int)
+type Putter func(v *store.Value, b *delta.RowBuilder, field int)
 
-// putterFor returns the putter for a column of Delta type dt, which gives
-// the values it does not put itself to conv, the column's converter for
-// the goroutine the putter runs on (converters keep state).
-func putterFor(dt delta.DataType, conv converter) putter {
+// PutterFor returns the Putter for a column of Delta type dt, which gives
+// the values it does not put itself to conv, the column's Converter for
+// the goroutine the Putter runs on (converters keep state).
+func PutterFor(dt delta.DataType, conv Converter) Putter {
 	general := func(v *store.Value, b *delta.RowBuilder, field int) { b.Value(field, conv(v)) }
-	var put putter
+	var put Putter
 	switch t := dt.(type) {
 	case delta.DecimalType:
 		put = func(v *store.Value, b *delta.RowBuilder, field int) {
@@ -231,16 +146,16 @@ func putterFor(dt delta.DataType, conv converter) putter {
 	default:
 		put = general
 	}
-	// (A null goes to general, whose converter makes it nil.)
+	// (A null goes to general, whose Converter makes it nil.)
 	return put
 }
 
-// primitivePutter is the putter of a primitive Delta type: convertPlain's
+// primitivePutter is the Putter of a primitive Delta type: convertPlain's
 // values put as they are, and general for the rest.
-func primitivePutter(t delta.PrimitiveType, general putter) putter {
+func primitivePutter(t delta.PrimitiveType, general Putter) Putter {
 	// when puts the values of the given kinds with put, the others with
 	// general.
-	when := func(put putter, kinds ...store.Kind) putter {
+	when := func(put Putter, kinds ...store.Kind) Putter {
 		var fast [256]bool
 		for _, k := range kinds {
 			fast[k] = true
@@ -346,7 +261,7 @@ func smallDecimal(b []byte, p, scale int) (int64, bool) {
 	return u, true
 }
 
-func digits(d delta.Decimal) int {
+func decimalDigits(d delta.Decimal) int {
 	s := d.Unscaled.String()
 	if strings.HasPrefix(s, "-") {
 		return len(s) - 1
@@ -457,13 +372,13 @@ func valueText(v *store.Value) any {
 	return nil
 }
 
-// decimalSlab makes the decimals of up to 18 digits that conversions
+// DecimalSlab makes the decimals of up to 18 digits that conversions
 // produce. Their big.Ints and one-word magnitudes come from blocks of
 // decimalSlabSize: two allocations a block instead of two a value. A block
 // stays in memory while a decimal made from it does; nothing changes a
 // decimal's value once made. The zero value is ready to use; it is not safe
 // for concurrent use.
-type decimalSlab struct {
+type DecimalSlab struct {
 	ints  []big.Int
 	words []big.Word
 }
@@ -471,7 +386,7 @@ type decimalSlab struct {
 const decimalSlabSize = 256
 
 // decimal returns unscaled × 10^-scale.
-func (s *decimalSlab) decimal(unscaled int64, scale int32) delta.Decimal {
+func (s *DecimalSlab) decimal(unscaled int64, scale int32) delta.Decimal {
 	if bits.UintSize < 64 {
 		return delta.NewDecimal(unscaled, scale)
 	}

@@ -1,4 +1,4 @@
-package source
+package typemap
 
 import (
 	"math/rand/v2"
@@ -43,7 +43,7 @@ func pgText(t time.Time, zone bool) string {
 // that neither reads (a day the month lacks), and that the fast parse takes
 // the common ones without allocating.
 func TestTimestampTextDecodesAsPgtype(t *testing.T) {
-	d := newTypeDecoders()
+	d := New()
 	rng := rand.New(rand.NewPCG(1, 2))
 	lo, hi := time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro(), time.Date(9999, 12, 31, 23, 59, 59, 999999, time.UTC).UnixMicro()
 	var texts []string
@@ -60,9 +60,9 @@ func TestTimestampTextDecodesAsPgtype(t *testing.T) {
 	fast := 0
 	for _, text := range texts {
 		for _, zone := range []bool{true, false} {
-			decode := d.forType(pgtype.TimestampOID)
+			decode := d.Decoder(store.Column{TypeOID: pgtype.TimestampOID})
 			if zone {
-				decode = d.forType(pgtype.TimestamptzOID)
+				decode = d.Decoder(store.Column{TypeOID: pgtype.TimestamptzOID})
 			}
 			got, gotErr := decode([]byte(text))
 			want, wantErr := pgtypeTimestamp(zone, []byte(text))
@@ -78,7 +78,7 @@ func TestTimestampTextDecodesAsPgtype(t *testing.T) {
 	if fast < 40000 {
 		t.Errorf("the fast parse read %d texts, want at least the 40000 random ones", fast)
 	}
-	decode, text := d.forType(pgtype.TimestamptzOID), []byte("2026-01-01 00:16:40.5+00")
+	decode, text := d.Decoder(store.Column{TypeOID: pgtype.TimestamptzOID}), []byte("2026-01-01 00:16:40.5+00")
 	if n := testing.AllocsPerRun(100, func() { decode(text) }); n != 0 {
 		t.Errorf("decoding a timestamptz took %.0f allocations", n)
 	}
@@ -88,7 +88,7 @@ func TestTimestampTextDecodesAsPgtype(t *testing.T) {
 // for what PostgreSQL prints and for other spellings pgtype reads, and that
 // it reads PostgreSQL's without allocating.
 func TestBoolTextDecodesAsPgtype(t *testing.T) {
-	decode := newTypeDecoders().forType(pgtype.BoolOID)
+	decode := New().Decoder(store.Column{TypeOID: pgtype.BoolOID})
 	for _, text := range []string{"t", "f", "true", "FALSE", "T", "y", "x", ""} {
 		got, gotErr := decode([]byte(text))
 		var b pgtype.Bool
@@ -108,7 +108,7 @@ func TestBoolTextDecodesAsPgtype(t *testing.T) {
 // of each range, values past them, and texts the fast parse leaves to
 // pgtype, and that they read PostgreSQL's text without allocating.
 func TestIntegerTextDecodesAsPgtype(t *testing.T) {
-	d := newTypeDecoders()
+	d := New()
 	rng := rand.New(rand.NewPCG(3, 4))
 	texts := []string{"0", "-1", "32767", "-32768", "32768", "-32769", "2147483647", "-2147483648", "2147483648",
 		"9223372036854775807", "-9223372036854775808", "9223372036854775808", "999999999999999999", "-999999999999999999",
@@ -122,13 +122,13 @@ func TestIntegerTextDecodesAsPgtype(t *testing.T) {
 	}
 	m := pgtype.NewMap()
 	// pgtype alone, scanning into the Go type of the column.
-	general := map[uint32]decodeFunc{
+	general := map[uint32]DecodeFunc{
 		pgtype.Int2OID: scanner(m, pgtype.Int2OID, func(v int16) store.Value { return store.Value{Kind: store.KindInt16, Int: int64(v)} }),
 		pgtype.Int4OID: scanner(m, pgtype.Int4OID, func(v int32) store.Value { return store.Value{Kind: store.KindInt32, Int: int64(v)} }),
 		pgtype.Int8OID: scanner(m, pgtype.Int8OID, func(v int64) store.Value { return store.Value{Kind: store.KindInt64, Int: v} }),
 	}
 	for _, oid := range []uint32{pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID} {
-		decode := d.forType(oid)
+		decode := d.Decoder(store.Column{TypeOID: oid})
 		for _, text := range texts {
 			got, gotErr := decode([]byte(text))
 			want, wantErr := general[oid]([]byte(text))

@@ -1,4 +1,4 @@
-package applier
+package typemap
 
 import (
 	"bytes"
@@ -6,14 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
 )
 
-// The spill codec encodes converted rows (Go values of Delta types) for the
-// pending set of a merge, in memory and in the temporary run files of a
-// large merge (see pending.go). It is private to one flush: nothing written
+// The spill codec encodes converted rows (Go values of Delta types, with
+// Unchanged) for the pending set of a merge, in memory and in the temporary
+// run files of a large merge. It is private to one flush: nothing written
 // with it outlives the process.
 
 const (
@@ -38,6 +39,33 @@ const (
 func appendBytes(dst, b []byte) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(b)))
 	return append(dst, b...)
+}
+
+// AppendRow appends the encoding of row to dst.
+func AppendRow(dst []byte, row []any) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(row)))
+	for _, v := range row {
+		dst = appendRowValue(dst, v)
+	}
+	return dst
+}
+
+// DecodeRow decodes a row written by AppendRow at the start of b into row's
+// memory, and returns it with the bytes after it; decimals makes its
+// decimals.
+func DecodeRow(row []any, b []byte, decimals *DecimalSlab) ([]any, []byte, error) {
+	d := valueDecoder{b: b, decimals: decimals}
+	n, err := d.uvarint()
+	if err != nil || n > uint64(len(d.b)) {
+		return nil, nil, ErrSpillCorrupt
+	}
+	row = slices.Grow(row[:0], int(n))[:n]
+	for i := range row {
+		if row[i], err = d.value(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return row, d.b, nil
 }
 
 func appendRowValue(dst []byte, v any) []byte {
@@ -82,21 +110,23 @@ func appendRowValue(dst []byte, v any) []byte {
 		}
 		return dst
 	}
-	panic(fmt.Sprintf("applier: cannot spill a %T", v))
+	panic(fmt.Sprintf("typemap: cannot spill a %T", v))
 }
 
 // valueDecoder decodes values written by appendRowValue from b.
 type valueDecoder struct {
 	b []byte
-	// decimals makes the decimals (see decimalSlab).
-	decimals *decimalSlab
+	// decimals makes the decimals (see DecimalSlab).
+	decimals *DecimalSlab
 }
 
-var errSpillCorrupt = errors.New("corrupt spill data")
+// ErrSpillCorrupt is returned for spilled bytes that AppendRow did not
+// write.
+var ErrSpillCorrupt = errors.New("corrupt spill data")
 
 func (d *valueDecoder) byte1() (byte, error) {
 	if len(d.b) == 0 {
-		return 0, errSpillCorrupt
+		return 0, ErrSpillCorrupt
 	}
 	c := d.b[0]
 	d.b = d.b[1:]
@@ -106,7 +136,7 @@ func (d *valueDecoder) byte1() (byte, error) {
 func (d *valueDecoder) uvarint() (uint64, error) {
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 {
-		return 0, errSpillCorrupt
+		return 0, ErrSpillCorrupt
 	}
 	d.b = d.b[n:]
 	return v, nil
@@ -115,7 +145,7 @@ func (d *valueDecoder) uvarint() (uint64, error) {
 func (d *valueDecoder) varint() (int64, error) {
 	v, n := binary.Varint(d.b)
 	if n <= 0 {
-		return 0, errSpillCorrupt
+		return 0, ErrSpillCorrupt
 	}
 	d.b = d.b[n:]
 	return v, nil
@@ -125,7 +155,7 @@ func (d *valueDecoder) varint() (int64, error) {
 func (d *valueDecoder) bytes() ([]byte, error) {
 	n, err := d.uvarint()
 	if err != nil || n > uint64(len(d.b)) {
-		return nil, errSpillCorrupt
+		return nil, ErrSpillCorrupt
 	}
 	b := d.b[:n:n]
 	d.b = d.b[n:]
@@ -141,7 +171,7 @@ func (d *valueDecoder) value() (any, error) {
 	case tagNil:
 		return nil, nil
 	case tagUnchanged:
-		return unchanged, nil
+		return Unchanged, nil
 	case tagFalse:
 		return false, nil
 	case tagTrue:
@@ -164,14 +194,14 @@ func (d *valueDecoder) value() (any, error) {
 		return v, nil
 	case tagFloat32:
 		if len(d.b) < 4 {
-			return nil, errSpillCorrupt
+			return nil, ErrSpillCorrupt
 		}
 		v := math.Float32frombits(binary.BigEndian.Uint32(d.b))
 		d.b = d.b[4:]
 		return v, nil
 	case tagFloat64:
 		if len(d.b) < 8 {
-			return nil, errSpillCorrupt
+			return nil, ErrSpillCorrupt
 		}
 		v := math.Float64frombits(binary.BigEndian.Uint64(d.b))
 		d.b = d.b[8:]
@@ -201,7 +231,7 @@ func (d *valueDecoder) value() (any, error) {
 	case tagArray:
 		n, err := d.uvarint()
 		if err != nil || n > uint64(len(d.b)) {
-			return nil, errSpillCorrupt
+			return nil, ErrSpillCorrupt
 		}
 		out := make([]any, n)
 		for i := range out {
@@ -211,5 +241,5 @@ func (d *valueDecoder) value() (any, error) {
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("%w: tag %d", errSpillCorrupt, tag)
+	return nil, fmt.Errorf("%w: tag %d", ErrSpillCorrupt, tag)
 }

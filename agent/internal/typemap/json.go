@@ -1,4 +1,4 @@
-package live
+package typemap
 
 import (
 	"encoding/base64"
@@ -8,15 +8,13 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/lakeside/lakeside/store"
 )
 
-// jsonValue renders a captured value as JSON without losing anything:
+// JSON renders a queued value as JSON, for the live view, without losing anything:
 // 64-bit integers, numerics and timestamps become strings, so that no
 // JavaScript client rounds them.
-func jsonValue(v store.Value) json.RawMessage {
+func JSON(v store.Value) json.RawMessage {
 	switch v.Kind {
 	case store.KindNull, store.KindUnchanged:
 		return json.RawMessage("null")
@@ -62,7 +60,7 @@ func jsonValue(v store.Value) json.RawMessage {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, jsonValue(e)...)
+			b = append(b, JSON(e)...)
 		}
 		return append(b, ']')
 	}
@@ -81,43 +79,41 @@ func floatJSON(f float64, bits int) json.RawMessage {
 	return json.RawMessage(strconv.FormatFloat(f, 'g', -1, bits))
 }
 
-// typeName returns the PostgreSQL name of a column type, for clients.
-func typeName(m *pgtype.Map, oid uint32) string {
-	if t, ok := m.TypeForOID(oid); ok {
-		return t.Name
+// The key parsers of the rows of the type table (typemap.go): a key value
+// a client of the live view writes as text, as the value it compares with.
+
+// integerKey returns the key parser of integers of kind k, between lo and
+// hi.
+func integerKey(k store.Kind, lo, hi int64) func(string) (store.Value, error) {
+	return func(text string) (store.Value, error) {
+		n, err := strconv.ParseInt(text, 10, 64)
+		if err != nil || n < lo || n > hi {
+			return store.Value{}, fmt.Errorf("%q is not an integer between %d and %d", text, lo, hi)
+		}
+		return store.Value{Kind: k, Int: n}, nil
 	}
-	return "oid:" + strconv.FormatUint(uint64(oid), 10)
 }
 
-// parseKeyText turns the text of a key value given by a client into a value
-// comparable with the captured ones.
-func parseKeyText(oid uint32, text string) (store.Value, error) {
-	switch oid {
-	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID:
-		n, err := strconv.ParseInt(text, 10, 64)
-		if err != nil {
-			return store.Value{}, fmt.Errorf("%q is not an integer", text)
-		}
-		kind := map[uint32]store.Kind{pgtype.Int2OID: store.KindInt16, pgtype.Int4OID: store.KindInt32, pgtype.Int8OID: store.KindInt64}[oid]
-		return store.Value{Kind: kind, Int: n}, nil
-	case pgtype.BoolOID:
-		b, err := strconv.ParseBool(text)
-		if err != nil {
-			return store.Value{}, fmt.Errorf("%q is not a boolean", text)
-		}
-		v := store.Value{Kind: store.KindBool}
-		if b {
-			v.Int = 1
-		}
-		return v, nil
-	case pgtype.DateOID:
-		t, err := time.Parse("2006-01-02", text)
-		if err != nil {
-			return store.Value{}, fmt.Errorf("%q is not a date", text)
-		}
-		return store.Value{Kind: store.KindDate, Int: t.Unix() / 86400}, nil
-	case pgtype.NumericOID:
-		return store.Value{Kind: store.KindNumeric, Bytes: []byte(text)}, nil
+func boolKey(text string) (store.Value, error) {
+	b, err := strconv.ParseBool(text)
+	if err != nil {
+		return store.Value{}, fmt.Errorf("%q is not a boolean", text)
 	}
-	return store.Value{Kind: store.KindString, Bytes: []byte(text)}, nil
+	v := store.Value{Kind: store.KindBool}
+	if b {
+		v.Int = 1
+	}
+	return v, nil
+}
+
+func dateKey(text string) (store.Value, error) {
+	t, err := time.Parse("2006-01-02", text)
+	if err != nil {
+		return store.Value{}, fmt.Errorf("%q is not a date", text)
+	}
+	return store.Value{Kind: store.KindDate, Int: t.Unix() / 86400}, nil
+}
+
+func numericKey(text string) (store.Value, error) {
+	return store.Value{Kind: store.KindNumeric, Bytes: []byte(text)}, nil
 }

@@ -1,4 +1,4 @@
-package applier
+package typemap
 
 import (
 	"encoding/binary"
@@ -6,11 +6,12 @@ import (
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
 )
 
 // Mirror rows are identified and ordered by a byte key: the order-preserving
 // encoding of their key columns (the replica identity's columns; every column
-// for tables compared as multisets, see mirror.go). The order is not
+// for tables compared as multisets). The order is not
 // PostgreSQL's (decimals and strings compare as bytes) but it is a total
 // order that is the same for a value converted from the queue and for the
 // same value read back from a data file, which is all clustering needs.
@@ -18,16 +19,18 @@ import (
 // Each value is self-delimiting, so a key that extends another by trailing
 // values sorts right after it.
 
-// appendKey appends the encoding of vals to dst.
-func appendKey(dst []byte, vals []any) []byte {
+// AppendKey appends the encoding of vals to dst.
+func AppendKey(dst []byte, vals []any) []byte {
 	for _, v := range vals {
-		dst = appendKeyValue(dst, v)
+		dst = AppendKeyValue(dst, v)
 	}
 	return dst
 }
 
-func appendKeyValue(dst []byte, v any) []byte {
-	if v == nil || v == unchanged {
+// AppendKeyValue appends the encoding of one value to dst; Unchanged is
+// encoded as null.
+func AppendKeyValue(dst []byte, v any) []byte {
+	if v == nil || v == Unchanged {
 		return append(dst, 0)
 	}
 	dst = append(dst, 1)
@@ -60,11 +63,38 @@ func appendKeyValue(dst []byte, v any) []byte {
 	case []any:
 		for _, e := range x {
 			dst = append(dst, 2)
-			dst = appendKeyValue(dst, e)
+			dst = AppendKeyValue(dst, e)
 		}
 		return append(dst, 1)
 	}
 	return dst
+}
+
+// AppendQueuedKeyValue appends the encoding of a queued value of a column
+// of Delta type dt: the encoding of the value conv converts it to. Integers
+// are encoded as they are queued, without converting them.
+func AppendQueuedKeyValue(dst []byte, dt delta.DataType, v *store.Value, conv Converter) []byte {
+	switch {
+	case v == nil || v.Kind == store.KindNull:
+		return AppendKeyValue(dst, nil)
+	case integerKind(dt, v.Kind):
+		return appendOrderedInt(append(dst, 1), v.Int)
+	}
+	return AppendKeyValue(dst, conv(v))
+}
+
+// integerKind reports whether a queued value of kind k converts to an
+// integer of column type t (see convertPlain).
+func integerKind(t delta.DataType, k store.Kind) bool {
+	switch t {
+	case delta.TypeShort:
+		return k == store.KindInt16
+	case delta.TypeInteger:
+		return k == store.KindInt32
+	case delta.TypeLong:
+		return k == store.KindInt64 || k == store.KindTime || k == store.KindInt32 || k == store.KindInt16
+	}
+	return false
 }
 
 func appendOrderedInt(dst []byte, v int64) []byte {

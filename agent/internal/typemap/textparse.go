@@ -1,4 +1,4 @@
-package source
+package typemap
 
 import "time"
 

@@ -1,0 +1,87 @@
+package typemap
+
+import (
+	"bytes"
+
+	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
+)
+
+// A value is stored exactly where its Delta type can hold it. Where it
+// cannot, what is stored instead is never silent: the changelog row lists
+// the column in _replaced, the table's count of replaced values goes up
+// (a metric), and the first replacement in each column is logged (the
+// applier does that with ReplacedCheck). The replacements:
+//
+//	date         outside 0001-01-01 to 9999-12-31 (the range of Delta
+//	             dates), infinities included: the nearer end
+//	timestamp    outside 0001-01-01 00:00 to 9999-12-31 23:59:59.999999,
+//	             infinities included: the nearer end (a time past 294246 AD
+//	             or before 290307 BC, which capture queues as text because
+//	             an int64 cannot count its microseconds, too)
+//	decimal(p,s) NaN, Infinity, -Infinity, or more integer digits than p-s: null
+//	array        an element replaced as its type says
+//
+// A value whose kind does not fit its column (as capture queued it) is
+// written as null or as its text, and is replaced too.
+
+// ReplacedCheck reports whether a value of a column is stored other than
+// PostgreSQL holds it.
+type ReplacedCheck func(v *store.Value) bool
+
+// ReplacedCheckFor returns the check of a column of Delta type dt, or nil
+// for a type whose values are all stored exactly.
+func ReplacedCheckFor(dt delta.DataType) ReplacedCheck {
+	switch t := dt.(type) {
+	case delta.DecimalType:
+		return func(v *store.Value) bool {
+			return v.Kind != store.KindNumeric || !fitsDecimal(v.Bytes, t.Precision, t.Scale)
+		}
+	case *delta.ArrayType:
+		elem := ReplacedCheckFor(t.ElementType)
+		if elem == nil {
+			return func(v *store.Value) bool { return v.Kind != store.KindArray }
+		}
+		return func(v *store.Value) bool {
+			if v.Kind != store.KindArray {
+				return true
+			}
+			for i := range v.Elems {
+				if k := v.Elems[i].Kind; k != store.KindNull && elem(&v.Elems[i]) {
+					return true
+				}
+			}
+			return false
+		}
+	case delta.PrimitiveType:
+		switch t {
+		case delta.TypeDate:
+			return func(v *store.Value) bool {
+				return v.Kind != store.KindDate || v.Int > int64(maxDate) || v.Int < int64(minDate)
+			}
+		case delta.TypeTimestamp:
+			return func(v *store.Value) bool {
+				return v.Kind != store.KindTimestamp || v.Int > maxTimestamp || v.Int < minTimestamp
+			}
+		}
+	}
+	return nil
+}
+
+// fitsDecimal reports whether the exact decimal text PostgreSQL printed
+// fits decimal(p,s): a number, with at most p-s integer digits and s
+// fractional ones.
+func fitsDecimal(text []byte, p, s int) bool {
+	t := bytes.TrimLeft(text, "+-")
+	intPart, frac, _ := bytes.Cut(t, []byte("."))
+	intPart = bytes.TrimLeft(intPart, "0")
+	if len(intPart) > p-s || len(frac) > s || len(t) == 0 {
+		return false
+	}
+	for _, c := range t {
+		if (c < '0' || c > '9') && c != '.' {
+			return false // NaN, Infinity
+		}
+	}
+	return true
+}
