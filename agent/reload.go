@@ -2,7 +2,6 @@ package agent
 
 import (
 	"reflect"
-	"strings"
 
 	"golang.org/x/time/rate"
 
@@ -42,13 +41,13 @@ func diffValues(prefix string, a, b reflect.Value, out *[]Change) {
 	t := a.Type()
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "" || name == "-" {
+		name := yamlKey(f)
+		if name == "" {
 			continue
 		}
 		key := prefix + name
 		av, bv := a.Field(i), b.Field(i)
-		if f.Type.Kind() == reflect.Struct && hasYAMLFields(f.Type) {
+		if hasYAMLFields(f.Type) {
 			diffValues(key+".", av, bv, out)
 			continue
 		}
@@ -59,8 +58,11 @@ func diffValues(prefix string, a, b reflect.Value, out *[]Change) {
 }
 
 // hasYAMLFields reports whether t is a configuration section (a struct whose
-// fields are keys) rather than a value such as a table name.
+// fields are keys) rather than a value such as a duration or a table name.
 func hasYAMLFields(t reflect.Type) bool {
+	if t.Kind() != reflect.Struct {
+		return false
+	}
 	for i := range t.NumField() {
 		if t.Field(i).Tag.Get("yaml") != "" {
 			return true
