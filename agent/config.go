@@ -123,7 +123,7 @@ type HTTPConfig struct {
 	Listen string `yaml:"listen"`
 	// Token is required by every API request when set, and must be set
 	// when Listen is not a loopback address.
-	Token string `yaml:"token"`
+	Token string `yaml:"token" reload:"live"`
 	// MaxClients caps the live stream's clients (64).
 	MaxClients int `yaml:"max_clients"`
 }
@@ -157,7 +157,7 @@ type SourceConfig struct {
 // LogConfig configures the agent's structured logs.
 type LogConfig struct {
 	// Level is one of debug, info (the default), warn and error.
-	Level string `yaml:"level"`
+	Level string `yaml:"level" reload:"live"`
 	// Format is text (the default) or json.
 	Format string `yaml:"format"`
 }

@@ -9,8 +9,9 @@ import (
 )
 
 // Config is the replica section of the agent's configuration. Its yaml
-// tags are the section's keys, and the config tag "size" tells the agent's
-// parser that a value is written as a byte size such as 10GiB.
+// tags are the section's keys; the config tag "size" tells the agent's
+// parser that a value is written as a byte size such as 10GiB, and the tag
+// reload:"live" that a running agent takes a new value on at once.
 type Config struct {
 	// URL is "s3://bucket/prefix" or "file:///path".
 	URL string `yaml:"url"`
@@ -28,7 +29,7 @@ type Config struct {
 	// Zero means no budget.
 	MaxBacklog int64 `yaml:"max_backlog" config:"size"`
 	// MaxBytesPerSecond limits upload bandwidth; zero means unlimited.
-	MaxBytesPerSecond int64 `yaml:"max_bytes_per_second" config:"size"`
+	MaxBytesPerSecond int64 `yaml:"max_bytes_per_second" config:"size" reload:"live"`
 	// PollInterval is how often local tables are checked for new versions
 	// when no notification arrives; zero means 10s.
 	PollInterval time.Duration `yaml:"poll_interval"`
