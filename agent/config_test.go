@@ -107,6 +107,14 @@ func badConfigs() []badConfig {
 		{"bad_var_reference.bad.yml", []string{`bad_var_reference.bad.yml:4: state_dir: a "${" is not followed by a variable name`}},
 		{"bad_log_level.bad.yml", []string{`bad_log_level.bad.yml:6: log.level: "verbose" is not a log level (use debug, info, warn or error)`}},
 		{"bad_log_format.bad.yml", []string{`bad_log_format.bad.yml:6: log.format: "xml" is not a log format (use text or json)`}},
+		{"table_null.bad.yml", []string{"table_null.bad.yml:5: source.tables[1]: must be a schema.table name, not null"}},
+		{"replica_key_without_url.bad.yml", []string{`replica_key_without_url.bad.yml:7: replica.poll_interval: "soon" is not a duration`}},
+		{"unknown_replica_key.bad.yml", []string{`unknown_replica_key.bad.yml:8: replica: unknown key "max_backlogg" (did you mean "max_backlog"?`}},
+		{"duplicate_state_dir.bad.yml", []string{"duplicate_state_dir.bad.yml:6: state_dir: set twice (first at line 4); keep only one"}},
+		{"long_duration_seconds.bad.yml", []string{`long_duration_seconds.bad.yml:4: source.status_interval: "3601s" is out of range`, "at most 1h"}},
+		{"empty_tables_dir.bad.yml", []string{"empty_tables_dir.bad.yml:6: delta.tables_dir: must not be empty (remove the key to use <state_dir>/tables)"}},
+		{"bad_max_clients.bad.yml", []string{`bad_max_clients.bad.yml:6: http.max_clients: "99999999999999999999" is not a positive whole number`}},
+		{"replica_secret_list.bad.yml", []string{"replica_secret_list.bad.yml:8: replica.secret_access_key: must be a single value (a string), not a list"}},
 	}
 }
 
@@ -234,6 +242,29 @@ func goodConfigs() []goodConfig {
 			StateDir: "/srv/lakeside/state",
 			Log:      LogConfig{Level: "warn", Format: "text"},
 		}},
+		{"aliases.good.yml", Config{
+			Source: SourceConfig{
+				DSN: "postgres://lakeside@localhost/shop", Slot: "lakeside_branch", Publication: "lakeside_branch",
+				Tables: []TableName{{Schema: "public", Name: "stock"}}, Snapshot: "initial", StatusInterval: 10 * time.Second,
+				LogicalDecodingWorkMem: DefaultLogicalDecodingWorkMem,
+			},
+			StateDir: "/var/lib/lakeside",
+			Delta: DeltaConfig{TablesDir: "/var/lib/lakeside", FlushInterval: DefaultFlushInterval, FlushChanges: DefaultFlushChanges,
+				TargetFileRows: DefaultTargetFileRows, RowGroupRows: DefaultRowGroupRows,
+				VacuumRetention: DefaultVacuumRetention, VacuumInterval: DefaultVacuumInterval},
+			Log: LogConfig{Level: "info", Format: "text"},
+		}},
+		{"replica_defaults.good.yml", Config{
+			Source: SourceConfig{
+				DSN: "postgres://lakeside@localhost/shop", Slot: "lakeside", Publication: "lakeside",
+				Tables: []TableName{{Schema: "public", Name: "stock"}}, Snapshot: "initial", StatusInterval: 10 * time.Second,
+				LogicalDecodingWorkMem: DefaultLogicalDecodingWorkMem,
+			},
+			StateDir: "/var/lib/lakeside",
+			Replica: uploader.Config{URL: "file:///srv/replica", Site: "branch7",
+				PollInterval: 10 * time.Second, MaxBackoff: time.Minute, Concurrency: 4},
+			Log: LogConfig{Level: "info", Format: "text"},
+		}},
 		{"nulls.good.yml", Config{
 			Source: SourceConfig{
 				DSN:                    "postgres://lakeside@localhost/shop",
@@ -283,6 +314,47 @@ func TestGoodConfigsListed(t *testing.T) {
 	}
 	if len(files) < 3 {
 		t.Errorf("found %d good configs, want at least 3", len(files))
+	}
+}
+
+// TestConfigSchema checks that the parser can read every key of Config: a
+// new field must have a type (or a config tag) whose values it parses, and
+// no two keys of a section may be spelled alike.
+func TestConfigSchema(t *testing.T) {
+	c := defaultConfig()
+	p := newConfigParser("lakeside.yaml", &c)
+	var check func(typ reflect.Type, path string)
+	check = func(typ reflect.Type, path string) {
+		seen := map[string]bool{}
+		for f := range typ.Fields() {
+			key := yamlKey(f)
+			if key == "" {
+				continue
+			}
+			if seen[key] {
+				t.Errorf("%s: key %q is declared twice", path, key)
+			}
+			seen[key] = true
+			if hasYAMLFields(f.Type) {
+				check(f.Type, path+key+".")
+				continue
+			}
+			typ := f.Type
+			if typ.Kind() == reflect.Slice {
+				typ = typ.Elem()
+			}
+			problem := parseValue(reflect.New(typ).Elem(), f.Tag.Get("config"), "x")
+			if strings.HasPrefix(problem, "the agent ") {
+				t.Errorf("%s%s: %s", path, key, problem)
+			}
+		}
+	}
+	check(reflect.TypeFor[Config](), "")
+	if got := p.path(&c.Replica.MaxBytesPerSecond); got != "replica.max_bytes_per_second" {
+		t.Errorf("path of Replica.MaxBytesPerSecond = %q", got)
+	}
+	if got := len(p.fields); got < 30 {
+		t.Errorf("the parser knows %d keys, want at least 30", got)
 	}
 }
 
@@ -416,9 +488,8 @@ func TestExpand(t *testing.T) {
 	if err := os.Unsetenv("LAKESIDE_TEST_UNSET"); err != nil {
 		t.Fatal(err)
 	}
-	p := &configParser{name: "x.yaml"}
 	for _, tc := range tests {
-		got, err := p.expand("state_dir", tc.in)
+		got, err := expand(tc.in)
 		switch {
 		case tc.wantErr != "":
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

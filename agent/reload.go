@@ -2,7 +2,6 @@ package agent
 
 import (
 	"reflect"
-	"strings"
 
 	"golang.org/x/time/rate"
 
@@ -19,13 +18,11 @@ type Change struct {
 	Live bool
 }
 
-// liveKey reports whether a running agent can take on a new value of key.
-func liveKey(key string) bool {
-	switch key {
-	case "log.level", "replica.max_bytes_per_second", "http.token":
-		return true
-	}
-	return false
+// isLive reports whether a running agent takes on a new value of the
+// configuration field f at once: its struct tag says reload:"live", and
+// Reload applies it.
+func isLive(f reflect.StructField) bool {
+	return f.Tag.Get("reload") == "live"
 }
 
 // Diff lists the keys whose values differ between old and new, in the order
@@ -42,25 +39,28 @@ func diffValues(prefix string, a, b reflect.Value, out *[]Change) {
 	t := a.Type()
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "" || name == "-" {
+		name := yamlKey(f)
+		if name == "" {
 			continue
 		}
 		key := prefix + name
 		av, bv := a.Field(i), b.Field(i)
-		if f.Type.Kind() == reflect.Struct && hasYAMLFields(f.Type) {
+		if hasYAMLFields(f.Type) {
 			diffValues(key+".", av, bv, out)
 			continue
 		}
 		if !reflect.DeepEqual(av.Interface(), bv.Interface()) {
-			*out = append(*out, Change{Key: key, Live: liveKey(key)})
+			*out = append(*out, Change{Key: key, Live: isLive(f)})
 		}
 	}
 }
 
 // hasYAMLFields reports whether t is a configuration section (a struct whose
-// fields are keys) rather than a value such as a table name.
+// fields are keys) rather than a value such as a duration or a table name.
 func hasYAMLFields(t reflect.Type) bool {
+	if t.Kind() != reflect.Struct {
+		return false
+	}
 	for i := range t.NumField() {
 		if t.Field(i).Tag.Get("yaml") != "" {
 			return true
@@ -88,21 +88,20 @@ func (a *Agent) Reload(cfg *Config) ([]Change, error) {
 			return nil, err
 		}
 	}
+	// Take on the fields tagged reload:"live", where each acts; a test keeps
+	// this list and the tags in step.
 	next := *effective
-	for _, c := range changes {
-		switch c.Key {
-		case "log.level":
-			next.Log.Level = cfg.Log.Level
-		case "replica.max_bytes_per_second":
-			next.Replica.MaxBytesPerSecond = cfg.Replica.MaxBytesPerSecond
-			if a.limiter != nil {
-				setBandwidth(a.limiter, cfg.Replica.MaxBytesPerSecond)
-			}
-		case "http.token":
-			next.HTTP.Token = cfg.HTTP.Token
-			if a.server != nil {
-				a.server.SetToken(cfg.HTTP.Token)
-			}
+	next.Log.Level = cfg.Log.Level
+	if next.Replica.MaxBytesPerSecond != cfg.Replica.MaxBytesPerSecond {
+		next.Replica.MaxBytesPerSecond = cfg.Replica.MaxBytesPerSecond
+		if a.limiter != nil {
+			setBandwidth(a.limiter, cfg.Replica.MaxBytesPerSecond)
+		}
+	}
+	if next.HTTP.Token != cfg.HTTP.Token {
+		next.HTTP.Token = cfg.HTTP.Token
+		if a.server != nil {
+			a.server.SetToken(cfg.HTTP.Token)
 		}
 	}
 	a.effective = &next

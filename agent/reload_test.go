@@ -74,3 +74,31 @@ func TestReload(t *testing.T) {
 		t.Fatalf("Reload without a token = %v, want ErrTokenRequired", err)
 	}
 }
+
+// TestReloadTakesOnEveryLiveKey checks that Reload applies every key whose
+// field is tagged reload:"live", and only those: after a reload, the keys
+// still differing from the new configuration are the ones needing a
+// restart.
+func TestReloadTakesOnEveryLiveKey(t *testing.T) {
+	cfg := parse(t, "replica:\n  url: file:///srv/replica\n  site: s\n")
+	next := parse(t, "log:\n  level: debug\nhttp:\n  token: b\n  max_clients: 3\nreplica:\n  url: file:///srv/replica\n  site: s\n  max_bytes_per_second: 1MiB\n")
+	a := New(cfg, nil, "test")
+	changes, err := a.Reload(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live []string
+	for _, c := range changes {
+		if c.Live {
+			live = append(live, c.Key)
+		}
+	}
+	if want := []string{"replica.max_bytes_per_second", "http.token", "log.level"}; !slices.Equal(live, want) {
+		t.Fatalf("live changes = %v, want %v", live, want)
+	}
+	for _, c := range Diff(a.effective, next) {
+		if c.Live {
+			t.Errorf("%s is live but Reload did not take it on", c.Key)
+		}
+	}
+}

@@ -772,12 +772,20 @@ func writeFile(t *testing.T, path, text string) {
 
 // TestConfigDocumentsEveryKey checks that the packaged configuration
 // mentions every key the agent accepts, as a key or a commented-out key,
-// under its section.
+// under its section, and no key the agent does not accept, so that the
+// documentation and the Go types cannot drift apart.
 func TestConfigDocumentsEveryKey(t *testing.T) {
 	documented := documentedKeys(readFile(t, "lakeside.yaml"))
+	known := map[string]bool{}
 	for _, key := range configKeys(reflect.TypeFor[agent.Config](), "") {
+		known[key] = true
 		if !documented[key] {
 			t.Errorf("lakeside.yaml does not document %s", key)
+		}
+	}
+	for key := range documented {
+		if !known[key] {
+			t.Errorf("lakeside.yaml documents %s, which the agent does not accept", key)
 		}
 	}
 }
@@ -800,9 +808,12 @@ func configKeys(typ reflect.Type, prefix string) []string {
 }
 
 // documentedKeys returns the key paths written in a commented YAML file:
-// lines "key:" and commented-out "# key:", nested by their indentation.
+// lines "key:" and commented-out "# key:", nested by their indentation. A
+// commented-out key has at most one word of value, so that prose in a
+// comment such as "# initial: copy the rows" is not taken for a key.
 func documentedKeys(text string) map[string]bool {
 	keyLine := regexp.MustCompile(`^( *)([a-z_]+):( |$)`)
+	commentedValue := regexp.MustCompile(`^ *[a-z_]+:( +\S+)? *$`)
 	type level struct {
 		indent int
 		key    string
@@ -813,6 +824,9 @@ func documentedKeys(text string) map[string]bool {
 		body := strings.TrimLeft(line, " ")
 		if c, ok := strings.CutPrefix(body, "#"); ok {
 			line = line[:len(line)-len(body)] + strings.TrimPrefix(c, " ")
+			if !commentedValue.MatchString(line) {
+				continue
+			}
 		}
 		m := keyLine.FindStringSubmatch(line)
 		if m == nil {

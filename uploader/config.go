@@ -8,7 +8,10 @@ import (
 	"time"
 )
 
-// Config is the replica section of the agent's configuration.
+// Config is the replica section of the agent's configuration. Its yaml
+// tags are the section's keys; the config tag "size" tells the agent's
+// parser that a value is written as a byte size such as 10GiB, and the tag
+// reload:"live" that a running agent takes a new value on at once.
 type Config struct {
 	// URL is "s3://bucket/prefix" or "file:///path".
 	URL string `yaml:"url"`
@@ -24,9 +27,9 @@ type Config struct {
 	// MaxBacklog is the local disk budget in bytes of data not yet
 	// uploaded; when reached the agent stops reading from PostgreSQL.
 	// Zero means no budget.
-	MaxBacklog int64 `yaml:"max_backlog"`
+	MaxBacklog int64 `yaml:"max_backlog" config:"size"`
 	// MaxBytesPerSecond limits upload bandwidth; zero means unlimited.
-	MaxBytesPerSecond int64 `yaml:"max_bytes_per_second"`
+	MaxBytesPerSecond int64 `yaml:"max_bytes_per_second" config:"size" reload:"live"`
 	// PollInterval is how often local tables are checked for new versions
 	// when no notification arrives; zero means 10s.
 	PollInterval time.Duration `yaml:"poll_interval"`
