@@ -2,8 +2,8 @@ package typemap
 
 import (
 	"math"
-	"math/big"
 	"slices"
+	"strings"
 
 	"github.com/lakeside/lakeside/store"
 )
@@ -52,17 +52,61 @@ func floatOf(v store.Value) float64 {
 	return math.Float64frombits(uint64(v.Int))
 }
 
-// compareNumericText compares two numerics printed by PostgreSQL; NaN sorts
-// after every number, as in PostgreSQL.
+// compareNumericText compares two numerics as PostgreSQL prints them
+// (plain decimals, NaN, Infinity, -Infinity), in PostgreSQL's order:
+// -Infinity, the numbers, Infinity, NaN. It takes time in proportion to
+// the texts' lengths, whatever they hold.
 func compareNumericText(a, b string) int {
-	ra, okA := new(big.Rat).SetString(a)
-	rb, okB := new(big.Rat).SetString(b)
-	switch {
-	case okA && okB:
-		return ra.Cmp(rb)
-	case okA:
+	ra, rb := numericRank(a), numericRank(b)
+	if ra != rb || ra != 0 {
+		return cmpInt(ra, rb)
+	}
+	negA, negB := strings.HasPrefix(a, "-"), strings.HasPrefix(b, "-")
+	a, b = strings.TrimLeft(a, "+-"), strings.TrimLeft(b, "+-")
+	intA, fracA, _ := strings.Cut(a, ".")
+	intB, fracB, _ := strings.Cut(b, ".")
+	intA, intB = strings.TrimLeft(intA, "0"), strings.TrimLeft(intB, "0")
+	fracA, fracB = strings.TrimRight(fracA, "0"), strings.TrimRight(fracB, "0")
+	zeroA, zeroB := intA == "" && fracA == "", intB == "" && fracB == ""
+	negA, negB = negA && !zeroA, negB && !zeroB
+	if negA != negB {
+		if negA {
+			return -1
+		}
+		return 1
+	}
+	c := cmpInt(len(intA), len(intB))
+	if c == 0 {
+		c = strings.Compare(intA, intB)
+	}
+	if c == 0 {
+		c = strings.Compare(fracA, fracB)
+	}
+	if negA {
+		return -c
+	}
+	return c
+}
+
+// numericRank places a numeric's text among the special values: -1 for
+// -Infinity, 1 for Infinity, 2 for NaN, 0 for a number.
+func numericRank(s string) int {
+	switch s {
+	case "-Infinity":
 		return -1
-	case okB:
+	case "Infinity":
+		return 1
+	case "NaN":
+		return 2
+	}
+	return 0
+}
+
+func cmpInt(a, b int) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
 		return 1
 	}
 	return 0

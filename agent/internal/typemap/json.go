@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lakeside/lakeside/store"
@@ -114,6 +115,98 @@ func dateKey(text string) (store.Value, error) {
 	return store.Value{Kind: store.KindDate, Int: t.Unix() / 86400}, nil
 }
 
+// PostgreSQL's limits of a numeric: digits before and after the point.
+const (
+	maxNumericIntDigits  = 131072
+	maxNumericFracDigits = 16383
+)
+
+// numericKey reads a numeric as PostgreSQL's input does (sign, digits,
+// point, exponent, NaN, Infinity) and returns it as PostgreSQL prints it:
+// a plain decimal, so that it compares with the queued ones. A value out
+// of numeric's range is refused before its digits are written out.
 func numericKey(text string) (store.Value, error) {
-	return store.Value{Kind: store.KindNumeric, Bytes: []byte(text)}, nil
+	s := strings.TrimSpace(text)
+	switch strings.ToLower(strings.TrimPrefix(s, "+")) {
+	case "nan":
+		return store.Value{Kind: store.KindNumeric, Bytes: []byte("NaN")}, nil
+	case "infinity", "inf":
+		return store.Value{Kind: store.KindNumeric, Bytes: []byte("Infinity")}, nil
+	case "-infinity", "-inf":
+		return store.Value{Kind: store.KindNumeric, Bytes: []byte("-Infinity")}, nil
+	}
+	bad := fmt.Errorf("%q is not a numeric", cut(text))
+	neg := strings.HasPrefix(s, "-")
+	if neg || strings.HasPrefix(s, "+") {
+		s = s[1:]
+	}
+	mant, exp, hasExp := strings.Cut(strings.ToLower(s), "e")
+	intPart, frac, _ := strings.Cut(mant, ".")
+	if intPart == "" && frac == "" || !allDigits(intPart) || !allDigits(frac) {
+		return store.Value{}, bad
+	}
+	shift := 0
+	if hasExp {
+		e, err := strconv.Atoi(exp)
+		if err != nil || exp == "" {
+			return store.Value{}, bad
+		}
+		if e > maxNumericIntDigits || e < -maxNumericFracDigits-maxNumericIntDigits {
+			return store.Value{}, fmt.Errorf("%q is out of numeric's range", cut(text))
+		}
+		shift = e
+	}
+	digits := strings.TrimLeft(intPart+frac, "0")
+	point := len(intPart) - (len(intPart+frac) - len(digits)) + shift // digits before the point
+	scale := max(len(frac)-shift, 0)
+	if point > maxNumericIntDigits || scale > maxNumericFracDigits {
+		return store.Value{}, fmt.Errorf("%q is out of numeric's range", cut(text))
+	}
+	var b strings.Builder
+	if neg && digits != "" {
+		b.WriteByte('-')
+	}
+	switch {
+	case digits == "":
+		b.WriteByte('0')
+	case point <= 0:
+		b.WriteByte('0')
+	case point >= len(digits):
+		b.WriteString(digits)
+		b.WriteString(strings.Repeat("0", point-len(digits)))
+	default:
+		b.WriteString(digits[:point])
+	}
+	if scale > 0 {
+		b.WriteByte('.')
+		fd := ""
+		switch {
+		case digits == "":
+		case point <= 0:
+			fd = strings.Repeat("0", -point) + digits
+		case point < len(digits):
+			fd = digits[point:]
+		}
+		b.WriteString(fd)
+		b.WriteString(strings.Repeat("0", max(scale-len(fd), 0)))
+	}
+	return store.Value{Kind: store.KindNumeric, Bytes: []byte(b.String())}, nil
+}
+
+func allDigits(s string) bool {
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// cut shortens a client's text for an error message.
+func cut(s string) string {
+	const max = 64
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
 }

@@ -127,3 +127,47 @@ func TestParseKeyKeepsToTheColumnsRange(t *testing.T) {
 		}
 	}
 }
+
+// TestNumericKeysReadAsPostgreSQLReadsThem checks that a client's numeric
+// key is read with PostgreSQL's syntax into the text PostgreSQL prints,
+// that values beyond numeric's range are refused without being written
+// out, and that comparing numerics follows PostgreSQL's order.
+func TestNumericKeysReadAsPostgreSQLReadsThem(t *testing.T) {
+	m := New()
+	for text, want := range map[string]string{
+		"12.50": "12.50", "00012.50": "12.50", "-0": "0", "0.000": "0.000", "1.5e3": "1500",
+		"123.456e-1": "12.3456", "5e-3": "0.005", "0.00123e0": "0.00123", "+7": "7", " 42 ": "42",
+		"NaN": "NaN", "-infinity": "-Infinity", "inf": "Infinity", ".5": "0.5", "5.": "5", "1E2": "100",
+	} {
+		v, err := m.ParseKey(1700, text)
+		if err != nil || string(v.Bytes) != want {
+			t.Errorf("%q: got %q, %v; want %q", text, v.Bytes, err, want)
+		}
+	}
+	for _, text := range []string{"1e999999", "-1e131073", "1e-999999", "1e-16384", "", ".", "--5", "1e", "1x", "0x10", "1,5"} {
+		if v, err := m.ParseKey(1700, text); err == nil {
+			t.Errorf("%q: got %q, want an error", text, v.Bytes)
+		}
+	}
+	order := []string{"-Infinity", "-1e3", "-999.99", "-0.5", "-0.05", "0", "0.000001", "0.5", "1", "1.5", "10", "12.5", "100", "1e20", "Infinity", "NaN"}
+	var vals []store.Value
+	for _, text := range order {
+		v, err := m.ParseKey(1700, text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals = append(vals, v)
+	}
+	for i := range vals {
+		for j := range vals {
+			if got, want := Compare(vals[i], vals[j]), cmpInt(i, j); got != want {
+				t.Errorf("Compare(%s, %s) = %d, want %d", order[i], order[j], got, want)
+			}
+		}
+	}
+	a, _ := m.ParseKey(1700, "12.50")
+	b, _ := m.ParseKey(1700, "12.5")
+	if Compare(a, b) != 0 {
+		t.Error("12.50 and 12.5 compare unequal")
+	}
+}
