@@ -182,7 +182,9 @@ func (a *Agent) Open() error {
 		a.server = live.NewServer(live.Config{
 			Listen:     a.cfg.HTTP.Listen,
 			Token:      a.cfg.HTTP.Token,
-			MaxClients: a.cfg.HTTP.MaxClients,
+			MaxClients:     a.cfg.HTTP.MaxClients,
+			AllowedHosts:   a.cfg.HTTP.AllowedHosts,
+			MaxConnections: a.cfg.HTTP.MaxConnections,
 			TablesDir:  a.cfg.Delta.TablesDir,
 			Logger:     a.log.With("component", "http"),
 		}, a.hub, agentView{a}, promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}), web.Handler())

@@ -126,6 +126,14 @@ type HTTPConfig struct {
 	Token string `yaml:"token" reload:"live"`
 	// MaxClients caps the live stream's clients (64).
 	MaxClients int `yaml:"max_clients"`
+	// AllowedHosts are the host names and addresses, beside the loopback
+	// ones, that browsers may open the page with: without a token the
+	// server answers no other Host, and pages from no other origin may
+	// call the API.
+	AllowedHosts []string `yaml:"allowed_hosts"`
+	// MaxConnections caps the open HTTP connections. Unset, it is a
+	// quarter of the descriptor limit, at most 1024.
+	MaxConnections int `yaml:"max_connections"`
 }
 
 // SourceConfig describes the PostgreSQL database to replicate from.

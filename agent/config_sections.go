@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"net"
 	"path/filepath"
 	"strings"
 	"time"
@@ -70,6 +71,11 @@ func validateReplica(p *configParser, r *uploader.Config) error {
 // validate checks the http section: an address the server can listen on,
 // and a token whenever it is reachable from the network.
 func (h *HTTPConfig) validate(p *configParser) error {
+	for _, host := range h.AllowedHosts {
+		if !isHostName(host) {
+			return p.fieldErrorf(&h.AllowedHosts, "%q is not a host name or address (write it without scheme or port, e.g. branch-17.example or 10.0.0.5)", cutValue(host))
+		}
+	}
 	if h.Listen == HTTPOff {
 		return nil
 	}
@@ -80,4 +86,34 @@ func (h *HTTPConfig) validate(p *configParser) error {
 		return p.fieldErrorf(&h.Listen, "%q is not a host:port address (e.g. 127.0.0.1:8080, or off)", h.Listen)
 	}
 	return nil
+}
+
+// isHostName reports whether s is an IP address or a DNS name.
+func isHostName(s string) bool {
+	if net.ParseIP(strings.Trim(s, "[]")) != nil {
+		return true
+	}
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(s, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// cutValue shortens a value from the file for an error message.
+func cutValue(s string) string {
+	const max = 64
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
 }

@@ -577,7 +577,7 @@ func withSectionDefaults(c Config) Config {
 			FlushChanges: DefaultFlushChanges, TargetFileRows: DefaultTargetFileRows, RowGroupRows: DefaultRowGroupRows,
 			VacuumRetention: DefaultVacuumRetention, VacuumInterval: DefaultVacuumInterval}
 	}
-	if c.HTTP == (HTTPConfig{}) {
+	if reflect.DeepEqual(c.HTTP, HTTPConfig{}) {
 		c.HTTP = HTTPConfig{Listen: DefaultHTTPListen, MaxClients: DefaultMaxClients}
 	}
 	return c

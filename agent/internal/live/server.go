@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -24,8 +23,17 @@ type Config struct {
 	// Token, when set, is required as a bearer token or ?token= on every
 	// request but /healthz. It must be set when Listen is not loopback.
 	Token string
+	// AllowedHosts are the host names and addresses, beside the loopback
+	// ones, that browsers may use for the page and the API
+	// (http.allowed_hosts): without a token only requests to them are
+	// answered, and with or without one only pages from them may call the
+	// API.
+	AllowedHosts []string
 	// MaxClients caps the stream clients.
 	MaxClients int
+	// MaxConnections caps the open connections; at most a quarter of the
+	// descriptor limit (and 1024) when zero or larger.
+	MaxConnections int
 	// ClientQueueBytes bounds what may wait for one stream client; a client
 	// that falls further behind is closed as slow. Default 16 MiB.
 	ClientQueueBytes int
@@ -51,6 +59,8 @@ type Server struct {
 	metrics  http.Handler
 	web      http.Handler
 	upgrader websocket.Upgrader
+	hosts    hostPolicy
+	conns    *connLimiter
 	// token is the token in effect: cfg.Token until SetToken changes it.
 	token atomic.Pointer[string]
 }
@@ -90,24 +100,14 @@ func NewServer(cfg Config, hub *Hub, agent Agent, metrics, web http.Handler) *Se
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: log, hub: hub, agent: agent, metrics: metrics, web: web}
+	s := &Server{cfg: cfg, log: log, hub: hub, agent: agent, metrics: metrics, web: web,
+		hosts: newHostPolicy(cfg.AllowedHosts), conns: newConnLimiter(connectionCap(cfg.MaxConnections))}
 	s.token.Store(&cfg.Token)
 	s.upgrader = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
-		CheckOrigin:      sameOrigin,
+		CheckOrigin:      s.hosts.allowsOrigin,
 	}
 	return s
-}
-
-// sameOrigin accepts requests without an Origin (tools) and browsers on the
-// page's own origin; any other site is refused.
-func sameOrigin(r *http.Request) bool {
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return true
-	}
-	u, err := url.Parse(origin)
-	return err == nil && strings.EqualFold(u.Host, r.Host)
 }
 
 // Handler returns the routes.
@@ -132,7 +132,7 @@ func (s *Server) Handler() http.Handler {
 	if s.web != nil {
 		mux.Handle("/", s.web)
 	}
-	return mux
+	return s.guard(mux)
 }
 
 // SetToken replaces the token required from clients, for a configuration
@@ -144,8 +144,8 @@ func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if token := *s.token.Load(); token != "" {
 			got := r.URL.Query().Get("token")
-			if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-				got = strings.TrimPrefix(h, "Bearer ")
+			if scheme, credentials, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+				got = strings.TrimSpace(credentials)
 			}
 			if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="lakeside"`)
@@ -166,10 +166,18 @@ func (s *Server) Serve(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("http listen: %w", err)
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		ConnState:         s.conns.connState,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	s.log.Info("live view listening", "address", ln.Addr().String())
+	go func() { errc <- srv.Serve(s.conns.listener(ln)) }()
+	s.log.Info("live view listening", "address", ln.Addr().String(), "max_connections", s.conns.cap)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("http serve: %w", err)
