@@ -69,27 +69,48 @@ func (s *Server) deltaVersion(r *http.Request, dir string) *int64 {
 	return &v
 }
 
+// travelTo says which version of a mirror a request reads; the zero value
+// reads the latest.
+type travelTo struct {
+	// version, when byVersion, is the version asked for.
+	version   int64
+	byVersion bool
+	// asOf, when byTime, asks for the latest version committed at or
+	// before it.
+	asOf   time.Time
+	byTime bool
+}
+
 // timeTravel reads ?version= and ?as_of=; ok is false when neither is set.
-func timeTravel(r *http.Request) (version int64, asOf time.Time, ok bool, err error) {
+func timeTravel(r *http.Request) (at travelTo, ok bool, err error) {
 	q := r.URL.Query()
 	if v := q.Get("version"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			return 0, time.Time{}, false, fmt.Errorf("version must be a non-negative integer, not %q", v)
+			return travelTo{}, false, fmt.Errorf("version must be a non-negative integer, not %q", cut(v))
 		}
 		if q.Get("as_of") != "" {
-			return 0, time.Time{}, false, errors.New("give version or as_of, not both")
+			return travelTo{}, false, errors.New("give version or as_of, not both")
 		}
-		return n, time.Time{}, true, nil
+		return travelTo{version: n, byVersion: true}, true, nil
 	}
 	if v := q.Get("as_of"); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			return 0, time.Time{}, false, fmt.Errorf("as_of must be an RFC 3339 time, not %q", v)
+			return travelTo{}, false, fmt.Errorf("as_of must be an RFC 3339 time, not %q", cut(v))
 		}
-		return -1, t, true, nil
+		return travelTo{asOf: t, byTime: true}, true, nil
 	}
-	return 0, time.Time{}, false, nil
+	return travelTo{}, false, nil
+}
+
+// cut shortens a client's text for an error message.
+func cut(s string) string {
+	const max = 64
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
 }
 
 func (s *Server) serveRows(w http.ResponseWriter, r *http.Request) {
@@ -104,7 +125,7 @@ func (s *Server) serveRows(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	after := r.URL.Query().Get("after")
-	version, asOf, travel, err := timeTravel(r)
+	to, travel, err := timeTravel(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -114,14 +135,14 @@ func (s *Server) serveRows(w http.ResponseWriter, r *http.Request) {
 	var at any
 	if travel {
 		var tr *travelRows
-		tr, err = s.hub.readMirror(r.Context(), table, version, asOf)
+		tr, err = s.hub.readMirror(r.Context(), table, to)
 		if err == nil {
 			rows, next, err = tr.page(after, limit)
 			at = tr.version
 		}
 	} else if s.hub.overflowed(table) {
 		var tr *travelRows
-		if tr, err = s.hub.readMirror(r.Context(), table, -1, time.Time{}); err == nil {
+		if tr, err = s.hub.readMirror(r.Context(), table, travelTo{}); err == nil {
 			rows, next, err = tr.page(after, limit)
 			at = tr.version
 		}
@@ -144,7 +165,7 @@ func (s *Server) serveRows(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) serveRow(w http.ResponseWriter, r *http.Request) {
 	table, key := r.PathValue("table"), r.PathValue("key")
-	version, asOf, travel, err := timeTravel(r)
+	to, travel, err := timeTravel(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -153,12 +174,12 @@ func (s *Server) serveRow(w http.ResponseWriter, r *http.Request) {
 	var found bool
 	if travel {
 		var tr *travelRows
-		if tr, err = s.hub.readMirror(r.Context(), table, version, asOf); err == nil {
+		if tr, err = s.hub.readMirror(r.Context(), table, to); err == nil {
 			row, found, err = tr.find(key)
 		}
 	} else if s.hub.overflowed(table) {
 		var tr *travelRows
-		if tr, err = s.hub.readMirror(r.Context(), table, -1, time.Time{}); err == nil {
+		if tr, err = s.hub.readMirror(r.Context(), table, travelTo{}); err == nil {
 			row, found, err = tr.find(key)
 		}
 	} else {

@@ -880,7 +880,7 @@ func (h *Hub) overflowed(table string) bool {
 // offset by a flush; the changes that follow are whole rows by key, so the
 // client converges on the current rows either way.
 func (h *Hub) mirrorSnapshot(ctx context.Context, table, offset string) ([]any, error) {
-	tr, err := h.readMirror(ctx, table, -1, time.Time{})
+	tr, err := h.readMirror(ctx, table, travelTo{})
 	if err != nil {
 		return nil, err
 	}

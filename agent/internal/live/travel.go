@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"time"
 
 	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
@@ -52,11 +51,10 @@ func (h *Hub) relation(table string) *store.Relation {
 	return nil
 }
 
-// readMirror reads the local Delta mirror of table at a version, as of a
-// time (version < 0), or at its latest version (version < 0 and a zero
-// time). Values are rendered exactly as the live rows are, so a client sees
+// readMirror reads the local Delta mirror of table at the version at
+// says. Values are rendered exactly as the live rows are, so a client sees
 // one format.
-func (h *Hub) readMirror(ctx context.Context, table string, version int64, asOf time.Time) (*travelRows, error) {
+func (h *Hub) readMirror(ctx context.Context, table string, at travelTo) (*travelRows, error) {
 	rel := h.relation(table)
 	if rel == nil {
 		return nil, h.known(table)
@@ -70,10 +68,10 @@ func (h *Hub) readMirror(ctx context.Context, table string, version int64, asOf 
 	}
 	var snap *delta.Snapshot
 	switch {
-	case version >= 0:
-		snap, err = t.SnapshotAt(ctx, version)
-	case !asOf.IsZero():
-		snap, err = t.SnapshotAsOf(ctx, asOf)
+	case at.byVersion:
+		snap, err = t.SnapshotAt(ctx, at.version)
+	case at.byTime:
+		snap, err = t.SnapshotAsOf(ctx, at.asOf)
 	default:
 		snap, err = t.Snapshot(ctx)
 	}
