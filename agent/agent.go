@@ -180,13 +180,13 @@ func (a *Agent) Open() error {
 	a.metrics = a.newMetrics()
 	if a.cfg.HTTP.Listen != HTTPOff {
 		a.server = live.NewServer(live.Config{
-			Listen:     a.cfg.HTTP.Listen,
-			Token:      a.cfg.HTTP.Token,
+			Listen:         a.cfg.HTTP.Listen,
+			Token:          a.cfg.HTTP.Token,
 			MaxClients:     a.cfg.HTTP.MaxClients,
 			AllowedHosts:   a.cfg.HTTP.AllowedHosts,
 			MaxConnections: a.cfg.HTTP.MaxConnections,
-			TablesDir:  a.cfg.Delta.TablesDir,
-			Logger:     a.log.With("component", "http"),
+			TablesDir:      a.cfg.Delta.TablesDir,
+			Logger:         a.log.With("component", "http"),
 		}, a.hub, agentView{a}, promhttp.HandlerFor(a.metrics, promhttp.HandlerOpts{}), web.Handler())
 	}
 	return nil
