@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // checkpointSchema is the schema of classic (V1) checkpoint files written by
@@ -208,7 +210,7 @@ func writeParquetFile(path string, st *StructType, rows []Row) error {
 	sh := newShredder(st)
 	batch := make([]parquet.Row, 0, len(rows))
 	for _, r := range rows {
-		nv, err := normalizeValue(st, r)
+		nv, err := types.Normalize(st, r)
 		if err != nil {
 			return err
 		}
@@ -323,7 +325,7 @@ func asBool(v any) bool {
 }
 
 func asInt64(v any) int64 {
-	n, _ := toInt64(v)
+	n, _ := types.ToInt64(v)
 	return n
 }
 

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // appendSchema is flatTypesSchema with a nested column and a partition
@@ -64,7 +66,7 @@ func buildRow(t *testing.T, b *RowBuilder, st *StructType, row Row) {
 			case TypeDate:
 				b.Date(i, DaysSinceEpoch(x))
 			case TypeTimestampNTZ:
-				b.Timestamp(i, ntzMicros(x))
+				b.Timestamp(i, types.NTZMicros(x))
 			default:
 				b.Timestamp(i, x.UnixMicro())
 			}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // columnarWriter writes rows column by column. Write appends each value of
@@ -365,7 +367,7 @@ func (c *nestedColumn) add(v any) error {
 		}
 	} else {
 		var err error
-		if v, err = normalizeValue(c.field.Type, v); err != nil {
+		if v, err = types.Normalize(c.field.Type, v); err != nil {
 			return errColumn(c.field, err)
 		}
 	}

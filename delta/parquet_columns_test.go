@@ -15,6 +15,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // flatTypesSchema has a column of every primitive and decimal width, all
@@ -99,7 +101,7 @@ func normalizedRows(t *testing.T, st *StructType, rows []Row) []Row {
 	t.Helper()
 	out := make([]Row, len(rows))
 	for i, r := range rows {
-		n, err := normalizeValue(st, r)
+		n, err := types.Normalize(st, r)
 		if err != nil {
 			t.Fatalf("row %d: %v", i, err)
 		}

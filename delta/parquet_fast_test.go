@@ -12,6 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // TestPutAgreesWithNormalize checks the writer's fast path: a value a leaf
@@ -76,9 +78,9 @@ func TestPutAgreesWithNormalize(t *testing.T) {
 		if !got {
 			continue
 		}
-		n, err := normalizeValue(c.typ, c.v)
+		n, err := types.Normalize(c.typ, c.v)
 		if err != nil {
-			t.Errorf("normalizeValue(%s, %#v): %v, but the fast path takes it", c.typ, c.v, err)
+			t.Errorf("types.Normalize(%s, %#v): %v, but the fast path takes it", c.typ, c.v, err)
 			continue
 		}
 		if !slow.put(n) {

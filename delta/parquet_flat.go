@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // flatKind is how the values of a leaf column are converted and stored.
@@ -113,7 +115,7 @@ func (c *flatColumn) add(v any) error {
 		return nil
 	}
 	if !c.put(v) {
-		n, err := normalizeValue(c.field.Type, v)
+		n, err := types.Normalize(c.field.Type, v)
 		if err != nil {
 			return errColumn(c.field, err)
 		}
@@ -230,7 +232,7 @@ func (c *flatColumn) put(v any) bool {
 	case flatTimestampNTZ:
 		x, ok := v.(time.Time)
 		if ok {
-			c.ints64 = append(c.ints64, ntzMicros(x))
+			c.ints64 = append(c.ints64, types.NTZMicros(x))
 		}
 		return ok
 	case flatDecimal32, flatDecimal64:
@@ -245,7 +247,7 @@ func (c *flatColumn) put(v any) bool {
 		return ok
 	case flatDecimalWide:
 		x, ok := v.(Decimal)
-		if !ok || x.Unscaled == nil || x.Scale != c.scale || decimalDigits(x.Unscaled) > c.precision {
+		if !ok || x.Unscaled == nil || x.Scale != c.scale || types.DecimalDigits(x.Unscaled) > c.precision {
 			return false
 		}
 		c.data = appendTwosComplement(c.data, x.Unscaled, c.size)

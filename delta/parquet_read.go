@@ -12,6 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // ReadParquetFile reads the columns of st from a Parquet file with arrow-go
@@ -371,7 +373,7 @@ func primitiveConverter(t PrimitiveType, at arrow.DataType, mismatch error) (con
 		case arrow.DATE64:
 			return func(arr arrow.Array) func(int) any {
 				a := arr.(*array.Date64)
-				return withNulls(arr, func(i int) any { return DateFromDays(int32(floorDiv(int64(a.Value(i)), 86400000))) })
+				return withNulls(arr, func(i int) any { return DateFromDays(int32(types.FloorDiv(int64(a.Value(i)), 86400000))) })
 			}, nil
 		}
 		return nil, mismatch
@@ -387,7 +389,7 @@ func primitiveConverter(t PrimitiveType, at arrow.DataType, mismatch error) (con
 		case arrow.Millisecond:
 			toMicros = func(v int64) int64 { return v * 1000 }
 		case arrow.Nanosecond:
-			toMicros = func(v int64) int64 { return floorDiv(v, 1000) }
+			toMicros = func(v int64) int64 { return types.FloorDiv(v, 1000) }
 		}
 		return func(arr arrow.Array) func(int) any {
 			a := arr.(*array.Timestamp)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // StringStatsPrefixLength is the number of characters kept of string values
@@ -251,10 +253,10 @@ func statsValue(dt DataType, v any, isMax bool) any {
 		case TypeDate:
 			return x.Format("2006-01-02")
 		case TypeTimestamp:
-			ms := floorDiv(x.UnixMicro(), 1000)
+			ms := types.FloorDiv(x.UnixMicro(), 1000)
 			return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
 		default:
-			ms := floorDiv(x.UnixMicro(), 1000)
+			ms := types.FloorDiv(x.UnixMicro(), 1000)
 			return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000")
 		}
 	}
