@@ -3,6 +3,7 @@ package delta
 import (
 	"errors"
 
+	"github.com/lakeside/lakeside/delta/internal/parquet"
 	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
@@ -42,4 +43,4 @@ var ErrInvalidSchema = types.ErrInvalidSchema
 
 // ErrRowsLost reports a data file that would not hold every row written to
 // it. It is a bug, caught before the file is used.
-var ErrRowsLost = errors.New("delta: rows lost writing a data file")
+var ErrRowsLost = parquet.ErrRowsLost
