@@ -38,7 +38,13 @@ func (c *snappyCodec) Encode(dst, src []byte) ([]byte, error) {
 }
 
 // DefaultRowGroupRows is the default maximum number of rows in a row group.
-const DefaultRowGroupRows = 128 * 1024
+// Row groups of this size, rather than one row group per file, let a file's
+// first row groups encode while its last fill (see columnarWriter), leave
+// less to encode once the last row is in, and keep a row group's columns
+// small in memory; the agent's applier writes with it, and
+// BenchmarkApplyLargeTransaction (agent/internal/applier) measures the
+// choice against larger and smaller row groups.
+const DefaultRowGroupRows = 32768
 
 // WriteOptions configure a data file writer. The zero value writes snappy
 // files with row groups of DefaultRowGroupRows rows.
