@@ -15,8 +15,9 @@ const module = "github.com/lakeside/lakeside/"
 // path prefix: imports point down the data flow (cmd → agent → store,
 // delta, uploader), the stages of agent do not import one another (agent
 // wires them) but share the type table, and delta and store import nothing
-// of the module. The
-// longest matching prefix applies.
+// of the module. Inside delta, the protocol imports its Parquet engine and
+// both import the data types, never the reverse. The longest matching
+// prefix applies.
 var layers = map[string][]string{
 	"cmd/":                   {"agent", "store", "delta", "uploader", "internal/pgcluster"},
 	"agent":                  {"agent/", "store", "delta", "uploader"},
@@ -29,7 +30,9 @@ var layers = map[string][]string{
 	"internal/s3test":        {},
 	"internal/deltatest":     {"delta"},
 	"uploader":               {"uploader/", "store", "delta"},
-	"delta":                  {"delta/"},
+	"delta":                  {"delta/internal/parquet", "delta/internal/types"},
+	"delta/internal/parquet": {"delta/internal/types"},
+	"delta/internal/types":   {},
 	"store":                  {},
 	"packaging":              {},
 }

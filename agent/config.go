@@ -15,8 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/lakeside/lakeside/agent/internal/applier"
 	"github.com/lakeside/lakeside/agent/internal/source"
+	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/uploader"
 )
 
@@ -34,7 +34,7 @@ const (
 	DefaultFlushInterval  = time.Second
 	DefaultFlushChanges   = 100000
 	DefaultTargetFileRows = 100000
-	DefaultRowGroupRows   = applier.DefaultRowGroupRows
+	DefaultRowGroupRows   = delta.DefaultRowGroupRows
 	// DefaultVacuumRetention is Delta's default
 	// delta.deletedFileRetentionDuration: seven days of time travel.
 	DefaultVacuumRetention = 7 * 24 * time.Hour

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // Action is one action of a Delta commit: *Protocol, *Metadata, *Add,
@@ -277,30 +279,30 @@ func isKnownCommitInfoKey(k string) bool {
 
 // MarshalJSON writes the known fields first, then Extra sorted by key.
 func (c *CommitInfo) MarshalJSON() ([]byte, error) {
-	var o orderedObject
-	o.add("timestamp", c.Timestamp)
+	var o types.OrderedObject
+	o.Add("timestamp", c.Timestamp)
 	if c.Operation != "" {
-		o.add("operation", c.Operation)
+		o.Add("operation", c.Operation)
 	}
 	params := c.OperationParameters
 	if params == nil {
 		params = map[string]any{}
 	}
-	o.add("operationParameters", params)
+	o.Add("operationParameters", params)
 	if c.ReadVersion != nil {
-		o.add("readVersion", *c.ReadVersion)
+		o.Add("readVersion", *c.ReadVersion)
 	}
 	if c.IsolationLevel != "" {
-		o.add("isolationLevel", c.IsolationLevel)
+		o.Add("isolationLevel", c.IsolationLevel)
 	}
 	if c.IsBlindAppend != nil {
-		o.add("isBlindAppend", *c.IsBlindAppend)
+		o.Add("isBlindAppend", *c.IsBlindAppend)
 	}
 	if c.OperationMetrics != nil {
-		o.add("operationMetrics", c.OperationMetrics)
+		o.Add("operationMetrics", c.OperationMetrics)
 	}
 	if c.EngineInfo != "" {
-		o.add("engineInfo", c.EngineInfo)
+		o.Add("engineInfo", c.EngineInfo)
 	}
 	keys := make([]string, 0, len(c.Extra))
 	for k := range c.Extra {
@@ -310,7 +312,7 @@ func (c *CommitInfo) MarshalJSON() ([]byte, error) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		o.add(k, c.Extra[k])
+		o.Add(k, c.Extra[k])
 	}
 	return o.MarshalJSON()
 }
@@ -428,36 +430,22 @@ func parseActions(data []byte) ([]Action, error) {
 	return out, nil
 }
 
-// orderedObject is a JSON object that keeps the order of its keys.
-type orderedObject struct {
-	keys []string
-	vals []any
+// Stats are the per-file statistics of an add action, decoded from its stats
+// string. Values are decoded JSON (numbers as json.Number).
+type Stats struct {
+	NumRecords int64          `json:"numRecords"`
+	MinValues  map[string]any `json:"minValues,omitempty"`
+	MaxValues  map[string]any `json:"maxValues,omitempty"`
+	NullCount  map[string]any `json:"nullCount,omitempty"`
 }
 
-func (o *orderedObject) add(k string, v any) {
-	o.keys = append(o.keys, k)
-	o.vals = append(o.vals, v)
-}
-
-func (o *orderedObject) len() int { return len(o.keys) }
-
-// MarshalJSON writes the keys in insertion order.
-func (o *orderedObject) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, k := range o.keys {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		kb, _ := json.Marshal(k)
-		b.Write(kb)
-		b.WriteByte(':')
-		vb, err := json.Marshal(o.vals[i])
-		if err != nil {
-			return nil, err
-		}
-		b.Write(vb)
+// ParseStats decodes an add action's stats string.
+func ParseStats(s string) (*Stats, error) {
+	var st Stats
+	d := json.NewDecoder(bytes.NewReader([]byte(s)))
+	d.UseNumber()
+	if err := d.Decode(&st); err != nil {
+		return nil, fmt.Errorf("parse stats: %w", err)
 	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	return &st, nil
 }

@@ -7,7 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/parquet-go/parquet-go"
+	"github.com/lakeside/lakeside/delta/internal/parquet"
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // checkpointSchema is the schema of classic (V1) checkpoint files written by
@@ -64,7 +65,7 @@ func (t *Table) Checkpoint(ctx context.Context, version int64) error {
 		return err
 	}
 	tmp := filepath.Join(t.logDir, "."+CheckpointFileName(version)+"."+id+".tmp")
-	if err := writeParquetFile(tmp, st, rows); err != nil {
+	if err := parquet.WriteFile(tmp, st, rows); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("checkpoint %d: %w", version, err)
 	}
@@ -192,50 +193,12 @@ func nonNilMap(m map[string]string) map[string]string {
 	return m
 }
 
-// writeParquetFile writes rows of st to a new snappy Parquet file with
-// parquet-go and flushes it to stable storage.
-func writeParquetFile(path string, st *StructType, rows []Row) error {
-	ps, err := parquetSchema("spark_schema", st)
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	w := parquet.NewGenericWriter[any](f, ps, parquet.Compression(&parquet.Snappy), parquet.DataPageVersion(1))
-	sh := newShredder(st)
-	batch := make([]parquet.Row, 0, len(rows))
-	for _, r := range rows {
-		nv, err := normalizeValue(st, r)
-		if err != nil {
-			return err
-		}
-		pr, err := sh.row(nv.(Row))
-		if err != nil {
-			return err
-		}
-		batch = append(batch, pr)
-	}
-	if _, err := w.WriteRows(batch); err != nil {
-		return err
-	}
-	if err := w.Close(); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	return f.Close()
-}
-
 // readCheckpoint reads the actions of a checkpoint into a replay state.
 func (t *Table) readCheckpoint(ctx context.Context, ref checkpointRef) (*replayState, error) {
 	st := newReplayState()
 	schema := checkpointReadSchema()
 	for _, p := range ref.paths {
-		rows, err := ReadParquetFile(ctx, p, schema)
+		rows, err := parquet.ReadFile(ctx, p, schema)
 		if err != nil {
 			return nil, fmt.Errorf("read checkpoint %d: %w", ref.version, err)
 		}
@@ -323,7 +286,7 @@ func asBool(v any) bool {
 }
 
 func asInt64(v any) int64 {
-	n, _ := toInt64(v)
+	n, _ := types.ToInt64(v)
 	return n
 }
 

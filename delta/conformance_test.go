@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/parquet/file"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // refDir holds the reference tables written by Spark, the Delta project's
@@ -391,7 +393,7 @@ func TestConformanceGoldenSpecifics(t *testing.T) {
 		for _, col := range []string{"as_int", "as_long", "as_byte", "as_short", "as_boolean", "as_float", "as_double",
 			"as_string", "as_date", "as_timestamp", "as_big_decimal"} {
 			f, i := sch.Field(col)
-			if _, err := normalizeValue(f.Type, r[i]); err != nil || r[i] == nil {
+			if _, err := types.Normalize(f.Type, r[i]); err != nil || r[i] == nil {
 				t.Errorf("%s = %#v (%v)", col, r[i], err)
 			}
 		}

@@ -3,16 +3,21 @@
 // into snapshots (with checkpoints and time travel), classic single-file
 // checkpoints, vacuum of the data files no retained version needs and expiry
 // of old log files (see Table.Vacuum and Table.ExpireLog), and reading and
-// writing Parquet data files.
+// writing the Parquet data files of a table (DataWriter, WriteDataFile,
+// Snapshot.ScanFiles).
 //
 // The package knows nothing about PostgreSQL. It writes tables that use
 // protocol version {"minReaderVersion":1,"minWriterVersion":2} by default,
 // and it reads tables written by other engines as long as they use no reader
 // feature it does not support (see ErrUnsupportedFeature).
 //
-// Parquet files are written with github.com/parquet-go/parquet-go and read
-// with the Parquet reader of github.com/apache/arrow-go; each library has one
-// job only.
+// The package is the protocol; the Parquet engine it writes and reads files
+// with is delta/internal/parquet (files are written with
+// github.com/parquet-go/parquet-go and read with the Parquet reader of
+// github.com/apache/arrow-go), and the data types and Go values both use are
+// in delta/internal/types. The names of those packages that callers need
+// (the schema types, Row, WriteOptions, RowBuilder, ColumnBuffers...) are
+// re-exported here, so that delta is the one package its callers import.
 //
 // # Go values
 //

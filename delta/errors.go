@@ -1,6 +1,11 @@
 package delta
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/lakeside/lakeside/delta/internal/parquet"
+	"github.com/lakeside/lakeside/delta/internal/types"
+)
 
 // ErrVersionExists is returned (wrapped, with the version number in the
 // message) by Commit when another writer already committed the version this
@@ -11,7 +16,7 @@ var ErrVersionExists = errors.New("delta: version already exists")
 // ErrUnsupportedFeature is returned (wrapped) when a table needs a protocol
 // version or table feature that this package does not implement, such as
 // deletion vectors, column mapping or a reader version above 3.
-var ErrUnsupportedFeature = errors.New("delta: unsupported table feature")
+var ErrUnsupportedFeature = types.ErrUnsupportedFeature
 
 // ErrNotATable is returned (wrapped) when a path holds no Delta table, that is
 // when it has no _delta_log directory or the directory holds no commit or
@@ -30,12 +35,12 @@ var ErrCorruptLog = errors.New("delta: corrupt transaction log")
 
 // ErrInvalidValue is returned (wrapped) by writers when a Go value does not fit
 // the Delta type of its column, or a null is given for a non-nullable column.
-var ErrInvalidValue = errors.New("delta: invalid value")
+var ErrInvalidValue = types.ErrInvalidValue
 
 // ErrInvalidSchema is returned (wrapped) when a schema string cannot be parsed
 // or a schema is not usable for the requested operation.
-var ErrInvalidSchema = errors.New("delta: invalid schema")
+var ErrInvalidSchema = types.ErrInvalidSchema
 
 // ErrRowsLost reports a data file that would not hold every row written to
 // it. It is a bug, caught before the file is used.
-var ErrRowsLost = errors.New("delta: rows lost writing a data file")
+var ErrRowsLost = parquet.ErrRowsLost

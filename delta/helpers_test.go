@@ -2,7 +2,6 @@ package delta
 
 import (
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
@@ -95,10 +94,11 @@ func head(s []string) []string {
 	return s
 }
 
-func canonJSON(v any) string {
-	b, err := json.Marshal(v)
+func mustDec(t *testing.T, s string) Decimal {
+	t.Helper()
+	d, err := ParseDecimal(s)
 	if err != nil {
-		return err.Error()
+		t.Fatal(err)
 	}
-	return string(b)
+	return d
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // HiveDefaultPartition is the directory name used for a null partition value.
@@ -19,7 +21,7 @@ const HiveDefaultPartition = "__HIVE_DEFAULT_PARTITION__"
 // "yyyy-mm-dd hh:mm:ss.ffffff", decimals with their full scale, and binary as
 // its bytes. An empty string is null in Delta.
 func SerializePartitionValue(dt DataType, v any) (*string, error) {
-	nv, err := normalizeValue(dt, v)
+	nv, err := types.Normalize(dt, v)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +107,7 @@ func ParsePartitionValue(dt DataType, s *string) (any, error) {
 			if err != nil {
 				return nil, bad(err)
 			}
-			return normalizePrimitive(t, n)
+			return types.NormalizePrimitive(t, n)
 		case TypeFloat:
 			f, err := strconv.ParseFloat(v, 32)
 			if err != nil {

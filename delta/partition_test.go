@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/parquet/file"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 func TestPartitionedRoundTrip(t *testing.T) {
@@ -52,7 +54,7 @@ func TestPartitionedRoundTrip(t *testing.T) {
 		}
 		full := Row{int64(i)}
 		for _, f := range schema.Fields[1:] {
-			v, err := normalizeValue(f.Type, pv[f.Name])
+			v, err := types.Normalize(f.Type, pv[f.Name])
 			if err != nil {
 				t.Fatal(err)
 			}

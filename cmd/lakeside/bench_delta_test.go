@@ -87,8 +87,9 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 
 // TestBenchDeltaParquet measures our Parquet writer (delta.WriteDataFile,
 // as the applier uses it) against DuckDB's COPY … TO … (FORMAT parquet) on
-// the same 1M rows, snappy on both sides, row groups of 128Ki rows. The rows
-// are built and loaded into DuckDB before the clocks start.
+// the same 1M rows, snappy on both sides, row groups of DefaultRowGroupRows
+// rows as the applier writes them. The rows are built and loaded into
+// DuckDB before the clocks start.
 func TestBenchDeltaParquet(t *testing.T) {
 	const n = 1_000_000
 	const rowGroup = delta.DefaultRowGroupRows

@@ -60,7 +60,7 @@ type Config struct {
 	// (default 100000).
 	TargetFileRows int64
 	// RowGroupRows is the most rows a row group of a data file holds
-	// (default DefaultRowGroupRows). A file of more rows encodes its full
+	// (default delta.DefaultRowGroupRows). A file of more rows encodes its full
 	// row groups while it fills.
 	RowGroupRows int64
 	// MergeMemoryBytes bounds the memory that holds a flush's changes to
@@ -125,7 +125,7 @@ func (c *Config) defaults() {
 		c.TargetFileRows = 100_000
 	}
 	if c.RowGroupRows <= 0 {
-		c.RowGroupRows = DefaultRowGroupRows
+		c.RowGroupRows = delta.DefaultRowGroupRows
 	}
 	if c.MergeMemoryBytes <= 0 {
 		c.MergeMemoryBytes = 8 << 20
@@ -607,15 +607,6 @@ func (a *Applier) Warn(where, problem string) {
 	}
 	a.warnings[where+": "+problem]++
 }
-
-// DefaultRowGroupRows is the default of Config.RowGroupRows. Row groups of
-// 32768 rows, against one row group per file of 100000 rows, took a 1M-row
-// insert into its changelog and mirror 10% faster on two cores (medians
-// of alternated runs of BenchmarkApplyLargeTransaction): a file's first
-// row groups encode while its last fill, less is left to encode once the
-// last row is in, and a row group's columns take a third of the memory.
-// 16384 and 65536 rows were no faster than 32768.
-const DefaultRowGroupRows = 32768
 
 // writeOptions are the options of a data file that is expected to get
 // expectRows rows (a hint; zero when not known), of which it holds

@@ -1,4 +1,4 @@
-package delta
+package parquet
 
 import (
 	"context"
@@ -12,13 +12,15 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
-// ReadParquetFile reads the columns of st from a Parquet file with arrow-go
-// and returns its rows in st's field order, using the Go types listed in the
-// package documentation. Columns are matched by name (exactly, else ignoring
-// case); columns of st missing from the file read as null.
-func ReadParquetFile(ctx context.Context, path string, st *StructType) ([]Row, error) {
+// ReadFile reads the columns of st from a Parquet file with arrow-go and
+// returns its rows in st's field order, using the Go types listed in the
+// package documentation of delta. Columns are matched by name (exactly, else
+// ignoring case); columns of st missing from the file read as null.
+func ReadFile(ctx context.Context, path string, st *types.StructType) ([]types.Row, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("read parquet: %w", err)
 	}
@@ -28,9 +30,9 @@ func ReadParquetFile(ctx context.Context, path string, st *StructType) ([]Row, e
 	}
 	defer pr.Close()
 	numRows := pr.NumRows()
-	rows := make([]Row, numRows)
+	rows := make([]types.Row, numRows)
 	for i := range rows {
-		rows[i] = make(Row, len(st.Fields))
+		rows[i] = make(types.Row, len(st.Fields))
 	}
 
 	psch := pr.MetaData().Schema
@@ -79,7 +81,7 @@ func ReadParquetFile(ctx context.Context, path string, st *StructType) ([]Row, e
 }
 
 // matchField finds the field of st named name, exactly or else ignoring case.
-func matchField(st *StructType, name string) (*StructField, int) {
+func matchField(st *types.StructType, name string) (*types.StructField, int) {
 	if f, i := st.Field(name); f != nil {
 		return f, i
 	}
@@ -108,12 +110,12 @@ func withNulls(arr arrow.Array, get func(i int) any) func(i int) any {
 
 // makeConverter returns a converter from arrow values of type at to Go values
 // of the Delta type dt.
-func makeConverter(dt DataType, at arrow.DataType) (converter, error) {
-	mismatch := fmt.Errorf("%w: file type %s does not match %s", ErrInvalidSchema, at, dt)
+func makeConverter(dt types.DataType, at arrow.DataType) (converter, error) {
+	mismatch := fmt.Errorf("%w: file type %s does not match %s", types.ErrInvalidSchema, at, dt)
 	switch t := dt.(type) {
-	case PrimitiveType:
+	case types.PrimitiveType:
 		return primitiveConverter(t, at, mismatch)
-	case DecimalType:
+	case types.DecimalType:
 		scale := int32(t.Scale)
 		switch a := at.(type) {
 		case *arrow.Decimal128Type:
@@ -121,7 +123,7 @@ func makeConverter(dt DataType, at arrow.DataType) (converter, error) {
 			return func(arr arrow.Array) func(int) any {
 				d := arr.(*array.Decimal128)
 				return withNulls(arr, func(i int) any {
-					return rescaleOrKeep(Decimal{Unscaled: d.Value(i).BigInt(), Scale: fileScale}, scale)
+					return rescaleOrKeep(types.Decimal{Unscaled: d.Value(i).BigInt(), Scale: fileScale}, scale)
 				})
 			}, nil
 		case *arrow.Decimal256Type:
@@ -129,18 +131,18 @@ func makeConverter(dt DataType, at arrow.DataType) (converter, error) {
 			return func(arr arrow.Array) func(int) any {
 				d := arr.(*array.Decimal256)
 				return withNulls(arr, func(i int) any {
-					return rescaleOrKeep(Decimal{Unscaled: d.Value(i).BigInt(), Scale: fileScale}, scale)
+					return rescaleOrKeep(types.Decimal{Unscaled: d.Value(i).BigInt(), Scale: fileScale}, scale)
 				})
 			}, nil
 		case *arrow.Int32Type, *arrow.Int64Type:
 			return func(arr arrow.Array) func(int) any {
 				return withNulls(arr, func(i int) any {
-					return Decimal{Unscaled: big.NewInt(intAt(arr, i)), Scale: scale}
+					return types.Decimal{Unscaled: big.NewInt(intAt(arr, i)), Scale: scale}
 				})
 			}, nil
 		}
 		return nil, mismatch
-	case *ArrayType:
+	case *types.ArrayType:
 		var values arrow.DataType
 		switch a := at.(type) {
 		case *arrow.ListType:
@@ -166,7 +168,7 @@ func makeConverter(dt DataType, at arrow.DataType) (converter, error) {
 				return out
 			})
 		}, nil
-	case *MapType:
+	case *types.MapType:
 		mt, ok := at.(*arrow.MapType)
 		if !ok {
 			return nil, mismatch
@@ -184,14 +186,14 @@ func makeConverter(dt DataType, at arrow.DataType) (converter, error) {
 			keys, items := kc(m.Keys()), vc(m.Items())
 			return withNulls(arr, func(i int) any {
 				start, end := m.ValueOffsets(i)
-				out := make([]MapEntry, 0, end-start)
+				out := make([]types.MapEntry, 0, end-start)
 				for j := start; j < end; j++ {
-					out = append(out, MapEntry{Key: keys(int(j)), Value: items(int(j))})
+					out = append(out, types.MapEntry{Key: keys(int(j)), Value: items(int(j))})
 				}
 				return out
 			})
 		}, nil
-	case *StructType:
+	case *types.StructType:
 		stt, ok := at.(*arrow.StructType)
 		if !ok {
 			return nil, mismatch
@@ -221,7 +223,7 @@ func makeConverter(dt DataType, at arrow.DataType) (converter, error) {
 				gets[k] = s.conv(arr)
 			}
 			return withNulls(arr, func(i int) any {
-				r := make(Row, n)
+				r := make(types.Row, n)
 				for k, s := range subs {
 					r[s.idx] = gets[k](i)
 				}
@@ -229,10 +231,10 @@ func makeConverter(dt DataType, at arrow.DataType) (converter, error) {
 			})
 		}, nil
 	}
-	return nil, fmt.Errorf("%w: data type %v", ErrUnsupportedFeature, dt)
+	return nil, fmt.Errorf("%w: data type %v", types.ErrUnsupportedFeature, dt)
 }
 
-func rescaleOrKeep(d Decimal, scale int32) Decimal {
+func rescaleOrKeep(d types.Decimal, scale int32) types.Decimal {
 	if r, err := d.Rescale(scale); err == nil {
 		return r
 	}
@@ -270,9 +272,9 @@ func isIntType(at arrow.DataType) bool {
 	return false
 }
 
-func primitiveConverter(t PrimitiveType, at arrow.DataType, mismatch error) (converter, error) {
+func primitiveConverter(t types.PrimitiveType, at arrow.DataType, mismatch error) (converter, error) {
 	switch t {
-	case TypeBoolean:
+	case types.TypeBoolean:
 		if at.ID() != arrow.BOOL {
 			return nil, mismatch
 		}
@@ -280,7 +282,7 @@ func primitiveConverter(t PrimitiveType, at arrow.DataType, mismatch error) (con
 			b := arr.(*array.Boolean)
 			return withNulls(arr, func(i int) any { return b.Value(i) })
 		}, nil
-	case TypeByte, TypeShort, TypeInteger, TypeLong:
+	case types.TypeByte, types.TypeShort, types.TypeInteger, types.TypeLong:
 		if !isIntType(at) {
 			return nil, mismatch
 		}
@@ -288,23 +290,23 @@ func primitiveConverter(t PrimitiveType, at arrow.DataType, mismatch error) (con
 			return withNulls(arr, func(i int) any {
 				n := intAt(arr, i)
 				switch t {
-				case TypeByte:
+				case types.TypeByte:
 					return int8(n)
-				case TypeShort:
+				case types.TypeShort:
 					return int16(n)
-				case TypeInteger:
+				case types.TypeInteger:
 					return int32(n)
 				}
 				return n
 			})
 		}, nil
-	case TypeFloat, TypeDouble:
+	case types.TypeFloat, types.TypeDouble:
 		switch at.ID() {
 		case arrow.FLOAT32:
 			return func(arr arrow.Array) func(int) any {
 				a := arr.(*array.Float32)
 				return withNulls(arr, func(i int) any {
-					if t == TypeFloat {
+					if t == types.TypeFloat {
 						return a.Value(i)
 					}
 					return float64(a.Value(i))
@@ -314,7 +316,7 @@ func primitiveConverter(t PrimitiveType, at arrow.DataType, mismatch error) (con
 			return func(arr arrow.Array) func(int) any {
 				a := arr.(*array.Float64)
 				return withNulls(arr, func(i int) any {
-					if t == TypeFloat {
+					if t == types.TypeFloat {
 						return float32(a.Value(i))
 					}
 					return a.Value(i)
@@ -322,8 +324,8 @@ func primitiveConverter(t PrimitiveType, at arrow.DataType, mismatch error) (con
 			}, nil
 		}
 		return nil, mismatch
-	case TypeString, TypeBinary:
-		asString := t == TypeString
+	case types.TypeString, types.TypeBinary:
+		asString := t == types.TypeString
 		switch at.ID() {
 		case arrow.STRING, arrow.LARGE_STRING, arrow.BINARY, arrow.LARGE_BINARY, arrow.FIXED_SIZE_BINARY, arrow.STRING_VIEW, arrow.BINARY_VIEW:
 		default:
@@ -361,21 +363,21 @@ func primitiveConverter(t PrimitiveType, at arrow.DataType, mismatch error) (con
 				return append([]byte{}, raw(i)...)
 			})
 		}, nil
-	case TypeDate:
+	case types.TypeDate:
 		switch at.ID() {
 		case arrow.DATE32:
 			return func(arr arrow.Array) func(int) any {
 				a := arr.(*array.Date32)
-				return withNulls(arr, func(i int) any { return DateFromDays(int32(a.Value(i))) })
+				return withNulls(arr, func(i int) any { return types.DateFromDays(int32(a.Value(i))) })
 			}, nil
 		case arrow.DATE64:
 			return func(arr arrow.Array) func(int) any {
 				a := arr.(*array.Date64)
-				return withNulls(arr, func(i int) any { return DateFromDays(int32(floorDiv(int64(a.Value(i)), 86400000))) })
+				return withNulls(arr, func(i int) any { return types.DateFromDays(int32(types.FloorDiv(int64(a.Value(i)), 86400000))) })
 			}, nil
 		}
 		return nil, mismatch
-	case TypeTimestamp, TypeTimestampNTZ:
+	case types.TypeTimestamp, types.TypeTimestampNTZ:
 		tt, ok := at.(*arrow.TimestampType)
 		if !ok {
 			return nil, mismatch
@@ -387,90 +389,12 @@ func primitiveConverter(t PrimitiveType, at arrow.DataType, mismatch error) (con
 		case arrow.Millisecond:
 			toMicros = func(v int64) int64 { return v * 1000 }
 		case arrow.Nanosecond:
-			toMicros = func(v int64) int64 { return floorDiv(v, 1000) }
+			toMicros = func(v int64) int64 { return types.FloorDiv(v, 1000) }
 		}
 		return func(arr arrow.Array) func(int) any {
 			a := arr.(*array.Timestamp)
-			return withNulls(arr, func(i int) any { return TimeFromMicros(toMicros(int64(a.Value(i)))) })
+			return withNulls(arr, func(i int) any { return types.TimeFromMicros(toMicros(int64(a.Value(i)))) })
 		}, nil
 	}
-	return nil, fmt.Errorf("%w: column type %q", ErrUnsupportedFeature, string(t))
-}
-
-// ReadRows reads every row of the snapshot: the data files' columns plus the
-// partition columns filled from each file's partition values, in schema
-// order. A data file that is gone (for example vacuumed) makes it fail with
-// an error wrapping fs.ErrNotExist.
-func (s *Snapshot) ReadRows(ctx context.Context) ([]Row, error) {
-	var out []Row
-	err := s.ScanFiles(ctx, func(add *Add, rows []Row) error {
-		out = append(out, rows...)
-		return nil
-	})
-	return out, err
-}
-
-// ScanFiles reads the data files of the snapshot one at a time, in path
-// order, and calls fn with each file's add action and rows (in schema order,
-// partition columns filled in).
-func (s *Snapshot) ScanFiles(ctx context.Context, fn func(add *Add, rows []Row) error) error {
-	part := map[string]bool{}
-	for _, pc := range s.metadata.PartitionColumns {
-		part[strings.ToLower(pc)] = true
-	}
-	data := &StructType{}
-	var dataIdx, partIdx []int
-	for i, f := range s.schema.Fields {
-		if part[strings.ToLower(f.Name)] {
-			partIdx = append(partIdx, i)
-			continue
-		}
-		data.Fields = append(data.Fields, f)
-		dataIdx = append(dataIdx, i)
-	}
-	for _, add := range s.Files() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		path, err := ResolvePath(s.table.root, add.Path)
-		if err != nil {
-			return err
-		}
-		pvals := make([]any, len(partIdx))
-		for j, idx := range partIdx {
-			f := s.schema.Fields[idx]
-			raw, ok := add.PartitionValues[f.Name]
-			if !ok {
-				for k, v := range add.PartitionValues {
-					if strings.EqualFold(k, f.Name) {
-						raw = v
-					}
-				}
-			}
-			v, err := ParsePartitionValue(f.Type, raw)
-			if err != nil {
-				return fmt.Errorf("read %s: %w", add.Path, err)
-			}
-			pvals[j] = v
-		}
-		drows, err := ReadParquetFile(ctx, path, data)
-		if err != nil {
-			return fmt.Errorf("read data file %s: %w", add.Path, err)
-		}
-		rows := make([]Row, len(drows))
-		for r, dr := range drows {
-			row := make(Row, len(s.schema.Fields))
-			for j, idx := range dataIdx {
-				row[idx] = dr[j]
-			}
-			for j, idx := range partIdx {
-				row[idx] = pvals[j]
-			}
-			rows[r] = row
-		}
-		if err := fn(add, rows); err != nil {
-			return err
-		}
-	}
-	return nil
+	return nil, fmt.Errorf("%w: column type %q", types.ErrUnsupportedFeature, string(t))
 }

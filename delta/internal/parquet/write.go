@@ -1,13 +1,11 @@
-package delta
+package parquet
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/big"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +14,8 @@ import (
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress"
 	"github.com/parquet-go/parquet-go/compress/snappy"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // Compression codecs for data files.
@@ -38,7 +38,13 @@ func (c *snappyCodec) Encode(dst, src []byte) ([]byte, error) {
 }
 
 // DefaultRowGroupRows is the default maximum number of rows in a row group.
-const DefaultRowGroupRows = 128 * 1024
+// Row groups of this size, rather than one row group per file, let a file's
+// first row groups encode while its last fill (see columnarWriter), leave
+// less to encode once the last row is in, and keep a row group's columns
+// small in memory; the agent's applier writes with it, and
+// BenchmarkApplyLargeTransaction (agent/internal/applier) measures the
+// choice against larger and smaller row groups.
+const DefaultRowGroupRows = 32768
 
 // WriteOptions configure a data file writer. The zero value writes snappy
 // files with row groups of DefaultRowGroupRows rows.
@@ -67,124 +73,70 @@ type WriteOptions struct {
 	ExpectedRows int64
 }
 
-// DataWriter writes one Parquet data file of a table with parquet-go and
-// computes its add action. Rows are given in table schema order; the values
-// of partition columns are not stored in the file (they must be nil or equal
-// to the writer's partition values). Full row groups are encoded on other
-// goroutines while the next rows come, so a writer holds the values of up to
-// three row groups in memory. A DataWriter is not safe for concurrent use.
-type DataWriter struct {
-	root        string
-	relPath     string
-	absPath     string
-	file        *os.File
-	writer      *parquet.GenericWriter[any]
-	full        *StructType
-	data        *StructType
-	dataIdx     []int
-	partIdx     []int
-	partStrings []*string
-	// partSeen holds, per partition column, the last row value found equal
-	// to the file's partition value, so that a run of equal values is
-	// serialised and checked once.
-	partSeen   []any
-	partValues map[string]*string
-	stats      *statsCollector
-	columns    *columnarWriter
-	closed     bool
+// Writer writes one Parquet file with parquet-go and computes the Delta
+// statistics of its rows. Rows are given in the order of the writer's
+// schema, of which the file stores the fields the writer was made for: the
+// values of the others are not looked at. Full row groups are encoded on
+// other goroutines while the next rows come, so a writer holds the values of
+// up to three row groups in memory. A Writer is not safe for concurrent use.
+type Writer struct {
+	path    string
+	file    *os.File
+	writer  *parquet.GenericWriter[any]
+	options []parquet.WriterOption
+	opts    WriteOptions
+	key     string
+	rg      int64
+	full    *types.StructType
+	data    *types.StructType
+	dataIdx []int
+	stats   *statsCollector
+	columns *columnarWriter
+	closed  bool
 	// row is the builder Row returns; fieldCols locates each field's
 	// column for it (made at the first row).
 	row       RowBuilder
 	fieldCols []fieldColumn
 }
 
-// NewDataWriter creates a data file under the table root for rows of schema.
-// partitionValues maps each partition column to its Go value (a missing key
-// is null); the file goes in the hive-style directory of those values.
-func NewDataWriter(root string, schema *StructType, partitionColumns []string, partitionValues map[string]any, opts WriteOptions) (*DataWriter, error) {
-	w := &DataWriter{root: root, full: schema, partValues: map[string]*string{}}
-	isPart := map[string]bool{}
-	for _, pc := range partitionColumns {
-		f, idx := schema.Field(pc)
-		if f == nil {
-			return nil, fmt.Errorf("new data writer: %w: partition column %q not in schema", ErrInvalidSchema, pc)
-		}
-		s, err := SerializePartitionValue(f.Type, partitionValues[pc])
-		if err != nil {
-			return nil, fmt.Errorf("new data writer: partition %q: %w", pc, err)
-		}
-		if s == nil && !f.Nullable {
-			return nil, fmt.Errorf("new data writer: %w: null partition value for non-nullable %q", ErrInvalidValue, pc)
-		}
-		w.partValues[pc] = s
-		w.partIdx = append(w.partIdx, idx)
-		w.partStrings = append(w.partStrings, s)
-		w.partSeen = append(w.partSeen, nil)
-		isPart[pc] = true
-	}
-	for k := range partitionValues {
-		if !isPart[k] {
-			return nil, fmt.Errorf("new data writer: %w: %q is not a partition column", ErrInvalidSchema, k)
-		}
-	}
-	w.data = &StructType{}
-	for i, f := range schema.Fields {
-		if !isPart[f.Name] {
-			w.data.Fields = append(w.data.Fields, f)
-			w.dataIdx = append(w.dataIdx, i)
-		}
+// NewWriter returns a writer of rows of schema into a file that stores the
+// fields of schema whose indices columns lists, in that order. It checks the
+// schema and the options; Create then creates the file.
+func NewWriter(schema *types.StructType, columns []int, opts WriteOptions) (*Writer, error) {
+	w := &Writer{full: schema, dataIdx: columns, opts: opts, data: &types.StructType{}}
+	for _, i := range columns {
+		w.data.Fields = append(w.data.Fields, schema.Fields[i])
 	}
 	if len(w.data.Fields) == 0 {
-		return nil, fmt.Errorf("new data writer: %w: no data columns besides partition columns", ErrInvalidSchema)
+		return nil, fmt.Errorf("new data writer: %w: no data columns", types.ErrInvalidSchema)
 	}
-
 	var codec compress.Codec
-	ext := "snappy"
 	switch strings.ToLower(opts.Compression) {
 	case "", CompressionSnappy:
 		codec = &snappyCodec{}
 	case CompressionZstd:
-		codec, ext = &parquet.Zstd, "zstd"
+		codec = &parquet.Zstd
 	default:
 		return nil, fmt.Errorf("new data writer: unknown compression %q", opts.Compression)
 	}
-	rg := opts.RowGroupRows
-	if rg <= 0 {
-		rg = DefaultRowGroupRows
+	w.rg = opts.RowGroupRows
+	if w.rg <= 0 {
+		w.rg = DefaultRowGroupRows
 	}
 	pschema, err := parquetSchema("spark_schema", w.data)
 	if err != nil {
 		return nil, fmt.Errorf("new data writer: %w", err)
 	}
-	var key string // names the data schema's columns in opts.Buffers
 	if opts.Buffers != nil {
-		if key, err = w.data.SchemaString(); err != nil {
+		// The key names the data schema's columns in opts.Buffers.
+		if w.key, err = w.data.SchemaString(); err != nil {
 			return nil, fmt.Errorf("new data writer: %w", err)
 		}
 	}
-	id, err := newUUID()
-	if err != nil {
-		return nil, err
-	}
-	name := fmt.Sprintf("part-00000-%s-c000.%s.parquet", id, ext)
-	if len(partitionColumns) > 0 {
-		w.relPath = partitionDir(partitionColumns, w.partValues) + "/" + name
-	} else {
-		w.relPath = name
-	}
-	w.absPath = filepath.Join(root, filepath.FromSlash(w.relPath))
-	if err := mkdirAllSync(filepath.Dir(w.absPath)); err != nil {
-		return nil, fmt.Errorf("new data writer: %w", err)
-	}
-	f, err := os.OpenFile(w.absPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("new data writer: %w", err)
-	}
-	w.file = f
-	options := []parquet.WriterOption{
+	w.options = []parquet.WriterOption{
 		pschema,
 		parquet.Compression(codec),
-		parquet.MaxRowsPerRowGroup(rg),
+		parquet.MaxRowsPerRowGroup(w.rg),
 		parquet.DataPageVersion(1),
 		// Each page's bounds go into the column index and the column
 		// chunk's statistics; a copy in every page header, which
@@ -194,50 +146,44 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 		parquet.DataPageStatistics(false),
 	}
 	if opts.CreatedBy != "" {
-		options = append(options, parquet.CreatedBy(opts.CreatedBy, "", ""))
+		w.options = append(w.options, parquet.CreatedBy(opts.CreatedBy, "", ""))
 	}
 	for _, p := range flbaDecimalPaths(w.data) {
-		options = append(options, parquet.SkipPageBounds(p...), parquet.SkipPageStatistics(p...))
+		w.options = append(w.options, parquet.SkipPageBounds(p...), parquet.SkipPageStatistics(p...))
 	}
-	var out io.Writer = &writeback{f: f}
-	if opts.NoWriteback {
-		out = f
-	}
-	w.writer = parquet.NewGenericWriter[any](out, options...)
-	w.stats = newStatsCollector(w.data)
-	w.columns = newColumnarWriter(w.writer, w.data, w.stats, rg, opts.Buffers, key)
-	w.columns.expectRows = int(min(opts.ExpectedRows, rg))
 	return w, nil
 }
 
-// Path returns the path of the file relative to the table root.
-func (w *DataWriter) Path() string { return w.relPath }
+// Create creates the file, at path, whose directory must exist. The writer
+// takes rows once it is created.
+func (w *Writer) Create(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("new data writer: %w", err)
+	}
+	w.path, w.file = path, f
+	var out io.Writer = &writeback{f: f}
+	if w.opts.NoWriteback {
+		out = f
+	}
+	w.writer = parquet.NewGenericWriter[any](out, w.options...)
+	w.stats = newStatsCollector(w.data)
+	w.columns = newColumnarWriter(w.writer, w.data, w.stats, w.rg, w.opts.Buffers, w.key)
+	w.columns.expectRows = int(min(w.opts.ExpectedRows, w.rg))
+	return nil
+}
 
 // NumRows returns the number of rows written so far.
-func (w *DataWriter) NumRows() int64 { return w.stats.numRecords }
+func (w *Writer) NumRows() int64 { return w.stats.numRecords }
 
 // Write appends rows. On error the writer should be aborted.
-func (w *DataWriter) Write(rows []Row) error {
+func (w *Writer) Write(rows []types.Row) error {
 	if w.closed {
 		return errors.New("write rows: writer is closed")
 	}
 	for _, r := range rows {
 		if len(r) != len(w.full.Fields) {
-			return fmt.Errorf("write rows: %w: row has %d values, schema has %d columns", ErrInvalidValue, len(r), len(w.full.Fields))
-		}
-		for j, idx := range w.partIdx {
-			if r[idx] == nil || samePartitionValue(w.partSeen[j], r[idx]) {
-				continue
-			}
-			s, err := SerializePartitionValue(w.full.Fields[idx].Type, r[idx])
-			if err != nil {
-				return fmt.Errorf("write rows: column %q: %w", w.full.Fields[idx].Name, err)
-			}
-			if want := w.partStrings[j]; (s == nil) != (want == nil) || s != nil && *s != *want {
-				return fmt.Errorf("write rows: %w: partition column %q differs from the file's partition value",
-					ErrInvalidValue, w.full.Fields[idx].Name)
-			}
-			w.partSeen[j] = r[idx]
+			return fmt.Errorf("write rows: %w: row has %d values, schema has %d columns", types.ErrInvalidValue, len(r), len(w.full.Fields))
 		}
 		if err := w.columns.writeRow(r, w.dataIdx); err != nil {
 			return err
@@ -246,117 +192,101 @@ func (w *DataWriter) Write(rows []Row) error {
 	return nil
 }
 
-// samePartitionValue reports whether v is known to serialise as seen does:
-// both are the same value of a comparable scalar type.
-func samePartitionValue(seen, v any) bool {
-	switch v.(type) {
-	case string, bool, int8, int16, int32, int64, float32, float64, time.Time:
-		return seen == v
-	}
-	return false
-}
-
-// Close finishes the file, flushes it to stable storage and returns its add
-// action (dataChange true, with stats).
-func (w *DataWriter) Close() (*Add, error) {
+// Close finishes the file, flushes it to stable storage and returns its
+// statistics as the stats string of an add action. The directory entry of
+// the file is the caller's to flush. A file that cannot be finished is
+// deleted.
+func (w *Writer) Close() (string, error) {
 	if w.closed {
-		return nil, errors.New("close data writer: already closed")
+		return "", errors.New("close data writer: already closed")
 	}
 	w.closed = true
 	if err := w.columns.close(); err != nil {
 		w.abort()
-		return nil, err
+		return "", err
 	}
 	w.columns.giveBack()
 	if err := w.writer.Close(); err != nil {
 		w.abort()
-		return nil, fmt.Errorf("close data writer: %w", err)
+		return "", fmt.Errorf("close data writer: %w", err)
 	}
 	// The file must hold every row written: a row lost on its way to the
 	// file is an error, never a smaller file.
 	if n := w.writer.File().NumRows(); n != w.stats.numRecords {
 		w.abort()
-		return nil, fmt.Errorf("close data writer: %w: %d rows written, the file holds %d", ErrRowsLost, w.stats.numRecords, n)
+		return "", fmt.Errorf("close data writer: %w: %d rows written, the file holds %d", ErrRowsLost, w.stats.numRecords, n)
 	}
 	if err := w.file.Sync(); err != nil {
 		w.abort()
-		return nil, fmt.Errorf("close data writer: %w", err)
+		return "", fmt.Errorf("close data writer: %w", err)
 	}
 	if err := w.file.Close(); err != nil {
-		os.Remove(w.absPath)
-		return nil, fmt.Errorf("close data writer: %w", err)
+		os.Remove(w.path)
+		return "", fmt.Errorf("close data writer: %w", err)
 	}
-	if err := fsyncDir(filepath.Dir(w.absPath)); err != nil {
-		return nil, fmt.Errorf("close data writer: %w", err)
-	}
-	info, err := os.Stat(w.absPath)
-	if err != nil {
-		return nil, fmt.Errorf("close data writer: %w", err)
-	}
-	stats, err := w.stats.JSON()
-	if err != nil {
-		return nil, err
-	}
-	return &Add{
-		Path:             encodeLogPath(w.relPath),
-		PartitionValues:  w.partValues,
-		Size:             info.Size(),
-		ModificationTime: info.ModTime().UnixMilli(),
-		DataChange:       true,
-		Stats:            stats,
-	}, nil
+	return w.stats.JSON()
 }
 
 // Abort closes the writer and deletes the file.
-func (w *DataWriter) Abort() {
+func (w *Writer) Abort() {
 	if w.closed {
 		return
 	}
 	w.closed = true
-	w.abort()
+	if w.file != nil {
+		w.abort()
+	}
 }
 
-func (w *DataWriter) abort() {
+func (w *Writer) abort() {
 	w.columns.wait()
 	w.file.Close()
-	os.Remove(w.absPath)
+	os.Remove(w.path)
 }
 
-// WriteDataFile writes rows (in schema order) to one new data file of the
-// table at root and returns its add action. See NewDataWriter.
-func WriteDataFile(ctx context.Context, root string, schema *StructType, partitionColumns []string,
-	partitionValues map[string]any, rows []Row, opts WriteOptions) (*Add, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	w, err := NewDataWriter(root, schema, partitionColumns, partitionValues, opts)
+// WriteFile writes rows of st to a new snappy Parquet file at path and
+// flushes it to stable storage: a small file such as a checkpoint, whose
+// rows are all at hand and need no statistics.
+func WriteFile(path string, st *types.StructType, rows []types.Row) error {
+	ps, err := parquetSchema("spark_schema", st)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	const chunk = 4096
-	for i := 0; i < len(rows); i += chunk {
-		if err := ctx.Err(); err != nil {
-			w.Abort()
-			return nil, err
-		}
-		if err := w.Write(rows[i:min(i+chunk, len(rows))]); err != nil {
-			w.Abort()
-			return nil, err
-		}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
 	}
-	return w.Close()
-}
-
-// WriteFile writes rows to a new data file using the snapshot's schema and
-// partition columns, and returns its add action.
-func (s *Snapshot) WriteFile(ctx context.Context, partitionValues map[string]any, rows []Row, opts WriteOptions) (*Add, error) {
-	return WriteDataFile(ctx, s.table.root, s.schema, s.metadata.PartitionColumns, partitionValues, rows, opts)
+	defer f.Close()
+	w := parquet.NewGenericWriter[any](f, ps, parquet.Compression(&parquet.Snappy), parquet.DataPageVersion(1))
+	sh := newShredder(st)
+	batch := make([]parquet.Row, 0, len(rows))
+	for _, r := range rows {
+		nv, err := types.Normalize(st, r)
+		if err != nil {
+			return err
+		}
+		pr, err := sh.row(nv.(types.Row))
+		if err != nil {
+			return err
+		}
+		batch = append(batch, pr)
+	}
+	if _, err := w.WriteRows(batch); err != nil {
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // shredder turns nested rows into Parquet column values with repetition and
 // definition levels (Dremel encoding).
 type shredder struct {
-	schema *StructType
+	schema *types.StructType
 	cols   [][]parquet.Value
 	// buf holds the values of the rows returned, so that a batch of rows
 	// costs few allocations.
@@ -369,14 +299,14 @@ type shredder struct {
 	direct bool
 }
 
-func newShredder(st *StructType) *shredder {
+func newShredder(st *types.StructType) *shredder {
 	return &shredder{schema: st, cols: make([][]parquet.Value, numLeaves(st)), direct: inColumnOrder(st)}
 }
 
 // isLeaf reports whether a column of type dt is a leaf column.
-func isLeaf(dt DataType) bool {
+func isLeaf(dt types.DataType) bool {
 	switch dt.(type) {
-	case *StructType, *ArrayType, *MapType:
+	case *types.StructType, *types.ArrayType, *types.MapType:
 		return false
 	}
 	return true
@@ -384,33 +314,33 @@ func isLeaf(dt DataType) bool {
 
 // inColumnOrder reports whether shredding a value of dt yields the values
 // of each of its leaf columns together, in column order.
-func inColumnOrder(dt DataType) bool {
+func inColumnOrder(dt types.DataType) bool {
 	switch t := dt.(type) {
-	case *StructType:
+	case *types.StructType:
 		for _, f := range t.Fields {
 			if !inColumnOrder(f.Type) {
 				return false
 			}
 		}
-	case *ArrayType:
+	case *types.ArrayType:
 		return numLeaves(t.ElementType) == 1 && inColumnOrder(t.ElementType)
-	case *MapType:
+	case *types.MapType:
 		return false
 	}
 	return true
 }
 
-func numLeaves(dt DataType) int {
+func numLeaves(dt types.DataType) int {
 	switch t := dt.(type) {
-	case *StructType:
+	case *types.StructType:
 		n := 0
 		for _, f := range t.Fields {
 			n += numLeaves(f.Type)
 		}
 		return n
-	case *ArrayType:
+	case *types.ArrayType:
 		return numLeaves(t.ElementType)
-	case *MapType:
+	case *types.MapType:
 		return numLeaves(t.KeyType) + numLeaves(t.ValueType)
 	}
 	return 1
@@ -455,16 +385,16 @@ func (s *shredder) put(col int, v parquet.Value, rep, def int) {
 	p.SetColumnIndex(col)
 }
 
-func (s *shredder) nulls(dt DataType, col, rep, def int) {
+func (s *shredder) nulls(dt types.DataType, col, rep, def int) {
 	for c := col; c < col+numLeaves(dt); c++ {
 		s.put(c, parquet.NullValue(), rep, def)
 	}
 }
 
-func (s *shredder) write(dt DataType, v any, nullable bool, col, rep, def, depth int) error {
+func (s *shredder) write(dt types.DataType, v any, nullable bool, col, rep, def, depth int) error {
 	if v == nil {
 		if !nullable {
-			return fmt.Errorf("%w: null for a non-nullable %s", ErrInvalidValue, dt)
+			return fmt.Errorf("%w: null for a non-nullable %s", types.ErrInvalidValue, dt)
 		}
 		s.nulls(dt, col, rep, def)
 		return nil
@@ -473,8 +403,8 @@ func (s *shredder) write(dt DataType, v any, nullable bool, col, rep, def, depth
 		def++
 	}
 	switch t := dt.(type) {
-	case *StructType:
-		r := v.(Row)
+	case *types.StructType:
+		r := v.(types.Row)
 		c := col
 		for i, f := range t.Fields {
 			if err := s.write(f.Type, r[i], f.Nullable, c, rep, def, depth); err != nil {
@@ -482,7 +412,7 @@ func (s *shredder) write(dt DataType, v any, nullable bool, col, rep, def, depth
 			}
 			c += numLeaves(f.Type)
 		}
-	case *ArrayType:
+	case *types.ArrayType:
 		elems := v.([]any)
 		if len(elems) == 0 {
 			s.nulls(t.ElementType, col, rep, def)
@@ -497,8 +427,8 @@ func (s *shredder) write(dt DataType, v any, nullable bool, col, rep, def, depth
 				return err
 			}
 		}
-	case *MapType:
-		entries := v.([]MapEntry)
+	case *types.MapType:
+		entries := v.([]types.MapEntry)
 		if len(entries) == 0 {
 			s.nulls(t, col, rep, def)
 			return nil
@@ -528,7 +458,7 @@ func (s *shredder) write(dt DataType, v any, nullable bool, col, rep, def, depth
 
 // leafValue converts a normalised Go value to a Parquet value of the column's
 // physical type.
-func leafValue(dt DataType, v any) (parquet.Value, error) {
+func leafValue(dt types.DataType, v any) (parquet.Value, error) {
 	switch x := v.(type) {
 	case bool:
 		return parquet.BooleanValue(x), nil
@@ -549,12 +479,12 @@ func leafValue(dt DataType, v any) (parquet.Value, error) {
 	case []byte:
 		return parquet.ByteArrayValue(x), nil
 	case time.Time:
-		if dt == TypeDate {
-			return parquet.Int32Value(DaysSinceEpoch(x)), nil
+		if dt == types.TypeDate {
+			return parquet.Int32Value(types.DaysSinceEpoch(x)), nil
 		}
 		return parquet.Int64Value(x.UnixMicro()), nil
-	case Decimal:
-		t, ok := dt.(DecimalType)
+	case types.Decimal:
+		t, ok := dt.(types.DecimalType)
 		if !ok {
 			break
 		}
@@ -567,7 +497,7 @@ func leafValue(dt DataType, v any) (parquet.Value, error) {
 			return parquet.FixedLenByteArrayValue(appendTwosComplement(nil, x.Unscaled, decimalByteLen(t.Precision))), nil
 		}
 	}
-	return parquet.Value{}, fmt.Errorf("%w: %T for %s", ErrInvalidValue, v, dt)
+	return parquet.Value{}, fmt.Errorf("%w: %T for %s", types.ErrInvalidValue, v, dt)
 }
 
 // appendTwosComplement appends the big-endian two's complement of u in n

@@ -1,4 +1,4 @@
-package delta
+package parquet
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // TestColumnBuffersCarryOverFiles writes files one after the other with
@@ -25,17 +27,17 @@ func TestColumnBuffersCarryOverFiles(t *testing.T) {
 	}
 	var buffers ColumnBuffers
 	opts := WriteOptions{RowGroupRows: 3, Buffers: &buffers}
-	for i, want := range [][]Row{rows, reversed, rows[:1]} {
-		add, err := WriteDataFile(ctx, dir, st, nil, nil, want, opts)
+	for i, want := range [][]types.Row{rows, reversed, rows[:1]} {
+		add, err := writeDataFile(ctx, dir, st, nil, want, opts)
 		if err != nil {
 			t.Fatalf("file %d: %v", i, err)
 		}
-		got, err := ReadParquetFile(ctx, filepath.Join(dir, add.Path), st)
+		got, err := ReadFile(ctx, filepath.Join(dir, add.Path), st)
 		if err != nil {
 			t.Fatalf("file %d: %v", i, err)
 		}
 		assertSameRows(t, "file with shared buffers", got, want)
-		alone, err := WriteDataFile(ctx, t.TempDir(), st, nil, nil, want, WriteOptions{RowGroupRows: 3})
+		alone, err := writeDataFile(ctx, t.TempDir(), st, nil, want, WriteOptions{RowGroupRows: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,15 +49,15 @@ func TestColumnBuffersCarryOverFiles(t *testing.T) {
 		}
 	}
 	held := len(buffers.free[key])
-	other := NewStructType(NewField("id", TypeLong, false))
-	if _, err := WriteDataFile(ctx, dir, other, nil, nil, []Row{{int64(1)}}, opts); err != nil {
+	other := types.NewStructType(types.NewField("id", types.TypeLong, false))
+	if _, err := writeDataFile(ctx, dir, other, nil, []types.Row{{int64(1)}}, opts); err != nil {
 		t.Fatal(err)
 	}
 	if len(buffers.free[key]) != held {
 		t.Errorf("a file of other columns took the buffers: %d held, then %d", held, len(buffers.free[key]))
 	}
 	// A writer of the same columns borrows them all while it is open.
-	w, err := NewDataWriter(dir, st, nil, nil, opts)
+	w, err := newDataWriter(dir, st, nil, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,15 +77,15 @@ func TestColumnBuffersCarryOverFiles(t *testing.T) {
 // come; the file holds the same rows either way.
 func TestExpectedRowsMakesRoomAtOnce(t *testing.T) {
 	ctx := context.Background()
-	st := NewStructType(NewField("id", TypeLong, false), NewField("label", TypeString, true))
+	st := types.NewStructType(types.NewField("id", types.TypeLong, false), types.NewField("label", types.TypeString, true))
 	const rowGroup, written = 40_000, 30_000
-	var rows []Row
+	var rows []types.Row
 	for i := range int64(written) {
 		label := any(fmt.Sprintf("row %d", i))
 		if i%7 == 0 {
 			label = nil
 		}
-		rows = append(rows, Row{i, label})
+		rows = append(rows, types.Row{i, label})
 	}
 	for _, tc := range []struct {
 		expect int64
@@ -97,7 +99,7 @@ func TestExpectedRowsMakesRoomAtOnce(t *testing.T) {
 		{10 * rowGroup, rowGroup},
 	} {
 		dir := t.TempDir()
-		w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: rowGroup, ExpectedRows: tc.expect})
+		w, err := newDataWriter(dir, st, nil, WriteOptions{RowGroupRows: rowGroup, ExpectedRows: tc.expect})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +118,7 @@ func TestExpectedRowsMakesRoomAtOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := ReadParquetFile(ctx, filepath.Join(dir, add.Path), st)
+		got, err := ReadFile(ctx, filepath.Join(dir, add.Path), st)
 		if err != nil {
 			t.Fatal(err)
 		}

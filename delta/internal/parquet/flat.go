@@ -1,4 +1,4 @@
-package delta
+package parquet
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // flatKind is how the values of a leaf column are converted and stored.
@@ -38,7 +40,7 @@ const (
 // slice their physical type uses, and, once the column has a null, present
 // says row by row whether the value is not null.
 type flatColumn struct {
-	field *StructField
+	field *types.StructField
 	// pos is the field's position in the schema, leaf its leaf column's.
 	pos, leaf int
 	kind      flatKind
@@ -70,10 +72,10 @@ type flatColumn struct {
 
 // newFlatColumn returns the column of a leaf field, whose type parquetSchema
 // accepted.
-func newFlatColumn(f *StructField, pos, leaf int) *flatColumn {
+func newFlatColumn(f *types.StructField, pos, leaf int) *flatColumn {
 	c := &flatColumn{field: f, pos: pos, leaf: leaf}
 	switch t := f.Type.(type) {
-	case DecimalType:
+	case types.DecimalType:
 		c.scale, c.precision = int32(t.Scale), t.Precision
 		switch {
 		case t.Precision <= 9:
@@ -83,11 +85,11 @@ func newFlatColumn(f *StructField, pos, leaf int) *flatColumn {
 		default:
 			c.kind, c.size = flatDecimalWide, decimalByteLen(t.Precision)
 		}
-	case PrimitiveType:
-		c.kind = map[PrimitiveType]flatKind{
-			TypeBoolean: flatBoolean, TypeByte: flatByte, TypeShort: flatShort, TypeInteger: flatInteger,
-			TypeLong: flatLong, TypeFloat: flatFloat, TypeDouble: flatDouble, TypeString: flatString,
-			TypeBinary: flatBinary, TypeDate: flatDate, TypeTimestamp: flatTimestamp, TypeTimestampNTZ: flatTimestampNTZ,
+	case types.PrimitiveType:
+		c.kind = map[types.PrimitiveType]flatKind{
+			types.TypeBoolean: flatBoolean, types.TypeByte: flatByte, types.TypeShort: flatShort, types.TypeInteger: flatInteger,
+			types.TypeLong: flatLong, types.TypeFloat: flatFloat, types.TypeDouble: flatDouble, types.TypeString: flatString,
+			types.TypeBinary: flatBinary, types.TypeDate: flatDate, types.TypeTimestamp: flatTimestamp, types.TypeTimestampNTZ: flatTimestampNTZ,
 		}[t]
 	}
 	return c
@@ -113,12 +115,12 @@ func (c *flatColumn) add(v any) error {
 		return nil
 	}
 	if !c.put(v) {
-		n, err := normalizeValue(c.field.Type, v)
+		n, err := types.Normalize(c.field.Type, v)
 		if err != nil {
 			return errColumn(c.field, err)
 		}
 		if !c.put(n) {
-			return errColumn(c.field, fmt.Errorf("%w: %T for %s", ErrInvalidValue, v, c.field.Type))
+			return errColumn(c.field, fmt.Errorf("%w: %T for %s", types.ErrInvalidValue, v, c.field.Type))
 		}
 	}
 	c.addValue()
@@ -155,7 +157,7 @@ func (c *flatColumn) addNull() {
 }
 
 // put appends v when it is of the Go type readers return for the column
-// and needs no checking, stored as what normalizeValue makes of it (a time
+// and needs no checking, stored as what types.Normalize makes of it (a time
 // in any zone, for one); otherwise it reports false and appends nothing.
 func (c *flatColumn) put(v any) bool {
 	switch c.kind {
@@ -218,7 +220,7 @@ func (c *flatColumn) put(v any) bool {
 	case flatDate:
 		x, ok := v.(time.Time)
 		if ok {
-			c.ints32 = append(c.ints32, DaysSinceEpoch(x))
+			c.ints32 = append(c.ints32, types.DaysSinceEpoch(x))
 		}
 		return ok
 	case flatTimestamp:
@@ -230,7 +232,7 @@ func (c *flatColumn) put(v any) bool {
 	case flatTimestampNTZ:
 		x, ok := v.(time.Time)
 		if ok {
-			c.ints64 = append(c.ints64, ntzMicros(x))
+			c.ints64 = append(c.ints64, types.NTZMicros(x))
 		}
 		return ok
 	case flatDecimal32, flatDecimal64:
@@ -244,8 +246,8 @@ func (c *flatColumn) put(v any) bool {
 		}
 		return ok
 	case flatDecimalWide:
-		x, ok := v.(Decimal)
-		if !ok || x.Unscaled == nil || x.Scale != c.scale || decimalDigits(x.Unscaled) > c.precision {
+		x, ok := v.(types.Decimal)
+		if !ok || x.Unscaled == nil || x.Scale != c.scale || types.DecimalDigits(x.Unscaled) > c.precision {
 			return false
 		}
 		c.data = appendTwosComplement(c.data, x.Unscaled, c.size)
@@ -258,7 +260,7 @@ func (c *flatColumn) put(v any) bool {
 // unscaled returns the unscaled value of a normalised decimal of an INT32
 // or INT64 decimal column.
 func (c *flatColumn) unscaled(v any) (int64, bool) {
-	d, ok := v.(Decimal)
+	d, ok := v.(types.Decimal)
 	if !ok || d.Unscaled == nil || d.Scale != c.scale || !d.Unscaled.IsInt64() {
 		return 0, false
 	}
@@ -494,11 +496,11 @@ func (c *flatColumn) fromInt64(x int64) any {
 	case flatInteger:
 		return int32(x)
 	case flatDate:
-		return DateFromDays(int32(x))
+		return types.DateFromDays(int32(x))
 	case flatTimestamp, flatTimestampNTZ:
-		return TimeFromMicros(x)
+		return types.TimeFromMicros(x)
 	case flatDecimal32, flatDecimal64:
-		return NewDecimal(x, c.scale)
+		return types.NewDecimal(x, c.scale)
 	}
 	return x
 }
@@ -571,7 +573,7 @@ func (c *flatColumn) wideBounds() (lo, hi any) {
 			b = x
 		}
 	}
-	return Decimal{Unscaled: fromTwosComplement(a), Scale: c.scale}, Decimal{Unscaled: fromTwosComplement(b), Scale: c.scale}
+	return types.Decimal{Unscaled: fromTwosComplement(a), Scale: c.scale}, types.Decimal{Unscaled: fromTwosComplement(b), Scale: c.scale}
 }
 
 // compareTwosComplement orders two big-endian two's complement integers of

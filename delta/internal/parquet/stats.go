@@ -1,13 +1,14 @@
-package delta
+package parquet
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // StringStatsPrefixLength is the number of characters kept of string values
@@ -17,26 +18,6 @@ const StringStatsPrefixLength = 32
 // maxRune is appended to a truncated maximum string so that it stays an
 // upper bound of the values it stands for.
 const maxRune = utf8.MaxRune
-
-// Stats are the per-file statistics of an add action, decoded from its stats
-// string. Values are decoded JSON (numbers as json.Number).
-type Stats struct {
-	NumRecords int64          `json:"numRecords"`
-	MinValues  map[string]any `json:"minValues,omitempty"`
-	MaxValues  map[string]any `json:"maxValues,omitempty"`
-	NullCount  map[string]any `json:"nullCount,omitempty"`
-}
-
-// ParseStats decodes an add action's stats string.
-func ParseStats(s string) (*Stats, error) {
-	var st Stats
-	d := json.NewDecoder(bytes.NewReader([]byte(s)))
-	d.UseNumber()
-	if err := d.Decode(&st); err != nil {
-		return nil, fmt.Errorf("parse stats: %w", err)
-	}
-	return &st, nil
-}
 
 // statsCollector computes Spark-compatible statistics for the rows of one
 // file: numRecords; minValues and maxValues for numbers, decimals, strings,
@@ -49,22 +30,22 @@ type statsCollector struct {
 
 type colStats struct {
 	name      string
-	typ       DataType
+	typ       types.DataType
 	children  []*colStats // struct fields
 	nullCount int64
 	min, max  any
 	noBounds  bool // a value (NaN, ±Inf) that JSON cannot bound
 }
 
-func newStatsCollector(st *StructType) *statsCollector {
+func newStatsCollector(st *types.StructType) *statsCollector {
 	return &statsCollector{cols: newColStats(st)}
 }
 
-func newColStats(st *StructType) []*colStats {
+func newColStats(st *types.StructType) []*colStats {
 	out := make([]*colStats, len(st.Fields))
 	for i, f := range st.Fields {
 		c := &colStats{name: f.Name, typ: f.Type}
-		if sub, ok := f.Type.(*StructType); ok {
+		if sub, ok := f.Type.(*types.StructType); ok {
 			c.children = newColStats(sub)
 		}
 		out[i] = c
@@ -86,7 +67,7 @@ func (c *colStats) observeNulls(n int64) {
 	if n == 0 {
 		return
 	}
-	if _, ok := c.typ.(*StructType); ok {
+	if _, ok := c.typ.(*types.StructType); ok {
 		for _, ch := range c.children {
 			ch.observeNulls(n)
 		}
@@ -102,8 +83,8 @@ func (c *colStats) observe(v any) {
 		c.observeNulls(1)
 		return
 	}
-	if _, ok := c.typ.(*StructType); ok {
-		r := v.(Row)
+	if _, ok := c.typ.(*types.StructType); ok {
+		r := v.(types.Row)
 		for i, ch := range c.children {
 			ch.observe(r[i])
 		}
@@ -138,14 +119,14 @@ func (c *colStats) observe(v any) {
 }
 
 // hasBounds reports whether Spark records minValues and maxValues for a type.
-func hasBounds(dt DataType) bool {
+func hasBounds(dt types.DataType) bool {
 	switch t := dt.(type) {
-	case DecimalType:
+	case types.DecimalType:
 		return true
-	case PrimitiveType:
+	case types.PrimitiveType:
 		switch t {
-		case TypeByte, TypeShort, TypeInteger, TypeLong, TypeFloat, TypeDouble,
-			TypeString, TypeDate, TypeTimestamp, TypeTimestampNTZ:
+		case types.TypeByte, types.TypeShort, types.TypeInteger, types.TypeLong, types.TypeFloat, types.TypeDouble,
+			types.TypeString, types.TypeDate, types.TypeTimestamp, types.TypeTimestampNTZ:
 			return true
 		}
 	}
@@ -169,8 +150,8 @@ func compareValues(a, b any) int {
 		return cmpOrdered(x, b.(float64))
 	case string:
 		return cmpOrdered(x, b.(string))
-	case Decimal:
-		return x.Cmp(b.(Decimal))
+	case types.Decimal:
+		return x.Cmp(b.(types.Decimal))
 	case time.Time:
 		return x.Compare(b.(time.Time))
 	}
@@ -189,12 +170,12 @@ func cmpOrdered[T int8 | int16 | int32 | int64 | float32 | float64 | string](a, 
 
 // JSON returns the stats string.
 func (s *statsCollector) JSON() (string, error) {
-	var o orderedObject
-	o.add("numRecords", s.numRecords)
+	var o types.OrderedObject
+	o.Add("numRecords", s.numRecords)
 	mins, maxs, nulls := statsObjects(s.cols)
-	o.add("minValues", mins)
-	o.add("maxValues", maxs)
-	o.add("nullCount", nulls)
+	o.Add("minValues", mins)
+	o.Add("maxValues", maxs)
+	o.Add("nullCount", nulls)
 	b, err := o.MarshalJSON()
 	if err != nil {
 		return "", fmt.Errorf("marshal stats: %w", err)
@@ -202,25 +183,25 @@ func (s *statsCollector) JSON() (string, error) {
 	return string(b), nil
 }
 
-func statsObjects(cols []*colStats) (mins, maxs, nulls *orderedObject) {
-	mins, maxs, nulls = &orderedObject{}, &orderedObject{}, &orderedObject{}
+func statsObjects(cols []*colStats) (mins, maxs, nulls *types.OrderedObject) {
+	mins, maxs, nulls = &types.OrderedObject{}, &types.OrderedObject{}, &types.OrderedObject{}
 	for _, c := range cols {
 		if c.children != nil {
 			cmin, cmax, cnull := statsObjects(c.children)
-			if cmin.len() > 0 {
-				mins.add(c.name, cmin)
+			if cmin.Len() > 0 {
+				mins.Add(c.name, cmin)
 			}
-			if cmax.len() > 0 {
-				maxs.add(c.name, cmax)
+			if cmax.Len() > 0 {
+				maxs.Add(c.name, cmax)
 			}
-			nulls.add(c.name, cnull)
+			nulls.Add(c.name, cnull)
 			continue
 		}
-		nulls.add(c.name, c.nullCount)
+		nulls.Add(c.name, c.nullCount)
 		if c.min != nil && !c.noBounds {
-			mins.add(c.name, statsValue(c.typ, c.min, false))
+			mins.Add(c.name, statsValue(c.typ, c.min, false))
 			if mx := statsValue(c.typ, c.max, true); mx != nil {
-				maxs.add(c.name, mx)
+				maxs.Add(c.name, mx)
 			}
 		}
 	}
@@ -229,13 +210,13 @@ func statsObjects(cols []*colStats) (mins, maxs, nulls *orderedObject) {
 
 // statsValue formats a bound the way Spark writes it in stats JSON. It
 // returns nil when no valid bound can be written.
-func statsValue(dt DataType, v any, isMax bool) any {
+func statsValue(dt types.DataType, v any, isMax bool) any {
 	switch x := v.(type) {
 	case float32:
 		return json.Number(strconv.FormatFloat(float64(x), 'g', -1, 32))
 	case float64:
 		return json.Number(strconv.FormatFloat(x, 'g', -1, 64))
-	case Decimal:
+	case types.Decimal:
 		return json.Number(x.String())
 	case string:
 		if isMax {
@@ -248,13 +229,13 @@ func statsValue(dt DataType, v any, isMax bool) any {
 		return truncateString(x, StringStatsPrefixLength)
 	case time.Time:
 		switch dt {
-		case TypeDate:
+		case types.TypeDate:
 			return x.Format("2006-01-02")
-		case TypeTimestamp:
-			ms := floorDiv(x.UnixMicro(), 1000)
+		case types.TypeTimestamp:
+			ms := types.FloorDiv(x.UnixMicro(), 1000)
 			return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
 		default:
-			ms := floorDiv(x.UnixMicro(), 1000)
+			ms := types.FloorDiv(x.UnixMicro(), 1000)
 			return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000")
 		}
 	}

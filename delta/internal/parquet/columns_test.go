@@ -1,4 +1,4 @@
-package delta
+package parquet
 
 import (
 	"bytes"
@@ -15,29 +15,31 @@ import (
 
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // flatTypesSchema has a column of every primitive and decimal width, all
 // nullable but one.
-func flatTypesSchema() *StructType {
-	return NewStructType(
-		NewField("id", TypeLong, false),
-		NewField("b", TypeBoolean, true),
-		NewField("i8", TypeByte, true),
-		NewField("i16", TypeShort, true),
-		NewField("i32", TypeInteger, true),
-		NewField("i64", TypeLong, true),
-		NewField("f32", TypeFloat, true),
-		NewField("f64", TypeDouble, true),
-		NewField("d9", DecimalType{Precision: 9, Scale: 2}, true),
-		NewField("d18", DecimalType{Precision: 18, Scale: 4}, true),
-		NewField("d38", DecimalType{Precision: 38, Scale: 10}, true),
-		NewField("d20", DecimalType{Precision: 20, Scale: 0}, true),
-		NewField("s", TypeString, true),
-		NewField("bin", TypeBinary, true),
-		NewField("date", TypeDate, true),
-		NewField("ts", TypeTimestamp, true),
-		NewField("ntz", TypeTimestampNTZ, true),
+func flatTypesSchema() *types.StructType {
+	return types.NewStructType(
+		types.NewField("id", types.TypeLong, false),
+		types.NewField("b", types.TypeBoolean, true),
+		types.NewField("i8", types.TypeByte, true),
+		types.NewField("i16", types.TypeShort, true),
+		types.NewField("i32", types.TypeInteger, true),
+		types.NewField("i64", types.TypeLong, true),
+		types.NewField("f32", types.TypeFloat, true),
+		types.NewField("f64", types.TypeDouble, true),
+		types.NewField("d9", types.DecimalType{Precision: 9, Scale: 2}, true),
+		types.NewField("d18", types.DecimalType{Precision: 18, Scale: 4}, true),
+		types.NewField("d38", types.DecimalType{Precision: 38, Scale: 10}, true),
+		types.NewField("d20", types.DecimalType{Precision: 20, Scale: 0}, true),
+		types.NewField("s", types.TypeString, true),
+		types.NewField("bin", types.TypeBinary, true),
+		types.NewField("date", types.TypeDate, true),
+		types.NewField("ts", types.TypeTimestamp, true),
+		types.NewField("ntz", types.TypeTimestampNTZ, true),
 	)
 }
 
@@ -45,7 +47,7 @@ func flatTypesSchema() *StructType {
 // changing patterns (whole runs of them too), extreme and ordinary values,
 // and values of other Go types than readers return, which the writer
 // converts.
-func flatTypesRow(t *testing.T, i int) Row {
+func flatTypesRow(t *testing.T, i int) types.Row {
 	wide := new(big.Int).Exp(big.NewInt(10), big.NewInt(38), nil)
 	wide.Sub(wide, big.NewInt(int64(i+1)))
 	if i%2 == 1 {
@@ -55,7 +57,7 @@ func flatTypesRow(t *testing.T, i int) Row {
 	paris := time.FixedZone("CET", 3600)
 	at := time.Date(1969, 12, 31, 23, 59, 59, 999_000, time.UTC).Add(time.Duration(i*i) * 997 * time.Millisecond)
 	strs := []string{"", "héllo wörld 😈", "ascii", "日本語のテキスト", strings.Repeat("z", 40), "a\x00b"}
-	r := Row{
+	r := types.Row{
 		int64(i),
 		i%3 == 0,
 		int8(i%256 - 128),
@@ -64,23 +66,23 @@ func flatTypesRow(t *testing.T, i int) Row {
 		int64(i) * -922337203685477,
 		float32(i) / 4,
 		float64(i) * -1.5e300 / 1000,
-		NewDecimal(int64(i*12345)%999_999_999-499_999_999, 2),
-		NewDecimal(int64(i)*-99_999_999_999_999+999_999_999_999_999_999/2, 4),
-		Decimal{Unscaled: wide, Scale: 10},
-		Decimal{Unscaled: d20, Scale: 0},
+		types.NewDecimal(int64(i*12345)%999_999_999-499_999_999, 2),
+		types.NewDecimal(int64(i)*-99_999_999_999_999+999_999_999_999_999_999/2, 4),
+		types.Decimal{Unscaled: wide, Scale: 10},
+		types.Decimal{Unscaled: d20, Scale: 0},
 		strs[i%len(strs)],
 		[]byte{byte(i), 0, 255, byte(i >> 8)}[:i%5],
-		DateFromDays(int32(i*37 - 20000)),
+		types.DateFromDays(int32(i*37 - 20000)),
 		at,
 		at.Add(time.Hour),
 	}
 	switch i % 5 {
 	case 1: // other Go types, converted by the writer
 		r[4], r[5], r[6], r[7] = int(r[4].(int32)), int32(i), float64(r[6].(float32)), float32(i)
-		r[8] = r[8].(Decimal).String()
-		r[9] = NewDecimal(int64(i), 0)
+		r[8] = r[8].(types.Decimal).String()
+		r[9] = types.NewDecimal(int64(i), 0)
 		r[12], r[13] = []byte(r[12].(string)), string(r[13].([]byte))
-		r[14], r[15], r[16] = DateFromDays(int32(i)).In(paris).Add(5*time.Hour), at.In(paris), at.In(paris)
+		r[14], r[15], r[16] = types.DateFromDays(int32(i)).In(paris).Add(5*time.Hour), at.In(paris), at.In(paris)
 	case 2:
 		r[15], r[16] = at.Add(1500*time.Nanosecond), at.UnixMicro()
 	}
@@ -95,22 +97,22 @@ func flatTypesRow(t *testing.T, i int) Row {
 }
 
 // normalizedRows returns the rows as readers return them.
-func normalizedRows(t *testing.T, st *StructType, rows []Row) []Row {
+func normalizedRows(t *testing.T, st *types.StructType, rows []types.Row) []types.Row {
 	t.Helper()
-	out := make([]Row, len(rows))
+	out := make([]types.Row, len(rows))
 	for i, r := range rows {
-		n, err := normalizeValue(st, r)
+		n, err := types.Normalize(st, r)
 		if err != nil {
 			t.Fatalf("row %d: %v", i, err)
 		}
-		out[i] = n.(Row)
+		out[i] = n.(types.Row)
 	}
 	return out
 }
 
 // referenceStats computes the stats of rows value by value, with the
 // statistics collector the writer used to feed row by row.
-func referenceStats(t *testing.T, st *StructType, rows []Row) string {
+func referenceStats(t *testing.T, st *types.StructType, rows []types.Row) string {
 	t.Helper()
 	s := newStatsCollector(st)
 	for _, r := range normalizedRows(t, st, rows) {
@@ -124,7 +126,7 @@ func referenceStats(t *testing.T, st *StructType, rows []Row) string {
 }
 
 // assertSameRowsInOrder compares rows in order.
-func assertSameRowsInOrder(t *testing.T, what string, got, want []Row) {
+func assertSameRowsInOrder(t *testing.T, what string, got, want []types.Row) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: got %d rows, want %d", what, len(got), len(want))
@@ -138,13 +140,13 @@ func assertSameRowsInOrder(t *testing.T, what string, got, want []Row) {
 
 // closeAndRead closes a writer of a file under dir and returns its add
 // action and the rows read back from it.
-func closeAndRead(t *testing.T, w *DataWriter, dir string, st *StructType) (*Add, []Row) {
+func closeAndRead(t *testing.T, w *testWriter, dir string, st *types.StructType) (*testAdd, []types.Row) {
 	t.Helper()
 	add, err := w.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := ReadParquetFile(context.Background(), filepath.Join(dir, add.Path), st)
+	rows, err := ReadFile(context.Background(), filepath.Join(dir, add.Path), st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +155,7 @@ func closeAndRead(t *testing.T, w *DataWriter, dir string, st *StructType) (*Add
 
 // checkRowGroups checks, with arrow-go, the number of row groups of a file
 // and the null count of every column chunk against the rows.
-func checkRowGroups(t *testing.T, path string, st *StructType, want []Row, rowGroupRows int) {
+func checkRowGroups(t *testing.T, path string, st *types.StructType, want []types.Row, rowGroupRows int) {
 	t.Helper()
 	pr, err := file.OpenParquetFile(path, false)
 	if err != nil {
@@ -210,7 +212,7 @@ func checkRowGroups(t *testing.T, path string, st *StructType, want []Row, rowGr
 // physicalBounds returns the plain encodings of the smallest and largest
 // non-null values of column c of rows, in the order of the column's Parquet
 // type.
-func physicalBounds(t *testing.T, f *StructField, rows []Row, c int) (lo, hi []byte) {
+func physicalBounds(t *testing.T, f *types.StructField, rows []types.Row, c int) (lo, hi []byte) {
 	t.Helper()
 	node, err := parquetNode(f.Type, f.Nullable)
 	if err != nil {
@@ -258,7 +260,7 @@ func checkChunkBounds(t *testing.T, what string, stats metadata.TypedStatistics,
 func TestColumnarWriteReadBack(t *testing.T) {
 	ctx := context.Background()
 	st := flatTypesSchema()
-	var rows []Row
+	var rows []types.Row
 	for i := range 2500 {
 		rows = append(rows, flatTypesRow(t, i))
 	}
@@ -266,7 +268,7 @@ func TestColumnarWriteReadBack(t *testing.T) {
 	for _, rg := range []int{2500, 1111, 333, 7} {
 		t.Run(fmt.Sprintf("row groups of %d", rg), func(t *testing.T) {
 			dir := t.TempDir()
-			w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: int64(rg)})
+			w, err := newDataWriter(dir, st, nil, WriteOptions{RowGroupRows: int64(rg)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -283,7 +285,7 @@ func TestColumnarWriteReadBack(t *testing.T) {
 				t.Fatal(err)
 			}
 			path := filepath.Join(dir, add.Path)
-			got, err := ReadParquetFile(ctx, path, st)
+			got, err := ReadFile(ctx, path, st)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -301,41 +303,41 @@ func TestColumnarWriteReadBack(t *testing.T) {
 // than the prefix kept, negative zero, all-null columns, a single row.
 func TestColumnarStatsEdgeCases(t *testing.T) {
 	ctx := context.Background()
-	st := NewStructType(
-		NewField("f32", TypeFloat, true),
-		NewField("f64", TypeDouble, true),
-		NewField("s", TypeString, true),
-		NewField("long", TypeString, true),
-		NewField("none", TypeLong, true),
-		NewField("z", TypeDouble, true),
-		NewField("d38", DecimalType{Precision: 38, Scale: 0}, true),
+	st := types.NewStructType(
+		types.NewField("f32", types.TypeFloat, true),
+		types.NewField("f64", types.TypeDouble, true),
+		types.NewField("s", types.TypeString, true),
+		types.NewField("long", types.TypeString, true),
+		types.NewField("none", types.TypeLong, true),
+		types.NewField("z", types.TypeDouble, true),
+		types.NewField("d38", types.DecimalType{Precision: 38, Scale: 0}, true),
 	)
 	maxRuneStr := strings.Repeat("é", 31) + string(maxRune) + string(maxRune) + "x"
-	cases := map[string][]Row{
+	cases := map[string][]types.Row{
 		"nan": {
-			{float32(1), 2.0, "b", "x", nil, 0.0, NewDecimal(-1, 0)},
-			{float32(math.NaN()), math.Inf(-1), "\xff\xfe", strings.Repeat("y", 40), nil, math.Copysign(0, -1), NewDecimal(1, 0)},
-			{float32(-1), -2.0, "a", maxRuneStr, nil, 0.0, NewDecimal(0, 0)},
+			{float32(1), 2.0, "b", "x", nil, 0.0, types.NewDecimal(-1, 0)},
+			{float32(math.NaN()), math.Inf(-1), "\xff\xfe", strings.Repeat("y", 40), nil, math.Copysign(0, -1), types.NewDecimal(1, 0)},
+			{float32(-1), -2.0, "a", maxRuneStr, nil, 0.0, types.NewDecimal(0, 0)},
 		},
-		"one row":  {{float32(3), 4.0, "", "", nil, math.Copysign(0, -1), NewDecimal(-5, 0)}},
+		"one row":  {{float32(3), 4.0, "", "", nil, math.Copysign(0, -1), types.NewDecimal(-5, 0)}},
 		"all null": {{nil, nil, nil, nil, nil, nil, nil}, {nil, nil, nil, nil, nil, nil, nil}},
 		"inf in a later row group": {
-			{float32(1), 1.0, "a", "a", int64(1), 1.0, NewDecimal(7, 0)},
-			{float32(2), 2.0, "b", "b", int64(2), 2.0, NewDecimal(-7, 0)},
+			{float32(1), 1.0, "a", "a", int64(1), 1.0, types.NewDecimal(7, 0)},
+			{float32(2), 2.0, "b", "b", int64(2), 2.0, types.NewDecimal(-7, 0)},
 			{float32(math.Inf(1)), math.NaN(), "c", "c", int64(3), 3.0, nil},
 		},
 	}
 	for name, rows := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			add, err := WriteDataFile(ctx, dir, st, nil, nil, rows, WriteOptions{RowGroupRows: 2})
+			add, err := writeDataFile(ctx, dir, st, nil, rows, WriteOptions{RowGroupRows: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if ref := referenceStats(t, st, rows); add.Stats != ref {
 				t.Errorf("stats\n got: %s\nwant: %s", add.Stats, ref)
 			}
-			got, err := ReadParquetFile(ctx, filepath.Join(dir, add.Path), st)
+			got, err := ReadFile(ctx, filepath.Join(dir, add.Path), st)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -348,40 +350,40 @@ func TestColumnarStatsEdgeCases(t *testing.T) {
 // itself in the file, whichever column refuses it, and that the writer then
 // goes on.
 func TestColumnarBadRows(t *testing.T) {
-	st := NewStructType(
-		NewField("id", TypeLong, false),
-		NewField("s", TypeString, true),
-		NewField("d", DecimalType{Precision: 5, Scale: 1}, true),
-		NewField("w", DecimalType{Precision: 25, Scale: 1}, true),
-		NewField("n", TypeInteger, false),
+	st := types.NewStructType(
+		types.NewField("id", types.TypeLong, false),
+		types.NewField("s", types.TypeString, true),
+		types.NewField("d", types.DecimalType{Precision: 5, Scale: 1}, true),
+		types.NewField("w", types.DecimalType{Precision: 25, Scale: 1}, true),
+		types.NewField("n", types.TypeInteger, false),
 	)
-	good := func(i int) Row {
-		return Row{int64(i), fmt.Sprint("row ", i), NewDecimal(int64(i), 1), NewDecimal(int64(-i), 1), int32(i)}
+	good := func(i int) types.Row {
+		return types.Row{int64(i), fmt.Sprint("row ", i), types.NewDecimal(int64(i), 1), types.NewDecimal(int64(-i), 1), int32(i)}
 	}
-	bad := []Row{
-		{int64(100), "x", NewDecimal(100000, 1), nil, int32(1)},  // 6 digits in decimal(5,1)
-		{int64(101), "x", NewDecimal(1, 2), nil, int32(1)},       // loses a digit
-		{int64(102), "x", nil, nil, nil},                         // null in a non-nullable column
-		{int64(103), 5, nil, nil, int32(1)},                      // not a string
-		{int64(104), "x", nil, NewDecimal(1, 0), int64(1) << 40}, // out of range for integer
-		{nil, "x", nil, nil, int32(1)},                           // null first column
-		{int64(105), "x", nil, mustDec(t, "1e30"), int32(1)},     // too wide
+	bad := []types.Row{
+		{int64(100), "x", types.NewDecimal(100000, 1), nil, int32(1)},  // 6 digits in decimal(5,1)
+		{int64(101), "x", types.NewDecimal(1, 2), nil, int32(1)},       // loses a digit
+		{int64(102), "x", nil, nil, nil},                               // null in a non-nullable column
+		{int64(103), 5, nil, nil, int32(1)},                            // not a string
+		{int64(104), "x", nil, types.NewDecimal(1, 0), int64(1) << 40}, // out of range for integer
+		{nil, "x", nil, nil, int32(1)},                                 // null first column
+		{int64(105), "x", nil, mustDec(t, "1e30"), int32(1)},           // too wide
 	}
 	dir := t.TempDir()
-	w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: 3})
+	w, err := newDataWriter(dir, st, nil, WriteOptions{RowGroupRows: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []Row
+	var want []types.Row
 	for i, b := range bad {
 		for j := range 2 {
 			r := good(10*i + j)
-			if err := w.Write([]Row{r}); err != nil {
+			if err := w.Write([]types.Row{r}); err != nil {
 				t.Fatal(err)
 			}
 			want = append(want, r)
 		}
-		if err := w.Write([]Row{b}); !errors.Is(err, ErrInvalidValue) {
+		if err := w.Write([]types.Row{b}); !errors.Is(err, types.ErrInvalidValue) {
 			t.Errorf("bad row %d: err %v, want ErrInvalidValue", i, err)
 		}
 	}
@@ -397,13 +399,13 @@ func TestColumnarBadRows(t *testing.T) {
 // which leaves no file.
 func TestColumnarEmptyAndAbort(t *testing.T) {
 	ctx := context.Background()
-	st := NewStructType(NewField("id", TypeLong, true), NewField("s", TypeString, true))
+	st := types.NewStructType(types.NewField("id", types.TypeLong, true), types.NewField("s", types.TypeString, true))
 	dir := t.TempDir()
-	add, err := WriteDataFile(ctx, dir, st, nil, nil, nil, WriteOptions{})
+	add, err := writeDataFile(ctx, dir, st, nil, nil, WriteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadParquetFile(ctx, filepath.Join(dir, add.Path), st)
+	got, err := ReadFile(ctx, filepath.Join(dir, add.Path), st)
 	if err != nil || len(got) != 0 {
 		t.Fatalf("empty file: %d rows, %v", len(got), err)
 	}
@@ -411,13 +413,13 @@ func TestColumnarEmptyAndAbort(t *testing.T) {
 		t.Errorf("empty file stats %s", add.Stats)
 	}
 
-	w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: 10})
+	w, err := newDataWriter(dir, st, nil, WriteOptions{RowGroupRows: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []Row
+	var rows []types.Row
 	for i := range 95 {
-		rows = append(rows, Row{int64(i), "abc"})
+		rows = append(rows, types.Row{int64(i), "abc"})
 	}
 	if err := w.Write(rows); err != nil {
 		t.Fatal(err)
@@ -438,56 +440,56 @@ func TestColumnarEmptyAndAbort(t *testing.T) {
 // arrow-go reads back and the stats against those of the values one by one.
 func TestColumnarNestedFields(t *testing.T) {
 	ctx := context.Background()
-	data := []*StructField{NewField("id", TypeLong, true), NewField("name", TypeString, true),
-		NewField("amount", DecimalType{Precision: 30, Scale: 2}, true)}
-	st := NewStructType(append(append([]*StructField{}, data...),
-		NewField("_op", TypeString, false),
-		NewField("_before", NewStructType(data...), true),
-		NewField("_unchanged", &ArrayType{ElementType: TypeString}, true),
-		NewField("m", &MapType{KeyType: TypeString, ValueType: TypeLong, ValueContainsNull: true}, true),
-		NewField("grid", &ArrayType{ElementType: &ArrayType{ElementType: TypeInteger, ContainsNull: true}, ContainsNull: true}, false),
-		NewField("tail", TypeBoolean, true))...)
-	row := func(i int) Row {
+	data := []*types.StructField{types.NewField("id", types.TypeLong, true), types.NewField("name", types.TypeString, true),
+		types.NewField("amount", types.DecimalType{Precision: 30, Scale: 2}, true)}
+	st := types.NewStructType(append(append([]*types.StructField{}, data...),
+		types.NewField("_op", types.TypeString, false),
+		types.NewField("_before", types.NewStructType(data...), true),
+		types.NewField("_unchanged", &types.ArrayType{ElementType: types.TypeString}, true),
+		types.NewField("m", &types.MapType{KeyType: types.TypeString, ValueType: types.TypeLong, ValueContainsNull: true}, true),
+		types.NewField("grid", &types.ArrayType{ElementType: &types.ArrayType{ElementType: types.TypeInteger, ContainsNull: true}, ContainsNull: true}, false),
+		types.NewField("tail", types.TypeBoolean, true))...)
+	row := func(i int) types.Row {
 		if i >= 1000 && i < 2500 {
 			// A run of inserts: whole row groups, and slices of others,
 			// in which the nested fields are null throughout.
-			return Row{int64(i), fmt.Sprintf("n%d", i), nil, "insert", nil, nil, nil, []any{}, nil}
+			return types.Row{int64(i), fmt.Sprintf("n%d", i), nil, "insert", nil, nil, nil, []any{}, nil}
 		}
 		var before, unchanged, m any
 		switch i % 4 {
 		case 1:
-			before, unchanged, m = Row{int64(-i), "old", NewDecimal(int64(i)*-101, 2)}, []any{}, []MapEntry{}
+			before, unchanged, m = types.Row{int64(-i), "old", types.NewDecimal(int64(i)*-101, 2)}, []any{}, []types.MapEntry{}
 		case 2:
-			before, unchanged = Row{nil, nil, nil}, []any{"name", "id"}
+			before, unchanged = types.Row{nil, nil, nil}, []any{"name", "id"}
 			m = map[string]any{"b": int64(i), "a": nil}
 		case 3:
-			before, m = Row{int64(i), fmt.Sprint(i), nil}, map[string]any{"k": 7}
+			before, m = types.Row{int64(i), fmt.Sprint(i), nil}, map[string]any{"k": 7}
 		}
 		grid := []any{[]any{int32(i), nil}, nil, []any{}}[:i%4]
-		return Row{int64(i), fmt.Sprintf("n%d", i), NewDecimal(int64(i)*1001, 2), "update", before, unchanged, m, grid, i%3 == 0}
+		return types.Row{int64(i), fmt.Sprintf("n%d", i), types.NewDecimal(int64(i)*1001, 2), "update", before, unchanged, m, grid, i%3 == 0}
 	}
-	bad := []Row{
-		{int64(1), "x", nil, "insert", Row{"not a long", nil, nil}, nil, nil, []any{}, nil},
+	bad := []types.Row{
+		{int64(1), "x", nil, "insert", types.Row{"not a long", nil, nil}, nil, nil, []any{}, nil},
 		{int64(1), "x", nil, "insert", nil, []any{nil}, nil, []any{}, nil}, // null element, not allowed
 		{int64(1), "x", nil, "insert", nil, nil, nil, nil, nil},            // null grid
 		{int64(1), "x", nil, "insert", nil, nil, map[string]any{"k": "v"}, []any{}, nil},
 		{int64(1), 5, nil, "insert", nil, nil, nil, []any{}, nil}, // a leaf column refuses it
 	}
 	dir := t.TempDir()
-	w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: 700})
+	w, err := newDataWriter(dir, st, nil, WriteOptions{RowGroupRows: 700})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []Row
+	var want []types.Row
 	for i := range 3000 {
 		r := row(i)
-		if err := w.Write([]Row{r}); err != nil {
+		if err := w.Write([]types.Row{r}); err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, r)
 		if i%600 == 5 {
 			b := bad[i/600]
-			if err := w.Write([]Row{b}); !errors.Is(err, ErrInvalidValue) {
+			if err := w.Write([]types.Row{b}); !errors.Is(err, types.ErrInvalidValue) {
 				t.Errorf("bad row %d: err %v, want ErrInvalidValue", i/600, err)
 			}
 		}
@@ -497,7 +499,7 @@ func TestColumnarNestedFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, add.Path)
-	got, err := ReadParquetFile(ctx, path, st)
+	got, err := ReadFile(ctx, path, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,9 +521,9 @@ func TestColumnarNestedFields(t *testing.T) {
 // TestColumnarEncodeError checks that a row group that fails to reach the
 // file fails the writes after it and Close, which removes the file.
 func TestColumnarEncodeError(t *testing.T) {
-	st := NewStructType(NewField("id", TypeLong, true), NewField("s", TypeString, true))
+	st := types.NewStructType(types.NewField("id", types.TypeLong, true), types.NewField("s", types.TypeString, true))
 	dir := t.TempDir()
-	w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: 10})
+	w, err := newDataWriter(dir, st, nil, WriteOptions{RowGroupRows: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,12 +531,12 @@ func TestColumnarEncodeError(t *testing.T) {
 	var werr error
 	long := strings.Repeat("x", 1000)
 	for i := 0; i < 10000 && werr == nil; i++ {
-		werr = w.Write([]Row{{int64(i), fmt.Sprint(long, i)}})
+		werr = w.Write([]types.Row{{int64(i), fmt.Sprint(long, i)}})
 	}
 	if werr == nil {
 		t.Error("writes after a failed row group succeeded")
 	}
-	if err := w.Write([]Row{{int64(1), "x"}}); err == nil {
+	if err := w.Write([]types.Row{{int64(1), "x"}}); err == nil {
 		t.Errorf("a write after the error %v succeeded", werr)
 	}
 	if _, err := w.Close(); err == nil {
@@ -549,14 +551,14 @@ func TestColumnarEncodeError(t *testing.T) {
 // file holds with the rows written: a row that did not reach the file (here
 // counted without being written) fails the close and leaves no file.
 func TestCloseRefusesAFileMissingRows(t *testing.T) {
-	st := NewStructType(NewField("id", TypeLong, false))
+	st := types.NewStructType(types.NewField("id", types.TypeLong, false))
 	dir := t.TempDir()
-	w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: 3})
+	w, err := newDataWriter(dir, st, nil, WriteOptions{RowGroupRows: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 7 {
-		if err := w.Write([]Row{{int64(i)}}); err != nil {
+		if err := w.Write([]types.Row{{int64(i)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -574,7 +576,7 @@ func TestCloseRefusesAFileMissingRows(t *testing.T) {
 // "\xa9" make "é"), has no bounds, the first such value saying why; the
 // bounds then are not those of the valid values around them.
 func TestStringBoundsSplitCharacter(t *testing.T) {
-	c := newFlatColumn(NewField("s", TypeString, true), 0, 0)
+	c := newFlatColumn(types.NewField("s", types.TypeString, true), 0, 0)
 	values := []any{"a", "\xc3", "\xa9", "\U0001F600", nil}
 	for _, v := range values {
 		if err := c.add(v); err != nil {
@@ -601,7 +603,7 @@ func TestStringBoundsSplitCharacter(t *testing.T) {
 // them, truncations on either side of it, and reuse once emptied, give the
 // Parquet values of the rows in order.
 func TestFlatColumnKeepsNullsFromTheFirst(t *testing.T) {
-	c := newFlatColumn(NewField("n", TypeLong, true), 0, 0)
+	c := newFlatColumn(types.NewField("n", types.TypeLong, true), 0, 0)
 	var want []any
 	add := func(vs ...any) {
 		for _, v := range vs {

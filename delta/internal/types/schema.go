@@ -1,4 +1,4 @@
-package delta
+package types
 
 import (
 	"bytes"
@@ -343,12 +343,4 @@ func parsePrimitive(name string) (DataType, error) {
 	// Unknown names (void, variant, interval...) are kept so that table
 	// metadata stays readable; reading or writing such columns fails later.
 	return PrimitiveType(name), nil
-}
-
-// columnMappingMode returns the column mapping mode configured for a table.
-func columnMappingMode(conf map[string]string) string {
-	if m, ok := conf["delta.columnMapping.mode"]; ok && m != "" {
-		return strings.ToLower(m)
-	}
-	return "none"
 }

@@ -1,9 +1,11 @@
-package delta
+package parquet
 
 import (
 	"fmt"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // columnarWriter writes rows column by column. Write appends each value of
@@ -17,7 +19,7 @@ import (
 // writer keeps returning its error.
 type columnarWriter struct {
 	writer  *parquet.GenericWriter[any]
-	schema  *StructType
+	schema  *types.StructType
 	stats   *statsCollector
 	maxRows int
 	// expectRows is how many rows the caller expects (at most maxRows),
@@ -68,7 +70,7 @@ type encodeJob struct {
 // newColumnarWriter returns a writer of row groups of at most maxRows rows
 // into w. With buffers, it borrows its columns from those of closed writers
 // of the same data schema (key), and gives them back once closed.
-func newColumnarWriter(w *parquet.GenericWriter[any], st *StructType, stats *statsCollector, maxRows int64, buffers *ColumnBuffers, key string) *columnarWriter {
+func newColumnarWriter(w *parquet.GenericWriter[any], st *types.StructType, stats *statsCollector, maxRows int64, buffers *ColumnBuffers, key string) *columnarWriter {
 	c := &columnarWriter{writer: w, schema: st, stats: stats, maxRows: int(maxRows), buffers: buffers, key: key}
 	if g := buffers.take(key); g != nil {
 		g.rg = w.BeginRowGroup()
@@ -151,7 +153,7 @@ func (g *rowGroupColumns) grow(maxRows, expect int) {
 
 // writeRow appends one row, whose value of column i is r[idx[i]]. On error
 // the row is not written.
-func (c *columnarWriter) writeRow(r Row, idx []int) error {
+func (c *columnarWriter) writeRow(r types.Row, idx []int) error {
 	if c.err != nil {
 		return c.err
 	}
@@ -323,12 +325,12 @@ func (g *rowGroupColumns) reset() {
 }
 
 // errNull is the error of a null value in a non-nullable column.
-func errNull(f *StructField) error {
-	return fmt.Errorf("write rows: %w: null in non-nullable column %q", ErrInvalidValue, f.Name)
+func errNull(f *types.StructField) error {
+	return fmt.Errorf("write rows: %w: null in non-nullable column %q", types.ErrInvalidValue, f.Name)
 }
 
 // errColumn is an error about a value of a column.
-func errColumn(f *StructField, err error) error {
+func errColumn(f *types.StructField, err error) error {
 	return fmt.Errorf("write rows: column %q: %w", f.Name, err)
 }
 
@@ -336,7 +338,7 @@ func errColumn(f *StructField, err error) error {
 // in a row group, which the shredder turns into the values of its leaf
 // columns when the row group is encoded.
 type nestedColumn struct {
-	field *StructField
+	field *types.StructField
 	// pos is the field's position in the schema, leaf that of its first
 	// leaf column.
 	pos, leaf int
@@ -351,8 +353,8 @@ type nestedColumn struct {
 
 // newFieldShredder returns a shredder of one field that gathers the values
 // of each leaf column apart.
-func newFieldShredder(f *StructField) *shredder {
-	s := newShredder(NewStructType(f))
+func newFieldShredder(f *types.StructField) *shredder {
+	s := newShredder(types.NewStructType(f))
 	s.direct = false
 	return s
 }
@@ -365,7 +367,7 @@ func (c *nestedColumn) add(v any) error {
 		}
 	} else {
 		var err error
-		if v, err = normalizeValue(c.field.Type, v); err != nil {
+		if v, err = types.Normalize(c.field.Type, v); err != nil {
 			return errColumn(c.field, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package delta
+package parquet
 
 import (
 	"fmt"
@@ -11,13 +11,15 @@ import (
 	"github.com/parquet-go/parquet-go/deprecated"
 	"github.com/parquet-go/parquet-go/encoding"
 	"github.com/parquet-go/parquet-go/format"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // parquetSchema returns the Parquet schema parquet-go writes for a Delta
 // struct type (the table schema without its partition columns, or the
 // checkpoint schema). Field order is kept, unlike parquet.Group which sorts
 // fields by name.
-func parquetSchema(name string, st *StructType) (*parquet.Schema, error) {
+func parquetSchema(name string, st *types.StructType) (*parquet.Schema, error) {
 	root, err := parquetGroup(st)
 	if err != nil {
 		return nil, err
@@ -25,7 +27,7 @@ func parquetSchema(name string, st *StructType) (*parquet.Schema, error) {
 	return parquet.NewSchema(name, root), nil
 }
 
-func parquetGroup(st *StructType) (*groupNode, error) {
+func parquetGroup(st *types.StructType) (*groupNode, error) {
 	g := &groupNode{fields: make([]parquet.Field, len(st.Fields))}
 	for i, f := range st.Fields {
 		n, err := parquetNode(f.Type, f.Nullable)
@@ -52,39 +54,39 @@ func parquetGroup(st *StructType) (*groupNode, error) {
 //	array          3-level LIST: <name> (LIST) { repeated group list { <element> } }
 //	map            MAP: <name> (MAP) { repeated group key_value { required key; value } }
 //	struct         group
-func parquetNode(dt DataType, nullable bool) (parquet.Node, error) {
+func parquetNode(dt types.DataType, nullable bool) (parquet.Node, error) {
 	var n parquet.Node
 	switch t := dt.(type) {
-	case PrimitiveType:
+	case types.PrimitiveType:
 		switch t {
-		case TypeBoolean:
+		case types.TypeBoolean:
 			n = parquet.Leaf(parquet.BooleanType)
-		case TypeByte:
+		case types.TypeByte:
 			n = parquet.Int(8)
-		case TypeShort:
+		case types.TypeShort:
 			n = parquet.Int(16)
-		case TypeInteger:
+		case types.TypeInteger:
 			n = parquet.Leaf(parquet.Int32Type)
-		case TypeLong:
+		case types.TypeLong:
 			n = parquet.Leaf(parquet.Int64Type)
-		case TypeFloat:
+		case types.TypeFloat:
 			n = parquet.Leaf(parquet.FloatType)
-		case TypeDouble:
+		case types.TypeDouble:
 			n = parquet.Leaf(parquet.DoubleType)
-		case TypeString:
+		case types.TypeString:
 			n = parquet.String()
-		case TypeBinary:
+		case types.TypeBinary:
 			n = parquet.Leaf(parquet.ByteArrayType)
-		case TypeDate:
+		case types.TypeDate:
 			n = parquet.Date()
-		case TypeTimestamp:
+		case types.TypeTimestamp:
 			n = parquet.TimestampAdjusted(parquet.Microsecond, true)
-		case TypeTimestampNTZ:
+		case types.TypeTimestampNTZ:
 			n = parquet.Leaf(ntzType{parquet.TimestampAdjusted(parquet.Microsecond, false).Type()})
 		default:
-			return nil, fmt.Errorf("%w: column type %q", ErrUnsupportedFeature, string(t))
+			return nil, fmt.Errorf("%w: column type %q", types.ErrUnsupportedFeature, string(t))
 		}
-	case DecimalType:
+	case types.DecimalType:
 		switch {
 		case t.Precision <= 9:
 			n = parquet.Decimal(t.Scale, t.Precision, parquet.Int32Type)
@@ -95,13 +97,13 @@ func parquetNode(dt DataType, nullable bool) (parquet.Node, error) {
 			inner := parquet.Decimal(t.Scale, t.Precision, parquet.FixedLenByteArrayType(size)).Type()
 			n = parquet.Leaf(flbaDecimalType{Type: inner, size: size})
 		}
-	case *ArrayType:
+	case *types.ArrayType:
 		el, err := parquetNode(t.ElementType, t.ContainsNull)
 		if err != nil {
 			return nil, err
 		}
 		n = parquet.List(el)
-	case *MapType:
+	case *types.MapType:
 		k, err := parquetNode(t.KeyType, false)
 		if err != nil {
 			return nil, err
@@ -111,14 +113,14 @@ func parquetNode(dt DataType, nullable bool) (parquet.Node, error) {
 			return nil, err
 		}
 		n = parquet.Map(k, v)
-	case *StructType:
+	case *types.StructType:
 		g, err := parquetGroup(t)
 		if err != nil {
 			return nil, err
 		}
 		n = g
 	default:
-		return nil, fmt.Errorf("%w: data type %v", ErrUnsupportedFeature, dt)
+		return nil, fmt.Errorf("%w: data type %v", types.ErrUnsupportedFeature, dt)
 	}
 	if nullable {
 		n = parquet.Optional(n)
@@ -232,22 +234,22 @@ func (w *wideIndexer) ColumnIndex() format.ColumnIndex {
 
 // flbaDecimalPaths returns the column paths of FIXED_LEN_BYTE_ARRAY decimals
 // in a schema, whose statistics parquet-go would get wrong.
-func flbaDecimalPaths(st *StructType) [][]string {
+func flbaDecimalPaths(st *types.StructType) [][]string {
 	var out [][]string
-	var walk func(dt DataType, path []string)
-	walk = func(dt DataType, path []string) {
+	var walk func(dt types.DataType, path []string)
+	walk = func(dt types.DataType, path []string) {
 		switch t := dt.(type) {
-		case DecimalType:
+		case types.DecimalType:
 			if t.Precision > 18 {
 				out = append(out, append([]string(nil), path...))
 			}
-		case *StructType:
+		case *types.StructType:
 			for _, f := range t.Fields {
 				walk(f.Type, append(path, f.Name))
 			}
-		case *ArrayType:
+		case *types.ArrayType:
 			walk(t.ElementType, append(path, "list", "element"))
-		case *MapType:
+		case *types.MapType:
 			walk(t.KeyType, append(path, "key_value", "key"))
 			walk(t.ValueType, append(path, "key_value", "value"))
 		}

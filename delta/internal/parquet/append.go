@@ -1,38 +1,41 @@
-package delta
+package parquet
 
 import (
 	"errors"
 	"fmt"
 	"math"
 	"math/big"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
-// RowBuilder appends one row to a DataWriter value by value, each in the
+// RowBuilder appends one row to a Writer value by value, each in the
 // physical form its leaf column stores: no value of the row is boxed in an
 // interface and no Row is built, which is what most of the cost of a row
 // given as a Row is. It is for a writer of many rows whose values come in
-// another form than this package's Go values (a change queue's, say).
+// another form than the Go values of a Row (a change queue's, say).
 //
-// Fields are numbered as in the writer's schema. A partition column takes
-// no value (the file has one), and a field given no value is null. End adds
+// Fields are numbered as in the writer's schema. A field the file does not
+// store (a partition column, whose value the table keeps in the file's add
+// action) takes no value, and a field given no value is null. End adds
 // the row. After a call that fails, End drops the row and returns that
 // error; the writer takes rows again after it.
 type RowBuilder struct {
-	w   *DataWriter
+	w   *Writer
 	g   *rowGroupColumns
 	err error
 }
 
 // fieldColumn locates a field of the full schema among a row group's
 // columns: the leaf column flat, or the nested column nested, or neither
-// (-1) for a partition column.
+// (-1) for a field the file does not store.
 type fieldColumn struct {
 	flat, nested int
 }
 
 // Row starts a row. The builder is the writer's own: the next call of Row
 // starts the next row, and Write must not be called before End.
-func (w *DataWriter) Row() *RowBuilder {
+func (w *Writer) Row() *RowBuilder {
 	b := &w.row
 	b.w, b.err = w, nil
 	if w.closed {
@@ -71,7 +74,7 @@ func (b *RowBuilder) column(field int) *flatColumn {
 		return nil
 	}
 	if field < 0 || field >= len(b.w.fieldCols) || b.w.fieldCols[field].flat < 0 {
-		b.err = fmt.Errorf("write rows: %w: field %d is not a leaf data column", ErrInvalidValue, field)
+		b.err = fmt.Errorf("write rows: %w: field %d is not a leaf data column", types.ErrInvalidValue, field)
 		return nil
 	}
 	// A second value for the column in this row is found by End.
@@ -85,7 +88,7 @@ func (b *RowBuilder) fail(c *flatColumn, err error) {
 
 // errKind is the error of a value given to a column of another type.
 func errKind(what string, c *flatColumn) error {
-	return fmt.Errorf("%w: %s for %s", ErrInvalidValue, what, c.field.Type)
+	return fmt.Errorf("%w: %s for %s", types.ErrInvalidValue, what, c.field.Type)
 }
 
 // Null sets the field to null.
@@ -142,7 +145,7 @@ func (b *RowBuilder) Int(field int, v int64) {
 		return
 	}
 	if v < lo || v > hi {
-		b.fail(c, fmt.Errorf("%w: %d is out of range for %s", ErrInvalidValue, v, c.field.Type))
+		b.fail(c, fmt.Errorf("%w: %d is out of range for %s", types.ErrInvalidValue, v, c.field.Type))
 		return
 	}
 	c.ints32 = append(c.ints32, int32(v))
@@ -228,14 +231,14 @@ func (b *RowBuilder) Decimal(field int, unscaled int64, scale int32) {
 		b.fail(c, errKind("a decimal", c))
 		return
 	case scale != c.scale:
-		b.fail(c, fmt.Errorf("%w: a decimal of scale %d for %s", ErrInvalidValue, scale, c.field.Type))
+		b.fail(c, fmt.Errorf("%w: a decimal of scale %d for %s", types.ErrInvalidValue, scale, c.field.Type))
 		return
 	case c.kind == flatDecimalWide:
 		// More than 18 digits of precision: any int64 fits.
 		c.data = appendTwosComplement(c.data, big.NewInt(unscaled), c.size)
 		c.ends = append(c.ends, len(c.data))
 	case unscaled <= -c.limit || unscaled >= c.limit:
-		b.fail(c, fmt.Errorf("%w: %d × 10^-%d has more digits than %s", ErrInvalidValue, unscaled, scale, c.field.Type))
+		b.fail(c, fmt.Errorf("%w: %d × 10^-%d has more digits than %s", types.ErrInvalidValue, unscaled, scale, c.field.Type))
 		return
 	case c.kind == flatDecimal32:
 		c.ints32 = append(c.ints32, int32(unscaled))
@@ -254,7 +257,7 @@ func (b *RowBuilder) Value(field int, v any) {
 		if k := b.w.fieldCols[field].nested; k >= 0 {
 			c := b.g.nested[k]
 			if len(c.values) != b.g.rows {
-				b.err = fmt.Errorf("write rows: %w: two values for column %q in one row", ErrInvalidValue, c.field.Name)
+				b.err = fmt.Errorf("write rows: %w: two values for column %q in one row", types.ErrInvalidValue, c.field.Name)
 				return
 			}
 			b.err = c.add(v)
@@ -279,7 +282,7 @@ func (b *RowBuilder) End() error {
 			case n == 0:
 				b.err = errNull(c.field)
 			default:
-				b.err = fmt.Errorf("write rows: %w: two values for column %q in one row", ErrInvalidValue, c.field.Name)
+				b.err = fmt.Errorf("write rows: %w: two values for column %q in one row", types.ErrInvalidValue, c.field.Name)
 			}
 			if b.err != nil {
 				break

@@ -1,4 +1,4 @@
-package delta
+package parquet
 
 import (
 	"context"
@@ -7,15 +7,17 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // appendSchema is flatTypesSchema with a nested column and a partition
 // column after its leaf columns.
-func appendSchema() *StructType {
+func appendSchema() *types.StructType {
 	st := flatTypesSchema()
 	st.Fields = append(st.Fields,
-		NewField("arr", &ArrayType{ElementType: TypeInteger, ContainsNull: true}, true),
-		NewField("p", TypeString, true))
+		types.NewField("arr", &types.ArrayType{ElementType: types.TypeInteger, ContainsNull: true}, true),
+		types.NewField("p", types.TypeString, true))
 	return st
 }
 
@@ -23,7 +25,7 @@ func appendSchema() *StructType {
 // appendSchema with the typed setters (Value only for the nested column
 // and for decimals beyond an int64), leaving every third null unset and
 // the partition column p, which takes no value.
-func buildRow(t *testing.T, b *RowBuilder, st *StructType, row Row) {
+func buildRow(t *testing.T, b *RowBuilder, st *types.StructType, row types.Row) {
 	t.Helper()
 	for i, v := range row {
 		f := st.Fields[i]
@@ -53,7 +55,7 @@ func buildRow(t *testing.T, b *RowBuilder, st *StructType, row Row) {
 			b.Bytes(i, []byte(x))
 		case []byte:
 			b.Bytes(i, x)
-		case Decimal:
+		case types.Decimal:
 			if x.Unscaled.IsInt64() {
 				b.Decimal(i, x.Unscaled.Int64(), x.Scale)
 			} else {
@@ -61,10 +63,10 @@ func buildRow(t *testing.T, b *RowBuilder, st *StructType, row Row) {
 			}
 		case time.Time:
 			switch f.Type {
-			case TypeDate:
-				b.Date(i, DaysSinceEpoch(x))
-			case TypeTimestampNTZ:
-				b.Timestamp(i, ntzMicros(x))
+			case types.TypeDate:
+				b.Date(i, types.DaysSinceEpoch(x))
+			case types.TypeTimestampNTZ:
+				b.Timestamp(i, types.NTZMicros(x))
 			default:
 				b.Timestamp(i, x.UnixMicro())
 			}
@@ -80,7 +82,7 @@ func buildRow(t *testing.T, b *RowBuilder, st *StructType, row Row) {
 func TestRowBuilderWritesWhatWriteWrites(t *testing.T) {
 	ctx := context.Background()
 	st := appendSchema()
-	var rows []Row
+	var rows []types.Row
 	for i := range 400 {
 		r := append(flatTypesRow(t, i), []any{int32(i), nil, int32(-i)}[:i%4], "p1")
 		if i%4 == 3 {
@@ -90,13 +92,12 @@ func TestRowBuilderWritesWhatWriteWrites(t *testing.T) {
 	}
 	rows = normalizedRows(t, st, rows)
 	opts := WriteOptions{RowGroupRows: 64}
-	part := map[string]any{"p": "p1"}
 	writeDir := t.TempDir()
-	byWrite, err := WriteDataFile(ctx, writeDir, st, []string{"p"}, part, rows, opts)
+	byWrite, err := writeDataFile(ctx, writeDir, st, []string{"p"}, rows, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := ReadParquetFile(ctx, filepath.Join(writeDir, byWrite.Path), st)
+	want, err := ReadFile(ctx, filepath.Join(writeDir, byWrite.Path), st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestRowBuilderWritesWhatWriteWrites(t *testing.T) {
 		t.Fatalf("Write wrote %d rows, want %d", len(want), len(rows))
 	}
 	dir := t.TempDir()
-	w, err := NewDataWriter(dir, st, []string{"p"}, part, opts)
+	w, err := newDataWriter(dir, st, []string{"p"}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,12 +128,12 @@ func TestRowBuilderWritesWhatWriteWrites(t *testing.T) {
 // null or no value for a non-nullable column) leaves nothing of itself in
 // the file, and that the writer goes on.
 func TestRowBuilderRefusesBadRows(t *testing.T) {
-	st := NewStructType(
-		NewField("id", TypeLong, false),
-		NewField("n", TypeInteger, true),
-		NewField("s", TypeString, true),
-		NewField("d", DecimalType{Precision: 5, Scale: 1}, true),
-		NewField("tags", &ArrayType{ElementType: TypeString}, true),
+	st := types.NewStructType(
+		types.NewField("id", types.TypeLong, false),
+		types.NewField("n", types.TypeInteger, true),
+		types.NewField("s", types.TypeString, true),
+		types.NewField("d", types.DecimalType{Precision: 5, Scale: 1}, true),
+		types.NewField("tags", &types.ArrayType{ElementType: types.TypeString}, true),
 	)
 	bad := map[string]func(b *RowBuilder){
 		"string for a long":      func(b *RowBuilder) { b.Bytes(0, []byte("1")) },
@@ -147,11 +148,11 @@ func TestRowBuilderRefusesBadRows(t *testing.T) {
 		"nested value refused":   func(b *RowBuilder) { b.Int(0, 1); b.Value(4, []any{7}) },
 	}
 	dir := t.TempDir()
-	w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: 2})
+	w, err := newDataWriter(dir, st, nil, WriteOptions{RowGroupRows: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []Row
+	var want []types.Row
 	good := func(i int) {
 		b := w.Row()
 		b.Int(0, int64(i))
@@ -162,13 +163,13 @@ func TestRowBuilderRefusesBadRows(t *testing.T) {
 		if err := b.End(); err != nil {
 			t.Fatalf("good row %d: %v", i, err)
 		}
-		want = append(want, Row{int64(i), int32(-i), "row", NewDecimal(int64(i), 1), []any{"a"}})
+		want = append(want, types.Row{int64(i), int32(-i), "row", types.NewDecimal(int64(i), 1), []any{"a"}})
 	}
 	for name, build := range bad {
 		good(len(want))
 		b := w.Row()
 		build(b)
-		if err := b.End(); !errors.Is(err, ErrInvalidValue) {
+		if err := b.End(); !errors.Is(err, types.ErrInvalidValue) {
 			t.Errorf("%s: End returned %v, want ErrInvalidValue", name, err)
 		}
 	}
@@ -183,15 +184,15 @@ func TestRowBuilderRefusesBadRows(t *testing.T) {
 // TestRowBuilderAllocatesNothing checks that a row of typed values costs
 // no allocation once the columns have room.
 func TestRowBuilderAllocatesNothing(t *testing.T) {
-	st := NewStructType(
-		NewField("id", TypeLong, false),
-		NewField("s", TypeString, true),
-		NewField("d", DecimalType{Precision: 12, Scale: 2}, true),
-		NewField("at", TypeTimestamp, true),
-		NewField("before", NewStructType(NewField("id", TypeLong, true)), true),
+	st := types.NewStructType(
+		types.NewField("id", types.TypeLong, false),
+		types.NewField("s", types.TypeString, true),
+		types.NewField("d", types.DecimalType{Precision: 12, Scale: 2}, true),
+		types.NewField("at", types.TypeTimestamp, true),
+		types.NewField("before", types.NewStructType(types.NewField("id", types.TypeLong, true)), true),
 	)
 	dir := t.TempDir()
-	w, err := NewDataWriter(dir, st, nil, nil, WriteOptions{RowGroupRows: 1 << 20})
+	w, err := newDataWriter(dir, st, nil, WriteOptions{RowGroupRows: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

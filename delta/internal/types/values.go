@@ -1,4 +1,4 @@
-package delta
+package types
 
 import (
 	"fmt"
@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// Row is one row of a table, its values in schema field order. See the
-// package documentation for the Go type used for each Delta type.
+// Row is one row of a table, its values in schema field order. The package
+// documentation of delta lists the Go type used for each Delta type.
 type Row []any
 
 // MapEntry is one key/value pair of a map value. Readers return maps as
@@ -133,22 +133,24 @@ func DateFromDays(days int32) time.Time { return epochDay.AddDate(0, 0, int(days
 func DaysSinceEpoch(t time.Time) int32 {
 	y, m, d := t.Date()
 	u := time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Unix()
-	return int32(floorDiv(u, 86400))
+	return int32(FloorDiv(u, 86400))
 }
 
 // TimeFromMicros returns the UTC time of the given microseconds since the
 // epoch.
 func TimeFromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
-// ntzMicros returns the wall clock of t in its own location as microseconds
+// NTZMicros returns the wall clock of t in its own location as microseconds
 // since 1970-01-01 00:00:00.
-func ntzMicros(t time.Time) int64 {
+func NTZMicros(t time.Time) int64 {
 	y, mo, d := t.Date()
 	h, mi, s := t.Clock()
 	return time.Date(y, mo, d, h, mi, s, t.Nanosecond(), time.UTC).UnixMicro()
 }
 
-func floorDiv(a, b int64) int64 {
+// FloorDiv returns a / b rounded towards minus infinity, the day or
+// millisecond of a time before the epoch.
+func FloorDiv(a, b int64) int64 {
 	q := a / b
 	if (a%b != 0) && ((a < 0) != (b < 0)) {
 		q--
@@ -156,8 +158,9 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// toInt64 converts any Go integer value to int64.
-func toInt64(v any) (int64, bool) {
+// ToInt64 converts any Go integer value to int64. It reports false for
+// another type or an unsigned value beyond int64.
+func ToInt64(v any) (int64, bool) {
 	switch x := v.(type) {
 	case int:
 		return int64(x), true
@@ -201,15 +204,16 @@ func intRange(t PrimitiveType) (int64, int64) {
 	return math.MinInt64, math.MaxInt64
 }
 
-// normalizeValue converts an accepted Go value for type t to the canonical
-// Go type returned by readers (see the package documentation).
-func normalizeValue(t DataType, v any) (any, error) {
+// Normalize converts an accepted Go value for type t to the canonical Go
+// type returned by readers (see the package documentation of delta). It
+// fails with ErrInvalidValue when the value does not fit the type.
+func Normalize(t DataType, v any) (any, error) {
 	if v == nil {
 		return nil, nil
 	}
 	switch t := t.(type) {
 	case PrimitiveType:
-		return normalizePrimitive(t, v)
+		return NormalizePrimitive(t, v)
 	case DecimalType:
 		d, err := toDecimal(v)
 		if err != nil {
@@ -219,7 +223,7 @@ func normalizeValue(t DataType, v any) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if decimalDigits(d.Unscaled) > t.Precision {
+		if DecimalDigits(d.Unscaled) > t.Precision {
 			return nil, fmt.Errorf("%w: %s overflows %s", ErrInvalidValue, d, t)
 		}
 		return d, nil
@@ -230,7 +234,7 @@ func normalizeValue(t DataType, v any) (any, error) {
 		}
 		out := make([]any, rv.Len())
 		for i := range out {
-			e, err := normalizeValue(t.ElementType, rv.Index(i).Interface())
+			e, err := Normalize(t.ElementType, rv.Index(i).Interface())
 			if err != nil {
 				return nil, err
 			}
@@ -255,7 +259,7 @@ func normalizeValue(t DataType, v any) (any, error) {
 		}
 		out := make(Row, len(in))
 		for i, f := range t.Fields {
-			e, err := normalizeValue(f.Type, in[i])
+			e, err := Normalize(f.Type, in[i])
 			if err != nil {
 				return nil, fmt.Errorf("field %q: %w", f.Name, err)
 			}
@@ -294,14 +298,14 @@ func normalizeValue(t DataType, v any) (any, error) {
 		}
 		out := make([]MapEntry, len(entries))
 		for i, e := range entries {
-			k, err := normalizeValue(t.KeyType, e.Key)
+			k, err := Normalize(t.KeyType, e.Key)
 			if err != nil {
 				return nil, err
 			}
 			if k == nil {
 				return nil, fmt.Errorf("%w: null map key", ErrInvalidValue)
 			}
-			val, err := normalizeValue(t.ValueType, e.Value)
+			val, err := Normalize(t.ValueType, e.Value)
 			if err != nil {
 				return nil, err
 			}
@@ -324,7 +328,8 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-func normalizePrimitive(t PrimitiveType, v any) (any, error) {
+// NormalizePrimitive is Normalize for a non-null value of a primitive type.
+func NormalizePrimitive(t PrimitiveType, v any) (any, error) {
 	bad := func() error { return fmt.Errorf("%w: %T for %s", ErrInvalidValue, v, t) }
 	switch t {
 	case TypeBoolean:
@@ -333,7 +338,7 @@ func normalizePrimitive(t PrimitiveType, v any) (any, error) {
 		}
 		return nil, bad()
 	case TypeByte, TypeShort, TypeInteger, TypeLong:
-		n, ok := toInt64(v)
+		n, ok := ToInt64(v)
 		if !ok {
 			return nil, bad()
 		}
@@ -401,7 +406,7 @@ func normalizePrimitive(t PrimitiveType, v any) (any, error) {
 	case TypeTimestampNTZ:
 		switch x := v.(type) {
 		case time.Time:
-			return TimeFromMicros(ntzMicros(x)), nil
+			return TimeFromMicros(NTZMicros(x)), nil
 		case int64:
 			return TimeFromMicros(x), nil
 		}
@@ -427,13 +432,14 @@ func toDecimal(v any) (Decimal, error) {
 	case *big.Int:
 		return Decimal{Unscaled: x, Scale: 0}, nil
 	}
-	if n, ok := toInt64(v); ok {
+	if n, ok := ToInt64(v); ok {
 		return NewDecimal(n, 0), nil
 	}
 	return Decimal{}, fmt.Errorf("%w: %T for decimal", ErrInvalidValue, v)
 }
 
-func decimalDigits(u *big.Int) int {
+// DecimalDigits returns the number of decimal digits of u, 1 for zero.
+func DecimalDigits(u *big.Int) int {
 	if u.Sign() == 0 {
 		return 1
 	}

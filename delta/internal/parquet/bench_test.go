@@ -1,4 +1,4 @@
-package delta
+package parquet
 
 import (
 	"context"
@@ -10,25 +10,27 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
 // benchOrdersRows returns n rows of an orders table: long, string,
 // decimal(12,2), timestamp, boolean and integer columns, all nullable.
-func benchOrdersRows(n int) (*StructType, []Row) {
-	st := NewStructType(
-		NewField("id", TypeLong, true),
-		NewField("label", TypeString, true),
-		NewField("amount", DecimalType{Precision: 12, Scale: 2}, true),
-		NewField("placed_at", TypeTimestamp, true),
-		NewField("paid", TypeBoolean, true),
-		NewField("qty", TypeInteger, true),
+func benchOrdersRows(n int) (*types.StructType, []types.Row) {
+	st := types.NewStructType(
+		types.NewField("id", types.TypeLong, true),
+		types.NewField("label", types.TypeString, true),
+		types.NewField("amount", types.DecimalType{Precision: 12, Scale: 2}, true),
+		types.NewField("placed_at", types.TypeTimestamp, true),
+		types.NewField("paid", types.TypeBoolean, true),
+		types.NewField("qty", types.TypeInteger, true),
 	)
 	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	rows := make([]Row, n)
+	rows := make([]types.Row, n)
 	for i := range rows {
 		g := int64(i + 1)
 		sum := md5.Sum([]byte(strconv.FormatInt(g, 10)))
-		rows[i] = Row{g, hex.EncodeToString(sum[:]), NewDecimal(g%1000000, 2),
+		rows[i] = types.Row{g, hex.EncodeToString(sum[:]), types.NewDecimal(g%1000000, 2),
 			epoch.Add(time.Duration(g) * time.Second), g%3 == 0, int32(g % 1000)}
 	}
 	return st, rows
@@ -52,7 +54,7 @@ func BenchmarkWriteDataFileOrders(b *testing.B) {
 	b.ResetTimer()
 	cpu := cpuTime()
 	for b.Loop() {
-		add, err := WriteDataFile(context.Background(), dir, st, nil, nil, rows, WriteOptions{})
+		add, err := writeDataFile(context.Background(), dir, st, nil, rows, WriteOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -69,26 +71,26 @@ func BenchmarkWriteDataFileOrders(b *testing.B) {
 func BenchmarkWriteDataFileChangelog(b *testing.B) {
 	const n = 256 * 1024
 	orders, rows := benchOrdersRows(n)
-	st := NewStructType(append(append([]*StructField{}, orders.Fields...),
-		NewField("_op", TypeString, false),
-		NewField("_lsn", TypeLong, false),
-		NewField("_commit_ts", TypeTimestamp, false),
-		NewField("_seq", TypeLong, false),
-		NewField("_before", NewStructType(orders.Fields...), true),
-		NewField("_unchanged", &ArrayType{ElementType: TypeString}, true))...)
+	st := types.NewStructType(append(append([]*types.StructField{}, orders.Fields...),
+		types.NewField("_op", types.TypeString, false),
+		types.NewField("_lsn", types.TypeLong, false),
+		types.NewField("_commit_ts", types.TypeTimestamp, false),
+		types.NewField("_seq", types.TypeLong, false),
+		types.NewField("_before", types.NewStructType(orders.Fields...), true),
+		types.NewField("_unchanged", &types.ArrayType{ElementType: types.TypeString}, true))...)
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i, r := range rows {
 		op, before, unchanged := "insert", any(nil), any(nil)
 		if i%10 == 0 {
 			op, before, unchanged = "update", r, []any{"label"}
 		}
-		rows[i] = append(append(Row{}, r...), op, int64(i/100), at, int64(i%100), before, unchanged)
+		rows[i] = append(append(types.Row{}, r...), op, int64(i/100), at, int64(i%100), before, unchanged)
 	}
 	dir := b.TempDir()
 	b.ResetTimer()
 	cpu := cpuTime()
 	for b.Loop() {
-		add, err := WriteDataFile(context.Background(), dir, st, nil, nil, rows, WriteOptions{})
+		add, err := writeDataFile(context.Background(), dir, st, nil, rows, WriteOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}

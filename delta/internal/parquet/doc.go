@@ -1,0 +1,23 @@
+// Package parquet is delta's Parquet engine: it writes the data files of a
+// table with github.com/parquet-go/parquet-go, computing their Delta
+// statistics as it goes, writes checkpoint files, and reads Parquet files
+// with the Parquet reader of github.com/apache/arrow-go; each library has one
+// job only.
+//
+// It knows the Delta data types and their Go values (delta/internal/types)
+// but nothing of the protocol: a Writer writes one file at the path it is
+// given, storing the fields of its schema it was told to, and returns the
+// file's stats string; package delta names the file, keeps partition values
+// out of it, flushes its directory and makes its add action. The protocol
+// side imports this package, never the reverse.
+//
+// A Writer converts each value to its Parquet physical form as it comes, in
+// a typed slice per leaf column (flat.go), keeping the values of struct,
+// array and map columns for the Dremel shredder (write.go); a full row group
+// is encoded and committed on goroutines of its own while the next fills
+// (columns.go). A RowBuilder (append.go) appends a row value by value without
+// boxing any, and ColumnBuffers (buffers.go) lends the columns of closed
+// writers to the next. Files named tuning_*.go hold performance tricks, each
+// with an off switch and the benchmark that measures it named in its doc
+// comment.
+package parquet

@@ -1,0 +1,7 @@
+package parquet
+
+import "errors"
+
+// ErrRowsLost reports a data file that would not hold every row written to
+// it. It is a bug, caught before the file is used.
+var ErrRowsLost = errors.New("delta: rows lost writing a data file")
