@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -108,11 +110,64 @@ func boolKey(text string) (store.Value, error) {
 }
 
 func dateKey(text string) (store.Value, error) {
+	switch text {
+	case "infinity":
+		return store.Value{Kind: store.KindDate, Int: store.InfinityInt}, nil
+	case "-infinity":
+		return store.Value{Kind: store.KindDate, Int: store.NegativeInfinityInt}, nil
+	}
 	t, err := time.Parse("2006-01-02", text)
 	if err != nil {
-		return store.Value{}, fmt.Errorf("%q is not a date", text)
+		return store.Value{}, fmt.Errorf("%q is not a date (YYYY-MM-DD)", cut(text))
 	}
-	return store.Value{Kind: store.KindDate, Int: t.Unix() / 86400}, nil
+	return store.Value{Kind: store.KindDate, Int: daysSinceEpoch(t)}, nil
+}
+
+// timestampKey reads a timestamp as JSON renders it (RFC 3339).
+func timestampKey(text string) (store.Value, error) {
+	switch text {
+	case "infinity":
+		return store.Value{Kind: store.KindTimestamp, Int: store.InfinityInt}, nil
+	case "-infinity":
+		return store.Value{Kind: store.KindTimestamp, Int: store.NegativeInfinityInt}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, text)
+	if err != nil {
+		return store.Value{}, fmt.Errorf("%q is not an RFC 3339 timestamp", cut(text))
+	}
+	return timestampValue(pgtype.Finite, t), nil
+}
+
+// timeKey reads a time of day as JSON renders it (15:04:05.999999).
+func timeKey(text string) (store.Value, error) {
+	t, err := time.Parse("15:04:05.999999", text)
+	if err != nil {
+		return store.Value{}, fmt.Errorf("%q is not a time of day (15:04:05.999999)", cut(text))
+	}
+	return store.Value{Kind: store.KindTime, Int: t.Sub(time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)).Microseconds()}, nil
+}
+
+// floatKey returns the key parser of floats of kind k and the given bits.
+func floatKey(k store.Kind, bits int) func(string) (store.Value, error) {
+	return func(text string) (store.Value, error) {
+		f, err := strconv.ParseFloat(text, bits)
+		if err != nil {
+			return store.Value{}, fmt.Errorf("%q is not a number", cut(text))
+		}
+		if bits == 32 {
+			return store.Value{Kind: k, Int: int64(math.Float32bits(float32(f)))}, nil
+		}
+		return store.Value{Kind: k, Int: int64(math.Float64bits(f))}, nil
+	}
+}
+
+// byteaKey reads bytes as JSON renders them (base64).
+func byteaKey(text string) (store.Value, error) {
+	b, err := base64.StdEncoding.DecodeString(text)
+	if err != nil {
+		return store.Value{}, fmt.Errorf("%q is not base64", cut(text))
+	}
+	return store.Value{Kind: store.KindBytes, Bytes: b}, nil
 }
 
 // PostgreSQL's limits of a numeric: digits before and after the point.

@@ -71,9 +71,9 @@ func rows() []Type {
 		{OID: pgtype.Int8OID, Name: "int8", Kind: store.KindInt64,
 			deltaType: is(delta.TypeLong), decode: decodeInt8, key: integerKey(store.KindInt64, math.MinInt64, math.MaxInt64)},
 		{OID: pgtype.Float4OID, Name: "float4", Kind: store.KindFloat32,
-			deltaType: is(delta.TypeFloat), decode: decodeFloat4},
+			deltaType: is(delta.TypeFloat), decode: decodeFloat4, key: floatKey(store.KindFloat32, 32)},
 		{OID: pgtype.Float8OID, Name: "float8", Kind: store.KindFloat64,
-			deltaType: is(delta.TypeDouble), decode: decodeFloat8},
+			deltaType: is(delta.TypeDouble), decode: decodeFloat8, key: floatKey(store.KindFloat64, 64)},
 		// PostgreSQL prints numeric exactly; the text is the value. A
 		// numeric(p,s) Delta can hold is a decimal, any other a string.
 		{OID: pgtype.NumericOID, Name: "numeric", Kind: store.KindNumeric,
@@ -83,17 +83,17 @@ func rows() []Type {
 		{OID: oidMoney, Name: "money", Kind: store.KindNumeric,
 			deltaType: is(delta.DecimalType{Precision: 19, Scale: 2}), decode: always(moneyValue), key: numericKey},
 		{OID: pgtype.ByteaOID, Name: "bytea", Kind: store.KindBytes,
-			deltaType: is(delta.TypeBinary), decode: decodeBytea},
+			deltaType: is(delta.TypeBinary), decode: decodeBytea, key: byteaKey},
 		{OID: pgtype.DateOID, Name: "date", Kind: store.KindDate,
 			deltaType: is(delta.TypeDate), decode: decodeDate, key: dateKey},
 		{OID: pgtype.TimestamptzOID, Name: "timestamptz", Kind: store.KindTimestamp,
-			deltaType: is(delta.TypeTimestamp), decode: decodeTimestamp(true)},
+			deltaType: is(delta.TypeTimestamp), decode: decodeTimestamp(true), key: timestampKey},
 		// The wall clock of a timestamp without time zone is read as UTC.
 		{OID: pgtype.TimestampOID, Name: "timestamp", Kind: store.KindTimestamp,
-			deltaType: is(delta.TypeTimestamp), decode: decodeTimestamp(false)},
+			deltaType: is(delta.TypeTimestamp), decode: decodeTimestamp(false), key: timestampKey},
 		// time is microseconds since midnight; Delta has no time type.
 		{OID: pgtype.TimeOID, Name: "time", Kind: store.KindTime,
-			deltaType: is(delta.TypeLong), decode: decodeTime},
+			deltaType: is(delta.TypeLong), decode: decodeTime, key: timeKey},
 	}
 }
 
