@@ -133,18 +133,21 @@ func (s *Server) serveRows(w http.ResponseWriter, r *http.Request) {
 	var rows []Row
 	var next string
 	var at any
-	if travel {
-		var tr *travelRows
-		tr, err = s.hub.readMirror(r.Context(), table, to)
-		if err == nil {
-			rows, next, err = tr.page(after, limit)
-			at = tr.version
-		}
-	} else if s.hub.overflowed(table) {
-		var tr *travelRows
-		if tr, err = s.hub.readMirror(r.Context(), table, travelTo{}); err == nil {
-			rows, next, err = tr.page(after, limit)
-			at = tr.version
+	if travel || s.hub.overflowed(table) {
+		var ms *mirrorScan
+		if ms, err = s.hub.scanMirror(r.Context(), table, to); err == nil {
+			at = ms.version
+			var afterKey []byte
+			if after != "" {
+				afterKey, err = ms.cursor(after)
+			}
+			var more bool
+			if err == nil {
+				rows, _, more, err = ms.page(r.Context(), afterKey, limit)
+			}
+			if more {
+				next = rows[len(rows)-1].Key
+			}
 		}
 	} else {
 		rows, next, err = s.hub.rowsPage(table, after, limit)
@@ -152,6 +155,9 @@ func (s *Server) serveRows(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.writeLookupError(w, err)
 		return
+	}
+	if rows == nil {
+		rows = []Row{}
 	}
 	resp := map[string]any{"table": table, "rows": rows}
 	if next != "" {
@@ -172,15 +178,10 @@ func (s *Server) serveRow(w http.ResponseWriter, r *http.Request) {
 	}
 	var row Row
 	var found bool
-	if travel {
-		var tr *travelRows
-		if tr, err = s.hub.readMirror(r.Context(), table, to); err == nil {
-			row, found, err = tr.find(key)
-		}
-	} else if s.hub.overflowed(table) {
-		var tr *travelRows
-		if tr, err = s.hub.readMirror(r.Context(), table, travelTo{}); err == nil {
-			row, found, err = tr.find(key)
+	if travel || s.hub.overflowed(table) {
+		var ms *mirrorScan
+		if ms, err = s.hub.scanMirror(r.Context(), table, to); err == nil {
+			row, found, err = ms.find(r.Context(), key)
 		}
 	} else {
 		row, found, err = s.hub.row(table, key)
@@ -205,13 +206,36 @@ type historyEntry struct {
 	LSNRange  any            `json:"lsn_range,omitempty"`
 }
 
+// The versions one /history request reads at most.
+const (
+	defaultHistoryLimit = 100
+	maxHistoryLimit     = 1000
+)
+
+// serveHistory lists a mirror's versions, newest first: up to ?limit= of
+// them before ?before= (exclusive), and the version to continue before.
 func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
 	table := r.PathValue("table")
-	if err := s.hub.known(table); err != nil {
-		s.writeLookupError(w, err)
+	rel := s.hub.relation(table)
+	if rel == nil {
+		s.writeLookupError(w, s.hub.known(table))
 		return
 	}
-	t, err := delta.Open(r.Context(), filepath.Join(s.cfg.TablesDir, table))
+	q := r.URL.Query()
+	limit := defaultHistoryLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 || n > maxHistoryLimit {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit must be an integer from 1 to %d", maxHistoryLimit))
+			return
+		}
+		limit = n
+	}
+	if s.cfg.TablesDir == "" {
+		writeError(w, http.StatusNotFound, "no Delta mirror of "+table+" yet")
+		return
+	}
+	t, err := delta.Open(r.Context(), filepath.Join(s.cfg.TablesDir, rel.DirName()))
 	if err != nil {
 		writeError(w, http.StatusNotFound, "no Delta mirror of "+table+" yet")
 		return
@@ -221,11 +245,24 @@ func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	var out []historyEntry
-	for v := int64(0); v <= latest; v++ {
+	before := latest + 1
+	if v := q.Get("before"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("before must be a non-negative integer, not %q", cut(v)))
+			return
+		}
+		before = min(n, latest+1)
+	}
+	out := []historyEntry{}
+	v := before - 1
+	for ; v >= 0 && len(out) < limit; v-- {
+		if err := r.Context().Err(); err != nil {
+			return
+		}
 		actions, err := t.ReadCommit(r.Context(), v)
 		if err != nil {
-			continue // an expired or vacuumed version
+			break // expired: so are the versions before it
 		}
 		e := historyEntry{Version: v}
 		for _, a := range actions {
@@ -242,7 +279,11 @@ func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, e)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"table": table, "history": out})
+	resp := map[string]any{"table": table, "history": out}
+	if v >= 0 && len(out) == limit {
+		resp["next_before"] = out[len(out)-1].Version
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 func (s *Server) writeLookupError(w http.ResponseWriter, err error) {

@@ -56,6 +56,8 @@ type Hub struct {
 
 	notify chan struct{}
 	types  *typemap.Map
+	// mirrorReads shares and bounds the reads of mirror data files.
+	mirrorReads *mirrorReads
 
 	mu    sync.Mutex
 	epoch string
@@ -143,19 +145,20 @@ func NewHub(db *store.DB, cfg HubConfig) *Hub {
 		configured[n] = true
 	}
 	return &Hub{
-		db:         db,
-		log:        log,
-		tablesDir:  cfg.TablesDir,
-		backlog:    cfg.Backlog,
-		maxRows:    defaultMaxRows,
-		notify:     make(chan struct{}, 1),
-		types:      typemap.New(),
-		tables:     map[string]*tableState{},
-		configured: configured,
-		rels:       map[store.RelationKey]*store.Relation{},
-		retain:     defaultRetainTxns,
-		farBehind:  defaultFarBehind,
-		subs:       map[*subscriber]struct{}{},
+		db:          db,
+		log:         log,
+		tablesDir:   cfg.TablesDir,
+		backlog:     cfg.Backlog,
+		maxRows:     defaultMaxRows,
+		notify:      make(chan struct{}, 1),
+		types:       typemap.New(),
+		mirrorReads: newMirrorReads(),
+		tables:      map[string]*tableState{},
+		configured:  configured,
+		rels:        map[store.RelationKey]*store.Relation{},
+		retain:      defaultRetainTxns,
+		farBehind:   defaultFarBehind,
+		subs:        map[*subscriber]struct{}{},
 
 		appIDPrefix: prefix,
 	}
@@ -749,9 +752,12 @@ func (h *Hub) rowsPage(table string, after string, limit int) ([]Row, string, er
 			}
 			afterKey = v
 		}
-		for start < len(keys) && compareKeys(t.rows[keys[start]].key, afterKey) <= 0 {
-			start++
-		}
+		start, _ = slices.BinarySearchFunc(keys, afterKey, func(k string, after []store.Value) int {
+			if c := compareKeys(t.rows[k].key, after); c != 0 {
+				return c
+			}
+			return -1 // equal keys come before: start after them
+		})
 	}
 	end := min(start+limit, len(keys))
 	rows := make([]Row, 0, end-start)
@@ -876,25 +882,30 @@ func (h *Hub) overflowed(table string) bool {
 }
 
 // mirrorSnapshot sends the rows of a table too large for memory from its
-// mirror's latest version. The mirror may trail or lead the client's
-// offset by a flush; the changes that follow are whole rows by key, so the
-// client converges on the current rows either way.
-func (h *Hub) mirrorSnapshot(ctx context.Context, table, offset string) ([]any, error) {
-	tr, err := h.readMirror(ctx, table, travelTo{})
+// mirror's latest version, a page at a time as the files are read. The
+// mirror may trail or lead the client's offset by a flush; the changes that
+// follow are whole rows by key, so the client converges on the current rows
+// either way. It stops at the first page send refuses.
+func (h *Hub) mirrorSnapshot(ctx context.Context, table, offset string, send func(Snapshot) bool) error {
+	ms, err := h.scanMirror(ctx, table, travelTo{})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	const page = 1000
-	var out []any
-	for start := 0; start == 0 || start < len(tr.keys); start += page {
-		part := tr.keys[start:min(start+page, len(tr.keys))]
-		rows := make([]Row, len(part))
-		for i, k := range part {
-			rows[i] = tr.rows[k]
+	var after []byte
+	for {
+		rows, last, more, err := ms.page(ctx, after, page)
+		if err != nil {
+			return err
 		}
-		out = append(out, Snapshot{Type: TypeSnapshot, Offset: offset, Table: table, Rows: rows, Last: start+page >= len(tr.keys)})
+		if rows == nil {
+			rows = []Row{}
+		}
+		if !send(Snapshot{Type: TypeSnapshot, Offset: offset, Table: table, Rows: rows, Last: !more}) || !more {
+			return nil
+		}
+		after = last
 	}
-	return out, nil
 }
 
 // mirrorTables returns which of the given tables are served from mirrors.

@@ -112,7 +112,7 @@ func (h *Hub) seed(ctx context.Context, rels map[store.RelationKey]*store.Relati
 			continue
 		}
 		for _, k := range tr.keys {
-			t.rows[k] = &rowState{key: tr.keyVals[k], json: tr.rows[k].Values}
+			t.setRow(k, &rowState{key: tr.keyVals[k], json: tr.rows[k].Values})
 		}
 		h.log.Info("live view: loaded the table's rows from its Delta mirror", "table", name, "rows", len(tr.keys), "version", snap.Version())
 	}

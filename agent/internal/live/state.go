@@ -19,6 +19,11 @@ type tableState struct {
 	// seededTo is the end LSN of the last transaction the rows loaded from
 	// the table's mirror hold; the queue's changes up to it are skipped.
 	seededTo store.LSN
+	// sorted holds the keys of rows in key order while sortedOK: a change
+	// that adds or removes a key clears it, and sortedKeys sorts again
+	// when asked, so that pages and snapshots do not sort every time.
+	sorted   []string
+	sortedOK bool
 }
 
 // rowState is one current row.
@@ -73,10 +78,11 @@ func (t *tableState) apply(rel *store.Relation, c *store.Change, wantOut bool) (
 		if t.rows != nil {
 			clear(t.rows)
 		}
+		t.sortedOK = false
 		return out, true
 	case store.OpDelete:
 		_, k := keyOf(rel, c.Old)
-		delete(t.rows, k)
+		t.removeKey(k)
 		out.Key = k
 		return out, true
 	}
@@ -85,7 +91,7 @@ func (t *tableState) apply(rel *store.Relation, c *store.Change, wantOut bool) (
 	if c.Op == store.OpUpdate && c.Old != nil {
 		if _, oldKey := keyOf(rel, c.Old); oldKey != k {
 			prev = t.rows[oldKey]
-			delete(t.rows, oldKey)
+			t.removeKey(oldKey)
 			out.OldKey = oldKey
 		}
 	}
@@ -108,7 +114,7 @@ func (t *tableState) apply(rel *store.Relation, c *store.Change, wantOut bool) (
 		row.json[col.Name] = typemap.JSON(v)
 	}
 	if !t.overflow {
-		t.rows[k] = row
+		t.setRow(k, row)
 	}
 	out.Key, out.Row = k, row.json
 	return out, true
@@ -159,13 +165,34 @@ func (c *Change) size() int {
 	return n
 }
 
+// setRow sets the row of key k.
+func (t *tableState) setRow(k string, row *rowState) {
+	if _, ok := t.rows[k]; !ok {
+		t.sortedOK = false
+	}
+	t.rows[k] = row
+}
+
+// removeKey removes the row of key k.
+func (t *tableState) removeKey(k string) {
+	if _, ok := t.rows[k]; ok {
+		delete(t.rows, k)
+		t.sortedOK = false
+	}
+}
+
 // sortedKeys returns the keys of the current rows in primary-key order.
+// The slice is the table's: callers must not change it.
 func (t *tableState) sortedKeys() []string {
-	keys := make([]string, 0, len(t.rows))
+	if t.sortedOK {
+		return t.sorted
+	}
+	keys := t.sorted[:0]
 	for k := range t.rows {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b string) int { return compareKeys(t.rows[a].key, t.rows[b].key) })
+	t.sorted, t.sortedOK = keys, true
 	return keys
 }
 

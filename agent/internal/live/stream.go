@@ -3,6 +3,7 @@ package live
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -138,9 +139,10 @@ func (s *subscriber) refetch(reason string) {
 
 // serveStream upgrades the request and streams to it.
 func (srv *Server) serveStream(w http.ResponseWriter, r *http.Request) {
-	var tables []string
-	if t := r.URL.Query().Get("tables"); t != "" {
-		tables = strings.Split(t, ",")
+	tables, err := parseTables(r.URL.Query()["tables"])
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	offset := r.URL.Query().Get("offset")
 	if srv.hub.Clients() >= srv.cfg.MaxClients {
@@ -201,17 +203,19 @@ func (srv *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	// changes since are queued meanwhile.
 	if snapshot {
 		for _, table := range srv.hub.mirrorTables(sub.tableNames()) {
-			pages, err := srv.hub.mirrorSnapshot(r.Context(), table, helloOffset(first))
+			sent := true
+			err := srv.hub.mirrorSnapshot(r.Context(), table, helloOffset(first), func(m Snapshot) bool {
+				data, err := json.Marshal(m)
+				sent = err == nil && write(data)
+				return sent
+			})
 			if err != nil {
 				srv.log.Warn("live view: mirror snapshot failed", "table", table, "err", err)
 				conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseInternalServerErr, "snapshot failed"), time.Now().Add(writeWait))
 				return
 			}
-			for _, m := range pages {
-				data, err := json.Marshal(m)
-				if err != nil || !write(data) {
-					return
-				}
+			if !sent {
+				return
 			}
 		}
 	}
@@ -271,4 +275,28 @@ func helloOffset(first []any) string {
 		return h.Offset
 	}
 	return ""
+}
+
+// maxStreamTables caps the tables a stream client names.
+const maxStreamTables = 1000
+
+// parseTables reads the ?tables= parameters (comma-separated names, which
+// may repeat): each name once, in order, at most maxStreamTables; nil
+// means every table.
+func parseTables(params []string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range params {
+		for _, n := range strings.Split(p, ",") {
+			if n == "" || seen[n] {
+				continue
+			}
+			if len(out) == maxStreamTables {
+				return nil, fmt.Errorf("more than %d tables in ?tables=", maxStreamTables)
+			}
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }

@@ -1,0 +1,328 @@
+package live
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sync/semaphore"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/lakeside/lakeside/agent/internal/typemap"
+	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
+)
+
+// A table with more rows than the hub keeps, and any version of a table a
+// client travels to, is served from its Delta mirror. The applier keeps a
+// mirror's data files sorted by row key, with disjoint key ranges recorded
+// in each file's tags (see the applier's mirror.go), so a page of rows
+// needs only the files its key range overlaps, read one at a time. Rows
+// are paged in the mirror's key order: the order of typemap.AppendKey,
+// which is PostgreSQL's for integer, text, date and timestamp keys.
+//
+// What the reads hold in memory is bounded by mirrorReadBudget whatever
+// the clients do: a read waits (as long as its request lasts) until the
+// budget has room for the file it decodes, and clients reading the same
+// file at once share one read.
+
+// The mirror's configuration and file tags the applier writes.
+const (
+	confMirrorKey      = "lakeside.key"
+	confMirrorMultiset = "lakeside.multiset"
+	tagMirrorMinKey    = "lakeside.minKey"
+	tagMirrorMaxKey    = "lakeside.maxKey"
+)
+
+// mirrorReadBudget bounds the memory of the decoded data files that
+// mirror reads hold at once.
+const mirrorReadBudget = 256 << 20
+
+// decodedBytesPerFileByte estimates a data file's size once decoded into
+// Go values from its size on disk.
+const decodedBytesPerFileByte = 8
+
+// mirrorReads shares and bounds the reads of mirror data files.
+type mirrorReads struct {
+	budget *semaphore.Weighted
+	group  singleflight.Group
+}
+
+func newMirrorReads() *mirrorReads {
+	return &mirrorReads{budget: semaphore.NewWeighted(mirrorReadBudget)}
+}
+
+// read returns the rows of a data file, within the budget; clients reading
+// the same file at once share one read.
+func (mr *mirrorReads) read(ctx context.Context, path string, size int64, st *delta.StructType) ([]delta.Row, error) {
+	v, err, _ := mr.group.Do(path, func() (any, error) {
+		weight := min(max(size, 1)*decodedBytesPerFileByte, mirrorReadBudget)
+		if err := mr.budget.Acquire(ctx, weight); err != nil {
+			return nil, err
+		}
+		defer mr.budget.Release(weight)
+		return delta.ReadParquetFile(ctx, path, st)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]delta.Row), nil
+}
+
+// mirrorFile is a data file of a mirror snapshot with its key range (nil
+// when the file has no range tags: it is read for every page).
+type mirrorFile struct {
+	path           string
+	size           int64
+	minKey, maxKey []byte
+}
+
+// mirrorScan reads the rows of one mirror snapshot by key range.
+type mirrorScan struct {
+	reads   *mirrorReads
+	types   *typemap.Map
+	rel     *store.Relation
+	version int64
+	schema  *delta.StructType
+	// keyIdx are the schema fields of the row key, in order; with
+	// multiset the key is every data field.
+	keyIdx   []int
+	multiset bool
+	// deleted is the soft-delete field, or -1.
+	deleted int
+	// byType is the type table row of each schema field.
+	byType []typemap.Type
+	files  []mirrorFile // sorted by minKey
+}
+
+// scanMirror opens the mirror of table at the version at says.
+func (h *Hub) scanMirror(ctx context.Context, table string, at travelTo) (*mirrorScan, error) {
+	rel := h.relation(table)
+	if rel == nil {
+		return nil, h.known(table)
+	}
+	if h.tablesDir == "" {
+		return nil, errNoMirror
+	}
+	root := filepath.Join(h.tablesDir, rel.DirName())
+	t, err := delta.Open(ctx, root)
+	if err != nil {
+		return nil, errNoMirror
+	}
+	var snap *delta.Snapshot
+	switch {
+	case at.byVersion:
+		snap, err = t.SnapshotAt(ctx, at.version)
+	case at.byTime:
+		snap, err = t.SnapshotAsOf(ctx, at.asOf)
+	default:
+		snap, err = t.Snapshot(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ms := &mirrorScan{reads: h.mirrorReads, types: h.types, rel: rel, version: snap.Version(), schema: snap.Schema(), deleted: -1}
+	conf := snap.Metadata().Configuration
+	fieldIdx := map[string]int{}
+	for i, f := range ms.schema.Fields {
+		fieldIdx[f.Name] = i
+		if f.Name == softDeleteColumn {
+			ms.deleted = i
+		}
+	}
+	ms.byType = make([]typemap.Type, len(ms.schema.Fields))
+	for _, c := range rel.Columns {
+		if i, ok := fieldIdx[c.Name]; ok {
+			ms.byType[i] = h.types.Lookup(c.TypeOID)
+		}
+	}
+	if conf[confMirrorMultiset] == "true" {
+		ms.multiset = true
+	} else {
+		var names []string
+		if err := json.Unmarshal([]byte(conf[confMirrorKey]), &names); err != nil {
+			return nil, fmt.Errorf("read %s: bad %s: %w", table, confMirrorKey, err)
+		}
+		for _, n := range names {
+			i, ok := fieldIdx[n]
+			if !ok {
+				i = -1
+			}
+			ms.keyIdx = append(ms.keyIdx, i)
+		}
+	}
+	for _, add := range snap.Files() {
+		path, err := delta.ResolvePath(root, add.Path)
+		if err != nil {
+			return nil, err
+		}
+		f := mirrorFile{path: path, size: add.Size}
+		minKey, errMin := hex.DecodeString(add.Tags[tagMirrorMinKey])
+		maxKey, errMax := hex.DecodeString(add.Tags[tagMirrorMaxKey])
+		if errMin == nil && errMax == nil && add.Tags[tagMirrorMaxKey] != "" {
+			f.minKey, f.maxKey = minKey, maxKey
+		}
+		ms.files = append(ms.files, f)
+	}
+	slices.SortStableFunc(ms.files, func(a, b mirrorFile) int { return bytes.Compare(a.minKey, b.minKey) })
+	return ms, nil
+}
+
+// rowKey returns the mirror key of a row of the snapshot's fields, as the
+// applier encodes it.
+func (ms *mirrorScan) rowKey(row []any) []byte {
+	if ms.multiset {
+		n := len(row)
+		if ms.deleted >= 0 && ms.deleted < n {
+			n = ms.deleted
+		}
+		for n > 0 && row[n-1] == nil {
+			n--
+		}
+		return typemap.AppendKey(nil, row[:n])
+	}
+	var key []byte
+	for _, i := range ms.keyIdx {
+		var v any
+		if i >= 0 && i < len(row) {
+			v = row[i]
+		}
+		key = typemap.AppendKeyValue(key, v)
+	}
+	return key
+}
+
+// cursor returns the mirror key of a key a client gives (as the API
+// returns them): the key of the row the client's key values would have.
+func (ms *mirrorScan) cursor(key string) ([]byte, error) {
+	vals, err := keyValues(ms.types, ms.rel, key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadKey, err)
+	}
+	row := make([]any, len(ms.schema.Fields))
+	n := 0
+	var missing []string
+	ms.rel.KeyOf(func(ci int) {
+		name := ms.rel.Columns[ci].Name
+		i := slices.IndexFunc(ms.schema.Fields, func(f *delta.StructField) bool { return f.Name == name })
+		if i < 0 {
+			missing = append(missing, name)
+		} else if n < len(vals) {
+			row[i] = typemap.ConverterFor(ms.schema.Fields[i].Type, name, quiet{})(&vals[n])
+		}
+		n++
+	})
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: the mirror has no column %s", errBadKey, strings.Join(missing, ", "))
+	}
+	return ms.rowKey(row), nil
+}
+
+// quiet is a typemap.Warner that says nothing: a client's key that does
+// not fit its column finds no row.
+type quiet struct{}
+
+func (quiet) Warn(string, string) {}
+
+// keyedRow is a mirror row with its key.
+type keyedRow struct {
+	key []byte
+	row delta.Row
+}
+
+// fileRows reads a data file's rows (skipping soft-deleted ones) with
+// their keys, in key order.
+func (ms *mirrorScan) fileRows(ctx context.Context, f mirrorFile) ([]keyedRow, error) {
+	rows, err := ms.reads.read(ctx, f.path, f.size, ms.schema)
+	if err != nil {
+		return nil, fmt.Errorf("read %s at version %d: %w", ms.rel.TableName(), ms.version, err)
+	}
+	out := make([]keyedRow, 0, len(rows))
+	for _, r := range rows {
+		if ms.deleted >= 0 {
+			if d, _ := r[ms.deleted].(bool); d {
+				continue
+			}
+		}
+		out = append(out, keyedRow{key: ms.rowKey(r), row: r})
+	}
+	slices.SortStableFunc(out, func(a, b keyedRow) int { return bytes.Compare(a.key, b.key) })
+	return out, nil
+}
+
+// page returns up to limit rows whose keys follow after (nil: from the
+// first), in key order, the key of the last one, and whether rows follow
+// it.
+func (ms *mirrorScan) page(ctx context.Context, after []byte, limit int) (rows []Row, last []byte, more bool, err error) {
+	for fi, f := range ms.files {
+		if after != nil && f.maxKey != nil && bytes.Compare(f.maxKey, after) <= 0 {
+			continue
+		}
+		krs, err := ms.fileRows(ctx, f)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		for i, kr := range krs {
+			if after != nil && bytes.Compare(kr.key, after) <= 0 {
+				continue
+			}
+			if len(rows) == limit {
+				return rows, last, true, nil
+			}
+			rows = append(rows, ms.render(kr.row))
+			last = krs[i].key
+		}
+		if len(rows) == limit {
+			// The files that follow hold greater keys only.
+			return rows, last, fi < len(ms.files)-1, nil
+		}
+	}
+	return rows, last, false, nil
+}
+
+// find returns the row whose key a client gives.
+func (ms *mirrorScan) find(ctx context.Context, key string) (Row, bool, error) {
+	want, err := ms.cursor(key)
+	if err != nil {
+		return Row{}, false, err
+	}
+	for _, f := range ms.files {
+		if f.maxKey != nil && (bytes.Compare(want, f.minKey) < 0 || bytes.Compare(want, f.maxKey) > 0) {
+			continue
+		}
+		krs, err := ms.fileRows(ctx, f)
+		if err != nil {
+			return Row{}, false, err
+		}
+		if i, ok := slices.BinarySearchFunc(krs, want, func(kr keyedRow, k []byte) int { return bytes.Compare(kr.key, k) }); ok {
+			return ms.render(krs[i].row), true, nil
+		}
+	}
+	return Row{}, false, nil
+}
+
+// render renders a mirror row as the live rows are, so that a client sees
+// one format.
+func (ms *mirrorScan) render(row delta.Row) Row {
+	values := make(map[string]json.RawMessage, len(ms.schema.Fields))
+	byName := make(map[string]store.Value, len(ms.schema.Fields))
+	for i, f := range ms.schema.Fields {
+		if i == ms.deleted {
+			continue
+		}
+		v := ms.byType[i].FromDelta(row[i], f.Type)
+		byName[f.Name] = v
+		values[f.Name] = typemap.JSON(v)
+	}
+	ordered := make([]store.Value, len(ms.rel.Columns))
+	for i, c := range ms.rel.Columns {
+		ordered[i] = byName[c.Name]
+	}
+	_, key := keyOf(ms.rel, ordered)
+	return Row{Key: key, Values: values}
+}
