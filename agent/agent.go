@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -263,7 +262,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	sock := filepath.Join(a.cfg.StateDir, SocketName)
 	_ = os.Remove(sock) // left behind by a crash; the state file's lock says no agent runs
-	ln, err := net.Listen("unix", sock)
+	ln, err := listenControl(sock)
 	if err != nil {
 		return fmt.Errorf("control socket: %w", err)
 	}

@@ -7,12 +7,36 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 )
 
 // The control socket (SocketName in the state directory) serves the running
 // agent's status and runs vacuums on request, for the status and vacuum
 // commands: both ends are here.
+
+// controlSocketMode is the control socket's file mode, whatever the umask:
+// connecting needs write permission on it, and only the agent's own user
+// (its owner) and root may connect. Root, who runs `lakeside status` and
+// `lakeside vacuum` as a rule, passes any mode. The agent's group is there
+// for the agent to read its configuration, not to run vacuums, which delete
+// files.
+const controlSocketMode = 0o600
+
+// listenControl listens on the control socket at sock and gives it
+// controlSocketMode. Until the chmod the socket has the umask's mode; the
+// state directory (0750, the agent's user) keeps others out meanwhile.
+func listenControl(sock string) (net.Listener, error) {
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(sock, controlSocketMode); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("chmod: %w", err)
+	}
+	return ln, nil
+}
 
 // controlHandler serves the control socket.
 func (a *Agent) controlHandler() http.Handler {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -191,9 +192,15 @@ func (a *Agent) runVacuum(ctx context.Context) error {
 	}
 }
 
-// vacuumHandler serves POST /vacuum (?dry_run=true) on the control socket.
+// vacuumHandler serves POST /vacuum on the control socket: ?dry_run=true
+// lists what a vacuum would delete, ?dry_run=false or no query vacuums. A
+// query it cannot read is refused (400) before anything is deleted.
 func (a *Agent) vacuumHandler(w http.ResponseWriter, r *http.Request) {
-	dryRun, _ := strconv.ParseBool(r.URL.Query().Get("dry_run"))
+	dryRun, err := parseVacuumQuery(r.URL.RawQuery)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	rep, err := a.Vacuum(r.Context(), dryRun)
 	if rep == nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -201,6 +208,34 @@ func (a *Agent) vacuumHandler(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(rep) // per-table errors are in the report
+}
+
+// parseVacuumQuery returns the dry_run of a vacuum request's query: false
+// when absent, otherwise exactly "true" or "false". A malformed query, any
+// other parameter (a misspelt dry_run) or value, or dry_run given twice is an
+// error: a dry run must never turn into a vacuum.
+func parseVacuumQuery(raw string) (bool, error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return false, fmt.Errorf("vacuum query %q: %w", raw, err)
+	}
+	for key := range q {
+		if key != "dry_run" {
+			return false, fmt.Errorf("vacuum query %q: unknown parameter %q (only dry_run=true or dry_run=false)", raw, key)
+		}
+	}
+	values, ok := q["dry_run"]
+	switch {
+	case !ok:
+		return false, nil
+	case len(values) != 1:
+		return false, fmt.Errorf("vacuum query %q: dry_run given %d times", raw, len(values))
+	case values[0] == "true":
+		return true, nil
+	case values[0] == "false":
+		return false, nil
+	}
+	return false, fmt.Errorf("vacuum query %q: dry_run is %q, want true or false", raw, values[0])
 }
 
 // ErrAgentNotAnswering is returned (wrapped) by RunVacuum when an agent

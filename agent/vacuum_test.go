@@ -204,3 +204,19 @@ func TestVacuumThroughRunningAgent(t *testing.T) {
 		t.Fatal("vacuum succeeded while an agent holds the state file without answering")
 	}
 }
+
+// TestParseVacuumQuery checks that the control socket's vacuum takes only
+// dry_run=true, dry_run=false or no query, and refuses anything else.
+func TestParseVacuumQuery(t *testing.T) {
+	for raw, want := range map[string]bool{"": false, "dry_run=false": false, "dry_run=true": true} {
+		if got, err := parseVacuumQuery(raw); err != nil || got != want {
+			t.Errorf("parseVacuumQuery(%q) = %v, %v; want %v", raw, got, err, want)
+		}
+	}
+	for _, raw := range []string{"dry_run=maybe", "dry_run=", "dry_run", "dry_run=1", "dry_run=True", "dry_run=true&dry_run=true",
+		"dryrun=true", "dry_run=true&force=1", "dry_run=%zz", "dry_run=false;dry_run=true"} {
+		if got, err := parseVacuumQuery(raw); err == nil {
+			t.Errorf("parseVacuumQuery(%q) = %v, want an error", raw, got)
+		}
+	}
+}

@@ -443,7 +443,26 @@ func (h *harness) checkInstall(t *testing.T, deb, version string) {
 	if out := h.run(t, "systemd-analyze", "verify", unitPath); out != "" {
 		t.Errorf("systemd-analyze verify %s is not silent:\n%s", unitPath, out)
 	}
-	security := h.run(t, "systemd-analyze", "security", "--offline=yes", unitPath)
+	h.checkUnit(t, unitPath)
+}
+
+// TestUnit checks the repository's unit file as TestPackages checks the
+// installed one, without building or installing anything: its resource
+// limits and its exposure rated by `systemd-analyze security`.
+func TestUnit(t *testing.T) {
+	if _, err := exec.LookPath("systemd-analyze"); err != nil {
+		t.Fatal("systemd-analyze not found: run `make deps` (it installs the Debian package systemd)")
+	}
+	h := newHarness(t)
+	h.checkUnit(t, filepath.Join(h.root, "systemd", "lakeside.service"))
+}
+
+// checkUnit checks the unit file at path: its resource limits (see
+// checkResourceLimits) and an overall exposure of at most maxExposure.
+func (h *harness) checkUnit(t *testing.T, path string) {
+	t.Helper()
+	checkResourceLimits(t, serviceSettings(t, readFile(t, path)))
+	security := h.run(t, "systemd-analyze", "security", "--offline=yes", path)
 	m := regexp.MustCompile(`Overall exposure level for lakeside\.service: ([0-9.]+)`).FindStringSubmatch(security)
 	if m == nil {
 		t.Fatalf("systemd-analyze security: no overall exposure level in:\n%s", security)
@@ -456,6 +475,111 @@ func (h *harness) checkInstall(t *testing.T, deb, version string) {
 	if score > maxExposure {
 		t.Errorf("systemd-analyze security: exposure %.1f > %.1f:\n%s", score, maxExposure, security)
 	}
+}
+
+// What the agent needs at most with the default settings, which the
+// unit's limits must leave room for.
+const (
+	// goMemoryLimit is the Go runtime's soft memory limit
+	// (cmd/lakeside/tuning_gc.go).
+	goMemoryLimit = 128 << 20
+	// clientQueueBytes is the most one live stream client's send queue
+	// holds (agent/internal/live/server.go).
+	clientQueueBytes = 16 << 20
+	// liveConnections is the most connections the live view keeps open
+	// (maxConnections in agent/internal/live/guard.go), each of which may
+	// hold a thread in a blocking read.
+	liveConnections = 1024
+)
+
+// checkResourceLimits checks that the unit limits memory, threads and
+// descriptors, with room for what the agent needs: the memory of the Go
+// runtime's soft limit and every stream client's full send queue below
+// MemoryHigh, MemoryHigh below MemoryMax, more tasks than the live view
+// has connections, and a descriptor limit whose quarter (the live view's
+// share) allows all of them.
+func checkResourceLimits(t *testing.T, settings map[string]string) {
+	t.Helper()
+	high := unitBytes(t, settings, "MemoryHigh")
+	hard := unitBytes(t, settings, "MemoryMax")
+	tasks := unitNumber(t, settings, "TasksMax")
+	files := unitNumber(t, settings, "LimitNOFILE")
+	if t.Failed() {
+		return
+	}
+	if need := int64(goMemoryLimit + agent.DefaultMaxClients*clientQueueBytes); high <= need {
+		t.Errorf("MemoryHigh is %d bytes, not above the %d the agent may need by default (GOMEMLIMIT and %d full stream queues)", high, need, agent.DefaultMaxClients)
+	}
+	if high >= hard {
+		t.Errorf("MemoryHigh (%d bytes) is not below MemoryMax (%d bytes)", high, hard)
+	}
+	if tasks <= liveConnections {
+		t.Errorf("TasksMax is %d, not above the live view's %d connections", tasks, liveConnections)
+	}
+	if files/4 < liveConnections {
+		t.Errorf("LimitNOFILE is %d: a quarter of it is below the live view's %d connections", files, liveConnections)
+	}
+}
+
+// serviceSettings returns the settings of a unit file's [Service] section;
+// a setting given more than once has its last value.
+func serviceSettings(t *testing.T, unit string) map[string]string {
+	t.Helper()
+	settings := map[string]string{}
+	section := ""
+	for _, line := range strings.Split(unit, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+		case strings.HasPrefix(line, "["):
+			section = line
+		case section == "[Service]":
+			key, value, ok := strings.Cut(line, "=")
+			if !ok {
+				t.Fatalf("unit: %q is not a setting", line)
+			}
+			settings[strings.TrimSpace(key)] = strings.TrimSpace(value)
+		}
+	}
+	return settings
+}
+
+// unitNumber returns a unit setting that is a plain number; it fails the
+// test when the setting is missing or not one ("infinity" included).
+func unitNumber(t *testing.T, settings map[string]string, key string) int64 {
+	t.Helper()
+	v, ok := settings[key]
+	if !ok {
+		t.Errorf("unit: no %s= in [Service]", key)
+		return 0
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		t.Errorf("unit: %s=%s is not a positive number", key, v)
+	}
+	return n
+}
+
+// unitBytes returns a unit setting that is a size in bytes with systemd's
+// optional suffix K, M, G or T (powers of 1024).
+func unitBytes(t *testing.T, settings map[string]string, key string) int64 {
+	t.Helper()
+	v, ok := settings[key]
+	if !ok || v == "" {
+		t.Errorf("unit: no %s= in [Service]", key)
+		return 0
+	}
+	shift := map[string]int{"K": 10, "M": 20, "G": 30, "T": 40}[v[len(v)-1:]]
+	digits := v
+	if shift > 0 {
+		digits = v[:len(v)-1]
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || n <= 0 {
+		t.Errorf("unit: %s=%s is not a size", key, v)
+		return 0
+	}
+	return n << shift
 }
 
 // checkInstalled checks the installed package's files, their modes and
