@@ -381,9 +381,9 @@ func (l *actionLine) action() Action {
 	return nil
 }
 
-// MarshalAction returns the single-line JSON form of an action, such as
+// marshalAction returns the single-line JSON form of an action, such as
 // {"add":{...}}.
-func MarshalAction(a Action) ([]byte, error) {
+func marshalAction(a Action) ([]byte, error) {
 	var l actionLine
 	switch a := a.(type) {
 	case *Add:

@@ -55,7 +55,7 @@ func (t *Table) Commit(ctx context.Context, readVersion int64, actions []Action)
 			c.Timestamp = t.now().UnixMilli()
 			a = &c
 		}
-		line, err := MarshalAction(a)
+		line, err := marshalAction(a)
 		if err != nil {
 			return -1, fmt.Errorf("commit version %d: %w", version, err)
 		}

@@ -10,17 +10,17 @@ import (
 	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
-// HiveDefaultPartition is the directory name used for a null partition value.
-const HiveDefaultPartition = "__HIVE_DEFAULT_PARTITION__"
+// hiveDefaultPartition is the directory name used for a null partition value.
+const hiveDefaultPartition = "__HIVE_DEFAULT_PARTITION__"
 
-// SerializePartitionValue converts a Go value of a partition column to its
+// serializePartitionValue converts a Go value of a partition column to its
 // string form in partitionValues (nil for null). Strings are kept as they
 // are, numbers in decimal notation, booleans as "true"/"false", dates as
 // yyyy-mm-dd, timestamps as ISO 8601 in UTC with microseconds
 // ("2021-09-08T11:11:11.000000Z"), timestamp_ntz as
 // "yyyy-mm-dd hh:mm:ss.ffffff", decimals with their full scale, and binary as
 // its bytes. An empty string is null in Delta.
-func SerializePartitionValue(dt DataType, v any) (*string, error) {
+func serializePartitionValue(dt DataType, v any) (*string, error) {
 	nv, err := types.Normalize(dt, v)
 	if err != nil {
 		return nil, err
@@ -68,9 +68,9 @@ func SerializePartitionValue(dt DataType, v any) (*string, error) {
 	return &s, nil
 }
 
-// ParsePartitionValue converts a partitionValues string (nil or empty for
+// parsePartitionValue converts a partitionValues string (nil or empty for
 // null) to the Go value of the column's type.
-func ParsePartitionValue(dt DataType, s *string) (any, error) {
+func parsePartitionValue(dt DataType, s *string) (any, error) {
 	if s == nil || *s == "" {
 		return nil, nil
 	}
@@ -176,7 +176,7 @@ func escapePartitionPathPart(s string) string {
 func partitionDir(columns []string, values map[string]*string) string {
 	parts := make([]string, len(columns))
 	for i, c := range columns {
-		v := HiveDefaultPartition
+		v := hiveDefaultPartition
 		if p := values[c]; p != nil {
 			v = escapePartitionPathPart(*p)
 		}

@@ -81,7 +81,7 @@ func TestPartitionedRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertSameRows(t, "partitioned", rows, want)
-	if !strings.Contains(acts[2].(*Add).Path, "s="+HiveDefaultPartition+"/") {
+	if !strings.Contains(acts[2].(*Add).Path, "s="+hiveDefaultPartition+"/") {
 		t.Errorf("null partition path %s", acts[2].(*Add).Path)
 	}
 	// A row whose partition value differs from the file's is refused.
@@ -192,7 +192,7 @@ func TestTimestampNTZProtocol(t *testing.T) {
 	var line []byte
 	for _, a := range acts {
 		if p, ok := a.(*Protocol); ok {
-			line, _ = MarshalAction(p)
+			line, _ = marshalAction(p)
 		}
 	}
 	if string(line) != `{"protocol":{"minReaderVersion":3,"minWriterVersion":7,"readerFeatures":["timestampNtz"],"writerFeatures":["timestampNtz"]}}` {

@@ -66,7 +66,7 @@ func (s *Snapshot) ScanFiles(ctx context.Context, fn func(add *Add, rows []Row) 
 					}
 				}
 			}
-			v, err := ParsePartitionValue(f.Type, raw)
+			v, err := parsePartitionValue(f.Type, raw)
 			if err != nil {
 				return fmt.Errorf("read %s: %w", add.Path, err)
 			}

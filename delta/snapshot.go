@@ -436,7 +436,7 @@ func (s *Snapshot) validate() error {
 	if s.metadata == nil {
 		return fmt.Errorf("%w: no metaData action", ErrCorruptLog)
 	}
-	if err := CheckReadSupport(s.protocol, s.metadata); err != nil {
+	if err := checkReadSupport(s.protocol, s.metadata); err != nil {
 		return err
 	}
 	for _, a := range s.files {
@@ -457,9 +457,9 @@ func (s *Snapshot) validate() error {
 	return nil
 }
 
-// CheckReadSupport returns an error wrapping ErrUnsupportedFeature when this
+// checkReadSupport returns an error wrapping ErrUnsupportedFeature when this
 // package cannot read a table with the given protocol and metadata.
-func CheckReadSupport(p *Protocol, md *Metadata) error {
+func checkReadSupport(p *Protocol, md *Metadata) error {
 	switch {
 	case p.MinReaderVersion == 1:
 	case p.MinReaderVersion == 2:

@@ -72,7 +72,7 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 		if f == nil {
 			return nil, fmt.Errorf("new data writer: %w: partition column %q not in schema", ErrInvalidSchema, pc)
 		}
-		s, err := SerializePartitionValue(f.Type, partitionValues[pc])
+		s, err := serializePartitionValue(f.Type, partitionValues[pc])
 		if err != nil {
 			return nil, fmt.Errorf("new data writer: partition %q: %w", pc, err)
 		}
@@ -166,7 +166,7 @@ func (w *DataWriter) checkPartition(r Row) error {
 		if r[idx] == nil || samePartitionValue(w.partSeen[j], r[idx]) {
 			continue
 		}
-		s, err := SerializePartitionValue(w.full.Fields[idx].Type, r[idx])
+		s, err := serializePartitionValue(w.full.Fields[idx].Type, r[idx])
 		if err != nil {
 			return fmt.Errorf("write rows: column %q: %w", w.full.Fields[idx].Name, err)
 		}
