@@ -423,3 +423,49 @@ func TestLiveViewMemoryHoldsWithManyClients(t *testing.T) {
 		t.Errorf("32 clients of a 60000-row table took the agent from %d MiB to %d MiB", base>>20, peak>>20)
 	}
 }
+
+// TestLiveViewTokenSchemeIsCaseInsensitive: with a token, the Bearer
+// scheme is matched as HTTP says (any case), a wrong token is refused, and
+// a Host other than the loopback names is answered (the token, which a
+// rebound page cannot know, guards it) while a foreign Origin still is not.
+func TestLiveViewTokenSchemeIsCaseInsensitive(t *testing.T) {
+	const token = "0123456789abcdef-live-token"
+	la := startLiveAgentWithToken(t, token)
+	for auth, want := range map[string]int{
+		"Bearer " + token:        http.StatusOK,
+		"bearer " + token:        http.StatusOK,
+		"BEARER " + token:        http.StatusOK,
+		"Bearer  " + token + " ": http.StatusOK,
+		"Bearer wrong":           http.StatusUnauthorized,
+		"Basic " + token:         http.StatusUnauthorized,
+		"":                       http.StatusUnauthorized,
+	} {
+		h := http.Header{}
+		if auth != "" {
+			h.Set("Authorization", auth)
+		}
+		if code, body := la.request("/api/v1/status", h); code != want {
+			t.Errorf("Authorization %q: status %d (%s), want %d", auth, code, body, want)
+		}
+	}
+	h := http.Header{"Authorization": {"bearer " + token}, "Host": {"branch-17.example"}}
+	if code, body := la.request("/api/v1/tables", h); code != http.StatusOK {
+		t.Errorf("with the token by another name: status %d (%s)", code, body)
+	}
+	h.Set("Origin", "http://attacker.example")
+	if code, _ := la.request("/api/v1/tables", h); code != http.StatusForbidden {
+		t.Errorf("with the token from a foreign origin: status %d, want 403", code)
+	}
+}
+
+// startLiveAgentWithToken starts the agent on public.stock with the live
+// view on a loopback address guarded by token.
+func startLiveAgentWithToken(t *testing.T, token string) *liveAgent {
+	t.Helper()
+	addr := freeAddr(t)
+	e := newE2EWith(t, []string{"public.stock"}, "http:\n  listen: "+addr+"\n  token: "+token+"\n")
+	e.exec(`CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL)`, `INSERT INTO stock VALUES (1, 1)`)
+	la := &liveAgent{e2e: e, d: e.start(), addr: addr}
+	e.waitApplied(la.d)
+	return la
+}
