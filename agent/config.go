@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"math"
 	"net/url"
-	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -214,9 +213,10 @@ func (c *Config) SlogLevel() slog.Level {
 }
 
 // LoadConfig reads the YAML file at path and parses it with ParseConfig,
-// using path as the name in error messages.
+// using path as the name in error messages. The file must be a regular file
+// of at most MaxConfigBytes (see ReadSmallFile).
 func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, _, err := ReadSmallFile(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}

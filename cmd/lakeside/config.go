@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,10 +23,38 @@ const environmentFile = "environment"
 // loadConfig loads the configuration at path after taking into the
 // environment the variables of the environment file next to it that are not
 // set already. An environment file that cannot be read is named in the error
-// when the configuration does not load without it.
-func loadConfig(path string) (*agent.Config, error) {
+// when the configuration does not load without it; one that is not a
+// regular file of at most agent.MaxConfigBytes is refused.
+//
+// Both files are read whole in the background, so that a signal that ends
+// ctx ends the wait at once, whatever the files are stored on.
+func loadConfig(ctx context.Context, path string) (*agent.Config, error) {
+	type result struct {
+		cfg *agent.Config
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		cfg, err := loadConfigFiles(path)
+		done <- result{cfg, err}
+	}()
+	select {
+	case r := <-done:
+		return r.cfg, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("load config %s: %w", path, context.Cause(ctx))
+	}
+}
+
+// loadConfigFiles is loadConfig without the context.
+func loadConfigFiles(path string) (*agent.Config, error) {
 	envPath := filepath.Join(filepath.Dir(path), environmentFile)
-	data, readErr := os.ReadFile(envPath)
+	data, _, readErr := agent.ReadSmallFile(envPath, agent.MaxConfigBytes)
+	if errors.Is(readErr, agent.ErrUnsuitableFile) {
+		// Not one that the user running the command may not read: a wrong
+		// file in its place.
+		return nil, readErr
+	}
 	if readErr == nil {
 		vars, err := parseEnvironment(data)
 		if err != nil {

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The tests of this file run the real lakeside command against
+// configurations a stranger could hand it, and check that each is refused
+// before PostgreSQL is contacted, with a message that names the key and
+// line, and without echoing a secret.
+
+// hcUnreachableDSN points at a port nobody listens on, so that a
+// configuration that wrongly passes makes check fail later, on connecting,
+// with another message.
+const hcUnreachableDSN = "postgres://lakeside@127.0.0.1:1/shop?connect_timeout=2&sslmode=disable"
+
+// hcSecret stands for a password, key or token; no output may contain it.
+const hcSecret = "Sup3rS3cretPW"
+
+// hcConfig writes a configuration with the given sections after source and
+// state_dir (and http.listen off unless they set http) into a new
+// directory, and returns its path.
+func hcConfig(t *testing.T, extra string) string {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := fmt.Sprintf("source:\n  dsn: %q\n  tables: [public.stock]\nstate_dir: %s\n", hcUnreachableDSN, filepath.Join(dir, "state"))
+	if !strings.Contains("\n"+extra, "\nhttp:") {
+		cfg += "http:\n  listen: off\n"
+	}
+	path := filepath.Join(dir, "lakeside.yaml")
+	writeFile(t, path, cfg+extra)
+	return path
+}
+
+// hcCheck runs lakeside check --config path and returns its output.
+func hcCheck(t *testing.T, path string) (stdout, stderr string, code int) {
+	t.Helper()
+	e := &e2e{t: t}
+	return e.lakeside("check", "--config", path)
+}
+
+// wantRefused fails unless check exited 1 before reaching PostgreSQL, with
+// every text of wants in its error, and no secret in its output.
+func wantRefused(t *testing.T, stdout, stderr string, code int, wants ...string) {
+	t.Helper()
+	if code != 1 {
+		t.Errorf("exit code %d, want 1; stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if strings.Contains(stdout, "✓ configuration") {
+		t.Errorf("the configuration was accepted; stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+	for _, want := range wants {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not contain %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Contains(stdout+stderr, hcSecret) {
+		t.Errorf("the output reveals the secret %q; stdout:\n%s\nstderr:\n%s", hcSecret, stdout, stderr)
+	}
+	if strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+		t.Errorf("the error is more than one line:\n%s", stderr)
+	}
+}
+
+// watched is the outcome of a command run under watch.
+type watched struct {
+	stderr    string
+	code      int
+	exited    bool  // on its own, before the deadline
+	peakRSS   int64 // the most resident memory seen, in bytes
+	overMem   bool  // killed for using too much memory
+	signalled bool  // signal was called
+	duration  time.Duration
+}
+
+// runWatched runs lakeside with args, calls signal (when not nil) once the
+// process has run for a moment or is seen reading, and kills it when it passes maxRSS bytes of
+// resident memory or runs for longer than limit. It replaces e2e.lakeside
+// where a command that misbehaves would otherwise fill the machine's memory
+// or never end.
+func runWatched(t *testing.T, limit time.Duration, maxRSS int64, signal func(*os.Process), args ...string) watched {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "LAKESIDE_TEST_MAIN=1")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	var w watched
+	signalled := signal == nil
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(limit)
+loop:
+	for {
+		select {
+		case <-done:
+			w.exited = true
+			break loop
+		case <-deadline:
+			cmd.Process.Kill()
+			<-done
+			break loop
+		case <-tick.C:
+			anon, _, err := rss(cmd.Process.Pid)
+			if err == nil {
+				w.peakRSS = max(w.peakRSS, anon)
+				if anon > maxRSS {
+					w.overMem = true
+					cmd.Process.Kill()
+					<-done
+					break loop
+				}
+			}
+			// The Go runtime and the signal handlers are set up well
+			// within this time, and memory grows only once the load has
+			// begun.
+			if !signalled && (time.Since(start) > 150*time.Millisecond || anon > 32<<20) {
+				signal(cmd.Process)
+				signalled = true
+			}
+		}
+	}
+	w.signalled = signal != nil && signalled
+	w.duration = time.Since(start)
+	w.stderr = errb.String()
+	w.code = cmd.ProcessState.ExitCode()
+	return w
+}
+
+// hcMaxRSS is more memory than loading any configuration needs.
+const hcMaxRSS = 256 << 20
+
+// TestHardeningConfigNotRegularFile: finding 7, `check --config /dev/zero`
+// read without end. A configuration that is not a regular file is refused
+// before a byte is read.
+func TestHardeningConfigNotRegularFile(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "lakeside.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{"/dev/zero", "/dev/zero is a character device, not a regular file"},
+		{fifo, fifo + " is a named pipe, not a regular file"},
+		{t.TempDir(), "is a directory, not a regular file"},
+	} {
+		w := runWatched(t, 10*time.Second, hcMaxRSS, nil, "check", "--config", tc.path)
+		switch {
+		case w.overMem:
+			t.Errorf("check --config %s used more than %d MiB; killed", tc.path, hcMaxRSS>>20)
+		case !w.exited:
+			t.Errorf("check --config %s did not end in %s; killed", tc.path, w.duration)
+		case w.code != 1 || !strings.Contains(w.stderr, tc.want):
+			t.Errorf("check --config %s: exit code %d, stderr %q; want 1 and %q", tc.path, w.code, w.stderr, tc.want)
+		}
+	}
+}
+
+// TestHardeningConfigSIGTERMWhileLoading: finding 7, the command ignored
+// SIGTERM while it read /dev/zero. A SIGTERM sent while the configuration
+// loads ends the command at once, whatever the file is.
+func TestHardeningConfigSIGTERMWhileLoading(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "lakeside.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	term := func(p *os.Process) { p.Signal(syscall.SIGTERM) }
+	for _, path := range []string{"/dev/zero", fifo} {
+		w := runWatched(t, 5*time.Second, hcMaxRSS, term, "check", "--config", path)
+		switch {
+		case w.overMem && !w.signalled:
+			t.Errorf("check --config %s grew past %d MiB before SIGTERM could be sent; killed", path, hcMaxRSS>>20)
+		case w.overMem:
+			t.Errorf("check --config %s went on reading past %d MiB after SIGTERM; killed", path, hcMaxRSS>>20)
+		case !w.exited:
+			t.Errorf("check --config %s ignored SIGTERM for %s; killed", path, w.duration)
+		case w.code == 0:
+			t.Errorf("check --config %s exited 0; stderr %q", path, w.stderr)
+		}
+	}
+}
+
+// TestHardeningConfigSizeLimit: finding 7, a configuration is read whole
+// into memory. One of more than 1 MiB is refused from its size, before it
+// is read, with the limit in the message.
+func TestHardeningConfigSizeLimit(t *testing.T) {
+	path := hcConfig(t, "")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A valid configuration, padded with comments past the limit.
+	padding := strings.Repeat("# "+strings.Repeat("x", 77)+"\n", (2<<20)/80)
+	writeFile(t, path, string(data)+padding)
+	want := fmt.Sprintf("%s is %d bytes, larger than the 1 MiB limit", path, len(data)+len(padding))
+	w := runWatched(t, 10*time.Second, hcMaxRSS, nil, "check", "--config", path)
+	if !w.exited || w.code != 1 || !strings.Contains(w.stderr, want) {
+		t.Errorf("check of a 2 MiB configuration: exited %v, code %d, stderr %q; want a refusal naming the 1 MiB limit", w.exited, w.code, w.stderr)
+	}
+
+	// The environment file beside it is bounded the same way.
+	writeFile(t, path, string(data))
+	envPath := filepath.Join(filepath.Dir(path), "environment")
+	writeFile(t, envPath, "A=1\n"+padding)
+	stdout, stderr, code := hcCheck(t, path)
+	wantRefused(t, stdout, stderr, code, fmt.Sprintf("%s is %d bytes, larger than the 1 MiB limit", envPath, len("A=1\n")+len(padding)))
+}
