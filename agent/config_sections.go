@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/lakeside/lakeside/agent/internal/live"
 	"github.com/lakeside/lakeside/uploader"
@@ -81,9 +82,9 @@ func (h *HTTPConfig) validate(p *configParser) error {
 	}
 	if err := live.CheckListen(live.Config{Listen: h.Listen, Token: h.Token}); err != nil {
 		if errors.Is(err, live.ErrTokenRequired) {
-			return p.fieldErrorf(&h.Listen, "%q is reachable from the network, so %s is required (set a long random token, or listen on 127.0.0.1)", h.Listen, p.path(&h.Token))
+			return p.fieldErrorf(&h.Listen, "%q is reachable from the network, so %s is required (set a long random token, or listen on 127.0.0.1)", cutValue(h.Listen), p.path(&h.Token))
 		}
-		return p.fieldErrorf(&h.Listen, "%q is not a host:port address (e.g. 127.0.0.1:8080, or off)", h.Listen)
+		return p.fieldErrorf(&h.Listen, "%q is not a host:port address (e.g. 127.0.0.1:8080, or off)", cutValue(h.Listen))
 	}
 	return nil
 }
@@ -109,11 +110,20 @@ func isHostName(s string) bool {
 	return true
 }
 
-// cutValue shortens a value from the file for an error message.
+// maxValueBytes is the most bytes of a value an error message quotes.
+const maxValueBytes = 64
+
+// cutValue shortens a value from the file for an error message, so that a
+// value of any length gives an error of a few lines at most. Every message
+// that quotes a value from the file quotes it through cutValue. The value
+// is cut at a character boundary and marked with an ellipsis.
 func cutValue(s string) string {
-	const max = 64
-	if len(s) > max {
-		return s[:max] + "…"
+	if len(s) <= maxValueBytes {
+		return s
 	}
-	return s
+	i := maxValueBytes
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }

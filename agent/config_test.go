@@ -45,6 +45,10 @@ func setTestEnv(t *testing.T) {
 	}
 }
 
+// maxErrorBytes is more than any configuration error needs: values are cut
+// to a few dozen bytes.
+const maxErrorBytes = 600
+
 // badConfig is a testdata/config/*.bad.yml file and the texts its error
 // must contain; the first always includes the file name and line.
 type badConfig struct {
@@ -114,6 +118,7 @@ func badConfigs() []badConfig {
 		{"long_duration_seconds.bad.yml", []string{`long_duration_seconds.bad.yml:4: source.status_interval: "3601s" is out of range`, "at most 1h"}},
 		{"empty_tables_dir.bad.yml", []string{"empty_tables_dir.bad.yml:6: delta.tables_dir: must not be empty (remove the key to use <state_dir>/tables)"}},
 		{"bad_max_clients.bad.yml", []string{`bad_max_clients.bad.yml:6: http.max_clients: "99999999999999999999" is not a positive whole number`}},
+		{"long_value.bad.yml", []string{`long_value.bad.yml:3: source.slot: "xxxxxxxx`, `…" is not a valid replication slot name`}},
 		{"replica_secret_list.bad.yml", []string{"replica_secret_list.bad.yml:8: replica.secret_access_key: must be a single value (a string), not a list"}},
 	}
 }
@@ -138,6 +143,9 @@ func TestLoadConfigBad(t *testing.T) {
 			}
 			if strings.Contains(msg, "\n") {
 				t.Errorf("error %q has more than one line", msg)
+			}
+			if len(msg) > maxErrorBytes {
+				t.Errorf("error is %d bytes long, more than %d: %.300s", len(msg), maxErrorBytes, msg)
 			}
 			if strings.Contains(msg, testPassword) {
 				t.Errorf("error %q reveals the password", msg)
@@ -581,4 +589,19 @@ func withSectionDefaults(c Config) Config {
 		c.HTTP = HTTPConfig{Listen: DefaultHTTPListen, MaxClients: DefaultMaxClients}
 	}
 	return c
+}
+
+func TestCutValue(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                            "",
+		"short":                       "short",
+		strings.Repeat("a", 64):       strings.Repeat("a", 64),
+		strings.Repeat("a", 65):       strings.Repeat("a", 64) + "…",
+		strings.Repeat("a", 63) + "é": strings.Repeat("a", 63) + "…",
+		strings.Repeat("é", 40):       strings.Repeat("é", 32) + "…",
+	} {
+		if got := cutValue(in); got != want {
+			t.Errorf("cutValue(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

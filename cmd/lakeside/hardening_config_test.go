@@ -217,3 +217,30 @@ func TestHardeningConfigSizeLimit(t *testing.T) {
 	stdout, stderr, code := hcCheck(t, path)
 	wantRefused(t, stdout, stderr, code, fmt.Sprintf("%s is %d bytes, larger than the 1 MiB limit", envPath, len("A=1\n")+len(padding)))
 }
+
+// TestHardeningConfigCutsLongValues: finding 7, errors quoted values of any
+// length. A value of 100000 characters gives an error of one short line
+// that quotes its beginning.
+func TestHardeningConfigCutsLongValues(t *testing.T) {
+	long := strings.Repeat("x", 100000)
+	for _, tc := range []struct{ name, extra, want string }{
+		{"slot", "", `:3: source.slot: "xxxx`},
+		// YAML limits a plain key to 1024 characters.
+		{"unknown key", "log:\n  " + long[:1000] + ": 1\n", `:8: log: unknown key "xxxx`},
+		{"duration", "delta:\n  flush_interval: " + long + "\n", `:8: delta.flush_interval: "xxxx`},
+		{"listen", "http:\n  listen: " + long + "\n", `:6: http.listen: "xxxx`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := hcConfig(t, tc.extra)
+			if tc.name == "slot" {
+				data, _ := os.ReadFile(path)
+				writeFile(t, path, strings.Replace(string(data), "  tables:", "  slot: "+long+"\n  tables:", 1))
+			}
+			stdout, stderr, code := hcCheck(t, path)
+			wantRefused(t, stdout, stderr, code, tc.want, `…"`)
+			if len(stderr) > 600 {
+				t.Errorf("the error is %d bytes long:\n%.600s", len(stderr), stderr)
+			}
+		})
+	}
+}
