@@ -61,8 +61,19 @@ func validateReplica(p *configParser, r *uploader.Config) error {
 		r.Concurrency = defaultReplicaConcurrency
 	}
 	if err := r.Validate(); err != nil {
-		if strings.Contains(err.Error(), "site") {
-			return p.fieldErrorf(&r.Site, "%v", err)
+		// The uploader's errors quote no value, and the URL is never
+		// quoted: it may hold a secret.
+		switch {
+		case errors.Is(err, uploader.ErrURLCredentials):
+			return p.fieldErrorf(&r.URL, "must not hold credentials (the part before \"@\"), which the agent would not use and which would show in logs and status: write s3://bucket/prefix and set %s and %s, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment",
+				p.path(&r.AccessKeyID), p.path(&r.SecretAccessKey))
+		case errors.Is(err, uploader.ErrURLScheme):
+			scheme, _, _ := strings.Cut(r.URL, ":")
+			return p.fieldErrorf(&r.URL, "unsupported scheme %q (write s3://bucket/prefix or file:///path)", cutValue(scheme))
+		case errors.Is(err, uploader.ErrURLSyntax):
+			return p.fieldErrorf(&r.URL, "is not a valid URL (write s3://bucket/prefix or file:///path)")
+		case errors.Is(err, uploader.ErrSite):
+			return p.fieldErrorf(&r.Site, "%q is not a valid name (use a name without a slash or backslash, other than \".\" and \"..\", e.g. branch-17)", cutValue(r.Site))
 		}
 		return p.fieldErrorf(&r.URL, "%v", err)
 	}

@@ -228,6 +228,7 @@ func TestHardeningConfigCutsLongValues(t *testing.T) {
 		// YAML limits a plain key to 1024 characters.
 		{"unknown key", "log:\n  " + long[:1000] + ": 1\n", `:8: log: unknown key "xxxx`},
 		{"duration", "delta:\n  flush_interval: " + long + "\n", `:8: delta.flush_interval: "xxxx`},
+		{"site", "replica:\n  url: file:///srv/replica\n  site: a/" + long + "\n", `:9: replica.site: "a/xxxx`},
 		{"listen", "http:\n  listen: " + long + "\n", `:6: http.listen: "xxxx`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -243,4 +244,36 @@ func TestHardeningConfigCutsLongValues(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHardeningConfigReplicaURLCredentials: finding 8, credentials in
+// replica.url were accepted, ignored, and printed by check, the log and
+// status. They are refused, with where to put them instead, and the URL is
+// not echoed.
+func TestHardeningConfigReplicaURLCredentials(t *testing.T) {
+	for _, tc := range []struct{ name, url string }{
+		{"key and secret", "s3://AKIAEXAMPLE:" + hcSecret + "@branch-data/lakeside"},
+		{"secret only", "s3://:" + hcSecret + "@branch-data/lakeside"},
+		{"file url", "file://" + hcSecret + "@/srv/replica"},
+		// It does not parse either; the credentials are still not echoed.
+		{"malformed", "s3://AKIAEXAMPLE:" + hcSecret + "@branch-data:99x/%zz"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := hcConfig(t, "replica:\n  site: branch7\n  url: \""+tc.url+"\"\n")
+			stdout, stderr, code := hcCheck(t, path)
+			wantRefused(t, stdout, stderr, code, path+":9: replica.url: must not hold credentials",
+				"replica.access_key_id and replica.secret_access_key", "AWS_SECRET_ACCESS_KEY")
+			if strings.Contains(stdout+stderr, "AKIAEXAMPLE") {
+				t.Errorf("the output reveals the access key; stderr:\n%s", stderr)
+			}
+		})
+	}
+	// Taken from the environment, as the secrets should be, it is refused
+	// the same way.
+	t.Run("from the environment", func(t *testing.T) {
+		path := hcConfig(t, "replica:\n  site: branch7\n  url: ${LAKESIDE_HC_URL}\n")
+		writeFile(t, filepath.Join(filepath.Dir(path), "environment"), "LAKESIDE_HC_URL=s3://AKIAEXAMPLE:"+hcSecret+"@branch-data/x\n")
+		stdout, stderr, code := hcCheck(t, path)
+		wantRefused(t, stdout, stderr, code, path+":9: replica.url: must not hold credentials")
+	})
 }
