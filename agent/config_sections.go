@@ -81,7 +81,8 @@ func validateReplica(p *configParser, r *uploader.Config) error {
 }
 
 // validate checks the http section: an address the server can listen on,
-// and a token whenever it is reachable from the network.
+// and a token of at least live.MinTokenLength characters whenever it is
+// reachable from the network.
 func (h *HTTPConfig) validate(p *configParser) error {
 	for _, host := range h.AllowedHosts {
 		if !isHostName(host) {
@@ -92,8 +93,12 @@ func (h *HTTPConfig) validate(p *configParser) error {
 		return nil
 	}
 	if err := live.CheckListen(live.Config{Listen: h.Listen, Token: h.Token}); err != nil {
-		if errors.Is(err, live.ErrTokenRequired) {
-			return p.fieldErrorf(&h.Listen, "%q is reachable from the network, so %s is required (set a long random token, or listen on 127.0.0.1)", cutValue(h.Listen), p.path(&h.Token))
+		switch {
+		case errors.Is(err, live.ErrTokenRequired):
+			return p.fieldErrorf(&h.Listen, "%q is reachable from the network, so %s is required (set a random token of at least %d characters, e.g. from openssl rand -hex 32, or listen on 127.0.0.1)", cutValue(h.Listen), p.path(&h.Token), live.MinTokenLength)
+		case errors.Is(err, live.ErrWeakToken):
+			// Never quote the token, not even cut.
+			return p.fieldErrorf(&h.Token, "is too short for %s %q, which is reachable from the network (use a random token of at least %d characters, not counting whitespace around them, e.g. from openssl rand -hex 32)", p.path(&h.Listen), cutValue(h.Listen), live.MinTokenLength)
 		}
 		return p.fieldErrorf(&h.Listen, "%q is not a host:port address (e.g. 127.0.0.1:8080, or off)", cutValue(h.Listen))
 	}

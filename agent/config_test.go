@@ -36,6 +36,7 @@ func setTestEnv(t *testing.T) {
 		"LAKESIDE_TEST_HOME":         "/srv/lakeside/",
 		"LAKESIDE_TEST_LEVEL":        "warn",
 		"LAKESIDE_TEST_SECRET":       "test-secret",
+		"LAKESIDE_TEST_TOKEN":        "test-token-0123456789",
 	} {
 		t.Setenv(k, v)
 	}
@@ -68,6 +69,8 @@ func badConfigs() []badConfig {
 		{"replica_bad_scheme.bad.yml", []string{`replica_bad_scheme.bad.yml:6: replica.url: unsupported scheme "ftp"`}},
 		{"replica_url_credentials.bad.yml", []string{`replica_url_credentials.bad.yml:7: replica.url: must not hold credentials`, "replica.access_key_id", "replica.secret_access_key"}},
 		{"replica_url_password.bad.yml", []string{`replica_url_password.bad.yml:6: replica.url: must not hold credentials`}},
+		{"http_weak_token.bad.yml", []string{`http_weak_token.bad.yml:8: http.token: is too short for http.listen "0.0.0.0:8080"`, "at least 16 characters"}},
+		{"http_blank_token.bad.yml", []string{`http_blank_token.bad.yml:7: http.token: is too short`}},
 		{"replica_no_site.bad.yml", []string{`replica_no_site.bad.yml:5: replica.site:`, `is not a valid name`}},
 		{"replica_no_url.bad.yml", []string{`replica_no_url.bad.yml:5: replica.url: is required when the replica section is used`}},
 		{"replica_bad_size.bad.yml", []string{`replica_bad_size.bad.yml:8: replica.max_backlog: "lots" is not a size`}},
@@ -209,7 +212,7 @@ func goodConfigs() []goodConfig {
 			Replica: uploader.Config{URL: "s3://branch-data/lakeside", Site: "branch7", Endpoint: "http://127.0.0.1:9000", Region: "eu-west-1",
 				AccessKeyID: "AKIA", SecretAccessKey: "test-secret", MaxBacklog: 2 << 30, MaxBytesPerSecond: 1000000,
 				PollInterval: 5 * time.Second, MaxBackoff: 2 * time.Minute, Concurrency: 2},
-			HTTP: HTTPConfig{Listen: "0.0.0.0:8080", Token: "test-secret", MaxClients: 8},
+			HTTP: HTTPConfig{Listen: "0.0.0.0:8080", Token: "test-token-0123456789", MaxClients: 8},
 			Log:  LogConfig{Level: "info", Format: "text"},
 		}},
 		{"minimal.good.yml", Config{

@@ -277,3 +277,32 @@ func TestHardeningConfigReplicaURLCredentials(t *testing.T) {
 		wantRefused(t, stdout, stderr, code, path+":9: replica.url: must not hold credentials")
 	})
 }
+
+// TestHardeningConfigHTTPToken: finding 9, a token of a single space was
+// accepted on 0.0.0.0. On an address reachable from the network the token
+// must have at least 16 characters besides the whitespace around them; the
+// error names http.token at its line and never quotes it.
+func TestHardeningConfigHTTPToken(t *testing.T) {
+	for _, tc := range []struct{ name, token string }{
+		{"one space", `" "`},
+		{"whitespace", `"  \t                  "`},
+		{"fifteen characters", hcSecret + "15"},
+		{"fifteen characters in spaces", `"   ` + hcSecret + `15   "`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := hcConfig(t, "http:\n  listen: 0.0.0.0:8080\n  token: "+tc.token+"\n")
+			stdout, stderr, code := hcCheck(t, path)
+			wantRefused(t, stdout, stderr, code, path+`:7: http.token: is too short for http.listen "0.0.0.0:8080"`, "at least 16 characters")
+		})
+	}
+	// Sixteen characters pass the configuration; check goes on to
+	// PostgreSQL, which is not there.
+	path := hcConfig(t, "http:\n  listen: 0.0.0.0:8080\n  token: "+hcSecret+"16a\n")
+	stdout, stderr, _ := hcCheck(t, path)
+	if !strings.Contains(stdout, "✓ configuration") {
+		t.Errorf("a 16-character token was refused; stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+	if strings.Contains(stdout+stderr, hcSecret) {
+		t.Errorf("the output reveals the token; stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+}
