@@ -81,8 +81,8 @@ func validateReplica(p *configParser, r *uploader.Config) error {
 }
 
 // validate checks the http section: an address the server can listen on,
-// and a token of at least live.MinTokenLength characters whenever it is
-// reachable from the network.
+// with a port from 1 to 65535, and a token of at least live.MinTokenLength
+// characters whenever it is reachable from the network.
 func (h *HTTPConfig) validate(p *configParser) error {
 	for _, host := range h.AllowedHosts {
 		if !isHostName(host) {
@@ -94,6 +94,8 @@ func (h *HTTPConfig) validate(p *configParser) error {
 	}
 	if err := live.CheckListen(live.Config{Listen: h.Listen, Token: h.Token}); err != nil {
 		switch {
+		case errors.Is(err, live.ErrBadPort):
+			return p.fieldErrorf(&h.Listen, "%q has no valid port (use a port from 1 to 65535, e.g. 127.0.0.1:8080)", cutValue(h.Listen))
 		case errors.Is(err, live.ErrTokenRequired):
 			return p.fieldErrorf(&h.Listen, "%q is reachable from the network, so %s is required (set a random token of at least %d characters, e.g. from openssl rand -hex 32, or listen on 127.0.0.1)", cutValue(h.Listen), p.path(&h.Token), live.MinTokenLength)
 		case errors.Is(err, live.ErrWeakToken):

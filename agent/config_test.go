@@ -71,6 +71,8 @@ func badConfigs() []badConfig {
 		{"replica_url_password.bad.yml", []string{`replica_url_password.bad.yml:6: replica.url: must not hold credentials`}},
 		{"http_weak_token.bad.yml", []string{`http_weak_token.bad.yml:8: http.token: is too short for http.listen "0.0.0.0:8080"`, "at least 16 characters"}},
 		{"http_blank_token.bad.yml", []string{`http_blank_token.bad.yml:7: http.token: is too short`}},
+		{"http_bad_port.bad.yml", []string{`http_bad_port.bad.yml:6: http.listen: "127.0.0.1:99999" has no valid port (use a port from 1 to 65535`}},
+		{"http_port_zero.bad.yml", []string{`http_port_zero.bad.yml:6: http.listen: "127.0.0.1:0" has no valid port`}},
 		{"replica_no_site.bad.yml", []string{`replica_no_site.bad.yml:5: replica.site:`, `is not a valid name`}},
 		{"replica_no_url.bad.yml", []string{`replica_no_url.bad.yml:5: replica.url: is required when the replica section is used`}},
 		{"replica_bad_size.bad.yml", []string{`replica_bad_size.bad.yml:8: replica.max_backlog: "lots" is not a size`}},

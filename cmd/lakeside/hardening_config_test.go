@@ -306,3 +306,15 @@ func TestHardeningConfigHTTPToken(t *testing.T) {
 		t.Errorf("the output reveals the token; stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	}
 }
+
+// TestHardeningConfigListenPort: finding 13, http.listen with port 99999
+// passed check. The port must be a number from 1 to 65535.
+func TestHardeningConfigListenPort(t *testing.T) {
+	for _, listen := range []string{"127.0.0.1:99999", "127.0.0.1:0", "0.0.0.0:65536", "127.0.0.1:-1", "127.0.0.1:http"} {
+		t.Run(listen, func(t *testing.T) {
+			path := hcConfig(t, "http:\n  listen: "+listen+"\n")
+			stdout, stderr, code := hcCheck(t, path)
+			wantRefused(t, stdout, stderr, code, fmt.Sprintf("%s:6: http.listen: %q has no valid port (use a port from 1 to 65535", path, listen))
+		})
+	}
+}

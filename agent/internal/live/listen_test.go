@@ -8,17 +8,23 @@ import (
 	"testing"
 )
 
-// TestCheckListenToken checks the token strength a non-loopback address
-// needs, and that no error quotes the token.
-func TestCheckListenToken(t *testing.T) {
+// TestCheckListenPortAndToken checks the port range and the token strength
+// a non-loopback address needs, and that no error quotes the token.
+func TestCheckListenPortAndToken(t *testing.T) {
 	const strong = "0123456789abcdef"
 	tests := []struct {
 		listen, token string
 		want          error
 	}{
 		{"127.0.0.1:8080", "", nil},
+		{"127.0.0.1:65535", "", nil},
 		{"0.0.0.0:8080", strong, nil},
 		{"0.0.0.0:8080", "  " + strong + "\t", nil},
+		{"127.0.0.1:99999", "", ErrBadPort},
+		{"127.0.0.1:0", "", ErrBadPort},
+		{"127.0.0.1:-1", "", ErrBadPort},
+		{"127.0.0.1:http", "", ErrBadPort},
+		{"0.0.0.0:65536", strong, ErrBadPort},
 		{"0.0.0.0:8080", "", ErrTokenRequired},
 		{"0.0.0.0:8080", " ", ErrWeakToken},
 		{"0.0.0.0:8080", strings.Repeat(" ", 40), ErrWeakToken},

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -77,15 +78,22 @@ var (
 	// ErrWeakToken means a non-loopback listen address has a token shorter
 	// than MinTokenLength once the whitespace around it is left out.
 	ErrWeakToken = fmt.Errorf("http.token must be at least %d characters, not counting whitespace around them, when http.listen is not a loopback address", MinTokenLength)
+	// ErrBadPort means the port of the listen address is not a number from
+	// 1 to 65535. Port 0, which asks the system for any free port, is
+	// refused too: nobody could find the server.
+	ErrBadPort = errors.New("http.listen: the port must be a number from 1 to 65535")
 )
 
-// CheckListen reports whether cfg may serve: a non-loopback address needs a
-// token of at least MinTokenLength characters. Its errors never quote the
-// token.
+// CheckListen reports whether cfg may serve: the address has a port from 1
+// to 65535, and a non-loopback address needs a token of at least
+// MinTokenLength characters. Its errors never quote the token.
 func CheckListen(cfg Config) error {
-	host, _, err := net.SplitHostPort(cfg.Listen)
+	host, port, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("http.listen %q: %w", cfg.Listen, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return ErrBadPort
 	}
 	if host == "localhost" {
 		return nil
