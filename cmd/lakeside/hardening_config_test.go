@@ -307,6 +307,55 @@ func TestHardeningConfigHTTPToken(t *testing.T) {
 	}
 }
 
+// TestHardeningConfigEnvironmentFileMode: finding 10, the environment file
+// beside the configuration was read whoever could write it. One that is
+// group- or world-writable, or owned by a user other than root and the one
+// running the command, is refused, saying why and the command that fixes
+// it.
+func TestHardeningConfigEnvironmentFileMode(t *testing.T) {
+	setup := func(t *testing.T, mode os.FileMode) (path, envPath string) {
+		path = hcConfig(t, "replica:\n  url: file:///srv/replica\n  site: ${LAKESIDE_HC_SITE}\n")
+		envPath = filepath.Join(filepath.Dir(path), "environment")
+		writeFile(t, envPath, "LAKESIDE_HC_SITE=branch7\nAWS_SECRET_ACCESS_KEY="+hcSecret+"\n")
+		if err := os.Chmod(envPath, mode); err != nil {
+			t.Fatal(err)
+		}
+		return path, envPath
+	}
+	for _, tc := range []struct {
+		mode os.FileMode
+		want string
+	}{
+		{0o666, "is group- and world-writable (mode 0666)"},
+		{0o602, "is world-writable (mode 0602)"},
+		{0o620, "is group-writable (mode 0620)"},
+	} {
+		t.Run(fmt.Sprintf("%04o", tc.mode), func(t *testing.T) {
+			path, envPath := setup(t, tc.mode)
+			stdout, stderr, code := hcCheck(t, path)
+			wantRefused(t, stdout, stderr, code, envPath+" "+tc.want, "run chmod 600 "+envPath)
+		})
+	}
+	t.Run("0640", func(t *testing.T) {
+		path, _ := setup(t, 0o640)
+		stdout, stderr, _ := hcCheck(t, path)
+		if !strings.Contains(stdout, "✓ configuration") {
+			t.Errorf("an environment file of mode 0640 was refused; stdout:\n%s\nstderr:\n%s", stdout, stderr)
+		}
+	})
+	t.Run("owned by another user", func(t *testing.T) {
+		if os.Getuid() != 0 {
+			t.Skip("changing a file's owner needs root")
+		}
+		path, envPath := setup(t, 0o600)
+		if err := os.Chown(envPath, 4242, 4242); err != nil {
+			t.Fatal(err)
+		}
+		stdout, stderr, code := hcCheck(t, path)
+		wantRefused(t, stdout, stderr, code, envPath+" is owned by uid 4242, neither root nor the user running lakeside", "run chown root "+envPath)
+	})
+}
+
 // TestHardeningConfigListenPort: finding 13, http.listen with port 99999
 // passed check. The port must be a number from 1 to 65535.
 func TestHardeningConfigListenPort(t *testing.T) {
