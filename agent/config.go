@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"math"
 	"net/url"
-	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -181,19 +180,21 @@ type TableName = source.Table
 // too.
 func ParseTableName(s string) (TableName, error) {
 	schema, name, ok := strings.Cut(s, ".")
+	// Only the values of the messages are cut: the checks see all of s.
+	q := cutValue(s)
 	switch {
 	case !ok:
-		return TableName{}, fmt.Errorf("table name %q: missing schema (write it as schema.table, e.g. public.%s)", s, s)
+		return TableName{}, fmt.Errorf("table name %q: missing schema (write it as schema.table, e.g. public.%s)", q, q)
 	case strings.Contains(name, "."):
-		return TableName{}, fmt.Errorf("table name %q: more than one \".\" (write it as schema.table; names containing a dot are not supported)", s)
+		return TableName{}, fmt.Errorf("table name %q: more than one \".\" (write it as schema.table; names containing a dot are not supported)", q)
 	case schema == "":
-		return TableName{}, fmt.Errorf("table name %q: empty schema (write it as schema.table, e.g. public%s)", s, s)
+		return TableName{}, fmt.Errorf("table name %q: empty schema (write it as schema.table, e.g. public%s)", q, q)
 	case name == "":
-		return TableName{}, fmt.Errorf("table name %q: empty table name (write it as schema.table)", s)
+		return TableName{}, fmt.Errorf("table name %q: empty table name (write it as schema.table)", q)
 	case strings.ContainsRune(s, 0):
-		return TableName{}, fmt.Errorf("table name %q: contains a NUL byte", s)
+		return TableName{}, fmt.Errorf("table name %q: contains a NUL byte", q)
 	case len(schema) > maxIdentifierBytes || len(name) > maxIdentifierBytes:
-		return TableName{}, fmt.Errorf("table name %q: schema and table must each be at most %d bytes", s, maxIdentifierBytes)
+		return TableName{}, fmt.Errorf("table name %q: schema and table must each be at most %d bytes", q, maxIdentifierBytes)
 	}
 	return TableName{Schema: schema, Name: name}, nil
 }
@@ -214,9 +215,10 @@ func (c *Config) SlogLevel() slog.Level {
 }
 
 // LoadConfig reads the YAML file at path and parses it with ParseConfig,
-// using path as the name in error messages.
+// using path as the name in error messages. The file must be a regular file
+// of at most MaxConfigBytes (see ReadSmallFile).
 func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, _, err := ReadSmallFile(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
@@ -319,16 +321,16 @@ func (s *SourceConfig) validate(p *configParser) error {
 	}
 
 	if !isSlotName(s.Slot) {
-		return p.fieldErrorf(&s.Slot, "%q is not a valid replication slot name (use 1 to %d lowercase letters, digits and underscores, e.g. %q)", s.Slot, maxIdentifierBytes, DefaultSlot)
+		return p.fieldErrorf(&s.Slot, "%q is not a valid replication slot name (use 1 to %d lowercase letters, digits and underscores, e.g. %q)", cutValue(s.Slot), maxIdentifierBytes, DefaultSlot)
 	}
 
 	switch pub := s.Publication; {
 	case pub == "":
 		return p.fieldErrorf(&s.Publication, "must not be empty (remove the key to use %q)", DefaultPublication)
 	case len(pub) > maxIdentifierBytes:
-		return p.fieldErrorf(&s.Publication, "%q is longer than %d bytes (use a shorter name)", pub, maxIdentifierBytes)
+		return p.fieldErrorf(&s.Publication, "%q is longer than %d bytes (use a shorter name)", cutValue(pub), maxIdentifierBytes)
 	case strings.ContainsRune(pub, 0):
-		return p.fieldErrorf(&s.Publication, "%q contains a NUL byte (remove it)", pub)
+		return p.fieldErrorf(&s.Publication, "%q contains a NUL byte (remove it)", cutValue(pub))
 	}
 
 	if len(s.Tables) == 0 {
@@ -345,11 +347,11 @@ func (s *SourceConfig) validate(p *configParser) error {
 	}
 
 	if s.Snapshot != SnapshotInitial && s.Snapshot != SnapshotNever {
-		return p.fieldErrorf(&s.Snapshot, "%q is not a snapshot mode (use %q to copy the existing rows first, or %q)", s.Snapshot, SnapshotInitial, SnapshotNever)
+		return p.fieldErrorf(&s.Snapshot, "%q is not a snapshot mode (use %q to copy the existing rows first, or %q)", cutValue(s.Snapshot), SnapshotInitial, SnapshotNever)
 	}
 
 	if s.StatusInterval > maxStatusInterval {
-		return p.fieldErrorf(&s.StatusInterval, "%q is out of range (it must be greater than 0 and at most 1h)", p.field(&s.StatusInterval).text)
+		return p.fieldErrorf(&s.StatusInterval, "%q is out of range (it must be greater than 0 and at most 1h)", cutValue(p.field(&s.StatusInterval).text))
 	}
 	return nil
 }
@@ -359,10 +361,10 @@ func (l *LogConfig) validate(p *configParser) error {
 	switch l.Level {
 	case "debug", "info", "warn", "error":
 	default:
-		return p.fieldErrorf(&l.Level, "%q is not a log level (use debug, info, warn or error)", l.Level)
+		return p.fieldErrorf(&l.Level, "%q is not a log level (use debug, info, warn or error)", cutValue(l.Level))
 	}
 	if l.Format != "text" && l.Format != "json" {
-		return p.fieldErrorf(&l.Format, "%q is not a log format (use text or json)", l.Format)
+		return p.fieldErrorf(&l.Format, "%q is not a log format (use text or json)", cutValue(l.Format))
 	}
 	return nil
 }

@@ -154,8 +154,9 @@ func (p *configParser) errorf(line int, path, format string, args ...any) error 
 	if path != "" {
 		msg = path + ": " + msg
 	}
-	// Values are quoted with %q, but messages from yaml.v3 and pgconn are
-	// not ours: keep the error on one line whatever they hold.
+	// Values are quoted with %q and cut with cutValue, but messages from
+	// yaml.v3 and pgconn are not ours: keep the error on one line whatever
+	// they hold.
 	msg = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(msg)
 	return fmt.Errorf("%s:%d: %s", p.name, line, msg)
 }
@@ -364,7 +365,7 @@ func parseValue(v reflect.Value, syntax, text string) string {
 	case "size":
 		n, ok := parseSize(text)
 		if !ok {
-			return fmt.Sprintf("%q is not a size (write it like 512MiB, 10GB or a number of bytes; 0 means no limit)", text)
+			return fmt.Sprintf("%q is not a size (write it like 512MiB, 10GB or a number of bytes; 0 means no limit)", cutValue(text))
 		}
 		v.SetInt(n)
 		return ""
@@ -378,10 +379,10 @@ func parseValue(v reflect.Value, syntax, text string) string {
 	case reflect.TypeFor[time.Duration]():
 		d, err := time.ParseDuration(text)
 		if err != nil {
-			return fmt.Sprintf("%q is not a duration (write it like 10s, 500ms or 1m)", text)
+			return fmt.Sprintf("%q is not a duration (write it like 10s, 500ms or 1m)", cutValue(text))
 		}
 		if d <= 0 {
-			return fmt.Sprintf("%q is out of range (it must be greater than 0)", text)
+			return fmt.Sprintf("%q is out of range (it must be greater than 0)", cutValue(text))
 		}
 		v.SetInt(int64(d))
 		return ""
@@ -399,13 +400,13 @@ func parseValue(v reflect.Value, syntax, text string) string {
 	case reflect.Bool:
 		b, err := strconv.ParseBool(text)
 		if err != nil {
-			return fmt.Sprintf("%q is not true or false", text)
+			return fmt.Sprintf("%q is not true or false", cutValue(text))
 		}
 		v.SetBool(b)
 	case reflect.Int, reflect.Int64:
 		n, err := strconv.ParseInt(text, 10, 64)
 		if err != nil || n <= 0 || v.OverflowInt(n) {
-			return fmt.Sprintf("%q is not a positive whole number", text)
+			return fmt.Sprintf("%q is not a positive whole number", cutValue(text))
 		}
 		v.SetInt(n)
 	default:
@@ -447,10 +448,10 @@ func parseDecodingWorkMem(v reflect.Value, text string) string {
 	}
 	n, ok := parseSize(text)
 	if !ok {
-		return fmt.Sprintf("%q is not a size (write it like 1MiB or 512KiB, or %q to keep the server's setting)", text, ServerDecodingWorkMem)
+		return fmt.Sprintf("%q is not a size (write it like 1MiB or 512KiB, or %q to keep the server's setting)", cutValue(text), ServerDecodingWorkMem)
 	}
 	if n < minLogicalDecodingWorkMem || n > maxLogicalDecodingWorkMem {
-		return fmt.Sprintf("%q is out of range (PostgreSQL accepts 64KiB to 2147483647KiB; or write %q to keep the server's setting)", text, ServerDecodingWorkMem)
+		return fmt.Sprintf("%q is out of range (PostgreSQL accepts 64KiB to 2147483647KiB; or write %q to keep the server's setting)", cutValue(text), ServerDecodingWorkMem)
 	}
 	v.SetInt(n)
 	return ""
@@ -464,13 +465,18 @@ func (p *configParser) unknownKeyError(k *yaml.Node, secPath string, known []str
 		hint = fmt.Sprintf("did you mean %q? ", guess)
 	}
 	hint += "valid keys: " + strings.Join(known, ", ")
-	return p.errorf(k.Line, secPath, "unknown key %q (%s)", k.Value, hint)
+	return p.errorf(k.Line, secPath, "unknown key %q (%s)", cutValue(k.Value), hint)
 }
 
 // closestKey returns the known key within edit distance 2 of key, if any.
 func closestKey(key string, known []string) string {
 	best, bestDist := "", 3
 	for _, k := range known {
+		// The distance is at least the difference in length, which spares
+		// comparing a long key letter by letter.
+		if abs(len(key)-len(k)) >= bestDist {
+			continue
+		}
 		if d := editDistance(key, k); d < bestDist {
 			best, bestDist = k, d
 		}
@@ -527,7 +533,7 @@ func expand(s string) (string, error) {
 		name := s[i+2 : i+end]
 		v, ok := os.LookupEnv(name)
 		if !ok {
-			return "", fmt.Errorf("environment variable %s is not set (set it in the agent's environment, e.g. an EnvironmentFile of the systemd unit, or write $${ for a literal ${)", name)
+			return "", fmt.Errorf("environment variable %s is not set (set it in the agent's environment, e.g. an EnvironmentFile of the systemd unit, or write $${ for a literal ${)", cutValue(name))
 		}
 		b.WriteString(v)
 		s = s[i+end+1:]
@@ -547,4 +553,12 @@ func isEnvName(s string) bool {
 		}
 	}
 	return true
+}
+
+// abs returns the absolute value of n.
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

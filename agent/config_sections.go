@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/lakeside/lakeside/agent/internal/live"
 	"github.com/lakeside/lakeside/uploader"
@@ -60,8 +61,19 @@ func validateReplica(p *configParser, r *uploader.Config) error {
 		r.Concurrency = defaultReplicaConcurrency
 	}
 	if err := r.Validate(); err != nil {
-		if strings.Contains(err.Error(), "site") {
-			return p.fieldErrorf(&r.Site, "%v", err)
+		// The uploader's errors quote no value, and the URL is never
+		// quoted: it may hold a secret.
+		switch {
+		case errors.Is(err, uploader.ErrURLCredentials):
+			return p.fieldErrorf(&r.URL, "must not hold credentials (the part before \"@\"), which the agent would not use and which would show in logs and status: write s3://bucket/prefix and set %s and %s, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment",
+				p.path(&r.AccessKeyID), p.path(&r.SecretAccessKey))
+		case errors.Is(err, uploader.ErrURLScheme):
+			scheme, _, _ := strings.Cut(r.URL, ":")
+			return p.fieldErrorf(&r.URL, "unsupported scheme %q (write s3://bucket/prefix or file:///path)", cutValue(scheme))
+		case errors.Is(err, uploader.ErrURLSyntax):
+			return p.fieldErrorf(&r.URL, "is not a valid URL (write s3://bucket/prefix or file:///path)")
+		case errors.Is(err, uploader.ErrSite):
+			return p.fieldErrorf(&r.Site, "%q is not a valid name (use a name without a slash or backslash, other than \".\" and \"..\", e.g. branch-17)", cutValue(r.Site))
 		}
 		return p.fieldErrorf(&r.URL, "%v", err)
 	}
@@ -69,7 +81,8 @@ func validateReplica(p *configParser, r *uploader.Config) error {
 }
 
 // validate checks the http section: an address the server can listen on,
-// and a token whenever it is reachable from the network.
+// with a port from 1 to 65535, and a token of at least live.MinTokenLength
+// characters whenever it is reachable from the network.
 func (h *HTTPConfig) validate(p *configParser) error {
 	for _, host := range h.AllowedHosts {
 		if !isHostName(host) {
@@ -80,10 +93,16 @@ func (h *HTTPConfig) validate(p *configParser) error {
 		return nil
 	}
 	if err := live.CheckListen(live.Config{Listen: h.Listen, Token: h.Token}); err != nil {
-		if errors.Is(err, live.ErrTokenRequired) {
-			return p.fieldErrorf(&h.Listen, "%q is reachable from the network, so %s is required (set a long random token, or listen on 127.0.0.1)", h.Listen, p.path(&h.Token))
+		switch {
+		case errors.Is(err, live.ErrBadPort):
+			return p.fieldErrorf(&h.Listen, "%q has no valid port (use a port from 1 to 65535, e.g. 127.0.0.1:8080)", cutValue(h.Listen))
+		case errors.Is(err, live.ErrTokenRequired):
+			return p.fieldErrorf(&h.Listen, "%q is reachable from the network, so %s is required (set a random token of at least %d characters, e.g. from openssl rand -hex 32, or listen on 127.0.0.1)", cutValue(h.Listen), p.path(&h.Token), live.MinTokenLength)
+		case errors.Is(err, live.ErrWeakToken):
+			// Never quote the token, not even cut.
+			return p.fieldErrorf(&h.Token, "is too short for %s %q, which is reachable from the network (use a random token of at least %d characters, not counting whitespace around them, e.g. from openssl rand -hex 32)", p.path(&h.Listen), cutValue(h.Listen), live.MinTokenLength)
 		}
-		return p.fieldErrorf(&h.Listen, "%q is not a host:port address (e.g. 127.0.0.1:8080, or off)", h.Listen)
+		return p.fieldErrorf(&h.Listen, "%q is not a host:port address (e.g. 127.0.0.1:8080, or off)", cutValue(h.Listen))
 	}
 	return nil
 }
@@ -109,11 +128,20 @@ func isHostName(s string) bool {
 	return true
 }
 
-// cutValue shortens a value from the file for an error message.
+// maxValueBytes is the most bytes of a value an error message quotes.
+const maxValueBytes = 64
+
+// cutValue shortens a value from the file for an error message, so that a
+// value of any length gives an error of a few lines at most. Every message
+// that quotes a value from the file quotes it through cutValue. The value
+// is cut at a character boundary and marked with an ellipsis.
 func cutValue(s string) string {
-	const max = 64
-	if len(s) > max {
-		return s[:max] + "…"
+	if len(s) <= maxValueBytes {
+		return s
 	}
-	return s
+	i := maxValueBytes
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }

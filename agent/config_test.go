@@ -36,6 +36,7 @@ func setTestEnv(t *testing.T) {
 		"LAKESIDE_TEST_HOME":         "/srv/lakeside/",
 		"LAKESIDE_TEST_LEVEL":        "warn",
 		"LAKESIDE_TEST_SECRET":       "test-secret",
+		"LAKESIDE_TEST_TOKEN":        "test-token-0123456789",
 	} {
 		t.Setenv(k, v)
 	}
@@ -44,6 +45,10 @@ func setTestEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// maxErrorBytes is more than any configuration error needs: values are cut
+// to a few dozen bytes.
+const maxErrorBytes = 600
 
 // badConfig is a testdata/config/*.bad.yml file and the texts its error
 // must contain; the first always includes the file name and line.
@@ -61,7 +66,13 @@ func badConfigs() []badConfig {
 		{"bad_vacuum_interval.bad.yml", []string{`bad_vacuum_interval.bad.yml:6: delta.vacuum_interval: "daily" is not a duration`}},
 		{"bad_soft_delete.bad.yml", []string{`bad_soft_delete.bad.yml:6: delta.soft_delete: "maybe" is not true or false`}},
 		{"bad_row_group_rows.bad.yml", []string{`bad_row_group_rows.bad.yml:7: delta.row_group_rows: "0" is not a positive whole number`}},
-		{"replica_bad_scheme.bad.yml", []string{`replica_bad_scheme.bad.yml:6: replica.url: replica url: unsupported scheme "ftp"`}},
+		{"replica_bad_scheme.bad.yml", []string{`replica_bad_scheme.bad.yml:6: replica.url: unsupported scheme "ftp"`}},
+		{"replica_url_credentials.bad.yml", []string{`replica_url_credentials.bad.yml:7: replica.url: must not hold credentials`, "replica.access_key_id", "replica.secret_access_key"}},
+		{"replica_url_password.bad.yml", []string{`replica_url_password.bad.yml:6: replica.url: must not hold credentials`}},
+		{"http_weak_token.bad.yml", []string{`http_weak_token.bad.yml:8: http.token: is too short for http.listen "0.0.0.0:8080"`, "at least 16 characters"}},
+		{"http_blank_token.bad.yml", []string{`http_blank_token.bad.yml:7: http.token: is too short`}},
+		{"http_bad_port.bad.yml", []string{`http_bad_port.bad.yml:6: http.listen: "127.0.0.1:99999" has no valid port (use a port from 1 to 65535`}},
+		{"http_port_zero.bad.yml", []string{`http_port_zero.bad.yml:6: http.listen: "127.0.0.1:0" has no valid port`}},
 		{"replica_no_site.bad.yml", []string{`replica_no_site.bad.yml:5: replica.site:`, `is not a valid name`}},
 		{"replica_no_url.bad.yml", []string{`replica_no_url.bad.yml:5: replica.url: is required when the replica section is used`}},
 		{"replica_bad_size.bad.yml", []string{`replica_bad_size.bad.yml:8: replica.max_backlog: "lots" is not a size`}},
@@ -114,6 +125,7 @@ func badConfigs() []badConfig {
 		{"long_duration_seconds.bad.yml", []string{`long_duration_seconds.bad.yml:4: source.status_interval: "3601s" is out of range`, "at most 1h"}},
 		{"empty_tables_dir.bad.yml", []string{"empty_tables_dir.bad.yml:6: delta.tables_dir: must not be empty (remove the key to use <state_dir>/tables)"}},
 		{"bad_max_clients.bad.yml", []string{`bad_max_clients.bad.yml:6: http.max_clients: "99999999999999999999" is not a positive whole number`}},
+		{"long_value.bad.yml", []string{`long_value.bad.yml:3: source.slot: "xxxxxxxx`, `…" is not a valid replication slot name`}},
 		{"replica_secret_list.bad.yml", []string{"replica_secret_list.bad.yml:8: replica.secret_access_key: must be a single value (a string), not a list"}},
 	}
 }
@@ -138,6 +150,9 @@ func TestLoadConfigBad(t *testing.T) {
 			}
 			if strings.Contains(msg, "\n") {
 				t.Errorf("error %q has more than one line", msg)
+			}
+			if len(msg) > maxErrorBytes {
+				t.Errorf("error is %d bytes long, more than %d: %.300s", len(msg), maxErrorBytes, msg)
 			}
 			if strings.Contains(msg, testPassword) {
 				t.Errorf("error %q reveals the password", msg)
@@ -199,7 +214,7 @@ func goodConfigs() []goodConfig {
 			Replica: uploader.Config{URL: "s3://branch-data/lakeside", Site: "branch7", Endpoint: "http://127.0.0.1:9000", Region: "eu-west-1",
 				AccessKeyID: "AKIA", SecretAccessKey: "test-secret", MaxBacklog: 2 << 30, MaxBytesPerSecond: 1000000,
 				PollInterval: 5 * time.Second, MaxBackoff: 2 * time.Minute, Concurrency: 2},
-			HTTP: HTTPConfig{Listen: "0.0.0.0:8080", Token: "test-secret", MaxClients: 8},
+			HTTP: HTTPConfig{Listen: "0.0.0.0:8080", Token: "test-token-0123456789", MaxClients: 8},
 			Log:  LogConfig{Level: "info", Format: "text"},
 		}},
 		{"minimal.good.yml", Config{
@@ -581,4 +596,19 @@ func withSectionDefaults(c Config) Config {
 		c.HTTP = HTTPConfig{Listen: DefaultHTTPListen, MaxClients: DefaultMaxClients}
 	}
 	return c
+}
+
+func TestCutValue(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                            "",
+		"short":                       "short",
+		strings.Repeat("a", 64):       strings.Repeat("a", 64),
+		strings.Repeat("a", 65):       strings.Repeat("a", 64) + "…",
+		strings.Repeat("a", 63) + "é": strings.Repeat("a", 63) + "…",
+		strings.Repeat("é", 40):       strings.Repeat("é", 32) + "…",
+	} {
+		if got := cutValue(in); got != want {
+			t.Errorf("cutValue(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

@@ -24,8 +24,8 @@ state_dir: /var/lib/lakeside
 }
 
 func TestDiff(t *testing.T) {
-	old := parse(t, "log:\n  level: info\nhttp:\n  listen: 0.0.0.0:8080\n  token: a\n")
-	next := parse(t, "log:\n  level: debug\n  format: json\nhttp:\n  listen: 0.0.0.0:8080\n  token: b\ndelta:\n  flush_interval: 5s\n")
+	old := parse(t, "log:\n  level: info\nhttp:\n  listen: 0.0.0.0:8080\n  token: token-a-0123456789\n")
+	next := parse(t, "log:\n  level: debug\n  format: json\nhttp:\n  listen: 0.0.0.0:8080\n  token: token-b-0123456789\ndelta:\n  flush_interval: 5s\n")
 	var got []string
 	for _, c := range Diff(old, next) {
 		got = append(got, c.Key)
@@ -43,12 +43,12 @@ func TestDiff(t *testing.T) {
 }
 
 func TestReload(t *testing.T) {
-	cfg := parse(t, "http:\n  listen: 0.0.0.0:8080\n  token: a\nreplica:\n  url: file:///srv/replica\n  site: s\n")
+	cfg := parse(t, "http:\n  listen: 0.0.0.0:8080\n  token: token-a-0123456789\nreplica:\n  url: file:///srv/replica\n  site: s\n")
 	a := New(cfg, nil, "test")
 	a.limiter = newBandwidthLimiter(0)
 	a.server = live.NewServer(live.Config{Listen: cfg.HTTP.Listen, Token: cfg.HTTP.Token}, nil, nil, nil, nil)
 
-	next := parse(t, "http:\n  listen: 0.0.0.0:8080\n  token: b\nreplica:\n  url: file:///srv/replica\n  site: s\n  max_bytes_per_second: 1MiB\n")
+	next := parse(t, "http:\n  listen: 0.0.0.0:8080\n  token: token-b-0123456789\nreplica:\n  url: file:///srv/replica\n  site: s\n  max_bytes_per_second: 1MiB\n")
 	changes, err := a.Reload(next)
 	if err != nil || len(changes) != 2 {
 		t.Fatalf("Reload = %v, %v", changes, err)
@@ -61,7 +61,7 @@ func TestReload(t *testing.T) {
 		t.Fatalf("second Reload = %v, %v", changes, err)
 	}
 	// Back to unlimited.
-	if _, err := a.Reload(parse(t, "http:\n  listen: 0.0.0.0:8080\n  token: b\nreplica:\n  url: file:///srv/replica\n  site: s\n")); err != nil {
+	if _, err := a.Reload(parse(t, "http:\n  listen: 0.0.0.0:8080\n  token: token-b-0123456789\nreplica:\n  url: file:///srv/replica\n  site: s\n")); err != nil {
 		t.Fatal(err)
 	}
 	if a.limiter.Limit() != rate.Inf {
@@ -81,7 +81,7 @@ func TestReload(t *testing.T) {
 // restart.
 func TestReloadTakesOnEveryLiveKey(t *testing.T) {
 	cfg := parse(t, "replica:\n  url: file:///srv/replica\n  site: s\n")
-	next := parse(t, "log:\n  level: debug\nhttp:\n  token: b\n  max_clients: 3\nreplica:\n  url: file:///srv/replica\n  site: s\n  max_bytes_per_second: 1MiB\n")
+	next := parse(t, "log:\n  level: debug\nhttp:\n  token: token-b-0123456789\n  max_clients: 3\nreplica:\n  url: file:///srv/replica\n  site: s\n  max_bytes_per_second: 1MiB\n")
 	a := New(cfg, nil, "test")
 	changes, err := a.Reload(next)
 	if err != nil {

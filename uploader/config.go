@@ -13,7 +13,9 @@ import (
 // parser that a value is written as a byte size such as 10GiB, and the tag
 // reload:"live" that a running agent takes a new value on at once.
 type Config struct {
-	// URL is "s3://bucket/prefix" or "file:///path".
+	// URL is "s3://bucket/prefix" or "file:///path". It holds no
+	// credentials: a user name or password in it is refused (see
+	// ErrURLCredentials), so it may be shown in logs and status.
 	URL string `yaml:"url"`
 	// Site names the branch; tables go to <url>/<site>/<table>/.
 	Site string `yaml:"site"`
@@ -40,11 +42,40 @@ type Config struct {
 	Concurrency int `yaml:"concurrency"`
 }
 
-// Validate checks the URL scheme and the site name.
+// Errors of Validate, which wraps them with the key at fault. Their text
+// never quotes a value, so that a caller may print it as it is and add the
+// value, shortened, where it helps.
+var (
+	// ErrURLCredentials means the URL holds a user name or password
+	// (s3://KEY:SECRET@bucket). They would not be used, and the URL is
+	// shown in logs and status: credentials belong in AccessKeyID and
+	// SecretAccessKey, or the environment.
+	ErrURLCredentials = errors.New("must not hold credentials")
+	// ErrURLSyntax means the URL does not parse.
+	ErrURLSyntax = errors.New("not a valid URL")
+	// ErrURLScheme means the URL's scheme is neither s3 nor file.
+	ErrURLScheme = errors.New("unsupported scheme (want s3 or file)")
+	// ErrSite means Site is empty or not a single path element.
+	ErrSite = errors.New("not a valid site name")
+)
+
+// Validate checks the URL and the site name. Its errors never quote the URL,
+// which may hold a secret.
 func (c *Config) Validate() error {
+	if hasUserinfo(c.URL) {
+		return fmt.Errorf("replica url: %w", ErrURLCredentials)
+	}
 	u, err := url.Parse(c.URL)
 	if err != nil {
-		return fmt.Errorf("replica url: %w", err)
+		// A *url.Error quotes the whole URL; its cause does not.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("replica url: %w: %w", ErrURLSyntax, err)
+	}
+	if u.User != nil {
+		return fmt.Errorf("replica url: %w", ErrURLCredentials)
 	}
 	switch u.Scheme {
 	case "s3":
@@ -56,10 +87,10 @@ func (c *Config) Validate() error {
 			return errors.New("replica url: file url must be file:///absolute/path")
 		}
 	default:
-		return fmt.Errorf("replica url: unsupported scheme %q (want s3 or file)", u.Scheme)
+		return fmt.Errorf("replica url: %w", ErrURLScheme)
 	}
 	if c.Site == "" || strings.ContainsAny(c.Site, "/\\") || c.Site == "." || c.Site == ".." {
-		return fmt.Errorf("replica site: %q is not a valid name", c.Site)
+		return fmt.Errorf("replica site: %w", ErrSite)
 	}
 	if c.MaxBacklog < 0 || c.MaxBytesPerSecond < 0 || c.Concurrency < 0 {
 		return errors.New("replica: max_backlog, max_bytes_per_second and concurrency must not be negative")
@@ -71,4 +102,19 @@ func (c *Config) Validate() error {
 // kept per target, so a changed URL or site starts replication over.
 func (c *Config) Target() string {
 	return strings.TrimRight(c.URL, "/") + "/" + c.Site
+}
+
+// hasUserinfo reports whether the authority of rawURL (between "//" and the
+// path, query or fragment) holds an "@", that is a user name or password.
+// It reads the text itself, so that a URL which does not parse is refused
+// before any error could quote it.
+func hasUserinfo(rawURL string) bool {
+	_, rest, ok := strings.Cut(rawURL, "//")
+	if !ok {
+		return false
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	return strings.Contains(rest, "@")
 }

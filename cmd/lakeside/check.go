@@ -26,7 +26,7 @@ func (c *checkCommand) ParseFlags(args []string) error {
 }
 
 func (c *checkCommand) Run(ctx context.Context) error {
-	cfg, err := loadConfig(c.configPath)
+	cfg, err := loadConfig(ctx, c.configPath)
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ func (c *runCommand) ParseFlags(args []string) error {
 }
 
 func (c *runCommand) Run(ctx context.Context) error {
-	cfg, err := loadConfig(c.configPath)
+	cfg, err := loadConfig(ctx, c.configPath)
 	if err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func (c *runCommand) Run(ctx context.Context) error {
 			case <-reloadCtx.Done():
 				return
 			case <-hup:
-				c.reload(a, level, log)
+				c.reload(reloadCtx, a, level, log)
 			}
 		}
 	}()
@@ -82,8 +82,8 @@ func (c *runCommand) Run(ctx context.Context) error {
 // change while running (log level, upload bandwidth limit, HTTP token) and
 // says which changed keys need a restart. A file that does not load is
 // refused whole and the running configuration stays.
-func (c *runCommand) reload(a *agent.Agent, level *slog.LevelVar, log *slog.Logger) {
-	cfg, err := loadConfig(c.configPath)
+func (c *runCommand) reload(ctx context.Context, a *agent.Agent, level *slog.LevelVar, log *slog.Logger) {
+	cfg, err := loadConfig(ctx, c.configPath)
 	if err != nil {
 		log.Error("reload refused; the running configuration stays", "err", err)
 		return

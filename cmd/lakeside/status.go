@@ -31,7 +31,7 @@ func (c *statusCommand) ParseFlags(args []string) error {
 }
 
 func (c *statusCommand) Run(ctx context.Context) error {
-	cfg, err := loadConfig(c.configPath)
+	cfg, err := loadConfig(ctx, c.configPath)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func (c *vacuumCommand) ParseFlags(args []string) error {
 }
 
 func (c *vacuumCommand) Run(ctx context.Context) error {
-	cfg, err := loadConfig(c.configPath)
+	cfg, err := loadConfig(ctx, c.configPath)
 	if err != nil {
 		return err
 	}

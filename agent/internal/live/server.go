@@ -9,9 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 )
@@ -65,18 +67,33 @@ type Server struct {
 	token atomic.Pointer[string]
 }
 
-// ErrTokenRequired means a non-loopback listen address has no token.
-var ErrTokenRequired = errors.New("http.token is required when http.listen is not a loopback address")
+// MinTokenLength is the fewest characters, not counting whitespace around
+// them, of the token a server reachable from the network requires.
+const MinTokenLength = 16
 
-// CheckListen reports whether cfg may serve: a non-loopback address needs a
-// token.
+// Errors of CheckListen.
+var (
+	// ErrTokenRequired means a non-loopback listen address has no token.
+	ErrTokenRequired = errors.New("http.token is required when http.listen is not a loopback address")
+	// ErrWeakToken means a non-loopback listen address has a token shorter
+	// than MinTokenLength once the whitespace around it is left out.
+	ErrWeakToken = fmt.Errorf("http.token must be at least %d characters, not counting whitespace around them, when http.listen is not a loopback address", MinTokenLength)
+	// ErrBadPort means the port of the listen address is not a number from
+	// 1 to 65535. Port 0, which asks the system for any free port, is
+	// refused too: nobody could find the server.
+	ErrBadPort = errors.New("http.listen: the port must be a number from 1 to 65535")
+)
+
+// CheckListen reports whether cfg may serve: the address has a port from 1
+// to 65535, and a non-loopback address needs a token of at least
+// MinTokenLength characters. Its errors never quote the token.
 func CheckListen(cfg Config) error {
-	host, _, err := net.SplitHostPort(cfg.Listen)
+	host, port, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("http.listen %q: %w", cfg.Listen, err)
 	}
-	if cfg.Token != "" {
-		return nil
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return ErrBadPort
 	}
 	if host == "localhost" {
 		return nil
@@ -84,7 +101,13 @@ func CheckListen(cfg Config) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("%w (http.listen is %q)", ErrTokenRequired, cfg.Listen)
+	if cfg.Token == "" {
+		return fmt.Errorf("%w (http.listen is %q)", ErrTokenRequired, cfg.Listen)
+	}
+	if utf8.RuneCountInString(strings.TrimSpace(cfg.Token)) < MinTokenLength {
+		return fmt.Errorf("%w (http.listen is %q)", ErrWeakToken, cfg.Listen)
+	}
+	return nil
 }
 
 // NewServer returns the server. metrics serves /metrics; web serves the
@@ -139,11 +162,14 @@ func (s *Server) Handler() http.Handler {
 // reload; connected stream clients stay connected.
 func (s *Server) SetToken(token string) { s.token.Store(&token) }
 
-// auth checks the token when one is configured.
+// auth checks the token when one is configured. A token given as ?token=
+// is taken out of the request before the handler sees it, so that nothing
+// a handler logs or echoes about the request can reveal it.
 func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		got := r.URL.Query().Get("token")
+		r = withoutQueryToken(r)
 		if token := *s.token.Load(); token != "" {
-			got := r.URL.Query().Get("token")
 			if scheme, credentials, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
 				got = strings.TrimSpace(credentials)
 			}
@@ -155,6 +181,20 @@ func (s *Server) auth(next http.HandlerFunc) http.HandlerFunc {
 		}
 		next(w, r)
 	}
+}
+
+// withoutQueryToken returns r without the token parameter of its query
+// string, or r itself when it has none.
+func withoutQueryToken(r *http.Request) *http.Request {
+	q := r.URL.Query()
+	if !q.Has("token") {
+		return r
+	}
+	q.Del("token")
+	r2 := r.Clone(r.Context())
+	r2.URL.RawQuery = q.Encode()
+	r2.RequestURI = r2.URL.RequestURI()
+	return r2
 }
 
 // Serve listens and serves until ctx ends.
