@@ -2,6 +2,7 @@ package live
 
 import (
 	"bytes"
+	"container/list"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
@@ -40,38 +42,94 @@ const (
 )
 
 // mirrorReadBudget bounds the memory of the decoded data files that
-// mirror reads hold at once.
-const mirrorReadBudget = 256 << 20
+// mirror reads hold at once, and mirrorCacheBudget that of the decoded
+// files kept for the next pages and the next clients.
+const (
+	mirrorReadBudget  = 256 << 20
+	mirrorCacheBudget = 128 << 20
+)
 
 // decodedBytesPerFileByte estimates a data file's size once decoded into
 // Go values from its size on disk.
 const decodedBytesPerFileByte = 8
 
-// mirrorReads shares and bounds the reads of mirror data files.
+// mirrorReads shares and bounds the reads of mirror data files: a file
+// being read is read once for every client that asks meanwhile, and the
+// files read last stay decoded, within mirrorCacheBudget, for the pages
+// and clients that follow (data files never change once written).
 type mirrorReads struct {
 	budget *semaphore.Weighted
 	group  singleflight.Group
+
+	mu     sync.Mutex
+	cache  map[string]*list.Element // of *decodedFile, most recent first in lru
+	lru    *list.List
+	cached int64
+}
+
+// decodedFile is a data file's rows with their keys, in key order.
+type decodedFile struct {
+	id     string
+	rows   []keyedRow
+	weight int64
 }
 
 func newMirrorReads() *mirrorReads {
-	return &mirrorReads{budget: semaphore.NewWeighted(mirrorReadBudget)}
+	return &mirrorReads{budget: semaphore.NewWeighted(mirrorReadBudget), cache: map[string]*list.Element{}, lru: list.New()}
 }
 
-// read returns the rows of a data file, within the budget; clients reading
-// the same file at once share one read.
-func (mr *mirrorReads) read(ctx context.Context, path string, size int64, st *delta.StructType) ([]delta.Row, error) {
-	v, err, _ := mr.group.Do(path, func() (any, error) {
-		weight := min(max(size, 1)*decodedBytesPerFileByte, mirrorReadBudget)
-		if err := mr.budget.Acquire(ctx, weight); err != nil {
+// weight estimates the memory of a data file of size bytes once decoded.
+func weight(size int64) int64 {
+	return min(max(size, 1)*decodedBytesPerFileByte, mirrorReadBudget)
+}
+
+// rows returns the decoded rows of a data file, id naming the file and how
+// its rows are keyed; decode reads them when they are not at hand.
+func (mr *mirrorReads) rows(ctx context.Context, id string, size int64, decode func() ([]keyedRow, error)) ([]keyedRow, error) {
+	mr.mu.Lock()
+	if e, ok := mr.cache[id]; ok {
+		mr.lru.MoveToFront(e)
+		mr.mu.Unlock()
+		return e.Value.(*decodedFile).rows, nil
+	}
+	mr.mu.Unlock()
+	v, err, _ := mr.group.Do(id, func() (any, error) {
+		w := weight(size)
+		if err := mr.budget.Acquire(ctx, w); err != nil {
 			return nil, err
 		}
-		defer mr.budget.Release(weight)
-		return delta.ReadParquetFile(ctx, path, st)
+		defer mr.budget.Release(w)
+		rows, err := decode()
+		if err != nil {
+			return nil, err
+		}
+		mr.keep(&decodedFile{id: id, rows: rows, weight: w})
+		return rows, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return v.([]delta.Row), nil
+	return v.([]keyedRow), nil
+}
+
+// keep caches a decoded file, dropping the least recently used past the
+// budget.
+func (mr *mirrorReads) keep(df *decodedFile) {
+	if df.weight > mirrorCacheBudget {
+		return
+	}
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	if _, ok := mr.cache[df.id]; ok {
+		return
+	}
+	mr.cache[df.id] = mr.lru.PushFront(df)
+	mr.cached += df.weight
+	for mr.cached > mirrorCacheBudget {
+		old := mr.lru.Remove(mr.lru.Back()).(*decodedFile)
+		delete(mr.cache, old.id)
+		mr.cached -= old.weight
+	}
 }
 
 // mirrorFile is a data file of a mirror snapshot with its key range (nil
@@ -235,24 +293,27 @@ type keyedRow struct {
 	row delta.Row
 }
 
-// fileRows reads a data file's rows (skipping soft-deleted ones) with
+// fileRows returns a data file's rows (without soft-deleted ones) with
 // their keys, in key order.
 func (ms *mirrorScan) fileRows(ctx context.Context, f mirrorFile) ([]keyedRow, error) {
-	rows, err := ms.reads.read(ctx, f.path, f.size, ms.schema)
-	if err != nil {
-		return nil, fmt.Errorf("read %s at version %d: %w", ms.rel.TableName(), ms.version, err)
-	}
-	out := make([]keyedRow, 0, len(rows))
-	for _, r := range rows {
-		if ms.deleted >= 0 {
-			if d, _ := r[ms.deleted].(bool); d {
-				continue
-			}
+	id := fmt.Sprintf("%s\x00%v\x00%v\x00%d\x00%s", f.path, ms.keyIdx, ms.multiset, ms.deleted, ms.schema)
+	return ms.reads.rows(ctx, id, f.size, func() ([]keyedRow, error) {
+		rows, err := delta.ReadParquetFile(ctx, f.path, ms.schema)
+		if err != nil {
+			return nil, fmt.Errorf("read %s at version %d: %w", ms.rel.TableName(), ms.version, err)
 		}
-		out = append(out, keyedRow{key: ms.rowKey(r), row: r})
-	}
-	slices.SortStableFunc(out, func(a, b keyedRow) int { return bytes.Compare(a.key, b.key) })
-	return out, nil
+		out := make([]keyedRow, 0, len(rows))
+		for _, r := range rows {
+			if ms.deleted >= 0 {
+				if d, _ := r[ms.deleted].(bool); d {
+					continue
+				}
+			}
+			out = append(out, keyedRow{key: ms.rowKey(r), row: r})
+		}
+		slices.SortStableFunc(out, func(a, b keyedRow) int { return bytes.Compare(a.key, b.key) })
+		return out, nil
+	})
 }
 
 // page returns up to limit rows whose keys follow after (nil: from the
@@ -267,15 +328,21 @@ func (ms *mirrorScan) page(ctx context.Context, after []byte, limit int) (rows [
 		if err != nil {
 			return nil, nil, false, err
 		}
-		for i, kr := range krs {
-			if after != nil && bytes.Compare(kr.key, after) <= 0 {
-				continue
-			}
+		start := 0
+		if after != nil {
+			start, _ = slices.BinarySearchFunc(krs, after, func(kr keyedRow, k []byte) int {
+				if c := bytes.Compare(kr.key, k); c != 0 {
+					return c
+				}
+				return -1 // equal keys come before: start after them
+			})
+		}
+		for _, kr := range krs[start:] {
 			if len(rows) == limit {
 				return rows, last, true, nil
 			}
 			rows = append(rows, ms.render(kr.row))
-			last = krs[i].key
+			last = kr.key
 		}
 		if len(rows) == limit {
 			// The files that follow hold greater keys only.
