@@ -44,6 +44,18 @@ func TestBenchLiveViewUnderAttack(t *testing.T) {
 		d := e.start()
 		e.waitApplied(d)
 		pid := d.cmd.Process.Pid
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			resp, err := http.Get("http://" + addr + "/api/v1/tables/public.big/rows?limit=1")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the live view did not serve public.big; log:\n%s", d.log())
+			}
+		}
 
 		// Peak resident memory and descriptors, sampled.
 		var peakRSS, peakFDs atomic.Int64
@@ -72,6 +84,7 @@ func TestBenchLiveViewUnderAttack(t *testing.T) {
 		var latencies []time.Duration
 		var wg sync.WaitGroup
 		snapshotted := make(chan struct{}, clients)
+		snapshotErrs := make(chan error, clients)
 		conns := make([]*websocket.Conn, clients)
 		for i := range conns {
 			ws, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/api/v1/stream?tables=public.big", nil)
@@ -86,6 +99,9 @@ func TestBenchLiveViewUnderAttack(t *testing.T) {
 				for {
 					_, data, err := ws.ReadMessage()
 					if err != nil {
+						if inSnapshot {
+							snapshotErrs <- err
+						}
 						break
 					}
 					now := time.Now()
@@ -128,6 +144,8 @@ func TestBenchLiveViewUnderAttack(t *testing.T) {
 		for range clients {
 			select {
 			case <-snapshotted:
+			case err := <-snapshotErrs:
+				t.Fatalf("a client lost its stream during the snapshot: %v; log:\n%s", err, d.log())
 			case <-time.After(10 * time.Minute):
 				t.Fatal("the clients did not receive their snapshots in 10 minutes")
 			}

@@ -882,29 +882,38 @@ func (h *Hub) overflowed(table string) bool {
 }
 
 // mirrorSnapshot sends the rows of a table too large for memory from its
-// mirror's latest version, a page at a time as the files are read. The
-// mirror may trail or lead the client's offset by a flush; the changes that
-// follow are whole rows by key, so the client converges on the current rows
-// either way. It stops at the first page send refuses.
-func (h *Hub) mirrorSnapshot(ctx context.Context, table, offset string, send func(Snapshot) bool) error {
+// mirror's latest version, a page at a time as the files are read; clients
+// that ask for the same version at the same offset share the encoded
+// pages. The mirror may trail or lead the client's offset by a flush; the
+// changes that follow are whole rows by key, so the client converges on
+// the current rows either way. It stops at the first page send refuses.
+func (h *Hub) mirrorSnapshot(ctx context.Context, table, offset string, send func([]byte) bool) error {
 	ms, err := h.scanMirror(ctx, table, travelTo{})
 	if err != nil {
 		return err
 	}
-	const page = 1000
+	const pageRows = 1000
 	var after []byte
 	for {
-		rows, last, more, err := ms.page(ctx, after, page)
+		id := fmt.Sprintf("%s\x00%d\x00%s\x00%x", ms.rel.DirName(), ms.version, offset, after)
+		p, err := h.mirrorReads.page(id, func() (encodedPage, error) {
+			rows, last, more, err := ms.page(context.WithoutCancel(ctx), after, pageRows)
+			if err != nil {
+				return encodedPage{}, err
+			}
+			if rows == nil {
+				rows = []Row{}
+			}
+			data, err := json.Marshal(Snapshot{Type: TypeSnapshot, Offset: offset, Table: table, Rows: rows, Last: !more})
+			return encodedPage{data: data, last: last, more: more}, err
+		})
 		if err != nil {
 			return err
 		}
-		if rows == nil {
-			rows = []Row{}
-		}
-		if !send(Snapshot{Type: TypeSnapshot, Offset: offset, Table: table, Rows: rows, Last: !more}) || !more {
+		if !send(p.data) || !p.more {
 			return nil
 		}
-		after = last
+		after = p.last
 	}
 }
 

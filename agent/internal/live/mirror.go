@@ -2,7 +2,6 @@ package live
 
 import (
 	"bytes"
-	"container/list"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
@@ -42,11 +40,14 @@ const (
 )
 
 // mirrorReadBudget bounds the memory of the decoded data files that
-// mirror reads hold at once, and mirrorCacheBudget that of the decoded
-// files kept for the next pages and the next clients.
+// mirror reads hold at once, mirrorFileCacheBudget that of the decoded
+// files kept for the next pages and the next clients, and
+// mirrorPageCacheBudget that of the encoded snapshot pages kept for the
+// next stream clients.
 const (
-	mirrorReadBudget  = 256 << 20
-	mirrorCacheBudget = 128 << 20
+	mirrorReadBudget      = 256 << 20
+	mirrorFileCacheBudget = 128 << 20
+	mirrorPageCacheBudget = 64 << 20
 )
 
 // decodedBytesPerFileByte estimates a data file's size once decoded into
@@ -55,55 +56,49 @@ const decodedBytesPerFileByte = 8
 
 // mirrorReads shares and bounds the reads of mirror data files: a file
 // being read is read once for every client that asks meanwhile, and the
-// files read last stay decoded, within mirrorCacheBudget, for the pages
-// and clients that follow (data files never change once written).
+// files read last stay decoded for the pages and clients that follow (data
+// files never change once written). Stream clients that connect together
+// share the encoded pages of their snapshots the same way.
 type mirrorReads struct {
 	budget *semaphore.Weighted
 	group  singleflight.Group
-
-	mu     sync.Mutex
-	cache  map[string]*list.Element // of *decodedFile, most recent first in lru
-	lru    *list.List
-	cached int64
+	files  *lru[[]keyedRow]
+	pages  *lru[encodedPage]
 }
 
-// decodedFile is a data file's rows with their keys, in key order.
-type decodedFile struct {
-	id     string
-	rows   []keyedRow
-	weight int64
+// encodedPage is a snapshot page of a mirror as sent to stream clients,
+// with the key of its last row and whether rows follow.
+type encodedPage struct {
+	data []byte
+	last []byte
+	more bool
 }
 
 func newMirrorReads() *mirrorReads {
-	return &mirrorReads{budget: semaphore.NewWeighted(mirrorReadBudget), cache: map[string]*list.Element{}, lru: list.New()}
-}
-
-// weight estimates the memory of a data file of size bytes once decoded.
-func weight(size int64) int64 {
-	return min(max(size, 1)*decodedBytesPerFileByte, mirrorReadBudget)
+	return &mirrorReads{budget: semaphore.NewWeighted(mirrorReadBudget),
+		files: newLRU[[]keyedRow](mirrorFileCacheBudget), pages: newLRU[encodedPage](mirrorPageCacheBudget)}
 }
 
 // rows returns the decoded rows of a data file, id naming the file and how
 // its rows are keyed; decode reads them when they are not at hand.
-func (mr *mirrorReads) rows(ctx context.Context, id string, size int64, decode func() ([]keyedRow, error)) ([]keyedRow, error) {
-	mr.mu.Lock()
-	if e, ok := mr.cache[id]; ok {
-		mr.lru.MoveToFront(e)
-		mr.mu.Unlock()
-		return e.Value.(*decodedFile).rows, nil
+//
+// The read is shared, so it does not end with the request that started it.
+func (mr *mirrorReads) rows(ctx context.Context, id string, size int64, decode func(context.Context) ([]keyedRow, error)) ([]keyedRow, error) {
+	if rows, ok := mr.files.get(id); ok {
+		return rows, nil
 	}
-	mr.mu.Unlock()
-	v, err, _ := mr.group.Do(id, func() (any, error) {
-		w := weight(size)
-		if err := mr.budget.Acquire(ctx, w); err != nil {
+	shared := context.WithoutCancel(ctx)
+	v, err, _ := mr.group.Do("file\x00"+id, func() (any, error) {
+		w := min(max(size, 1)*decodedBytesPerFileByte, mirrorReadBudget)
+		if err := mr.budget.Acquire(shared, w); err != nil {
 			return nil, err
 		}
 		defer mr.budget.Release(w)
-		rows, err := decode()
+		rows, err := decode(shared)
 		if err != nil {
 			return nil, err
 		}
-		mr.keep(&decodedFile{id: id, rows: rows, weight: w})
+		mr.files.put(id, rows, w)
 		return rows, nil
 	})
 	if err != nil {
@@ -112,24 +107,24 @@ func (mr *mirrorReads) rows(ctx context.Context, id string, size int64, decode f
 	return v.([]keyedRow), nil
 }
 
-// keep caches a decoded file, dropping the least recently used past the
-// budget.
-func (mr *mirrorReads) keep(df *decodedFile) {
-	if df.weight > mirrorCacheBudget {
-		return
+// page returns the encoded snapshot page id names; encode makes it when it
+// is not at hand.
+func (mr *mirrorReads) page(id string, encode func() (encodedPage, error)) (encodedPage, error) {
+	if p, ok := mr.pages.get(id); ok {
+		return p, nil
 	}
-	mr.mu.Lock()
-	defer mr.mu.Unlock()
-	if _, ok := mr.cache[df.id]; ok {
-		return
+	v, err, _ := mr.group.Do("page\x00"+id, func() (any, error) {
+		p, err := encode()
+		if err != nil {
+			return nil, err
+		}
+		mr.pages.put(id, p, int64(len(p.data)+len(p.last)))
+		return p, nil
+	})
+	if err != nil {
+		return encodedPage{}, err
 	}
-	mr.cache[df.id] = mr.lru.PushFront(df)
-	mr.cached += df.weight
-	for mr.cached > mirrorCacheBudget {
-		old := mr.lru.Remove(mr.lru.Back()).(*decodedFile)
-		delete(mr.cache, old.id)
-		mr.cached -= old.weight
-	}
+	return v.(encodedPage), nil
 }
 
 // mirrorFile is a data file of a mirror snapshot with its key range (nil
@@ -297,7 +292,7 @@ type keyedRow struct {
 // their keys, in key order.
 func (ms *mirrorScan) fileRows(ctx context.Context, f mirrorFile) ([]keyedRow, error) {
 	id := fmt.Sprintf("%s\x00%v\x00%v\x00%d\x00%s", f.path, ms.keyIdx, ms.multiset, ms.deleted, ms.schema)
-	return ms.reads.rows(ctx, id, f.size, func() ([]keyedRow, error) {
+	return ms.reads.rows(ctx, id, f.size, func(ctx context.Context) ([]keyedRow, error) {
 		rows, err := delta.ReadParquetFile(ctx, f.path, ms.schema)
 		if err != nil {
 			return nil, fmt.Errorf("read %s at version %d: %w", ms.rel.TableName(), ms.version, err)

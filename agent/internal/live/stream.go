@@ -204,9 +204,8 @@ func (srv *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	if snapshot {
 		for _, table := range srv.hub.mirrorTables(sub.tableNames()) {
 			sent := true
-			err := srv.hub.mirrorSnapshot(r.Context(), table, helloOffset(first), func(m Snapshot) bool {
-				data, err := json.Marshal(m)
-				sent = err == nil && write(data)
+			err := srv.hub.mirrorSnapshot(r.Context(), table, helloOffset(first), func(data []byte) bool {
+				sent = write(data)
 				return sent
 			})
 			if err != nil {
