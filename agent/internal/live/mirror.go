@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -61,9 +62,13 @@ const decodedBytesPerFileByte = 8
 // share the encoded pages of their snapshots the same way.
 type mirrorReads struct {
 	budget *semaphore.Weighted
-	group  singleflight.Group
-	files  *lru[[]keyedRow]
-	pages  *lru[encodedPage]
+	// workers bounds the pages being made at once to half the CPUs (at
+	// least one), so that clients asking for large pages leave the other
+	// half to capture and the Delta tables.
+	workers *semaphore.Weighted
+	group   singleflight.Group
+	files   *lru[[]keyedRow]
+	pages   *lru[encodedPage]
 }
 
 // encodedPage is a snapshot page of a mirror as sent to stream clients,
@@ -75,7 +80,7 @@ type encodedPage struct {
 }
 
 func newMirrorReads() *mirrorReads {
-	return &mirrorReads{budget: semaphore.NewWeighted(mirrorReadBudget),
+	return &mirrorReads{budget: semaphore.NewWeighted(mirrorReadBudget), workers: semaphore.NewWeighted(int64(max(runtime.GOMAXPROCS(0)/2, 1))),
 		files: newLRU[[]keyedRow](mirrorFileCacheBudget), pages: newLRU[encodedPage](mirrorPageCacheBudget)}
 }
 
@@ -229,25 +234,10 @@ func (h *Hub) scanMirror(ctx context.Context, table string, at travelTo) (*mirro
 // rowKey returns the mirror key of a row of the snapshot's fields, as the
 // applier encodes it.
 func (ms *mirrorScan) rowKey(row []any) []byte {
-	if ms.multiset {
-		n := len(row)
-		if ms.deleted >= 0 && ms.deleted < n {
-			n = ms.deleted
-		}
-		for n > 0 && row[n-1] == nil {
-			n--
-		}
-		return typemap.AppendKey(nil, row[:n])
+	if ms.multiset && ms.deleted >= 0 && ms.deleted < len(row) {
+		row = row[:ms.deleted]
 	}
-	var key []byte
-	for _, i := range ms.keyIdx {
-		var v any
-		if i >= 0 && i < len(row) {
-			v = row[i]
-		}
-		key = typemap.AppendKeyValue(key, v)
-	}
-	return key
+	return typemap.AppendRowKey(nil, row, ms.keyIdx, ms.multiset)
 }
 
 // cursor returns the mirror key of a key a client gives (as the API
@@ -315,6 +305,10 @@ func (ms *mirrorScan) fileRows(ctx context.Context, f mirrorFile) ([]keyedRow, e
 // first), in key order, the key of the last one, and whether rows follow
 // it.
 func (ms *mirrorScan) page(ctx context.Context, after []byte, limit int) (rows []Row, last []byte, more bool, err error) {
+	if err := ms.reads.workers.Acquire(ctx, 1); err != nil {
+		return nil, nil, false, err
+	}
+	defer ms.reads.workers.Release(1)
 	for fi, f := range ms.files {
 		if after != nil && f.maxKey != nil && bytes.Compare(f.maxKey, after) <= 0 {
 			continue
@@ -349,6 +343,10 @@ func (ms *mirrorScan) page(ctx context.Context, after []byte, limit int) (rows [
 
 // find returns the row whose key a client gives.
 func (ms *mirrorScan) find(ctx context.Context, key string) (Row, bool, error) {
+	if err := ms.reads.workers.Acquire(ctx, 1); err != nil {
+		return Row{}, false, err
+	}
+	defer ms.reads.workers.Release(1)
 	want, err := ms.cursor(key)
 	if err != nil {
 		return Row{}, false, err
