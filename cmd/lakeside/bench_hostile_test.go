@@ -105,15 +105,7 @@ func TestBenchLiveViewUnderAttack(t *testing.T) {
 						break
 					}
 					now := time.Now()
-					var m struct {
-						Type string `json:"type"`
-						Last bool   `json:"last"`
-						Txns []struct {
-							Changes []struct {
-								Row map[string]json.RawMessage `json:"row"`
-							} `json:"changes"`
-						} `json:"txns"`
-					}
+					var m streamMessage
 					if inSnapshot || sampling {
 						if json.Unmarshal(data, &m) != nil {
 							continue
@@ -123,18 +115,7 @@ func TestBenchLiveViewUnderAttack(t *testing.T) {
 						inSnapshot = false
 						snapshotted <- struct{}{}
 					}
-					for _, txn := range m.Txns {
-						for _, c := range txn.Changes {
-							var s string
-							var us int64
-							if json.Unmarshal(c.Row["at_us"], &s) == nil {
-								fmt.Sscan(s, &us)
-							}
-							if us > 0 {
-								local = append(local, now.Sub(time.UnixMicro(us)))
-							}
-						}
-					}
+					local = append(local, m.latencies(now)...)
 				}
 				mu.Lock()
 				latencies = append(latencies, local...)

@@ -99,31 +99,11 @@ func TestBenchLiveView(t *testing.T) {
 					break
 				}
 				now := time.Now()
-				// A "changes" message of the live stream, as a client
-				// reads it.
-				var m struct {
-					Type string `json:"type"`
-					Txns []struct {
-						Changes []struct {
-							Row map[string]json.RawMessage `json:"row"`
-						} `json:"changes"`
-					} `json:"txns"`
-				}
+				var m streamMessage
 				if json.Unmarshal(data, &m) != nil || m.Type != "changes" {
 					continue
 				}
-				for _, txn := range m.Txns {
-					for _, c := range txn.Changes {
-						var us int64
-						var s string
-						if json.Unmarshal(c.Row["at_us"], &s) == nil {
-							fmt.Sscan(s, &us)
-						}
-						if us > 0 {
-							local = append(local, now.Sub(time.UnixMicro(us)))
-						}
-					}
-				}
+				local = append(local, m.latencies(now)...)
 			}
 			mu.Lock()
 			latencies = append(latencies, local...)
@@ -297,4 +277,35 @@ func (e *e2e) drainBacklog(t *testing.T, addr string, tables []string, n, client
 	wg.Wait()
 	e.stop(d)
 	return took
+}
+
+// streamMessage is a message of the live stream as a bench client reads it.
+type streamMessage struct {
+	Type string `json:"type"`
+	Last bool   `json:"last"`
+	Txns []struct {
+		Changes []struct {
+			Row map[string]json.RawMessage `json:"row"`
+		} `json:"changes"`
+	} `json:"txns"`
+}
+
+// latencies returns, for each change whose row carries at_us (the time of
+// its commit in microseconds, which the bench workloads write), now minus
+// that time.
+func (m *streamMessage) latencies(now time.Time) []time.Duration {
+	var out []time.Duration
+	for _, txn := range m.Txns {
+		for _, c := range txn.Changes {
+			var us int64
+			var s string
+			if json.Unmarshal(c.Row["at_us"], &s) == nil {
+				fmt.Sscan(s, &us)
+			}
+			if us > 0 {
+				out = append(out, now.Sub(time.UnixMicro(us)))
+			}
+		}
+	}
+	return out
 }

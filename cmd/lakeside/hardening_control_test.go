@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -108,13 +107,5 @@ func (e *e2e) startWithUmask0() *daemon {
 	e.t.Helper()
 	cmd := exec.Command("sh", "-c", `umask 000; exec "$0" "$@"`, os.Args[0], "run", "--config", e.configPath)
 	cmd.Env = append(os.Environ(), "LAKESIDE_TEST_MAIN=1")
-	d := &daemon{cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
-	d.out = &lockedWriter{w: d.stderr}
-	cmd.Stderr = d.out
-	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() { cmd.Wait(); close(d.exited) }()
-	e.t.Cleanup(func() { d.kill() })
-	return d
+	return e.startCommand(cmd)
 }

@@ -129,6 +129,13 @@ func (e *e2e) start(env ...string) *daemon {
 	e.t.Helper()
 	cmd := exec.Command(os.Args[0], "run", "--config", e.configPath)
 	cmd.Env = append(append(os.Environ(), "LAKESIDE_TEST_MAIN=1"), env...)
+	return e.startCommand(cmd)
+}
+
+// startCommand starts cmd, which runs the agent, as a child process that
+// the test kills at its end if it still runs.
+func (e *e2e) startCommand(cmd *exec.Cmd) *daemon {
+	e.t.Helper()
 	d := &daemon{cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
 	d.out = &lockedWriter{w: d.stderr}
 	cmd.Stderr = d.out

@@ -172,21 +172,7 @@ func (m *mirror) key(row []any) string {
 
 // appendKey appends the key of a row of data column values to dst.
 func (m *mirror) appendKey(dst []byte, row []any) []byte {
-	if m.multiset {
-		n := len(row)
-		for n > 0 && row[n-1] == nil {
-			n--
-		}
-		return typemap.AppendKey(dst, row[:n])
-	}
-	for _, i := range m.keyIdx {
-		var v any
-		if i >= 0 && i < len(row) {
-			v = row[i]
-		}
-		dst = typemap.AppendKeyValue(dst, v)
-	}
-	return dst
+	return typemap.AppendRowKey(dst, row, m.keyIdx, m.multiset)
 }
 
 // begin prepares the pending set of a flush.

@@ -27,6 +27,28 @@ func AppendKey(dst []byte, vals []any) []byte {
 	return dst
 }
 
+// AppendRowKey appends the key of a mirror row to dst: the encoding of the
+// values at keyIdx (an index out of the row, or -1, encodes as null), or
+// for a table compared as a multiset, of every value up to the last that
+// is not null.
+func AppendRowKey(dst []byte, row []any, keyIdx []int, multiset bool) []byte {
+	if multiset {
+		n := len(row)
+		for n > 0 && row[n-1] == nil {
+			n--
+		}
+		return AppendKey(dst, row[:n])
+	}
+	for _, i := range keyIdx {
+		var v any
+		if i >= 0 && i < len(row) {
+			v = row[i]
+		}
+		dst = AppendKeyValue(dst, v)
+	}
+	return dst
+}
+
 // AppendKeyValue appends the encoding of one value to dst; Unchanged is
 // encoded as null.
 func AppendKeyValue(dst []byte, v any) []byte {
