@@ -130,28 +130,39 @@ func (s *Server) serveRows(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	var rows []Row
-	var next string
-	var at any
 	if travel || s.hub.overflowed(table) {
-		var ms *mirrorScan
-		if ms, err = s.hub.scanMirror(r.Context(), table, to); err == nil {
-			at = ms.version
+		// Made and sent in a worker slot (see mirrorReads.workers).
+		err = s.hub.mirrorReads.work(r.Context(), func() error {
+			ms, err := s.hub.scanMirror(r.Context(), table, to)
+			if err != nil {
+				return err
+			}
 			var afterKey []byte
 			if after != "" {
-				afterKey, err = ms.cursor(after)
+				if afterKey, err = ms.cursor(after); err != nil {
+					return err
+				}
 			}
-			var more bool
-			if err == nil {
-				rows, _, more, err = ms.page(r.Context(), afterKey, limit)
+			rows, _, more, err := ms.page(r.Context(), afterKey, limit)
+			if err != nil {
+				return err
+			}
+			resp := map[string]any{"table": table, "rows": rows, "version": ms.version}
+			if rows == nil {
+				resp["rows"] = []Row{}
 			}
 			if more {
-				next = rows[len(rows)-1].Key
+				resp["next"] = rows[len(rows)-1].Key
 			}
+			writeJSON(w, http.StatusOK, resp)
+			return nil
+		})
+		if err != nil {
+			s.writeLookupError(w, err)
 		}
-	} else {
-		rows, next, err = s.hub.rowsPage(table, after, limit)
+		return
 	}
+	rows, next, err := s.hub.rowsPage(table, after, limit)
 	if err != nil {
 		s.writeLookupError(w, err)
 		return
@@ -162,9 +173,6 @@ func (s *Server) serveRows(w http.ResponseWriter, r *http.Request) {
 	resp := map[string]any{"table": table, "rows": rows}
 	if next != "" {
 		resp["next"] = next
-	}
-	if at != nil {
-		resp["version"] = at
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
@@ -179,10 +187,13 @@ func (s *Server) serveRow(w http.ResponseWriter, r *http.Request) {
 	var row Row
 	var found bool
 	if travel || s.hub.overflowed(table) {
-		var ms *mirrorScan
-		if ms, err = s.hub.scanMirror(r.Context(), table, to); err == nil {
-			row, found, err = ms.find(r.Context(), key)
-		}
+		err = s.hub.mirrorReads.work(r.Context(), func() error {
+			ms, err := s.hub.scanMirror(r.Context(), table, to)
+			if err == nil {
+				row, found, err = ms.find(r.Context(), key)
+			}
+			return err
+		})
 	} else {
 		row, found, err = s.hub.row(table, key)
 	}

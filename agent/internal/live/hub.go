@@ -896,16 +896,12 @@ func (h *Hub) mirrorSnapshot(ctx context.Context, table, offset string, send fun
 	var after []byte
 	for {
 		id := fmt.Sprintf("%s\x00%d\x00%s\x00%x", ms.rel.DirName(), ms.version, offset, after)
-		p, err := h.mirrorReads.page(id, func() (encodedPage, error) {
-			rows, last, more, err := ms.page(context.WithoutCancel(ctx), after, pageRows)
-			if err != nil {
-				return encodedPage{}, err
-			}
-			if rows == nil {
-				rows = []Row{}
-			}
-			data, err := json.Marshal(Snapshot{Type: TypeSnapshot, Offset: offset, Table: table, Rows: rows, Last: !more})
-			return encodedPage{data: data, last: last, more: more}, err
+		p, err := h.mirrorReads.page(id, func() (p encodedPage, err error) {
+			err = h.mirrorReads.work(context.WithoutCancel(ctx), func() error {
+				p, err = h.encodeMirrorPage(ctx, ms, table, offset, after, pageRows)
+				return err
+			})
+			return p, err
 		})
 		if err != nil {
 			return err
@@ -915,6 +911,21 @@ func (h *Hub) mirrorSnapshot(ctx context.Context, table, offset string, send fun
 		}
 		after = p.last
 	}
+}
+
+// encodeMirrorPage makes the snapshot page of a mirror after a key. The
+// page is shared by the clients that ask for it meanwhile, so it is made
+// whatever becomes of the request that asked first.
+func (h *Hub) encodeMirrorPage(ctx context.Context, ms *mirrorScan, table, offset string, after []byte, pageRows int) (encodedPage, error) {
+	rows, last, more, err := ms.page(context.WithoutCancel(ctx), after, pageRows)
+	if err != nil {
+		return encodedPage{}, err
+	}
+	if rows == nil {
+		rows = []Row{}
+	}
+	data, err := json.Marshal(Snapshot{Type: TypeSnapshot, Offset: offset, Table: table, Rows: rows, Last: !more})
+	return encodedPage{data: data, last: last, more: more}, err
 }
 
 // mirrorTables returns which of the given tables are served from mirrors.

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
@@ -62,9 +63,10 @@ const decodedBytesPerFileByte = 8
 // share the encoded pages of their snapshots the same way.
 type mirrorReads struct {
 	budget *semaphore.Weighted
-	// workers bounds the pages being made at once to half the CPUs (at
-	// least one), so that clients asking for large pages leave the other
-	// half to capture and the Delta tables.
+	// workers bounds the requests that make pages of mirrors (and encode
+	// them) at once to half the CPUs, at least one, so that clients asking
+	// for large pages leave the other half to capture and the Delta
+	// tables.
 	workers *semaphore.Weighted
 	group   singleflight.Group
 	files   *lru[[]keyedRow]
@@ -82,6 +84,21 @@ type encodedPage struct {
 func newMirrorReads() *mirrorReads {
 	return &mirrorReads{budget: semaphore.NewWeighted(mirrorReadBudget), workers: semaphore.NewWeighted(int64(max(runtime.GOMAXPROCS(0)/2, 1))),
 		files: newLRU[[]keyedRow](mirrorFileCacheBudget), pages: newLRU[encodedPage](mirrorPageCacheBudget)}
+}
+
+// work runs f, which makes pages or rows of mirrors and sends them, in one
+// of the worker slots, waiting for one as long as ctx lasts.
+func (mr *mirrorReads) work(ctx context.Context, f func() error) error {
+	if err := mr.workers.Acquire(ctx, 1); err != nil {
+		return err
+	}
+	defer mr.workers.Release(1)
+	start := time.Now()
+	err := f()
+	// The slot rests as long as it worked, so that the slots take at
+	// most half of the CPUs they stand for.
+	time.Sleep(time.Since(start))
+	return err
 }
 
 // rows returns the decoded rows of a data file, id naming the file and how
@@ -304,11 +321,9 @@ func (ms *mirrorScan) fileRows(ctx context.Context, f mirrorFile) ([]keyedRow, e
 // page returns up to limit rows whose keys follow after (nil: from the
 // first), in key order, the key of the last one, and whether rows follow
 // it.
+//
+// Callers hold a worker slot (mirrorReads.work) while they make and send it.
 func (ms *mirrorScan) page(ctx context.Context, after []byte, limit int) (rows []Row, last []byte, more bool, err error) {
-	if err := ms.reads.workers.Acquire(ctx, 1); err != nil {
-		return nil, nil, false, err
-	}
-	defer ms.reads.workers.Release(1)
 	for fi, f := range ms.files {
 		if after != nil && f.maxKey != nil && bytes.Compare(f.maxKey, after) <= 0 {
 			continue
@@ -342,11 +357,9 @@ func (ms *mirrorScan) page(ctx context.Context, after []byte, limit int) (rows [
 }
 
 // find returns the row whose key a client gives.
+//
+// Callers hold a worker slot (mirrorReads.work).
 func (ms *mirrorScan) find(ctx context.Context, key string) (Row, bool, error) {
-	if err := ms.reads.workers.Acquire(ctx, 1); err != nil {
-		return Row{}, false, err
-	}
-	defer ms.reads.workers.Release(1)
 	want, err := ms.cursor(key)
 	if err != nil {
 		return Row{}, false, err
