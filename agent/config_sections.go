@@ -67,6 +67,8 @@ func validateReplica(p *configParser, r *uploader.Config) error {
 		case errors.Is(err, uploader.ErrURLCredentials):
 			return p.fieldErrorf(&r.URL, "must not hold credentials (the part before \"@\"), which the agent would not use and which would show in logs and status: write s3://bucket/prefix and set %s and %s, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment",
 				p.path(&r.AccessKeyID), p.path(&r.SecretAccessKey))
+		case errors.Is(err, uploader.ErrURLQuery):
+			return p.fieldErrorf(&r.URL, "must not have a query string or fragment (\"?\" or \"#\"), which the agent would not use and which would show in logs and status: write s3://bucket/prefix and set the other replica keys")
 		case errors.Is(err, uploader.ErrURLScheme):
 			scheme, _, _ := strings.Cut(r.URL, ":")
 			return p.fieldErrorf(&r.URL, "unsupported scheme %q (write s3://bucket/prefix or file:///path)", cutValue(scheme))

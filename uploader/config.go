@@ -51,6 +51,9 @@ var (
 	// shown in logs and status: credentials belong in AccessKeyID and
 	// SecretAccessKey, or the environment.
 	ErrURLCredentials = errors.New("must not hold credentials")
+	// ErrURLQuery means the URL has a query string or a fragment, which
+	// nothing reads (a secret put there would show in logs and status).
+	ErrURLQuery = errors.New("must not have a query string or fragment")
 	// ErrURLSyntax means the URL does not parse.
 	ErrURLSyntax = errors.New("not a valid URL")
 	// ErrURLScheme means the URL's scheme is neither s3 nor file.
@@ -76,6 +79,9 @@ func (c *Config) Validate() error {
 	}
 	if u.User != nil {
 		return fmt.Errorf("replica url: %w", ErrURLCredentials)
+	}
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(c.URL, "#") {
+		return fmt.Errorf("replica url: %w", ErrURLQuery)
 	}
 	switch u.Scheme {
 	case "s3":

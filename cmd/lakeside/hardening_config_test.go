@@ -268,6 +268,19 @@ func TestHardeningConfigReplicaURLCredentials(t *testing.T) {
 			}
 		})
 	}
+	// A secret in a query string or fragment, which nothing reads, is
+	// refused the same way.
+	for _, tc := range []struct{ name, url string }{
+		{"query", "s3://branch-data/lakeside?secret=" + hcSecret},
+		{"empty query", "s3://branch-data/lakeside?"},
+		{"fragment", "s3://branch-data/lakeside#" + hcSecret},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := hcConfig(t, "replica:\n  site: branch7\n  url: \""+tc.url+"\"\n")
+			stdout, stderr, code := hcCheck(t, path)
+			wantRefused(t, stdout, stderr, code, path+":9: replica.url: must not have a query string or fragment")
+		})
+	}
 	// Taken from the environment, as the secrets should be, it is refused
 	// the same way.
 	t.Run("from the environment", func(t *testing.T) {
