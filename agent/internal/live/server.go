@@ -65,6 +65,9 @@ type Server struct {
 	conns    *connLimiter
 	// token is the token in effect: cfg.Token until SetToken changes it.
 	token atomic.Pointer[string]
+	// streams counts the stream connections being served, from before
+	// their upgrade (the cap of MaxClients).
+	streams atomic.Int64
 }
 
 // MinTokenLength is the fewest characters, not counting whitespace around

@@ -145,10 +145,14 @@ func (srv *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	offset := r.URL.Query().Get("offset")
-	if srv.hub.Clients() >= srv.cfg.MaxClients {
+	// A place is taken before the upgrade, so that clients upgrading at
+	// once cannot pass the cap together.
+	if srv.streams.Add(1) > int64(srv.cfg.MaxClients) {
+		srv.streams.Add(-1)
 		writeError(w, http.StatusServiceUnavailable, "too many stream clients")
 		return
 	}
+	defer srv.streams.Add(-1)
 	conn, err := srv.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return // the upgrader answered

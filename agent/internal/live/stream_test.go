@@ -652,3 +652,38 @@ func TestHugeTransactionThatOverflowsATableIsPassedOver(t *testing.T) {
 		t.Fatalf("after a transaction that leaves 220 rows: %d passed over, %d rows kept, overflow %v; want 1, 0, true", passed-before, rows, overflow)
 	}
 }
+
+// TestStreamClientCapHoldsUnderConcurrentUpgrades dials many stream
+// clients at once: no more than MaxClients are upgraded, and the others
+// are told the server is full.
+func TestStreamClientCapHoldsUnderConcurrentUpgrades(t *testing.T) {
+	f := newFixture(t, Config{MaxClients: 3}, stockSchema)
+	f.waitHub()
+	u := "ws" + strings.TrimPrefix(f.http.URL, "http") + "/api/v1/stream"
+	var mu sync.Mutex
+	var conns []*websocket.Conn
+	full := 0
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			ws, resp, err := websocket.DefaultDialer.Dial(u, nil)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				conns = append(conns, ws)
+			case resp != nil && resp.StatusCode == http.StatusServiceUnavailable:
+				full++
+			default:
+				t.Errorf("dial: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, c := range conns {
+		c.Close()
+	}
+	if len(conns) != 3 || full != 17 {
+		t.Fatalf("%d clients upgraded and %d told the server is full, want 3 and 17", len(conns), full)
+	}
+}
