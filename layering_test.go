@@ -19,26 +19,27 @@ const module = "github.com/lakeside/lakeside/"
 // both import the data types, never the reverse. The longest matching
 // prefix applies.
 var layers = map[string][]string{
-	"cmd/":                   {"agent", "store", "delta", "uploader", "internal/pgcluster"},
-	"agent":                  {"agent/", "store", "delta", "uploader"},
-	"agent/internal/source":  {"agent/internal/typemap", "store"},
-	"agent/internal/applier": {"agent/internal/typemap", "store", "delta"},
-	"agent/internal/live":    {"agent/internal/live/", "agent/internal/typemap", "store", "delta"},
-	"agent/internal/typemap": {"store", "delta"},
-	"internal/pgcluster":     {},
-	"internal/pgtest":        {"internal/pgcluster"},
-	"internal/s3test":        {},
-	"internal/deltatest":     {"delta"},
-	"uploader":               {"uploader/", "store", "delta"},
-	"delta":                  {"delta/internal/parquet", "delta/internal/types"},
-	"delta/internal/parquet": {"delta/internal/types"},
-	"delta/internal/types":   {},
-	"store":                  {},
-	"packaging":              {},
+	"cmd/":                    {"agent", "store", "delta", "uploader", "internal/pgcluster"},
+	"agent":                   {"agent/", "store", "delta", "uploader"},
+	"agent/internal/source":   {"agent/internal/typemap", "store"},
+	"agent/internal/applier":  {"agent/internal/typemap", "store", "delta"},
+	"agent/internal/live":     {"agent/internal/live/", "agent/internal/typemap", "store", "delta"},
+	"agent/internal/typemap":  {"store", "delta"},
+	"internal/pgcluster":      {},
+	"internal/pgtest":         {"internal/pgcluster"},
+	"internal/s3test":         {},
+	"internal/deltatest":      {"delta"},
+	"uploader":                {"uploader/", "store", "delta"},
+	"delta":                   {"delta/internal/parquet", "delta/internal/types"},
+	"delta/internal/parquet":  {"delta/internal/types"},
+	"delta/internal/types":    {},
+	"delta/internal/rowstest": {"delta/internal/types"},
+	"store":                   {},
+	"packaging":               {},
 }
 
 // testHelpers are packages for tests only: no other code imports them.
-var testHelpers = []string{"internal/pgtest", "internal/s3test", "internal/deltatest"}
+var testHelpers = []string{"internal/pgtest", "internal/s3test", "internal/deltatest", "delta/internal/rowstest"}
 
 // TestImportLayering checks every package's imports (test files aside)
 // against layers.

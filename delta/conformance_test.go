@@ -16,6 +16,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/parquet/file"
 
+	"github.com/lakeside/lakeside/delta/internal/rowstest"
 	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
@@ -93,7 +94,7 @@ func TestConformanceDAT(t *testing.T) {
 					}
 					want = append(want, rows...)
 				}
-				assertSameRows(t, name+"/"+exp, got, want)
+				rowstest.AssertSameRows(t, name+"/"+exp, got, want)
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/parquet/file"
 
+	"github.com/lakeside/lakeside/delta/internal/rowstest"
 	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
@@ -80,7 +81,7 @@ func TestPartitionedRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	assertSameRows(t, "partitioned", rows, want)
+	rowstest.AssertSameRows(t, "partitioned", rows, want)
 	if !strings.Contains(acts[2].(*Add).Path, "s="+hiveDefaultPartition+"/") {
 		t.Errorf("null partition path %s", acts[2].(*Add).Path)
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lakeside/lakeside/delta/internal/rowstest"
 )
 
 // fakeClock returns a clock that advances one second per call.
@@ -124,7 +126,7 @@ func TestTableRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("read %d: %v", v, err)
 		}
-		assertSameRows(t, "version", rows, want[v])
+		rowstest.AssertSameRows(t, "version", rows, want[v])
 		byTS, err := tbl.SnapshotAsOf(ctx, times[v])
 		if err != nil || byTS.Version() != v {
 			t.Fatalf("as of %s: %v, %v; want version %d", times[v], byTS, err, v)
@@ -205,7 +207,7 @@ func snapshotSignature(t *testing.T, s *Snapshot) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sig := canonRows(rows)
+	sig := rowstest.CanonRows(rows)
 	for _, f := range s.Files() {
 		sig = append(sig, "file:"+f.Path+":"+f.Stats)
 	}
@@ -213,7 +215,7 @@ func snapshotSignature(t *testing.T, s *Snapshot) []string {
 		sig = append(sig, "tomb:"+r.Path)
 	}
 	for _, x := range s.Transactions() {
-		sig = append(sig, "txn:"+x.AppID+":"+canon(x.Version))
+		sig = append(sig, "txn:"+x.AppID+":"+rowstest.Canon(x.Version))
 	}
 	sig = append(sig, "schema:"+s.Metadata().SchemaString, "id:"+s.Metadata().ID)
 	return sig

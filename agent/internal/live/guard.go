@@ -117,9 +117,8 @@ func (s *Server) guard(next http.Handler) http.Handler {
 // arrives at the cap, the longest-idle keep-alive connection is closed to
 // make room, and with none idle the new one is closed at once.
 type connLimiter struct {
-	cap     int
-	open    atomic.Int64
-	refused atomic.Int64
+	cap  int
+	open atomic.Int64
 
 	mu   sync.Mutex
 	idle map[net.Conn]time.Time // keep-alive connections waiting for a request, since when
@@ -175,7 +174,6 @@ func (ll *limitedListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if ll.l.open.Load() >= int64(ll.l.cap) && !ll.l.makeRoom() {
-			ll.l.refused.Add(1)
 			c.Close()
 			continue
 		}

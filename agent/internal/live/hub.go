@@ -873,6 +873,26 @@ func (rt *retainedTxn) size() int {
 	return n
 }
 
+// known returns nil when the hub has seen the table, and otherwise why not.
+func (h *Hub) known(table string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.tables[table] != nil {
+		return nil
+	}
+	return h.missingLocked(table)
+}
+
+// relation returns the newest schema version of a table.
+func (h *Hub) relation(table string) *store.Relation {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t := h.tables[table]; t != nil {
+		return t.rel
+	}
+	return nil
+}
+
 // overflowed reports whether a table is served from its mirror.
 func (h *Hub) overflowed(table string) bool {
 	h.mu.Lock()

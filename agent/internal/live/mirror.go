@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -32,6 +33,14 @@ import (
 // the clients do: a read waits (as long as its request lasts) until the
 // budget has room for the file it decodes, and clients reading the same
 // file at once share one read.
+
+var (
+	errNoMirror = errors.New("no Delta mirror of the table yet")
+	errBadKey   = errors.New("bad key")
+)
+
+// softDeleteColumn marks deleted rows in a mirror written with soft deletes.
+const softDeleteColumn = "_deleted"
 
 // The mirror's configuration and file tags the applier writes.
 const (
@@ -170,6 +179,9 @@ type mirrorScan struct {
 	multiset bool
 	// deleted is the soft-delete field, or -1.
 	deleted int
+	// keying names the schema and the key that a data file's rows are
+	// read and keyed with, for the cache of decoded files.
+	keying string
 	// byType is the type table row of each schema field.
 	byType []typemap.Type
 	files  []mirrorFile // sorted by minKey
@@ -201,6 +213,12 @@ func (h *Hub) scanMirror(ctx context.Context, table string, at travelTo) (*mirro
 	if err != nil {
 		return nil, err
 	}
+	return h.newMirrorScan(root, snap, rel)
+}
+
+// newMirrorScan returns the scan of a mirror's snapshot, whose table is in
+// the directory root, laid out per the table's schema version rel.
+func (h *Hub) newMirrorScan(root string, snap *delta.Snapshot, rel *store.Relation) (*mirrorScan, error) {
 	ms := &mirrorScan{reads: h.mirrorReads, types: h.types, rel: rel, version: snap.Version(), schema: snap.Schema(), deleted: -1}
 	conf := snap.Metadata().Configuration
 	fieldIdx := map[string]int{}
@@ -221,7 +239,7 @@ func (h *Hub) scanMirror(ctx context.Context, table string, at travelTo) (*mirro
 	} else {
 		var names []string
 		if err := json.Unmarshal([]byte(conf[confMirrorKey]), &names); err != nil {
-			return nil, fmt.Errorf("read %s: bad %s: %w", table, confMirrorKey, err)
+			return nil, fmt.Errorf("read %s: bad %s: %w", rel.TableName(), confMirrorKey, err)
 		}
 		for _, n := range names {
 			i, ok := fieldIdx[n]
@@ -231,6 +249,7 @@ func (h *Hub) scanMirror(ctx context.Context, table string, at travelTo) (*mirro
 			ms.keyIdx = append(ms.keyIdx, i)
 		}
 	}
+	ms.keying = fmt.Sprintf("%v\x00%v\x00%d\x00%s", ms.keyIdx, ms.multiset, ms.deleted, ms.schema)
 	for _, add := range snap.Files() {
 		path, err := delta.ResolvePath(root, add.Path)
 		if err != nil {
@@ -298,8 +317,7 @@ type keyedRow struct {
 // fileRows returns a data file's rows (without soft-deleted ones) with
 // their keys, in key order.
 func (ms *mirrorScan) fileRows(ctx context.Context, f mirrorFile) ([]keyedRow, error) {
-	id := fmt.Sprintf("%s\x00%v\x00%v\x00%d\x00%s", f.path, ms.keyIdx, ms.multiset, ms.deleted, ms.schema)
-	return ms.reads.rows(ctx, id, f.size, func(ctx context.Context) ([]keyedRow, error) {
+	return ms.reads.rows(ctx, f.path+"\x00"+ms.keying, f.size, func(ctx context.Context) ([]keyedRow, error) {
 		rows, err := delta.ReadParquetFile(ctx, f.path, ms.schema)
 		if err != nil {
 			return nil, fmt.Errorf("read %s at version %d: %w", ms.rel.TableName(), ms.version, err)
@@ -345,7 +363,8 @@ func (ms *mirrorScan) page(ctx context.Context, after []byte, limit int) (rows [
 			if len(rows) == limit {
 				return rows, last, true, nil
 			}
-			rows = append(rows, ms.render(kr.row))
+			row, _ := ms.render(kr.row)
+			rows = append(rows, row)
 			last = kr.key
 		}
 		if len(rows) == limit {
@@ -373,15 +392,31 @@ func (ms *mirrorScan) find(ctx context.Context, key string) (Row, bool, error) {
 			return Row{}, false, err
 		}
 		if i, ok := slices.BinarySearchFunc(krs, want, func(kr keyedRow, k []byte) int { return bytes.Compare(kr.key, k) }); ok {
-			return ms.render(krs[i].row), true, nil
+			row, _ := ms.render(krs[i].row)
+			return row, true, nil
 		}
 	}
 	return Row{}, false, nil
 }
 
+// each calls fn with every row of the snapshot and its key values, a data
+// file at a time.
+func (ms *mirrorScan) each(ctx context.Context, fn func(Row, []store.Value)) error {
+	for _, f := range ms.files {
+		krs, err := ms.fileRows(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, kr := range krs {
+			fn(ms.render(kr.row))
+		}
+	}
+	return nil
+}
+
 // render renders a mirror row as the live rows are, so that a client sees
-// one format.
-func (ms *mirrorScan) render(row delta.Row) Row {
+// one format, and returns the values of its key too.
+func (ms *mirrorScan) render(row delta.Row) (Row, []store.Value) {
 	values := make(map[string]json.RawMessage, len(ms.schema.Fields))
 	byName := make(map[string]store.Value, len(ms.schema.Fields))
 	for i, f := range ms.schema.Fields {
@@ -396,6 +431,6 @@ func (ms *mirrorScan) render(row delta.Row) Row {
 	for i, c := range ms.rel.Columns {
 		ordered[i] = byName[c.Name]
 	}
-	_, key := keyOf(ms.rel, ordered)
-	return Row{Key: key, Values: values}
+	keyVals, key := keyOf(ms.rel, ordered)
+	return Row{Key: key, Values: values}, keyVals
 }

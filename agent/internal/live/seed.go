@@ -105,16 +105,18 @@ func (h *Hub) seed(ctx context.Context, rels map[store.RelationKey]*store.Relati
 			t.overflow, t.rows = true, nil
 			continue
 		}
-		tr, err := mirrorRows(ctx, h.types, name, snap, rel)
+		ms, err := h.newMirrorScan(filepath.Join(h.tablesDir, rel.DirName()), snap, rel)
+		if err == nil {
+			err = ms.each(ctx, func(row Row, key []store.Value) {
+				t.setRow(row.Key, &rowState{key: key, json: row.Values})
+			})
+		}
 		if err != nil {
 			h.log.Error("live view: cannot read the table's Delta mirror; its rows are served from the mirror", "table", name, "err", err)
 			t.overflow, t.rows = true, nil
 			continue
 		}
-		for _, k := range tr.keys {
-			t.setRow(k, &rowState{key: tr.keyVals[k], json: tr.rows[k].Values})
-		}
-		h.log.Info("live view: loaded the table's rows from its Delta mirror", "table", name, "rows", len(tr.keys), "version", snap.Version())
+		h.log.Info("live view: loaded the table's rows from its Delta mirror", "table", name, "rows", len(t.rows), "version", snap.Version())
 	}
 	return tables, held
 }

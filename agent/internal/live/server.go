@@ -98,11 +98,8 @@ func CheckListen(cfg Config) error {
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		return ErrBadPort
 	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
+	if newHostPolicy(nil).allows(host) {
+		return nil // loopback
 	}
 	if cfg.Token == "" {
 		return fmt.Errorf("%w (http.listen is %q)", ErrTokenRequired, cfg.Listen)

@@ -1,6 +1,7 @@
 package typemap
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"strings"
@@ -23,13 +24,7 @@ func Compare(a, b store.Value) int {
 	}
 	switch a.Kind {
 	case store.KindBool, store.KindInt16, store.KindInt32, store.KindInt64, store.KindDate, store.KindTimestamp, store.KindTime:
-		switch {
-		case a.Int < b.Int:
-			return -1
-		case a.Int > b.Int:
-			return 1
-		}
-		return 0
+		return cmp.Compare(a.Int, b.Int)
 	case store.KindFloat32, store.KindFloat64:
 		fa, fb := floatOf(a), floatOf(b)
 		switch {
@@ -59,7 +54,7 @@ func floatOf(v store.Value) float64 {
 func compareNumericText(a, b string) int {
 	ra, rb := numericRank(a), numericRank(b)
 	if ra != rb || ra != 0 {
-		return cmpInt(ra, rb)
+		return cmp.Compare(ra, rb)
 	}
 	negA, negB := strings.HasPrefix(a, "-"), strings.HasPrefix(b, "-")
 	a, b = strings.TrimLeft(a, "+-"), strings.TrimLeft(b, "+-")
@@ -75,7 +70,7 @@ func compareNumericText(a, b string) int {
 		}
 		return 1
 	}
-	c := cmpInt(len(intA), len(intB))
+	c := cmp.Compare(len(intA), len(intB))
 	if c == 0 {
 		c = strings.Compare(intA, intB)
 	}
@@ -98,16 +93,6 @@ func numericRank(s string) int {
 		return 1
 	case "NaN":
 		return 2
-	}
-	return 0
-}
-
-func cmpInt(a, b int) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
 	}
 	return 0
 }

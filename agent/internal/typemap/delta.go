@@ -117,11 +117,11 @@ func ConverterFor(dt delta.DataType, column string, w Warner) Converter {
 }
 
 // Putter gives a queued value to a row being built (delta.RowBuilder), as
-// field: the value its Converter returns, in its column's physical form
-// and without boxing it, when the value is a common one; otherwise the
-// Converter's value. It is the typed path of inserted rows (see
-// Applier.applyChange). KindUnchanged is never given to a Putter (an
-// insert has no unchanged value).
+// field: the value its column's Converter would return, in the column's
+// physical form and without boxing it, when the value is a common one;
+// otherwise the Converter's value. It is the applier's typed path of
+// inserted rows. KindUnchanged is never given to a Putter (an insert has
+// no unchanged value).
 type Putter func(v *store.Value, b *delta.RowBuilder, field int)
 
 // PutterFor returns the Putter for a column of Delta type dt, which gives

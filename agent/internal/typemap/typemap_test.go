@@ -1,6 +1,7 @@
 package typemap
 
 import (
+	"cmp"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -173,7 +174,7 @@ func TestNumericKeysReadAsPostgreSQLReadsThem(t *testing.T) {
 	}
 	for i := range vals {
 		for j := range vals {
-			if got, want := Compare(vals[i], vals[j]), cmpInt(i, j); got != want {
+			if got, want := Compare(vals[i], vals[j]), cmp.Compare(i, j); got != want {
 				t.Errorf("Compare(%s, %s) = %d, want %d", order[i], order[j], got, want)
 			}
 		}

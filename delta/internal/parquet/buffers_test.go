@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/lakeside/lakeside/delta/internal/rowstest"
 	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
@@ -36,7 +37,7 @@ func TestColumnBuffersCarryOverFiles(t *testing.T) {
 		if err != nil {
 			t.Fatalf("file %d: %v", i, err)
 		}
-		assertSameRows(t, "file with shared buffers", got, want)
+		rowstest.AssertSameRows(t, "file with shared buffers", got, want)
 		alone, err := writeDataFile(ctx, t.TempDir(), st, nil, want, WriteOptions{RowGroupRows: 3})
 		if err != nil {
 			t.Fatal(err)
@@ -122,6 +123,6 @@ func TestExpectedRowsMakesRoomAtOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		assertSameRows(t, fmt.Sprintf("file expecting %d rows", tc.expect), got, rows)
+		rowstest.AssertSameRows(t, fmt.Sprintf("file expecting %d rows", tc.expect), got, rows)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 
+	"github.com/lakeside/lakeside/delta/internal/rowstest"
 	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
@@ -132,7 +133,7 @@ func assertSameRowsInOrder(t *testing.T, what string, got, want []types.Row) {
 		t.Fatalf("%s: got %d rows, want %d", what, len(got), len(want))
 	}
 	for i := range got {
-		if g, w := canon(got[i]), canon(want[i]); g != w {
+		if g, w := rowstest.Canon(got[i]), rowstest.Canon(want[i]); g != w {
 			t.Fatalf("%s: row %d differs\n got: %s\nwant: %s", what, i, g, w)
 		}
 	}

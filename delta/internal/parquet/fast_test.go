@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/lakeside/lakeside/delta/internal/rowstest"
 	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
@@ -136,7 +137,7 @@ func TestWriteManyBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	assertSameRows(t, "many batches", got, want)
+	rowstest.AssertSameRows(t, "many batches", got, want)
 	pr, err := file.OpenParquetFile(filepath.Join(dir, add.Path), false)
 	if err != nil {
 		t.Fatal(err)
@@ -211,5 +212,5 @@ func TestShredInColumnOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	assertSameRows(t, "in column order", got, rows)
+	rowstest.AssertSameRows(t, "in column order", got, rows)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/schema"
 
+	"github.com/lakeside/lakeside/delta/internal/rowstest"
 	"github.com/lakeside/lakeside/delta/internal/types"
 )
 
@@ -88,7 +89,7 @@ func TestParquetRoundTripAllTypes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: read: %v", codec, err)
 		}
-		assertSameRows(t, codec, got, rows)
+		rowstest.AssertSameRows(t, codec, got, rows)
 		pr, err := file.OpenParquetFile(filepath.Join(dir, add.Path), false)
 		if err != nil {
 			t.Fatal(err)
