@@ -423,6 +423,15 @@ func encodeRelation(r *Relation) []byte {
 	for _, c := range r.Columns {
 		e.uvarint(uint64(c.Dims))
 	}
+	for _, c := range r.Columns {
+		e.uvarint(uint64(c.AttNum))
+		if c.HasMissing {
+			e.byte1(1)
+			e.str(c.Missing)
+		} else {
+			e.byte1(0)
+		}
+	}
 	return e.finish()
 }
 
@@ -444,14 +453,24 @@ func decodeRelation(data []byte) (*Relation, error) {
 		flags := d.byte1()
 		c.Key, c.PrimaryKey = flags&1 != 0, flags&2 != 0
 	}
-	// Table, then each column's Dims, were added after the first
-	// records; older ones end before them.
+	// Table, then each column's Dims, then each column's AttNum and
+	// missing value were added after the first records; older ones end
+	// before them.
 	if len(d.buf) > 0 {
 		r.Table = d.str()
 	}
 	if len(d.buf) > 0 {
 		for i := range r.Columns {
 			r.Columns[i].Dims = int(d.uvarint())
+		}
+	}
+	if len(d.buf) > 0 {
+		for i := range r.Columns {
+			c := &r.Columns[i]
+			c.AttNum = int(d.uvarint())
+			if d.byte1() == 1 {
+				c.HasMissing, c.Missing = true, d.str()
+			}
 		}
 	}
 	if err := d.done(); err != nil {

@@ -44,6 +44,16 @@ type Column struct {
 	// Dims is the number of dimensions an array column is declared with
 	// (int[][] has 2); 0 or 1 for one, and for a column not an array.
 	Dims int
+	// AttNum is the column's number in the catalog (pg_attribute.attnum),
+	// which a rename and a type change keep and a drop never gives to
+	// another column: the column's identity within its table. Zero when
+	// unknown (schema versions recorded before it was kept).
+	AttNum int
+	// HasMissing tells that rows stored before the column was added read
+	// Missing, the text of the constant default it was added with
+	// (pg_attribute.attmissingval); PostgreSQL wrote no change for them.
+	HasMissing bool
+	Missing    string
 }
 
 // KeyColumns returns the positions of the columns that identify a row:

@@ -50,7 +50,8 @@ func TestTableDirNameIsSafeAndDistinct(t *testing.T) {
 // it is captured as, and decodes a record written before that was kept.
 func TestRelationRoundTrip(t *testing.T) {
 	r := &Relation{Key: RelationKey{OID: 16384, LSN: 99}, Schema: "public", Name: "renamed", Table: "public.stock",
-		ReplicaIdentity: 'd', Columns: []Column{{Name: "id", TypeOID: 23, TypeMod: -1, Key: true, PrimaryKey: true}, {Name: "grid", TypeOID: 1007, Dims: 2}}}
+		ReplicaIdentity: 'd', Columns: []Column{{Name: "id", TypeOID: 23, TypeMod: -1, Key: true, PrimaryKey: true, AttNum: 1},
+			{Name: "grid", TypeOID: 1007, Dims: 2, AttNum: 3}, {Name: "d", TypeOID: 23, AttNum: 4, HasMissing: true, Missing: "7"}}}
 	got, err := decodeRelation(encodeRelation(r))
 	if err != nil {
 		t.Fatal(err)
@@ -60,12 +61,12 @@ func TestRelationRoundTrip(t *testing.T) {
 	}
 	old := *r
 	old.Table = ""
-	old.Columns = []Column{r.Columns[0], {Name: "grid", TypeOID: 1007}}
+	old.Columns = []Column{{Name: "id", TypeOID: 23, TypeMod: -1, Key: true, PrimaryKey: true}, {Name: "grid", TypeOID: 1007}}
 	data := encodeRelation(&old)
-	// A record of the format before Table and Dims: the same, without
-	// them (an empty string and a zero per column, a byte each), and
-	// checksummed again.
-	body := data[:len(data)-4-1-len(old.Columns)]
+	// A record of the format before Table, Dims, AttNum and missing
+	// values: the same, without them (an empty string and three zeros per
+	// column, a byte each), and checksummed again.
+	body := data[:len(data)-4-1-3*len(old.Columns)]
 	legacy := (&encoder{buf: body}).finish()
 	got, err = decodeRelation(legacy)
 	if err != nil {

@@ -631,3 +631,33 @@ func TestSchemaVersionsAreKeptApart(t *testing.T) {
 		t.Fatalf("%d schema versions recorded, want 4", len(rels))
 	}
 }
+
+// TestSchemaVersionsCarryColumnIdentity checks that each schema version
+// records every column's number, which a rename and a type change keep and
+// a drop and re-add does not, and the constant default of a column added
+// with one, which rows stored before it read.
+func TestSchemaVersionsCarryColumnIdentity(t *testing.T) {
+	h := streamingItems(t)
+	h.exec(`ALTER TABLE items RENAME COLUMN note TO label`,
+		`ALTER TABLE items ALTER COLUMN v TYPE int4`,
+		`ALTER TABLE items ADD COLUMN d int DEFAULT 7`,
+		`ALTER TABLE items ADD COLUMN note text`)
+	h.exec(`ALTER TABLE items DROP COLUMN note`, `ALTER TABLE items ADD COLUMN note text`)
+	last := h.xid(`INSERT INTO items VALUES (1, 1, 'a', 8, 'n')`)
+	h.waitXid(last)
+	_, rels := h.txns()
+	var newest *store.Relation
+	for _, r := range rels {
+		if newest == nil || r.Key.LSN > newest.Key.LSN {
+			newest = r
+		}
+	}
+	var got []string
+	for _, c := range newest.Columns {
+		got = append(got, fmt.Sprintf("%s:%d:%d:%v:%q", c.Name, c.AttNum, c.TypeOID, c.HasMissing, c.Missing))
+	}
+	want := `[id:1:20:false:"" v:2:23:false:"" label:3:25:false:"" d:4:23:true:"7" note:6:25:false:""]`
+	if fmt.Sprint(got) != want {
+		t.Fatalf("columns = %v\nwant      %s", got, want)
+	}
+}

@@ -29,7 +29,8 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.
 		         WHEN 'i' THEN a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident)
 		         ELSE false END,
 		       a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
-		       a.attndims
+		       a.attndims, a.attnum,
+		       CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END
 		FROM pg_class c
 		JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
@@ -42,8 +43,12 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.
 	for rows.Next() {
 		var col store.Column
 		var ident string
-		if err := rows.Scan(&rel.Key.OID, &ident, &col.Name, &col.TypeOID, &col.TypeMod, &col.Key, &col.PrimaryKey, &col.Dims); err != nil {
+		var missing *string
+		if err := rows.Scan(&rel.Key.OID, &ident, &col.Name, &col.TypeOID, &col.TypeMod, &col.Key, &col.PrimaryKey, &col.Dims, &col.AttNum, &missing); err != nil {
 			return nil, fmt.Errorf("describe %s: %w", t, err)
+		}
+		if missing != nil {
+			col.HasMissing, col.Missing = true, *missing
 		}
 		rel.ReplicaIdentity = ident[0]
 		rel.Columns = append(rel.Columns, col)

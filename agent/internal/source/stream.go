@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -447,14 +446,14 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 		ReplicaIdentity: m.ReplicaIdentity,
 		Columns:         make([]store.Column, len(m.Columns)),
 	}
-	pk, dims, err := st.columnFacts(m.RelationID)
+	facts, err := st.columnFacts(m.RelationID)
 	if err != nil {
 		return err
 	}
 	for i, c := range m.Columns {
-		rel.Columns[i] = store.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 == 1,
-			PrimaryKey: slices.Contains(pk, c.Name), Dims: dims[c.Name]}
+		rel.Columns[i] = store.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 == 1}
 	}
+	facts.apply(rel.Columns)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := resolveTypes(ctx, st.sql, rel.Columns, st.types.Known); err != nil {
@@ -500,38 +499,94 @@ func describedAs(m *pglogrepl.RelationMessage) string {
 	return string(b)
 }
 
+// catalogColumn is what the catalog says of a column beyond what a
+// Relation message does.
+type catalogColumn struct {
+	attnum, dims int
+	primaryKey   bool
+	hasMissing   bool
+	missing      string
+}
+
+// columnFacts are a table's columns as the catalog has them, and the
+// position of each by name.
+type columnFacts struct {
+	cols   []catalogColumn
+	byName map[string]int
+}
+
+// apply sets on cols, a Relation message's columns, what the catalog says
+// of them: each column is found by name; when a name is not in the catalog
+// (renamed again since the message was written) and the message has as
+// many columns as the catalog, by position, which pgoutput keeps in attnum
+// order. A column found neither way keeps AttNum zero, and is then matched
+// by name downstream.
+func (f columnFacts) apply(cols []store.Column) {
+	byPosition := len(cols) == len(f.cols)
+	for i := range cols {
+		j, ok := f.byName[cols[i].Name]
+		if !ok && byPosition {
+			j, ok = i, true
+		}
+		if !ok {
+			continue
+		}
+		c := f.cols[j]
+		cols[i].AttNum, cols[i].Dims, cols[i].PrimaryKey = c.attnum, c.dims, c.primaryKey
+		cols[i].HasMissing, cols[i].Missing = c.hasMissing, c.missing
+	}
+}
+
 // columnFacts reads what the Relation message does not say of the table
-// oid's columns, as the catalog has it now: the names of the primary key's
-// columns (the message flags the replica identity's, every column under
-// REPLICA IDENTITY FULL), and the dimensions array columns are declared
-// with, by name.
-func (st *stream) columnFacts(oid uint32) (pk []string, dims map[string]int, err error) {
+// oid's columns, as the catalog has it now: each column's number (its
+// identity across renames and type changes), whether it is in the primary
+// key (the message flags the replica identity's columns, every column
+// under REPLICA IDENTITY FULL), the dimensions an array column is declared
+// with, and the constant default rows stored before the column was added
+// read (attmissingval).
+func (st *stream) columnFacts(oid uint32) (columnFacts, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rows, err := st.sql.Query(ctx, `SELECT a.attname, a.attndims,
-		       a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisprimary)
-		FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`, oid)
+	rows, err := st.sql.Query(ctx, catalogColumnsQuery, oid)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read the columns of table %d: %w", oid, err)
+		return columnFacts{}, fmt.Errorf("read the columns of table %d: %w", oid, err)
 	}
+	f, err := scanCatalogColumns(rows)
+	if err != nil {
+		return columnFacts{}, fmt.Errorf("read the columns of table %d: %w", oid, err)
+	}
+	return f, nil
+}
+
+// catalogColumnsQuery reads the published columns of table $1 (generated
+// columns are not published) in attnum order: name, attnum, dimensions,
+// primary key membership and missing value.
+const catalogColumnsQuery = `SELECT a.attname, a.attnum, a.attndims,
+	       a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisprimary),
+	       CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END
+	FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+	ORDER BY a.attnum`
+
+// scanCatalogColumns reads the rows of catalogColumnsQuery.
+func scanCatalogColumns(rows pgx.Rows) (columnFacts, error) {
 	defer rows.Close()
-	dims = map[string]int{}
+	f := columnFacts{byName: map[string]int{}}
 	for rows.Next() {
 		var name string
-		var n int
+		var c catalogColumn
 		var inPK *bool
-		if err := rows.Scan(&name, &n, &inPK); err != nil {
-			return nil, nil, fmt.Errorf("read the columns of table %d: %w", oid, err)
+		var missing *string
+		if err := rows.Scan(&name, &c.attnum, &c.dims, &inPK, &missing); err != nil {
+			return columnFacts{}, err
 		}
-		dims[name] = n
-		if inPK != nil && *inPK {
-			pk = append(pk, name)
+		c.primaryKey = inPK != nil && *inPK
+		if missing != nil {
+			c.hasMissing, c.missing = true, *missing
 		}
+		f.byName[name] = len(f.cols)
+		f.cols = append(f.cols, c)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read the columns of table %d: %w", oid, err)
-	}
-	return pk, dims, nil
+	return f, rows.Err()
 }
 
 // partitionOfCaptured reports whether the table oid is a partition of a
