@@ -69,6 +69,11 @@ func ParseSchema(s string) (*StructType, error) { return types.ParseSchema(s) }
 // NewDecimal returns the decimal unscaled × 10^-scale.
 func NewDecimal(unscaled int64, scale int32) Decimal { return types.NewDecimal(unscaled, scale) }
 
+// Normalize converts a Go value accepted for type t to the Go type readers
+// return for t, widening numbers and rescaling decimals; it fails with
+// ErrInvalidValue when the value does not fit.
+func Normalize(t DataType, v any) (any, error) { return types.Normalize(t, v) }
+
 // ParseDecimal parses a plain decimal number such as "-12.340" (scale 3). An
 // exponent is accepted ("1.5E+3").
 func ParseDecimal(s string) (Decimal, error) { return types.ParseDecimal(s) }
