@@ -63,7 +63,7 @@ func (m *mirror) appendInsert(ctx context.Context, a *Applier, key []byte, ins *
 	if r != nil && r.settled {
 		return false, nil
 	}
-	if len(m.dataPos) != len(m.cols.cols) {
+	if !m.laidOut() {
 		// A new column waits for the flush's layout: the appender's files
 		// have the columns they were opened with.
 		return false, m.endAppend()

@@ -541,8 +541,18 @@ func (a *Applier) nextBatch() (upTo store.LSN, changes int64, full bool, err err
 		if sc.full {
 			return nil
 		}
+		bounds, err := schemaChanges(r)
+		if err != nil {
+			return err
+		}
 		return r.Txns(max(sc.base, sc.upTo), func(h *store.TxnHeader, _ *store.TxnCursor) error {
 			if sc.upTo != 0 && sc.changes+h.Changes > int64(a.cfg.FlushChanges) {
+				sc.full = true
+				return store.ErrStopScan
+			}
+			if sc.upTo != 0 && changedBetween(bounds, sc.upTo, h.EndLSN) {
+				// A new schema version: the batch ends before it, and
+				// the next starts with the tables following it.
 				sc.full = true
 				return store.ErrStopScan
 			}
@@ -558,6 +568,36 @@ func (a *Applier) nextBatch() (upTo store.LSN, changes int64, full bool, err err
 		return 0, 0, false, fmt.Errorf("applier: read queue: %w", err)
 	}
 	return a.scan.upTo, a.scan.changes, a.scan.full, nil
+}
+
+// schemaChanges returns the positions of the schema history's versions
+// that follow an earlier version of their table, sorted.
+func schemaChanges(r *store.Reader) ([]store.LSN, error) {
+	rels, err := r.Relations()
+	if err != nil {
+		return nil, err
+	}
+	first := map[uint32]store.LSN{}
+	for k := range rels {
+		if f, ok := first[k.OID]; !ok || k.LSN < f {
+			first[k.OID] = k.LSN
+		}
+	}
+	var out []store.LSN
+	for k := range rels {
+		if k.LSN != first[k.OID] {
+			out = append(out, k.LSN)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// changedBetween reports whether a schema version of bounds (sorted) is
+// after from and at or before to.
+func changedBetween(bounds []store.LSN, from, to store.LSN) bool {
+	i, _ := slices.BinarySearch(bounds, from+1)
+	return i < len(bounds) && bounds[i] <= to
 }
 
 // batchScan remembers how far nextBatch has read the queue past base, the

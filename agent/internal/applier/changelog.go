@@ -49,6 +49,7 @@ type changelog struct {
 
 	// Positions of the columns in the schema and in _before.
 	dataPos, beforePos                                                         []int
+	beforeLen                                                                  int
 	opIdx, lsnIdx, xidIdx, tsIdx, seqIdx, beforeIdx, unchIdx, replIdx, dateIdx int
 
 	// The open writers of this flush, by partition (days since the epoch),
@@ -108,7 +109,10 @@ type clWriter struct {
 
 func changelogSchema(cols *columns) *delta.StructType {
 	st := delta.NewStructType(cols.fields()...)
-	st.Fields = append(st.Fields, changelogMeta...)
+	for _, f := range changelogMeta {
+		g := *f
+		st.Fields = append(st.Fields, &g)
+	}
 	st.Fields = append(st.Fields,
 		delta.NewField(colBefore, delta.NewStructType(cols.fields()...), true),
 		delta.NewField(colUnchanged, &delta.ArrayType{ElementType: delta.TypeString, ContainsNull: false}, true),
@@ -127,13 +131,7 @@ func (a *Applier) openChangelog(ctx context.Context, dir string, cols *columns) 
 		return nil, err
 	}
 	cols.addExisting(dt.schema)
-	if f, _ := dt.schema.Field(colBefore); f != nil {
-		if st, ok := f.Type.(*delta.StructType); ok {
-			cols.addExisting(st)
-		}
-	}
 	c := &changelog{deltaTable: dt, cols: cols, writers: map[int32]*clWriter{}, insertOp: []byte(store.OpInsert.String())}
-	c.layout()
 	return c, nil
 }
 
@@ -142,23 +140,20 @@ func replacedField() *delta.StructField {
 	return delta.NewField(colReplaced, &delta.ArrayType{ElementType: delta.TypeString, ContainsNull: false}, true)
 }
 
-// layout extends the schema with new data columns (and _replaced, which a
-// changelog created before it lacks) and computes positions.
-func (c *changelog) layout() {
-	if extend(c.schema, c.cols.cols) {
-		c.schemaDirty = true
-	}
-	if f, _ := c.schema.Field(colReplaced); f == nil {
-		c.schema.Fields = append(c.schema.Fields, replacedField())
-		c.schemaDirty = true
+// layout lays the schema out again when the columns changed (a changelog
+// created before _replaced gets it then), and computes positions.
+func (c *changelog) layout() error {
+	if c.epoch != c.cols.epoch || len(c.dataPos) == 0 {
+		if err := c.setSchema(changelogSchema(c.cols)); err != nil {
+			return err
+		}
+		c.epoch = c.cols.epoch
 	}
 	f, idx := c.schema.Field(colBefore)
 	before := f.Type.(*delta.StructType)
-	if extend(before, c.cols.cols) {
-		c.schemaDirty = true
-	}
 	c.dataPos = positions(c.schema, c.cols.cols)
 	c.beforePos = positions(before, c.cols.cols)
+	c.beforeLen = len(before.Fields)
 	c.beforeIdx = idx
 	_, c.opIdx = c.schema.Field(colOp)
 	_, c.lsnIdx = c.schema.Field(colLSN)
@@ -168,19 +163,19 @@ func (c *changelog) layout() {
 	_, c.unchIdx = c.schema.Field(colUnchanged)
 	_, c.replIdx = c.schema.Field(colReplaced)
 	_, c.dateIdx = c.schema.Field(colCommitDate)
+	return nil
 }
 
-// ensureColumns closes the open writers and extends the schema when the data
-// columns grew since the writers were opened.
+// ensureColumns closes the open writers and lays the schema out again when
+// the data columns changed since the writers were opened.
 func (c *changelog) ensureColumns() error {
-	if len(c.dataPos) == len(c.cols.cols) {
+	if c.epoch == c.cols.epoch && len(c.dataPos) == len(c.cols.cols) {
 		return nil
 	}
 	if err := c.write(); err != nil {
 		return err
 	}
-	c.layout()
-	return nil
+	return c.layout()
 }
 
 // writer returns the open writer of the partition of a transaction's
@@ -266,7 +261,9 @@ func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange
 			unch = append(unch, c.cols.cols[i].name)
 			v = nil
 		}
-		row[c.dataPos[i]] = v
+		if p := c.dataPos[i]; p >= 0 {
+			row[p] = v
+		}
 	}
 	if unch != nil {
 		row[c.unchIdx] = unch
@@ -276,12 +273,14 @@ func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange
 		a.noteReplaced(c.source, rc.replaced)
 	}
 	if rc.oldRow != nil && rc.op != store.OpInsert {
-		before := make(delta.Row, len(c.beforePos))
+		before := make(delta.Row, c.beforeLen)
 		for i, v := range rc.oldRow {
 			if v == typemap.Unchanged {
 				v = nil
 			}
-			before[c.beforePos[i]] = v
+			if p := c.beforePos[i]; p >= 0 {
+				before[p] = v
+			}
 		}
 		row[c.beforeIdx] = before
 	}

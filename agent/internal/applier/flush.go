@@ -229,7 +229,9 @@ func (a *Applier) writeData(ctx context.Context, touched []*sourceTable) {
 // generation, for the batch of scan (batchScan.id), txns and changes in
 // all.
 type queueRead struct {
-	upTo          store.LSN
+	// target is the end of the batch being read: schema versions up to
+	// it are the ones its tables follow (targetVersion).
+	upTo, target  store.LSN
 	generation    uint64
 	scan          uint64
 	txns, changes int64
@@ -272,6 +274,7 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 			a.reset()
 		}
 		a.read.generation, a.read.scan = gen, a.scan.id
+		a.read.target = max(a.read.target, upTo)
 		if a.warnings == nil {
 			a.warnings = map[string]int{}
 		}
@@ -367,6 +370,20 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 	if st.held || st.failed() != nil {
 		return nil
 	}
+	if first := st.clFlush.ci.changes == 0 && st.mrFlush.ci.changes == 0; first || !st.cols.known(rel) {
+		if target := a.targetVersion(rels, rel); target.Key != st.cols.follows {
+			if !first {
+				// Not before the flush's first change of the table:
+				// it fails, and its retry starts a flush there.
+				st.fail(fmt.Errorf("%w: schema version %s of %s inside a flush", errSchemaMismatch, target.Key.LSN, rel.TableName()))
+				return nil
+			}
+			if err := a.evolve(ctx, st, target); err != nil {
+				st.fail(err)
+				return nil
+			}
+		}
+	}
 	for _, vals := range [][]store.Value{ch.New, ch.Old} {
 		if vals != nil && len(vals) != len(rel.Columns) {
 			st.fail(fmt.Errorf("%w: change at %s has %d values, schema version %s/%s of %s has %d columns",
@@ -409,12 +426,15 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 	return nil
 }
 
-// newestVersion returns the newest schema version of rel's table in the
-// schema history.
-func newestVersion(rels map[store.RelationKey]*store.Relation, rel *store.Relation) *store.Relation {
+// targetVersion returns the schema version the Delta tables of rel's table
+// follow in the flush: the newest of the schema history at or before the
+// flush's end (nextBatch ends a batch before a new version, so that this
+// is the version of every change of the flush but those of a transaction
+// that changed the schema in its middle).
+func (a *Applier) targetVersion(rels map[store.RelationKey]*store.Relation, rel *store.Relation) *store.Relation {
 	newest := rel
 	for k, r := range rels {
-		if k.OID == rel.Key.OID && k.LSN > newest.Key.LSN {
+		if k.OID == rel.Key.OID && k.LSN > newest.Key.LSN && k.LSN <= a.read.target {
 			newest = r
 		}
 	}
@@ -450,11 +470,13 @@ func (a *Applier) table(ctx context.Context, rels map[store.RelationKey]*store.R
 		_, err := os.Stat(filepath.Join(a.cfg.TablesDir, dir, "_delta_log"))
 		return err == nil
 	}
-	// Existing tables first, so that their columns come first and a type
-	// change is detected against them; a new table starts from rel.
+	// Existing tables first, so that their columns are known before the
+	// columns follow the flush's schema version; a new table is created
+	// with that version's columns.
+	target := a.targetVersion(rels, rel)
 	open := func(dir string, fn func() error) error {
 		if !exists(dir) {
-			st.cols.mapping(rel)
+			st.cols.evolve(target)
 		}
 		return fn()
 	}
@@ -469,7 +491,7 @@ func (a *Applier) table(ctx context.Context, rels map[store.RelationKey]*store.R
 	}
 	openMR := func() error {
 		return open(dir, func() (err error) {
-			st.mirror, err = a.openMirror(ctx, dir, st.cols, rel)
+			st.mirror, err = a.openMirror(ctx, dir, st.cols, target)
 			return err
 		})
 	}
@@ -483,10 +505,8 @@ func (a *Applier) table(ctx context.Context, rels map[store.RelationKey]*store.R
 			break
 		}
 	}
-	if newest := newestVersion(rels, rel); st.failed() == nil && st.mirror.multiset && !newest.Multiset() {
-		// Created as a multiset by an earlier version, which keyed
-		// REPLICA IDENTITY FULL by every column; the table has a key.
-		if err := st.mirror.rekey(ctx, a, newest); err != nil {
+	if st.failed() == nil {
+		if err := a.evolve(ctx, st, target); err != nil {
 			st.fail(err)
 		}
 	}

@@ -58,7 +58,10 @@ import (
 // the same key brings it back. TRUNCATE removes every file either way.
 type mirror struct {
 	*deltaTable
-	cols     *columns
+	cols *columns
+	// keyNames are the physical names of the key columns (the names of
+	// tables written before column mapping, whose physical names are
+	// their names).
 	keyNames []string
 	multiset bool
 	soft     bool
@@ -97,20 +100,15 @@ const (
 )
 
 // openMirror opens the mirror in the directory named name, creating it
-// for rel when it does not exist.
+// for rel, the schema version the columns follow, when it does not exist.
 func (a *Applier) openMirror(ctx context.Context, name string, cols *columns, rel *store.Relation) (*mirror, error) {
 	dt, snap, err := a.openTable(ctx, name, KindMirror, func() (*delta.StructType, []string, map[string]string) {
-		st := delta.NewStructType(cols.fields()...)
-		if a.cfg.SoftDelete {
-			st.Fields = append(st.Fields, delta.NewField(colDeleted, delta.TypeBoolean, true))
-		}
-		first := cols.mapping(rel)
+		st := mirrorSchema(cols, a.cfg.SoftDelete)
 		conf := map[string]string{}
-		if first.rel.Multiset() || len(first.keyNames) == 0 {
+		if key := cols.keyOf(rel); key == nil {
 			conf[confMultiset] = "true"
 		} else {
-			k, _ := json.Marshal(first.keyNames)
-			conf[confKey] = string(k)
+			conf[confKey] = keyConf(cols, key)
 		}
 		return st, nil, conf
 	})
@@ -135,34 +133,64 @@ func (a *Applier) openMirror(ctx context.Context, name string, cols *columns, re
 		m.files = append(m.files, f)
 	}
 	sortFiles(m.files)
-	m.layout()
 	return m, nil
+}
+
+// mirrorSchema returns the mirror's schema: the live data columns, and
+// _deleted with soft delete.
+func mirrorSchema(cols *columns, soft bool) *delta.StructType {
+	st := delta.NewStructType(cols.fields()...)
+	if soft {
+		st.Fields = append(st.Fields, delta.NewField(colDeleted, delta.TypeBoolean, true))
+	}
+	return st
+}
+
+// keyConf returns the table configuration lakeside.key of key, data
+// columns: the JSON list of their physical names.
+func keyConf(cols *columns, key []int) string {
+	names := make([]string, len(key))
+	for i, j := range key {
+		names[i] = cols.cols[j].physical
+	}
+	k, _ := json.Marshal(names)
+	return string(k)
 }
 
 func sortFiles(files []*mirrorFile) {
 	sort.SliceStable(files, func(i, j int) bool { return bytes.Compare(files[i].minKey, files[j].minKey) < 0 })
 }
 
-func (m *mirror) layout() {
-	if extend(m.schema, m.cols.cols) {
-		m.schemaDirty = true
-	}
-	if m.soft {
-		if f, _ := m.schema.Field(colDeleted); f == nil {
-			m.schema.Fields = append(m.schema.Fields, delta.NewField(colDeleted, delta.TypeBoolean, true))
-			m.schemaDirty = true
+// layout lays the schema out again when the columns changed, and computes
+// the positions of the data columns and of the key's.
+func (m *mirror) layout() error {
+	if m.epoch != m.cols.epoch || len(m.dataPos) == 0 {
+		if err := m.setSchema(mirrorSchema(m.cols, m.soft)); err != nil {
+			return err
 		}
+		m.epoch = m.cols.epoch
 	}
 	m.dataPos = positions(m.schema, m.cols.cols)
 	_, m.delIdx = m.schema.Field(colDeleted)
 	m.keyIdx = m.keyIdx[:0]
-	for _, n := range m.keyNames {
-		i, ok := m.cols.idx[n]
-		if !ok {
-			i = -1
+	if m.multiset {
+		// Every live column, in the schema's order.
+		for _, f := range m.schema.Fields {
+			if i := m.cols.byPhysical(physicalName(f)); i >= 0 {
+				m.keyIdx = append(m.keyIdx, i)
+			}
 		}
-		m.keyIdx = append(m.keyIdx, i)
+		return nil
 	}
+	for _, n := range m.keyNames {
+		m.keyIdx = append(m.keyIdx, m.cols.byPhysical(n))
+	}
+	return nil
+}
+
+// laidOut reports whether the positions are those of the columns now.
+func (m *mirror) laidOut() bool {
+	return m.epoch == m.cols.epoch && len(m.dataPos) == len(m.cols.cols)
 }
 
 // key returns the key of a row of data column values.
@@ -409,13 +437,15 @@ func assignFile(files []*mirrorFile, key []byte, tailLimit int64) int {
 
 // prepare readies the mirror for write, in the flush's goroutine.
 func (m *mirror) prepare(a *Applier) error {
-	if len(m.dataPos) != len(m.cols.cols) {
+	if !m.laidOut() {
 		// The appender's writers have the schema they were opened
-		// with: they are closed before it grows.
+		// with: they are closed before it changes.
 		if err := m.endAppend(); err != nil {
 			return err
 		}
-		m.layout()
+		if err := m.layout(); err != nil {
+			return err
+		}
 	}
 	m.begin(a)
 	return nil

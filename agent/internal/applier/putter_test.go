@@ -26,14 +26,12 @@ func TestQueuedKeyIsTheConvertedRowsKey(t *testing.T) {
 	older := &store.Relation{Key: store.RelationKey{OID: 7, LSN: 1}, Schema: "public", Name: "k", Columns: []store.Column{
 		key("s", pgtype.Int2OID, -1), key("i", pgtype.Int4OID, -1), key("l", pgtype.Int8OID, -1), key("t", 25, -1),
 		key("n", pgtype.NumericOID, (10<<16|2)+4), key("at", pgtype.TimestamptzOID, -1), {Name: "v", TypeOID: pgtype.Int4OID, TypeMod: -1}}}
-	mOld := cols.mapping(older)
 	newer := &store.Relation{Key: store.RelationKey{OID: 7, LSN: 2}, Schema: "public", Name: "k",
 		Columns: append(slices.Clone(older.Columns), key("added", pgtype.Int8OID, -1))}
+	cols.evolve(newer)
+	mOld := cols.mapping(older)
 	mNew := cols.mapping(newer)
-	m := &mirror{cols: cols}
-	for _, n := range mNew.keyNames {
-		m.keyIdx = append(m.keyIdx, cols.idx[n])
-	}
+	m := &mirror{cols: cols, keyIdx: mNew.keys}
 
 	iv := func(k store.Kind, v int64) store.Value { return store.Value{Kind: k, Int: v} }
 	bv := func(k store.Kind, s string) store.Value { return store.Value{Kind: k, Bytes: []byte(s)} }

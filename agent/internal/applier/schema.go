@@ -1,9 +1,13 @@
 package applier
 
 import (
+	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strconv"
 
 	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
@@ -34,25 +38,62 @@ func reserved(name string) bool {
 	return false
 }
 
+// Field metadata the applier writes on each data column of its Delta
+// tables, and the table configuration of column mapping (the Delta
+// protocol's "Column Mapping", mode name: a column is stored in data files
+// under its physical name, which a rename leaves as it is).
+const (
+	metaPhysicalName = "delta.columnMapping.physicalName"
+	metaColumnID     = "delta.columnMapping.id"
+	// metaOID and metaAttNum name the PostgreSQL column a data column
+	// holds: its table's OID and its attnum (store.Column.AttNum).
+	metaOID         = "lakeside.oid"
+	metaAttNum      = "lakeside.attnum"
+	confMappingMode = "delta.columnMapping.mode"
+	confMaxColumnID = "delta.columnMapping.maxColumnId"
+)
+
 // dataCol is one column of a source table as the Delta tables store it.
 type dataCol struct {
+	// name is the column's name now, and typ its Delta type now.
 	name string
 	typ  delta.DataType
+	// physical is the name of the column in data files, which never
+	// changes (column mapping).
+	physical string
+	// oid and attnum are the PostgreSQL column it holds (zero: not known,
+	// matched by name).
+	oid    uint32
+	attnum int
+	// live tells that the column is in the schema version the columns
+	// follow, and so in the Delta tables' schemas; a column dropped since
+	// stays known (older versions' changes still name it) but is not
+	// written.
+	live bool
+	// added is the source column when it was added with a constant
+	// default, which the rows stored before it read (store.Column.Missing).
+	added *store.Column
 }
 
 // columns is the list of data columns of a source table shared by its two
-// Delta tables: the union of every schema version's columns, in order of
-// first appearance. Columns are never removed (a dropped column stays and is
-// null from then on). When a column's type changes to one with another Delta
-// type, the values go to a new column "<name>__<type>" (for example
-// "price__string"), and the old column is null from then on; the change is
-// logged.
+// Delta tables. The tables' schemas follow one schema version, the newest
+// of the flush (evolve): its columns, in its order, under its names and
+// types. A column is known by its identity, its table's OID and attnum, so
+// a rename or a type change keeps it (under its physical name), and a
+// column dropped and added again under its name is another column. Changes
+// of any schema version are mapped by that identity (mapping).
 type columns struct {
 	cols []dataCol
-	idx  map[string]int
-	tm   *typemap.Map
-	log  *slog.Logger
-	w    typemap.Warner
+	// order holds the live columns, by index in cols, in the order of
+	// the schema version they follow (follows).
+	order   []int
+	follows store.RelationKey
+	// epoch counts the changes of the live columns' names, types, order
+	// or set; the Delta tables lay out their schemas again when it moves.
+	epoch uint64
+	tm    *typemap.Map
+	log   *slog.Logger
+	w     typemap.Warner
 	// rels caches the mapping of each schema version, and last is the one
 	// the mapping method returned last: changes come in runs of one schema
 	// version, which then needs no lookup (the reading side alone uses
@@ -70,9 +111,9 @@ type relMapping struct {
 	// mapping was made (-1: none).
 	dst, src []int
 	conv     []typemap.Converter
-	// keyNames are the columns that identify a row, by data column name
+	// keys are the data columns that identify a row
 	// (store.Relation.KeyColumns).
-	keyNames []string
+	keys []int
 	// lossy are the version's columns whose values may be stored other
 	// than PostgreSQL holds them, and check says which are (replaced.go).
 	lossy []int
@@ -131,20 +172,172 @@ func (c *adderColumns) convert(m *relMapping, vals []store.Value, n int) []any {
 }
 
 func newColumns(tm *typemap.Map, log *slog.Logger, w typemap.Warner) *columns {
-	return &columns{idx: map[string]int{}, tm: tm, log: log, w: w, rels: map[store.RelationKey]*relMapping{}}
+	return &columns{tm: tm, log: log, w: w, rels: map[store.RelationKey]*relMapping{}}
 }
 
-// addExisting adds the data columns of an existing Delta table's schema.
+// physicalName returns the name a field's values have in data files.
+func physicalName(f *delta.StructField) string {
+	if s, ok := f.Metadata[metaPhysicalName].(string); ok && s != "" {
+		return s
+	}
+	return f.Name
+}
+
+// metaInt returns an integer of a field's metadata (decoded JSON), or 0.
+func metaInt(f *delta.StructField, key string) int64 {
+	switch x := f.Metadata[key].(type) {
+	case float64:
+		return int64(x)
+	case int64:
+		return x
+	case int:
+		return int64(x)
+	case json.Number:
+		n, _ := x.Int64()
+		return n
+	}
+	return 0
+}
+
+// byPhysical returns the index of the data column stored as physical, or -1.
+func (c *columns) byPhysical(physical string) int {
+	for i := range c.cols {
+		if c.cols[i].physical == physical {
+			return i
+		}
+	}
+	return -1
+}
+
+// addExisting adds the data columns of an existing Delta table's schema,
+// live, in its order.
 func (c *columns) addExisting(st *delta.StructType) {
 	for _, f := range st.Fields {
 		if reserved(f.Name) {
 			continue
 		}
-		if _, ok := c.idx[f.Name]; !ok {
-			c.idx[f.Name] = len(c.cols)
-			c.cols = append(c.cols, dataCol{name: f.Name, typ: f.Type})
+		phys := physicalName(f)
+		if c.byPhysical(phys) >= 0 {
+			continue
+		}
+		c.order = append(c.order, len(c.cols))
+		c.cols = append(c.cols, dataCol{name: f.Name, typ: f.Type, physical: phys, live: true,
+			oid: uint32(metaInt(f, metaOID)), attnum: int(metaInt(f, metaAttNum))})
+		c.epoch++
+	}
+}
+
+// find returns the data column that holds column col of schema version
+// rel, or -1: the one of the same table OID and attnum; else a live one of
+// the same name whose identity is not known or is of another OID (a
+// version recorded before attnums were, or a table dropped and created
+// again, whose columns continue by name). With adopt, a column found by
+// name takes col's identity.
+func (c *columns) find(rel *store.Relation, col store.Column, name string, adopt bool) int {
+	if col.AttNum > 0 {
+		for i := range c.cols {
+			if c.cols[i].attnum == col.AttNum && c.cols[i].oid == rel.Key.OID {
+				return i
+			}
 		}
 	}
+	for _, i := range c.order {
+		d := &c.cols[i]
+		if d.name == name && (d.attnum == 0 || col.AttNum == 0 || d.oid != rel.Key.OID) {
+			if adopt && col.AttNum > 0 {
+				d.oid, d.attnum = rel.Key.OID, col.AttNum
+			}
+			return i
+		}
+	}
+	return -1
+}
+
+// sourceName is the data column name of a source column: its name, with
+// "__col" appended to a name the applier's own columns use.
+func sourceName(col store.Column) string {
+	if reserved(col.Name) {
+		return col.Name + "__col"
+	}
+	return col.Name
+}
+
+// newPhysicalName returns a physical name for a new column: "col-" and a
+// random UUID, as Delta writers name them.
+func newPhysicalName() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("read random bytes: %v", err))
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("col-%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// evolve makes the live columns those of schema version target, in its
+// order, under its names and types, and reports whether anything changed.
+// A new column gets a new physical name; one dropped since stays, not live.
+func (c *columns) evolve(target *store.Relation) bool {
+	changed := false
+	live := make(map[int]bool, len(target.Columns))
+	order := make([]int, 0, len(target.Columns))
+	for _, col := range target.Columns {
+		name, dt := sourceName(col), c.tm.DeltaType(col)
+		i := c.find(target, col, name, true)
+		if i < 0 {
+			i = len(c.cols)
+			d := dataCol{name: name, typ: dt, physical: newPhysicalName(), oid: target.Key.OID, attnum: col.AttNum}
+			if col.HasMissing {
+				added := col
+				d.added = &added
+			}
+			c.cols = append(c.cols, d)
+			changed = true
+		}
+		d := &c.cols[i]
+		if d.name != name {
+			c.log.Info("column renamed", "table", target.TableName(), "column", d.name, "new_name", name)
+			d.name, changed = name, true
+		}
+		if d.typ.String() != dt.String() {
+			c.log.Info("column type changed", "table", target.TableName(), "column", name,
+				"old_type", d.typ.String(), "new_type", dt.String())
+			d.typ, changed = dt, true
+		}
+		live[i] = true
+		order = append(order, i)
+	}
+	for i := range c.cols {
+		if c.cols[i].live && !live[i] {
+			c.log.Info("column dropped", "table", target.TableName(), "column", c.cols[i].name)
+			changed = true
+		}
+		c.cols[i].live = live[i]
+	}
+	if !slices.Equal(order, c.order) {
+		changed = true
+	}
+	c.order, c.follows = order, target.Key
+	if changed {
+		c.epoch++
+		c.rels, c.last = map[store.RelationKey]*relMapping{}, nil
+	}
+	return changed
+}
+
+// keyOf returns the data columns that identify a row of schema version rel
+// (store.Relation.KeyColumns), or nil when rel's rows are a multiset.
+func (c *columns) keyOf(rel *store.Relation) []int {
+	if rel.Multiset() {
+		return nil
+	}
+	var out []int
+	for _, i := range rel.KeyColumns() {
+		if j := c.find(rel, rel.Columns[i], sourceName(rel.Columns[i]), false); j >= 0 {
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // known reports whether mapping has rel's mapping already, so that it
@@ -157,7 +350,9 @@ func (c *columns) known(rel *store.Relation) bool {
 	return m != nil && (m.rel == rel || m.rel.SameShape(rel))
 }
 
-// mapping returns the mapping of a schema version, adding columns as needed.
+// mapping returns the mapping of a schema version. A column of the
+// version that the live columns do not hold (dropped since) gets a data
+// column that is not live, whose values are not written.
 func (c *columns) mapping(rel *store.Relation) *relMapping {
 	if c.last != nil && c.last.rel == rel {
 		return c.last
@@ -170,32 +365,21 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 	}
 	n := len(rel.Columns)
 	m := &relMapping{rel: rel, dst: make([]int, n), conv: make([]typemap.Converter, n), check: make([]typemap.ReplacedCheck, n)}
-	keyCols := rel.KeyColumns()
 	for _, c := range []*adderColumns{&m.onAdder, &m.quietOnAdder} {
 		c.conv, c.put = make([]typemap.Converter, n), make([]typemap.Putter, n)
 	}
 	for i, col := range rel.Columns {
-		dt := c.tm.DeltaType(col)
-		name := col.Name
-		if reserved(name) {
-			name += "__col"
-		}
-		if j, ok := c.idx[name]; ok && c.cols[j].typ.String() != dt.String() {
-			alt := name + "__" + typemap.TypeSuffix(dt)
-			if _, seen := c.idx[alt]; !seen {
-				c.log.Warn("column type changed; new values go to a new column",
-					"table", rel.TableName(), "column", name, "old_type", c.cols[j].typ.String(),
-					"new_type", dt.String(), "new_column", alt)
-			}
-			name = alt
-		}
-		j, ok := c.idx[name]
-		if !ok {
+		name := sourceName(col)
+		j := c.find(rel, col, name, false)
+		if j < 0 {
 			j = len(c.cols)
-			c.idx[name] = j
-			c.cols = append(c.cols, dataCol{name: name, typ: dt})
+			c.cols = append(c.cols, dataCol{name: name, typ: c.tm.DeltaType(col), physical: newPhysicalName(),
+				oid: rel.Key.OID, attnum: col.AttNum})
 		}
 		m.dst[i] = j
+		// Values convert to the column's type now, whatever their
+		// version's type was.
+		dt := c.cols[j].typ
 		if m.check[i] = typemap.ReplacedCheckFor(dt); m.check[i] != nil {
 			m.lossy = append(m.lossy, i)
 		}
@@ -207,10 +391,8 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 			ac.cols.conv[i] = typemap.ConverterFor(dt, rel.TableName()+"."+name, ac.w)
 			ac.cols.put[i] = typemap.PutterFor(dt, ac.cols.conv[i])
 		}
-		if slices.Contains(keyCols, i) {
-			m.keyNames = append(m.keyNames, name)
-		}
 	}
+	m.keys = c.keyOf(rel)
 	m.src = make([]int, len(c.cols))
 	for i := range m.src {
 		m.src[i] = -1
@@ -264,38 +446,94 @@ func (c *columns) convert(m *relMapping, vals []store.Value) []any {
 	return out
 }
 
-// fields returns the data columns as Delta fields (all nullable).
+// fields returns the live data columns as Delta fields (all nullable), in
+// order, each with its physical name and the PostgreSQL column it holds.
 func (c *columns) fields() []*delta.StructField {
-	out := make([]*delta.StructField, len(c.cols))
-	for i, col := range c.cols {
-		out[i] = delta.NewField(col.name, col.typ, true)
+	out := make([]*delta.StructField, 0, len(c.order))
+	for _, i := range c.order {
+		col := &c.cols[i]
+		f := delta.NewField(col.name, col.typ, true)
+		f.Metadata = map[string]any{metaPhysicalName: col.physical}
+		if col.attnum > 0 {
+			f.Metadata[metaOID], f.Metadata[metaAttNum] = int64(col.oid), int64(col.attnum)
+		}
+		out = append(out, f)
 	}
 	return out
 }
 
-// extend appends to st every data column it lacks, and reports whether it
-// added any.
-func extend(st *delta.StructType, cols []dataCol) bool {
-	added := false
-	for _, col := range cols {
-		if f, _ := st.Field(col.name); f == nil {
-			st.Fields = append(st.Fields, delta.NewField(col.name, col.typ, true))
-			added = true
+// positions returns, for each data column, the index of its field in st
+// (-1 if absent, or not live).
+func positions(st *delta.StructType, cols []dataCol) []int {
+	idx := make(map[string]int, len(st.Fields))
+	for i, f := range st.Fields {
+		idx[physicalName(f)] = i
+	}
+	out := make([]int, len(cols))
+	for i := range cols {
+		out[i] = -1
+		if j, ok := idx[cols[i].physical]; ok && cols[i].live {
+			out[i] = j
 		}
 	}
-	return added
+	return out
 }
 
-// positions returns, for each data column, its index in st (-1 if absent).
-func positions(st *delta.StructType, cols []dataCol) []int {
-	out := make([]int, len(cols))
-	for i, col := range cols {
-		_, out[i] = st.Field(col.name)
+// mapFields gives every field of st, nested ones too, the column mapping
+// metadata: a physical name (its name, when it has none: the applier's
+// own columns, and columns of tables written before column mapping) and
+// an id, the one of the field of prev with the same physical name at the
+// same place, else the next above maxID. It returns the new maximum.
+func mapFields(st, prev *delta.StructType, maxID int64) int64 {
+	for _, f := range st.Fields {
+		if f.Metadata == nil {
+			f.Metadata = map[string]any{}
+		}
+		if _, ok := f.Metadata[metaPhysicalName]; !ok {
+			f.Metadata[metaPhysicalName] = f.Name
+		}
+		var before *delta.StructField
+		if prev != nil {
+			for _, p := range prev.Fields {
+				if physicalName(p) == physicalName(f) {
+					before = p
+					break
+				}
+			}
+		}
+		if id := metaInt(f, metaColumnID); id == 0 {
+			if before != nil && metaInt(before, metaColumnID) > 0 {
+				f.Metadata[metaColumnID] = metaInt(before, metaColumnID)
+			} else {
+				maxID++
+				f.Metadata[metaColumnID] = maxID
+			}
+		}
+		if sub, ok := f.Type.(*delta.StructType); ok {
+			var prevSub *delta.StructType
+			if before != nil {
+				prevSub, _ = before.Type.(*delta.StructType)
+			}
+			maxID = mapFields(sub, prevSub, maxID)
+		}
+	}
+	return maxID
+}
+
+// maxColumnID returns the greatest column id of st's fields, nested ones
+// too.
+func maxColumnID(st *delta.StructType) int64 {
+	var out int64
+	for _, f := range st.Fields {
+		out = max(out, metaInt(f, metaColumnID))
+		if sub, ok := f.Type.(*delta.StructType); ok {
+			out = max(out, maxColumnID(sub))
+		}
 	}
 	return out
 }
 
-// updatedMetadata returns md with a new schema, or an error.
+// updatedMetadata returns md with schema st, and column mapping on.
 func updatedMetadata(md *delta.Metadata, st *delta.StructType) (*delta.Metadata, error) {
 	s, err := st.SchemaString()
 	if err != nil {
@@ -303,7 +541,40 @@ func updatedMetadata(md *delta.Metadata, st *delta.StructType) (*delta.Metadata,
 	}
 	out := *md
 	out.SchemaString = s
+	out.Configuration = maps.Clone(md.Configuration)
+	if out.Configuration == nil {
+		out.Configuration = map[string]string{}
+	}
+	maxID, _ := strconv.ParseInt(out.Configuration[confMaxColumnID], 10, 64)
+	out.Configuration[confMappingMode] = "name"
+	out.Configuration[confMaxColumnID] = strconv.FormatInt(max(maxID, maxColumnID(st)), 10)
 	return &out, nil
+}
+
+// mappingProtocol returns the protocol p raised to what column mapping
+// needs (reader 2 / writer 5, or the columnMapping feature of reader 3 /
+// writer 7), or nil when p has it already.
+func mappingProtocol(p *delta.Protocol) *delta.Protocol {
+	if p.MinReaderVersion >= 3 {
+		if slices.Contains(p.ReaderFeatures, "columnMapping") && slices.Contains(p.WriterFeatures, "columnMapping") {
+			return nil
+		}
+		out := *p
+		out.ReaderFeatures = appendMissing(slices.Clone(p.ReaderFeatures), "columnMapping")
+		out.WriterFeatures = appendMissing(slices.Clone(p.WriterFeatures), "columnMapping")
+		return &out
+	}
+	if p.MinReaderVersion >= 2 && p.MinWriterVersion >= 5 {
+		return nil
+	}
+	return &delta.Protocol{MinReaderVersion: max(2, p.MinReaderVersion), MinWriterVersion: max(5, p.MinWriterVersion)}
+}
+
+func appendMissing(list []string, s string) []string {
+	if slices.Contains(list, s) {
+		return list
+	}
+	return append(list, s)
 }
 
 // cloneStruct returns a copy of st that can be extended without changing st.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
@@ -33,6 +34,30 @@ type deltaTable struct {
 	schema      *delta.StructType
 	meta        *delta.Metadata
 	schemaDirty bool
+	// protocol is the committed protocol, and epoch the columns.epoch
+	// the schema was laid out for.
+	protocol *delta.Protocol
+	epoch    uint64
+}
+
+// setSchema makes st the table's schema, its fields given column mapping
+// metadata that keeps each field's id (mapFields). The next commit writes
+// it when it differs from the committed one, or when the table does not
+// map columns yet.
+func (dt *deltaTable) setSchema(st *delta.StructType) error {
+	committed, err := dt.meta.Schema()
+	if err != nil {
+		return fmt.Errorf("%s: %w", dt.name, err)
+	}
+	maxID, _ := strconv.ParseInt(dt.meta.Configuration[confMaxColumnID], 10, 64)
+	mapFields(st, committed, max(maxID, maxColumnID(committed)))
+	s, err := st.SchemaString()
+	if err != nil {
+		return fmt.Errorf("%s: %w", dt.name, err)
+	}
+	dt.schema = st
+	dt.schemaDirty = s != dt.meta.SchemaString || dt.meta.Configuration[confMappingMode] != "name"
+	return nil
 }
 
 // openTable opens the table at path, or creates it with the schema,
@@ -61,7 +86,7 @@ func (a *Applier) openTable(ctx context.Context, name, kind string,
 		return nil, nil, fmt.Errorf("open %s: %w", name, err)
 	}
 	dt := &deltaTable{name: name, kind: kind, appID: a.cfg.AppIDPrefix + "/" + name + "/" + kind, t: t,
-		version: snap.Version(), schema: cloneStruct(snap.Schema()), meta: snap.Metadata()}
+		version: snap.Version(), schema: cloneStruct(snap.Schema()), meta: snap.Metadata(), protocol: snap.Protocol()}
 	if v, ok := snap.AppTransactionVersion(dt.appID); ok {
 		dt.applied = store.LSN(v)
 	}
@@ -89,6 +114,9 @@ func (a *Applier) commit(ctx context.Context, dt *deltaTable, actions []delta.Ac
 			return fmt.Errorf("commit %s: %w", dt.name, err)
 		}
 		actions = append(actions, md)
+		if p := mappingProtocol(dt.protocol); p != nil {
+			actions = append(actions, p)
+		}
 	}
 	actions = append(actions,
 		&delta.Txn{AppID: dt.appID, Version: int64(ci.last)},
@@ -112,6 +140,9 @@ func (a *Applier) commit(ctx context.Context, dt *deltaTable, actions []delta.Ac
 	dt.version, dt.applied = v, ci.last
 	if md != nil {
 		dt.meta, dt.schemaDirty = md, false
+		if p := mappingProtocol(dt.protocol); p != nil {
+			dt.protocol = p
+		}
 	}
 	a.setStatus(dt)
 	a.countCommit(dt, actions)

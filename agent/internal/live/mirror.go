@@ -221,9 +221,10 @@ func (h *Hub) scanMirror(ctx context.Context, table string, at travelTo) (*mirro
 func (h *Hub) newMirrorScan(root string, snap *delta.Snapshot, rel *store.Relation) (*mirrorScan, error) {
 	ms := &mirrorScan{reads: h.mirrorReads, types: h.types, rel: rel, version: snap.Version(), schema: snap.Schema(), deleted: -1}
 	conf := snap.Metadata().Configuration
-	fieldIdx := map[string]int{}
+	fieldIdx, physicalIdx := map[string]int{}, map[string]int{}
 	for i, f := range ms.schema.Fields {
 		fieldIdx[f.Name] = i
+		physicalIdx[physicalName(f)] = i
 		if f.Name == softDeleteColumn {
 			ms.deleted = i
 		}
@@ -236,13 +237,20 @@ func (h *Hub) newMirrorScan(root string, snap *delta.Snapshot, rel *store.Relati
 	}
 	if conf[confMirrorMultiset] == "true" {
 		ms.multiset = true
+		for i := range ms.schema.Fields {
+			if i != ms.deleted {
+				ms.keyIdx = append(ms.keyIdx, i)
+			}
+		}
 	} else {
 		var names []string
 		if err := json.Unmarshal([]byte(conf[confMirrorKey]), &names); err != nil {
 			return nil, fmt.Errorf("read %s: bad %s: %w", rel.TableName(), confMirrorKey, err)
 		}
+		// The key names physical names (the names of tables written
+		// before column mapping).
 		for _, n := range names {
-			i, ok := fieldIdx[n]
+			i, ok := physicalIdx[n]
 			if !ok {
 				i = -1
 			}
@@ -267,12 +275,18 @@ func (h *Hub) newMirrorScan(root string, snap *delta.Snapshot, rel *store.Relati
 	return ms, nil
 }
 
+// physicalName returns the name a field's values have in data files
+// (Delta column mapping).
+func physicalName(f *delta.StructField) string {
+	if s, ok := f.Metadata["delta.columnMapping.physicalName"].(string); ok && s != "" {
+		return s
+	}
+	return f.Name
+}
+
 // rowKey returns the mirror key of a row of the snapshot's fields, as the
 // applier encodes it.
 func (ms *mirrorScan) rowKey(row []any) []byte {
-	if ms.multiset && ms.deleted >= 0 && ms.deleted < len(row) {
-		row = row[:ms.deleted]
-	}
 	return typemap.AppendRowKey(nil, row, ms.keyIdx, ms.multiset)
 }
 

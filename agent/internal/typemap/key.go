@@ -29,15 +29,24 @@ func AppendKey(dst []byte, vals []any) []byte {
 
 // AppendRowKey appends the key of a mirror row to dst: the encoding of the
 // values at keyIdx (an index out of the row, or -1, encodes as null), or
-// for a table compared as a multiset, of every value up to the last that
-// is not null.
+// for a table compared as a multiset, of the values at keyIdx (its
+// columns) up to the last that is not null.
 func AppendRowKey(dst []byte, row []any, keyIdx []int, multiset bool) []byte {
+	at := func(i int) any {
+		if i >= 0 && i < len(row) {
+			return row[i]
+		}
+		return nil
+	}
 	if multiset {
-		n := len(row)
-		for n > 0 && row[n-1] == nil {
+		n := len(keyIdx)
+		for n > 0 && at(keyIdx[n-1]) == nil {
 			n--
 		}
-		return AppendKey(dst, row[:n])
+		for _, i := range keyIdx[:n] {
+			dst = AppendKeyValue(dst, at(i))
+		}
+		return dst
 	}
 	for _, i := range keyIdx {
 		var v any
