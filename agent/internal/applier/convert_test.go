@@ -119,7 +119,7 @@ func TestChangesConvertedOnceForBothTables(t *testing.T) {
 // benchOrdersFields returns the Delta fields of ordersRelation's columns.
 func benchOrdersFields() []*delta.StructField {
 	c := newColumns(typemap.New(), slog.Default(), &countWarner{})
-	c.mapping(ordersRelation())
+	c.evolve(ordersRelation())
 	return c.fields()
 }
 
