@@ -72,6 +72,11 @@ func (a *Applier) openTable(ctx context.Context, name, kind string,
 	t, err := delta.Open(ctx, path, opts...)
 	if errors.Is(err, delta.ErrNotATable) {
 		st, parts, conf := init()
+		if conf == nil {
+			conf = map[string]string{}
+		}
+		// Column mapping from the start (see schema.go).
+		conf[confMappingMode] = "name"
 		info := &delta.CommitInfo{Operation: "CREATE TABLE", EngineInfo: a.cfg.EngineInfo}
 		if err := os.MkdirAll(path, 0o750); err != nil {
 			return nil, nil, fmt.Errorf("create %s: %w", name, err)
