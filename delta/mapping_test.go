@@ -581,3 +581,60 @@ func TestMetadataWithSchemaChecksColumnMapping(t *testing.T) {
 		t.Errorf("two fields of one id: %v", err)
 	}
 }
+
+// TestAssignColumnIDsReachesNestedFields checks that AssignColumnIDs names
+// the fields of structs inside maps and arrays too, keeps the ids there are,
+// leaves its argument alone, and that a file of the result reads back
+// through its physical names.
+func TestAssignColumnIDsReachesNestedFields(t *testing.T) {
+	ctx := context.Background()
+	kept := NewField("id", TypeLong, false)
+	kept.Metadata = map[string]any{ColumnMappingIDKey: float64(7), ColumnMappingPhysicalNameKey: "col-kept"}
+	value := NewStructType(NewField("v", TypeLong, true))
+	st := NewStructType(kept,
+		NewField("m", &MapType{KeyType: TypeString, ValueType: value, ValueContainsNull: true}, true),
+		NewField("l", &ArrayType{ElementType: &ArrayType{ElementType: NewStructType(NewField("w", TypeString, true))}}, true),
+	)
+	got, maxID, err := AssignColumnIDs(st, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maxID != 11 {
+		t.Errorf("max id %d, want 11 (7 kept, 4 new)", maxID)
+	}
+	var ids []int64
+	walkFields(got, func(f *StructField) {
+		ids = append(ids, f.ColumnID())
+		if f.Name != "id" && !strings.HasPrefix(f.PhysicalName(), "col-") {
+			t.Errorf("field %q: physical name %q", f.Name, f.PhysicalName())
+		}
+	})
+	if !slices.Equal(ids, []int64{7, 8, 9, 10, 11}) || got.Fields[0].PhysicalName() != "col-kept" {
+		t.Errorf("ids %v, first physical name %q", ids, got.Fields[0].PhysicalName())
+	}
+	if value.Fields[0].Metadata != nil || st.Fields[1].Metadata != nil {
+		t.Error("AssignColumnIDs changed its argument")
+	}
+	if err := checkColumnMapping(got); err != nil {
+		t.Error(err)
+	}
+
+	dir := t.TempDir()
+	rows := []Row{{int64(1), []MapEntry{{Key: "k", Value: Row{int64(2)}}}, []any{[]any{Row{"x"}}}}}
+	add, err := WriteDataFile(ctx, dir, got, nil, nil, rows, WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := ReadParquetFile(ctx, filepath.Join(dir, add.Path), got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rowstest.AssertSameRows(t, "nested", read, rows)
+	// With the schema before, only the field that had a physical name
+	// finds its column: the file has none under the display names.
+	read, err = ReadParquetFile(ctx, filepath.Join(dir, add.Path), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rowstest.AssertSameRows(t, "by display names", read, []Row{{int64(1), nil, nil}})
+}
