@@ -425,8 +425,7 @@ func TestConformanceGoldenSpecifics(t *testing.T) {
 func TestConformanceKernel(t *testing.T) {
 	ctx := context.Background()
 	root := requireRef(t, "kernel")
-	unsupported := map[string]bool{"stats-writing-all-types": true} // column mapping
-	metadataOnly := map[string]bool{                                // the data files are not part of the copy
+	metadataOnly := map[string]bool{ // the data files are not part of the copy
 		"table-with-cdf":                     true,
 		"app-txn-with-last-updated":          true,
 		"with_checkpoint_no_last_checkpoint": true,
@@ -442,13 +441,6 @@ func TestConformanceKernel(t *testing.T) {
 				t.Fatal(err)
 			}
 			s, err := tbl.Snapshot(ctx)
-			if unsupported[name] {
-				if !errors.Is(err, ErrUnsupportedFeature) {
-					t.Fatalf("want ErrUnsupportedFeature, got %v", err)
-				}
-				t.Logf("refused as expected: %v", err)
-				return
-			}
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,19 @@
 // and it reads tables written by other engines as long as they use no reader
 // feature it does not support (see ErrUnsupportedFeature).
 //
+// # Column mapping
+//
+// Tables in column mapping mode name are read and written: each field
+// carries a physical name and an id in its metadata (StructField.PhysicalName,
+// StructField.ColumnID), data files store its column under the physical name
+// with the id as Parquet field id, and add actions key their stats and
+// partition values by physical names, so that renaming a field (changing its
+// Name only) or dropping it is a metaData commit, and a field added later,
+// with a new id and physical name (AssignColumnIDs), reads as null in older
+// files. Create starts a table in this mode when its configuration sets
+// ColumnMappingModeKey to ColumnMappingName; EnableColumnMapping turns an
+// existing table into one. Mode id is refused.
+//
 // The package is the protocol; the Parquet engine it writes and reads files
 // with is delta/internal/parquet (files are written with
 // github.com/parquet-go/parquet-go and read with the Parquet reader of

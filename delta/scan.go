@@ -10,8 +10,10 @@ import (
 
 // ReadParquetFile reads the columns of st from a Parquet file with arrow-go
 // and returns its rows in st's field order, using the Go types listed in the
-// package documentation. Columns are matched by name (exactly, else ignoring
-// case); columns of st missing from the file read as null.
+// package documentation. Columns, nested ones too, are matched by their
+// fields' physical names: a field with a column mapping physical name by
+// that name exactly, any other by its name (exactly, else ignoring case).
+// Columns of st missing from the file read as null.
 func ReadParquetFile(ctx context.Context, path string, st *StructType) ([]Row, error) {
 	return parquet.ReadFile(ctx, path, st)
 }
@@ -31,7 +33,9 @@ func (s *Snapshot) ReadRows(ctx context.Context) ([]Row, error) {
 
 // ScanFiles reads the data files of the snapshot one at a time, in path
 // order, and calls fn with each file's add action and rows (in schema order,
-// partition columns filled in).
+// partition columns filled in). In column mapping mode name, columns and
+// partition values are found by their physical names, so a renamed column
+// reads as before and a column a file lacks reads as null.
 func (s *Snapshot) ScanFiles(ctx context.Context, fn func(add *Add, rows []Row) error) error {
 	part := map[string]bool{}
 	for _, pc := range s.metadata.PartitionColumns {
@@ -58,8 +62,8 @@ func (s *Snapshot) ScanFiles(ctx context.Context, fn func(add *Add, rows []Row) 
 		pvals := make([]any, len(partIdx))
 		for j, idx := range partIdx {
 			f := s.schema.Fields[idx]
-			raw, ok := add.PartitionValues[f.Name]
-			if !ok {
+			raw, ok := add.PartitionValues[f.PhysicalName()]
+			if !ok && !f.HasPhysicalName() {
 				for k, v := range add.PartitionValues {
 					if strings.EqualFold(k, f.Name) {
 						raw = v

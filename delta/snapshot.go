@@ -422,7 +422,7 @@ func requireCommits(l *logListing, from, to int64) error {
 // correctly.
 func supportedReaderFeature(name string) bool {
 	switch name {
-	case "timestampNtz", "vacuumProtocolCheck":
+	case "timestampNtz", "vacuumProtocolCheck", ColumnMappingFeature:
 		return true
 	}
 	return false
@@ -453,17 +453,21 @@ func (s *Snapshot) validate() error {
 	if err != nil {
 		return err
 	}
+	if s.ColumnMappingMode() == ColumnMappingNone && hasColumnMapping(schema) {
+		// The protocol says to ignore the mapping then: columns go by
+		// their display names.
+		schema = withoutColumnMapping(schema)
+	}
 	s.schema = schema
 	return nil
 }
 
 // checkReadSupport returns an error wrapping ErrUnsupportedFeature when this
-// package cannot read a table with the given protocol and metadata.
+// package cannot read a table with the given protocol and metadata. Column
+// mapping is read in mode name (and none), not in mode id.
 func checkReadSupport(p *Protocol, md *Metadata) error {
 	switch {
-	case p.MinReaderVersion == 1:
-	case p.MinReaderVersion == 2:
-		return fmt.Errorf("%w: reader version 2 (column mapping)", ErrUnsupportedFeature)
+	case p.MinReaderVersion == 1, p.MinReaderVersion == 2:
 	case p.MinReaderVersion == 3:
 		var bad []string
 		for _, f := range p.ReaderFeatures {
@@ -477,10 +481,10 @@ func checkReadSupport(p *Protocol, md *Metadata) error {
 	default:
 		return fmt.Errorf("%w: reader version %d", ErrUnsupportedFeature, p.MinReaderVersion)
 	}
-	if md != nil {
-		if m := columnMappingMode(md.Configuration); m != "none" {
-			return fmt.Errorf("%w: column mapping mode %q", ErrUnsupportedFeature, m)
-		}
+	switch m := ColumnMappingMode(p, md); m {
+	case ColumnMappingNone, ColumnMappingName:
+	default:
+		return fmt.Errorf("%w: column mapping mode %q (only %q is read)", ErrUnsupportedFeature, m, ColumnMappingName)
 	}
 	return nil
 }

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -87,17 +90,37 @@ func (t *Table) LogPath() string { return t.logDir }
 // reader 1 / writer 2, or reader 3 / writer 7 with the timestampNtz feature
 // when the schema has a timestamp_ntz column. It fails with an error wrapping
 // ErrVersionExists when the table already exists.
+//
+// When configuration sets ColumnMappingModeKey to ColumnMappingName, the
+// table starts in column mapping mode name: every field without an id gets
+// one and a physical name "col-<uuid>" (AssignColumnIDs), the configuration
+// gets delta.columnMapping.maxColumnId, and the protocol supports column
+// mapping (reader 2 / writer 5, or the columnMapping feature at 3 / 7).
+// Mode id is refused with an error wrapping ErrUnsupportedFeature.
 func Create(ctx context.Context, path string, schema *StructType, partitionColumns []string,
 	configuration map[string]string, info *CommitInfo, opts ...Option) (*Table, error) {
 	t := New(path, opts...)
-	md, err := NewMetadata(schema, partitionColumns, configuration, t.now().UnixMilli())
-	if err != nil {
-		return nil, fmt.Errorf("create table: %w", err)
-	}
 	proto := DefaultProtocol()
 	if usesType(schema, TypeTimestampNTZ) {
 		proto = &Protocol{MinReaderVersion: 3, MinWriterVersion: 7,
 			ReaderFeatures: []string{"timestampNtz"}, WriterFeatures: []string{"timestampNtz"}}
+	}
+	switch m := strings.ToLower(configuration[ColumnMappingModeKey]); m {
+	case "", ColumnMappingNone:
+	case ColumnMappingName:
+		var err error
+		if schema, configuration, err = mappedSchema(schema, configuration); err != nil {
+			return nil, fmt.Errorf("create table: %w", err)
+		}
+		if proto, err = columnMappingProtocol(proto); err != nil {
+			return nil, fmt.Errorf("create table: %w", err)
+		}
+	default:
+		return nil, fmt.Errorf("create table: %w: column mapping mode %q", ErrUnsupportedFeature, m)
+	}
+	md, err := NewMetadata(schema, partitionColumns, configuration, t.now().UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("create table: %w", err)
 	}
 	if info == nil {
 		info = &CommitInfo{Operation: "CREATE TABLE"}
@@ -106,6 +129,23 @@ func Create(ctx context.Context, path string, schema *StructType, partitionColum
 		return nil, fmt.Errorf("create table: %w", err)
 	}
 	return t, nil
+}
+
+// mappedSchema returns the schema and configuration of a new table in
+// column mapping mode name: fields without ids get theirs, and the
+// configuration, copied, its maxColumnId.
+func mappedSchema(schema *StructType, configuration map[string]string) (*StructType, map[string]string, error) {
+	start := (&Metadata{Configuration: configuration}).MaxColumnID()
+	st, maxID, err := AssignColumnIDs(schema, start)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkColumnMapping(st); err != nil {
+		return nil, nil, err
+	}
+	conf := maps.Clone(configuration)
+	conf[ColumnMappingMaxIDKey] = strconv.FormatInt(maxID, 10)
+	return st, conf, nil
 }
 
 // usesType reports whether a data type contains the primitive type p.

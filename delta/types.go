@@ -1,7 +1,6 @@
 package delta
 
 import (
-	"strings"
 	"time"
 
 	"github.com/lakeside/lakeside/delta/internal/types"
@@ -88,11 +87,3 @@ func DaysSinceEpoch(t time.Time) int32 { return types.DaysSinceEpoch(t) }
 // TimeFromMicros returns the UTC time of the given microseconds since the
 // epoch.
 func TimeFromMicros(us int64) time.Time { return types.TimeFromMicros(us) }
-
-// columnMappingMode returns the column mapping mode configured for a table.
-func columnMappingMode(conf map[string]string) string {
-	if m, ok := conf["delta.columnMapping.mode"]; ok && m != "" {
-		return strings.ToLower(m)
-	}
-	return "none"
-}

@@ -57,15 +57,24 @@ type DataWriter struct {
 	// partSeen holds, per partition column, the last row value found equal
 	// to the file's partition value, so that a run of equal values is
 	// serialised and checked once.
-	partSeen   []any
+	partSeen []any
+	// partValues are the partition values of the add action, keyed by
+	// the physical names of the partition columns.
 	partValues map[string]*string
 }
 
 // NewDataWriter creates a data file under the table root for rows of schema.
 // partitionValues maps each partition column to its Go value (a missing key
 // is null); the file goes in the hive-style directory of those values.
+// Columns are stored under their fields' physical names, with their column
+// mapping ids as Parquet field ids, and the add action's stats and partition
+// values are keyed by physical names; without column mapping metadata, the
+// physical name of a field is its name. partitionColumns and
+// partitionValues name partition columns by their display names, as the
+// directory names do.
 func NewDataWriter(root string, schema *StructType, partitionColumns []string, partitionValues map[string]any, opts WriteOptions) (*DataWriter, error) {
 	w := &DataWriter{full: schema, partValues: map[string]*string{}}
+	dirValues := map[string]*string{}
 	isPart := map[string]bool{}
 	for _, pc := range partitionColumns {
 		f, idx := schema.Field(pc)
@@ -79,7 +88,8 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 		if s == nil && !f.Nullable {
 			return nil, fmt.Errorf("new data writer: %w: null partition value for non-nullable %q", ErrInvalidValue, pc)
 		}
-		w.partValues[pc] = s
+		w.partValues[f.PhysicalName()] = s
+		dirValues[pc] = s
 		w.partIdx = append(w.partIdx, idx)
 		w.partStrings = append(w.partStrings, s)
 		w.partSeen = append(w.partSeen, nil)
@@ -114,7 +124,7 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 	}
 	name := fmt.Sprintf("part-00000-%s-c000.%s.parquet", id, ext)
 	if len(partitionColumns) > 0 {
-		w.relPath = partitionDir(partitionColumns, w.partValues) + "/" + name
+		w.relPath = partitionDir(partitionColumns, dirValues) + "/" + name
 	} else {
 		w.relPath = name
 	}

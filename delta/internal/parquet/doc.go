@@ -9,7 +9,10 @@
 // given, storing the fields of its schema it was told to, and returns the
 // file's stats string; package delta names the file, keeps partition values
 // out of it, flushes its directory and makes its add action. The protocol
-// side imports this package, never the reverse.
+// side imports this package, never the reverse. Columns are written and read
+// by their fields' physical names (types.StructField.PhysicalName: the
+// column mapping physical name, else the name), with the column mapping id
+// as Parquet field id, and stats are keyed by the same names.
 //
 // A Writer converts each value to its Parquet physical form as it comes, in
 // a typed slice per leaf column (flat.go), keeping the values of struct,

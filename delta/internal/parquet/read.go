@@ -18,8 +18,10 @@ import (
 
 // ReadFile reads the columns of st from a Parquet file with arrow-go and
 // returns its rows in st's field order, using the Go types listed in the
-// package documentation of delta. Columns are matched by name (exactly, else
-// ignoring case); columns of st missing from the file read as null.
+// package documentation of delta. Columns, nested ones too, are matched by
+// their fields' physical names: a field with a column mapping physical name
+// by that name exactly, any other by its name (exactly, else ignoring case).
+// Columns of st missing from the file read as null.
 func ReadFile(ctx context.Context, path string, st *types.StructType) ([]types.Row, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("read parquet: %w", err)
@@ -80,13 +82,19 @@ func ReadFile(ctx context.Context, path string, st *types.StructType) ([]types.R
 	return rows, nil
 }
 
-// matchField finds the field of st named name, exactly or else ignoring case.
+// matchField finds the field of st whose column in a file is named name:
+// the field of that physical name, else a field without a physical name of
+// its own whose name equals it ignoring case. A physical name is matched
+// exactly because, unlike a display name, it must never be confused with
+// another column's.
 func matchField(st *types.StructType, name string) (*types.StructField, int) {
-	if f, i := st.Field(name); f != nil {
-		return f, i
+	for i, f := range st.Fields {
+		if f.PhysicalName() == name {
+			return f, i
+		}
 	}
 	for i, f := range st.Fields {
-		if strings.EqualFold(f.Name, name) {
+		if !f.HasPhysicalName() && strings.EqualFold(f.Name, name) {
 			return f, i
 		}
 	}

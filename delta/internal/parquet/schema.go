@@ -2,6 +2,7 @@ package parquet
 
 import (
 	"fmt"
+	"math"
 	"math/big"
 	"reflect"
 	"strconv"
@@ -18,7 +19,9 @@ import (
 // parquetSchema returns the Parquet schema parquet-go writes for a Delta
 // struct type (the table schema without its partition columns, or the
 // checkpoint schema). Field order is kept, unlike parquet.Group which sorts
-// fields by name.
+// fields by name. Each column is named by its field's physical name, nested
+// ones too, and a field with a column mapping id carries it as its Parquet
+// field_id, as column mapping asks of writers.
 func parquetSchema(name string, st *types.StructType) (*parquet.Schema, error) {
 	root, err := parquetGroup(st)
 	if err != nil {
@@ -34,7 +37,10 @@ func parquetGroup(st *types.StructType) (*groupNode, error) {
 		if err != nil {
 			return nil, fmt.Errorf("column %q: %w", f.Name, err)
 		}
-		g.fields[i] = &namedField{Node: n, name: f.Name, index: i}
+		if id := f.ColumnID(); id > 0 && id <= math.MaxInt32 {
+			n = parquet.FieldID(n, int(id))
+		}
+		g.fields[i] = &namedField{Node: n, name: f.PhysicalName(), index: i}
 	}
 	return g, nil
 }
@@ -245,7 +251,7 @@ func flbaDecimalPaths(st *types.StructType) [][]string {
 			}
 		case *types.StructType:
 			for _, f := range t.Fields {
-				walk(f.Type, append(path, f.Name))
+				walk(f.Type, append(path, f.PhysicalName()))
 			}
 		case *types.ArrayType:
 			walk(t.ElementType, append(path, "list", "element"))

@@ -22,7 +22,8 @@ const maxRune = utf8.MaxRune
 // statsCollector computes Spark-compatible statistics for the rows of one
 // file: numRecords; minValues and maxValues for numbers, decimals, strings,
 // dates and timestamps outside arrays and maps; nullCount for every column
-// (nested struct fields get nested objects).
+// (nested struct fields get nested objects). Columns are keyed by their
+// physical names, as column mapping asks of the stats in the log.
 type statsCollector struct {
 	numRecords int64
 	cols       []*colStats
@@ -44,7 +45,7 @@ func newStatsCollector(st *types.StructType) *statsCollector {
 func newColStats(st *types.StructType) []*colStats {
 	out := make([]*colStats, len(st.Fields))
 	for i, f := range st.Fields {
-		c := &colStats{name: f.Name, typ: f.Type}
+		c := &colStats{name: f.PhysicalName(), typ: f.Type}
 		if sub, ok := f.Type.(*types.StructType); ok {
 			c.children = newColStats(sub)
 		}

@@ -4,7 +4,7 @@ import "errors"
 
 // ErrUnsupportedFeature is returned (wrapped) when a table needs a protocol
 // version or table feature that delta does not implement, such as deletion
-// vectors, column mapping or a reader version above 3, or a column has a type
+// vectors, column mapping mode id or a reader version above 3, or a column has a type
 // it cannot read or write.
 var ErrUnsupportedFeature = errors.New("delta: unsupported table feature")
 
