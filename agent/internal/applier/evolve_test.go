@@ -2,10 +2,14 @@ package applier
 
 import (
 	"context"
+	"encoding/hex"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
 )
 
@@ -156,4 +160,54 @@ func TestSchemaChangesFollowTheTable(t *testing.T) {
 			t.Errorf("key_type_changes.id = %v, want long", f)
 		}
 	})
+}
+
+// TestTableWrittenBeforeColumnMappingIsSwitched opens a mirror written
+// without column mapping, as earlier versions wrote it: the applier
+// switches it to column mapping in a commit of its own, its files read as
+// they are, and a rename then changes only the schema.
+func TestTableWrittenBeforeColumnMappingIsSwitched(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, `CREATE TABLE items (id int4 PRIMARY KEY, v text)`, "items")
+	path := filepath.Join(h.tablesDir, "public.items")
+	if err := os.MkdirAll(path, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	schema := delta.NewStructType(delta.NewField("id", delta.TypeInteger, true), delta.NewField("v", delta.TypeString, true))
+	tbl, err := delta.Create(ctx, path, schema, nil, map[string]string{confKey: `["id"]`}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add, err := delta.WriteDataFile(ctx, path, schema, nil, nil,
+		[]delta.Row{{int32(1), "old1"}, {int32(2), "old2"}}, delta.WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	add.Tags = map[string]string{
+		tagMinKey: hex.EncodeToString(typemap.AppendKey(nil, []any{int32(1)})),
+		tagMaxKey: hex.EncodeToString(typemap.AppendKey(nil, []any{int32(2)})),
+	}
+	if _, err := tbl.Commit(ctx, 0, []delta.Action{add}); err != nil {
+		t.Fatal(err)
+	}
+	h.exec(`INSERT INTO items VALUES (1, 'new1'), (3, 'new3')`)
+	a := h.applier()
+	h.apply(a)
+	snap := h.snapshot("public.items")
+	if p := snap.Protocol(); p.MinReaderVersion != 2 || p.MinWriterVersion != 5 || snap.ColumnMappingMode() != delta.ColumnMappingName {
+		t.Fatalf("protocol %+v, mode %q: want reader 2 / writer 5 in mode name", p, snap.ColumnMappingMode())
+	}
+	for _, f := range snap.Schema().Fields {
+		if f.PhysicalName() != f.Name {
+			t.Errorf("field %s has physical name %s, want its name", f.Name, f.PhysicalName())
+		}
+	}
+	// The legacy file's row 2 stays; rows 1 and 3 are PostgreSQL's.
+	h.exec(`INSERT INTO items VALUES (2, 'old2')`)
+	h.exec(`ALTER TABLE items RENAME COLUMN v TO w`, `UPDATE items SET w = 'renamed' WHERE id = 3`)
+	h.apply(a)
+	h.checkMirror("items")
+	if f, _ := h.snapshot("public.items").Schema().Field("w"); f == nil || f.PhysicalName() != "v" {
+		t.Fatalf("renamed column %v, want physical name v", f)
+	}
 }

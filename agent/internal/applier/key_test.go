@@ -47,7 +47,7 @@ func keyColumns(t *testing.T, s *delta.Snapshot) string {
 	names := []string{}
 	for _, p := range physical {
 		for _, f := range s.Schema().Fields {
-			if physicalName(f) == p {
+			if f.PhysicalName() == p {
 				names = append(names, f.Name)
 			}
 		}

@@ -176,7 +176,7 @@ func (m *mirror) layout() error {
 	if m.multiset {
 		// Every live column, in the schema's order.
 		for _, f := range m.schema.Fields {
-			if i := m.cols.byPhysical(physicalName(f)); i >= 0 {
+			if i := m.cols.byPhysical(f.PhysicalName()); i >= 0 {
 				m.keyIdx = append(m.keyIdx, i)
 			}
 		}

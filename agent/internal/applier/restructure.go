@@ -65,7 +65,7 @@ func (dt *deltaTable) committedSchema() (*delta.StructType, error) {
 func recastColumns(old *delta.StructType, cols []dataCol) (pos []int, recast []bool) {
 	idx := map[string]int{}
 	for i, f := range old.Fields {
-		idx[physicalName(f)] = i
+		idx[f.PhysicalName()] = i
 	}
 	pos, recast = make([]int, len(cols)), make([]bool, len(cols))
 	for i := range cols {
@@ -123,7 +123,7 @@ func livePhysical(old *delta.StructType, cols *columns) []string {
 	var out []string
 	for _, f := range old.Fields {
 		if !reserved(f.Name) {
-			out = append(out, physicalName(f))
+			out = append(out, f.PhysicalName())
 		}
 	}
 	return out
@@ -279,7 +279,7 @@ func (c *changelog) evolve(ctx context.Context, a *Applier) error {
 	for i, f := range c.schema.Fields {
 		from[i] = -1
 		for j, g := range old.Fields {
-			if physicalName(g) == physicalName(f) {
+			if g.PhysicalName() == f.PhysicalName() {
 				from[i] = j
 			}
 		}

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
-	"strconv"
 
 	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
@@ -39,18 +37,12 @@ func reserved(name string) bool {
 }
 
 // Field metadata the applier writes on each data column of its Delta
-// tables, and the table configuration of column mapping (the Delta
-// protocol's "Column Mapping", mode name: a column is stored in data files
-// under its physical name, which a rename leaves as it is).
+// tables besides column mapping's (delta.ColumnMappingPhysicalNameKey,
+// delta.ColumnMappingIDKey): the PostgreSQL column it holds, its table's
+// OID and its attnum (store.Column.AttNum).
 const (
-	metaPhysicalName = "delta.columnMapping.physicalName"
-	metaColumnID     = "delta.columnMapping.id"
-	// metaOID and metaAttNum name the PostgreSQL column a data column
-	// holds: its table's OID and its attnum (store.Column.AttNum).
-	metaOID         = "lakeside.oid"
-	metaAttNum      = "lakeside.attnum"
-	confMappingMode = "delta.columnMapping.mode"
-	confMaxColumnID = "delta.columnMapping.maxColumnId"
+	metaOID    = "lakeside.oid"
+	metaAttNum = "lakeside.attnum"
 )
 
 // dataCol is one column of a source table as the Delta tables store it.
@@ -175,14 +167,6 @@ func newColumns(tm *typemap.Map, log *slog.Logger, w typemap.Warner) *columns {
 	return &columns{tm: tm, log: log, w: w, rels: map[store.RelationKey]*relMapping{}}
 }
 
-// physicalName returns the name a field's values have in data files.
-func physicalName(f *delta.StructField) string {
-	if s, ok := f.Metadata[metaPhysicalName].(string); ok && s != "" {
-		return s
-	}
-	return f.Name
-}
-
 // metaInt returns an integer of a field's metadata (decoded JSON), or 0.
 func metaInt(f *delta.StructField, key string) int64 {
 	switch x := f.Metadata[key].(type) {
@@ -216,7 +200,7 @@ func (c *columns) addExisting(st *delta.StructType) {
 		if reserved(f.Name) {
 			continue
 		}
-		phys := physicalName(f)
+		phys := f.PhysicalName()
 		if c.byPhysical(phys) >= 0 {
 			continue
 		}
@@ -453,7 +437,7 @@ func (c *columns) fields() []*delta.StructField {
 	for _, i := range c.order {
 		col := &c.cols[i]
 		f := delta.NewField(col.name, col.typ, true)
-		f.Metadata = map[string]any{metaPhysicalName: col.physical}
+		f.Metadata = map[string]any{delta.ColumnMappingPhysicalNameKey: col.physical}
 		if col.attnum > 0 {
 			f.Metadata[metaOID], f.Metadata[metaAttNum] = int64(col.oid), int64(col.attnum)
 		}
@@ -467,7 +451,7 @@ func (c *columns) fields() []*delta.StructField {
 func positions(st *delta.StructType, cols []dataCol) []int {
 	idx := make(map[string]int, len(st.Fields))
 	for i, f := range st.Fields {
-		idx[physicalName(f)] = i
+		idx[f.PhysicalName()] = i
 	}
 	out := make([]int, len(cols))
 	for i := range cols {
@@ -479,102 +463,38 @@ func positions(st *delta.StructType, cols []dataCol) []int {
 	return out
 }
 
-// mapFields gives every field of st, nested ones too, the column mapping
-// metadata: a physical name (its name, when it has none: the applier's
-// own columns, and columns of tables written before column mapping) and
-// an id, the one of the field of prev with the same physical name at the
-// same place, else the next above maxID. It returns the new maximum.
-func mapFields(st, prev *delta.StructType, maxID int64) int64 {
+// keepColumnIDs gives each field of st, nested ones too, the column
+// mapping physical name and id of the field of prev it is: the one of the
+// same physical name, or for a field without one (the applier's own
+// columns), of the same name. Fields new to the table are given theirs by
+// delta.AssignColumnIDs.
+func keepColumnIDs(st, prev *delta.StructType) {
+	if prev == nil {
+		return
+	}
 	for _, f := range st.Fields {
+		var before *delta.StructField
+		for _, p := range prev.Fields {
+			if f.HasPhysicalName() && p.PhysicalName() == f.PhysicalName() || !f.HasPhysicalName() && p.Name == f.Name {
+				before = p
+				break
+			}
+		}
+		if before == nil {
+			continue
+		}
 		if f.Metadata == nil {
 			f.Metadata = map[string]any{}
 		}
-		if _, ok := f.Metadata[metaPhysicalName]; !ok {
-			f.Metadata[metaPhysicalName] = f.Name
-		}
-		var before *delta.StructField
-		if prev != nil {
-			for _, p := range prev.Fields {
-				if physicalName(p) == physicalName(f) {
-					before = p
-					break
-				}
-			}
-		}
-		if id := metaInt(f, metaColumnID); id == 0 {
-			if before != nil && metaInt(before, metaColumnID) > 0 {
-				f.Metadata[metaColumnID] = metaInt(before, metaColumnID)
-			} else {
-				maxID++
-				f.Metadata[metaColumnID] = maxID
-			}
+		f.Metadata[delta.ColumnMappingPhysicalNameKey] = before.PhysicalName()
+		if id := before.ColumnID(); id > 0 {
+			f.Metadata[delta.ColumnMappingIDKey] = id
 		}
 		if sub, ok := f.Type.(*delta.StructType); ok {
-			var prevSub *delta.StructType
-			if before != nil {
-				prevSub, _ = before.Type.(*delta.StructType)
-			}
-			maxID = mapFields(sub, prevSub, maxID)
+			prevSub, _ := before.Type.(*delta.StructType)
+			keepColumnIDs(sub, prevSub)
 		}
 	}
-	return maxID
-}
-
-// maxColumnID returns the greatest column id of st's fields, nested ones
-// too.
-func maxColumnID(st *delta.StructType) int64 {
-	var out int64
-	for _, f := range st.Fields {
-		out = max(out, metaInt(f, metaColumnID))
-		if sub, ok := f.Type.(*delta.StructType); ok {
-			out = max(out, maxColumnID(sub))
-		}
-	}
-	return out
-}
-
-// updatedMetadata returns md with schema st, and column mapping on.
-func updatedMetadata(md *delta.Metadata, st *delta.StructType) (*delta.Metadata, error) {
-	s, err := st.SchemaString()
-	if err != nil {
-		return nil, fmt.Errorf("schema: %w", err)
-	}
-	out := *md
-	out.SchemaString = s
-	out.Configuration = maps.Clone(md.Configuration)
-	if out.Configuration == nil {
-		out.Configuration = map[string]string{}
-	}
-	maxID, _ := strconv.ParseInt(out.Configuration[confMaxColumnID], 10, 64)
-	out.Configuration[confMappingMode] = "name"
-	out.Configuration[confMaxColumnID] = strconv.FormatInt(max(maxID, maxColumnID(st)), 10)
-	return &out, nil
-}
-
-// mappingProtocol returns the protocol p raised to what column mapping
-// needs (reader 2 / writer 5, or the columnMapping feature of reader 3 /
-// writer 7), or nil when p has it already.
-func mappingProtocol(p *delta.Protocol) *delta.Protocol {
-	if p.MinReaderVersion >= 3 {
-		if slices.Contains(p.ReaderFeatures, "columnMapping") && slices.Contains(p.WriterFeatures, "columnMapping") {
-			return nil
-		}
-		out := *p
-		out.ReaderFeatures = appendMissing(slices.Clone(p.ReaderFeatures), "columnMapping")
-		out.WriterFeatures = appendMissing(slices.Clone(p.WriterFeatures), "columnMapping")
-		return &out
-	}
-	if p.MinReaderVersion >= 2 && p.MinWriterVersion >= 5 {
-		return nil
-	}
-	return &delta.Protocol{MinReaderVersion: max(2, p.MinReaderVersion), MinWriterVersion: max(5, p.MinWriterVersion)}
-}
-
-func appendMissing(list []string, s string) []string {
-	if slices.Contains(list, s) {
-		return list
-	}
-	return append(list, s)
 }
 
 // cloneStruct returns a copy of st that can be extended without changing st.

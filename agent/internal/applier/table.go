@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
@@ -40,23 +39,44 @@ type deltaTable struct {
 	epoch    uint64
 }
 
-// setSchema makes st the table's schema, its fields given column mapping
-// metadata that keeps each field's id (mapFields). The next commit writes
-// it when it differs from the committed one, or when the table does not
-// map columns yet.
+// setSchema makes st the table's schema, its fields given the column
+// mapping physical names and ids they have in the committed schema
+// (keepColumnIDs), new ones new ids. The next commit writes it when it
+// differs from the committed one.
 func (dt *deltaTable) setSchema(st *delta.StructType) error {
 	committed, err := dt.meta.Schema()
 	if err != nil {
 		return fmt.Errorf("%s: %w", dt.name, err)
 	}
-	maxID, _ := strconv.ParseInt(dt.meta.Configuration[confMaxColumnID], 10, 64)
-	mapFields(st, committed, max(maxID, maxColumnID(committed)))
+	keepColumnIDs(st, committed)
+	if st, _, err = delta.AssignColumnIDs(st, dt.meta.MaxColumnID()); err != nil {
+		return fmt.Errorf("%s: %w", dt.name, err)
+	}
 	s, err := st.SchemaString()
 	if err != nil {
 		return fmt.Errorf("%s: %w", dt.name, err)
 	}
-	dt.schema = st
-	dt.schemaDirty = s != dt.meta.SchemaString || dt.meta.Configuration[confMappingMode] != "name"
+	dt.schema, dt.schemaDirty = st, s != dt.meta.SchemaString
+	return nil
+}
+
+// enableColumnMapping switches a table written before column mapping to
+// it, in one commit that keeps the txn version: its columns keep their
+// names as physical names, so its files read as they are.
+func (a *Applier) enableColumnMapping(ctx context.Context, dt *deltaTable) error {
+	p, md, err := delta.EnableColumnMapping(dt.protocol, dt.meta)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dt.name, err)
+	}
+	if err := a.commit(ctx, dt, []delta.Action{p, md}, commitInfo{operation: "SET TBLPROPERTIES", first: dt.applied, last: dt.applied}); err != nil {
+		return err
+	}
+	st, err := md.Schema()
+	if err != nil {
+		return fmt.Errorf("%s: %w", dt.name, err)
+	}
+	dt.protocol, dt.meta, dt.schema = p, md, st
+	a.log.Info("table switched to column mapping", "table", dt.name)
 	return nil
 }
 
@@ -76,7 +96,7 @@ func (a *Applier) openTable(ctx context.Context, name, kind string,
 			conf = map[string]string{}
 		}
 		// Column mapping from the start (see schema.go).
-		conf[confMappingMode] = "name"
+		conf[delta.ColumnMappingModeKey] = delta.ColumnMappingName
 		info := &delta.CommitInfo{Operation: "CREATE TABLE", EngineInfo: a.cfg.EngineInfo}
 		if err := os.MkdirAll(path, 0o750); err != nil {
 			return nil, nil, fmt.Errorf("create %s: %w", name, err)
@@ -96,6 +116,11 @@ func (a *Applier) openTable(ctx context.Context, name, kind string,
 		dt.applied = store.LSN(v)
 	}
 	a.setStatus(dt)
+	if snap.ColumnMappingMode() != delta.ColumnMappingName {
+		if err := a.enableColumnMapping(ctx, dt); err != nil {
+			return nil, nil, err
+		}
+	}
 	return dt, snap, nil
 }
 
@@ -115,13 +140,10 @@ func (a *Applier) commit(ctx context.Context, dt *deltaTable, actions []delta.Ac
 	var md *delta.Metadata
 	if dt.schemaDirty {
 		var err error
-		if md, err = updatedMetadata(dt.meta, dt.schema); err != nil {
+		if md, err = dt.meta.WithSchema(dt.schema); err != nil {
 			return fmt.Errorf("commit %s: %w", dt.name, err)
 		}
 		actions = append(actions, md)
-		if p := mappingProtocol(dt.protocol); p != nil {
-			actions = append(actions, p)
-		}
 	}
 	actions = append(actions,
 		&delta.Txn{AppID: dt.appID, Version: int64(ci.last)},
@@ -145,9 +167,6 @@ func (a *Applier) commit(ctx context.Context, dt *deltaTable, actions []delta.Ac
 	dt.version, dt.applied = v, ci.last
 	if md != nil {
 		dt.meta, dt.schemaDirty = md, false
-		if p := mappingProtocol(dt.protocol); p != nil {
-			dt.protocol = p
-		}
 	}
 	a.setStatus(dt)
 	a.countCommit(dt, actions)

@@ -224,7 +224,7 @@ func (h *Hub) newMirrorScan(root string, snap *delta.Snapshot, rel *store.Relati
 	fieldIdx, physicalIdx := map[string]int{}, map[string]int{}
 	for i, f := range ms.schema.Fields {
 		fieldIdx[f.Name] = i
-		physicalIdx[physicalName(f)] = i
+		physicalIdx[f.PhysicalName()] = i
 		if f.Name == softDeleteColumn {
 			ms.deleted = i
 		}
@@ -273,15 +273,6 @@ func (h *Hub) newMirrorScan(root string, snap *delta.Snapshot, rel *store.Relati
 	}
 	slices.SortStableFunc(ms.files, func(a, b mirrorFile) int { return bytes.Compare(a.minKey, b.minKey) })
 	return ms, nil
-}
-
-// physicalName returns the name a field's values have in data files
-// (Delta column mapping).
-func physicalName(f *delta.StructField) string {
-	if s, ok := f.Metadata["delta.columnMapping.physicalName"].(string); ok && s != "" {
-		return s
-	}
-	return f.Name
 }
 
 // rowKey returns the mirror key of a row of the snapshot's fields, as the
