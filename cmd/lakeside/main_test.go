@@ -314,18 +314,27 @@ func writeFile(t *testing.T, path, content string) {
 // by column name.
 func (e *e2e) deltaRows(table string) []map[string]any {
 	e.t.Helper()
+	rows, err := e.readDelta(table)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rows
+}
+
+// readDelta is deltaRows returning its error.
+func (e *e2e) readDelta(table string) ([]map[string]any, error) {
 	ctx := context.Background()
 	tbl, err := delta.Open(ctx, filepath.Join(e.stateDir, "tables", table))
 	if err != nil {
-		e.t.Fatalf("open Delta table %s: %v", table, err)
+		return nil, fmt.Errorf("open Delta table %s: %w", table, err)
 	}
 	snap, err := tbl.Snapshot(ctx)
 	if err != nil {
-		e.t.Fatalf("snapshot %s: %v", table, err)
+		return nil, fmt.Errorf("snapshot %s: %w", table, err)
 	}
 	rows, err := snap.ReadRows(ctx)
 	if err != nil {
-		e.t.Fatalf("read %s: %v", table, err)
+		return nil, fmt.Errorf("read %s: %w", table, err)
 	}
 	names := snap.Schema().FieldNames()
 	out := make([]map[string]any, len(rows))
@@ -336,7 +345,7 @@ func (e *e2e) deltaRows(table string) []map[string]any {
 		}
 		out[i] = m
 	}
-	return out
+	return out, nil
 }
 
 // waitApplied waits until everything captured so far is in the Delta
