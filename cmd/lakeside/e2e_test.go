@@ -269,7 +269,7 @@ func (e *e2e) mirrorDiff(table, query string, cols ...string) error {
 		slices.Sort(missing)
 		slices.Sort(extra)
 		return fmt.Errorf("mirror %s differs from PostgreSQL's %d rows: %d missing (first %v), %d not in PostgreSQL or repeated (first %v)",
-			table, len(mirror), len(missing), missing[:min(len(missing), 5)], len(extra), extra[:min(len(extra), 5)])
+			table, len(want), len(missing), missing[:min(len(missing), 5)], len(extra), extra[:min(len(extra), 5)])
 	}
 	return nil
 }
