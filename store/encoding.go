@@ -432,6 +432,7 @@ func encodeRelation(r *Relation) []byte {
 			e.byte1(0)
 		}
 	}
+	e.uvarint(uint64(r.FileNode))
 	return e.finish()
 }
 
@@ -454,8 +455,8 @@ func decodeRelation(data []byte) (*Relation, error) {
 		c.Key, c.PrimaryKey = flags&1 != 0, flags&2 != 0
 	}
 	// Table, then each column's Dims, then each column's AttNum and
-	// missing value were added after the first records; older ones end
-	// before them.
+	// missing value and the FileNode were added after the first records;
+	// older ones end before them.
 	if len(d.buf) > 0 {
 		r.Table = d.str()
 	}
@@ -472,6 +473,7 @@ func decodeRelation(data []byte) (*Relation, error) {
 				c.HasMissing, c.Missing = true, d.str()
 			}
 		}
+		r.FileNode = uint32(d.uvarint())
 	}
 	if err := d.done(); err != nil {
 		return nil, fmt.Errorf("decode relation: %w", err)

@@ -29,6 +29,11 @@ type Relation struct {
 	Table           string
 	ReplicaIdentity byte
 	Columns         []Column
+	// FileNode is the table's pg_class.relfilenode when the version was
+	// recorded: a rewrite of the table (a type change with USING, a
+	// column added with a volatile default) changes it, and PostgreSQL
+	// sends no change for the rows it rewrote. Zero when unknown.
+	FileNode uint32
 }
 
 // Column is one column of a Relation.

@@ -51,22 +51,22 @@ func TestTableDirNameIsSafeAndDistinct(t *testing.T) {
 func TestRelationRoundTrip(t *testing.T) {
 	r := &Relation{Key: RelationKey{OID: 16384, LSN: 99}, Schema: "public", Name: "renamed", Table: "public.stock",
 		ReplicaIdentity: 'd', Columns: []Column{{Name: "id", TypeOID: 23, TypeMod: -1, Key: true, PrimaryKey: true, AttNum: 1},
-			{Name: "grid", TypeOID: 1007, Dims: 2, AttNum: 3}, {Name: "d", TypeOID: 23, AttNum: 4, HasMissing: true, Missing: "7"}}}
+			{Name: "grid", TypeOID: 1007, Dims: 2, AttNum: 3}, {Name: "d", TypeOID: 23, AttNum: 4, HasMissing: true, Missing: "7"}}, FileNode: 16390}
 	got, err := decodeRelation(encodeRelation(r))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.SameShape(r) || got.Key != r.Key || got.TableName() != "public.stock" || got.DirName() != "public.stock" {
+	if !got.SameShape(r) || got.Key != r.Key || got.FileNode != r.FileNode || got.TableName() != "public.stock" || got.DirName() != "public.stock" {
 		t.Fatalf("round trip: %+v", got)
 	}
 	old := *r
-	old.Table = ""
+	old.Table, old.FileNode = "", 0
 	old.Columns = []Column{{Name: "id", TypeOID: 23, TypeMod: -1, Key: true, PrimaryKey: true}, {Name: "grid", TypeOID: 1007}}
 	data := encodeRelation(&old)
 	// A record of the format before Table, Dims, AttNum and missing
-	// values: the same, without them (an empty string and three zeros per
-	// column, a byte each), and checksummed again.
-	body := data[:len(data)-4-1-3*len(old.Columns)]
+	// values and FileNode: the same, without them (an empty string, three
+	// zeros per column and a zero, a byte each), and checksummed again.
+	body := data[:len(data)-4-1-3*len(old.Columns)-1]
 	legacy := (&encoder{buf: body}).finish()
 	got, err = decodeRelation(legacy)
 	if err != nil {

@@ -29,7 +29,7 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.
 		         WHEN 'i' THEN a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident)
 		         ELSE false END,
 		       a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
-		       a.attndims, a.attnum,
+		       a.attndims, a.attnum, c.relfilenode,
 		       CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END
 		FROM pg_class c
 		JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -44,7 +44,7 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.
 		var col store.Column
 		var ident string
 		var missing *string
-		if err := rows.Scan(&rel.Key.OID, &ident, &col.Name, &col.TypeOID, &col.TypeMod, &col.Key, &col.PrimaryKey, &col.Dims, &col.AttNum, &missing); err != nil {
+		if err := rows.Scan(&rel.Key.OID, &ident, &col.Name, &col.TypeOID, &col.TypeMod, &col.Key, &col.PrimaryKey, &col.Dims, &col.AttNum, &rel.FileNode, &missing); err != nil {
 			return nil, fmt.Errorf("describe %s: %w", t, err)
 		}
 		if missing != nil {

@@ -454,6 +454,7 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 		rel.Columns[i] = store.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 == 1}
 	}
 	facts.apply(rel.Columns)
+	rel.FileNode = facts.fileNode
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := resolveTypes(ctx, st.sql, rel.Columns, st.types.Known); err != nil {
@@ -513,6 +514,8 @@ type catalogColumn struct {
 type columnFacts struct {
 	cols   []catalogColumn
 	byName map[string]int
+	// fileNode is the table's pg_class.relfilenode.
+	fileNode uint32
 }
 
 // apply sets on cols, a Relation message's columns, what the catalog says
@@ -554,6 +557,9 @@ func (st *stream) columnFacts(oid uint32) (columnFacts, error) {
 	f, err := scanCatalogColumns(rows)
 	if err != nil {
 		return columnFacts{}, fmt.Errorf("read the columns of table %d: %w", oid, err)
+	}
+	if err := st.sql.QueryRow(ctx, `SELECT relfilenode FROM pg_class WHERE oid = $1`, oid).Scan(&f.fileNode); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return columnFacts{}, fmt.Errorf("read the file node of table %d: %w", oid, err)
 	}
 	return f, nil
 }
