@@ -48,8 +48,10 @@ type watched struct {
 	// seen is the catalog's description of seenOID when last seen.
 	seen    string
 	seenOID uint32
-	// announced holds the new OIDs whose re-creation was announced.
-	announced map[uint32]bool
+	// announced holds the new OIDs whose re-creation was announced as
+	// replacing announcedFor, the OID captured then.
+	announced    map[uint32]bool
+	announcedFor uint32
 	// logged is the condition last logged, so that each is logged once.
 	logged string
 }
@@ -58,7 +60,7 @@ type watched struct {
 func (s *Source) watch(ctx context.Context, captured []*capturedTable) {
 	w := &watcher{s: s, types: typemap.New(), asked: map[string]bool{}}
 	for _, c := range captured {
-		w.tables = append(w.tables, &watched{configured: c.configured, identity: c.identity, oid: c.oid, name: c.current, announced: map[uint32]bool{}})
+		w.tables = append(w.tables, &watched{configured: c.configured, identity: c.identity, oid: c.oid, name: c.current})
 	}
 	defer func() {
 		if w.conn != nil {
@@ -182,6 +184,11 @@ func (w *watcher) look(ctx context.Context, schemas, names []string, oids []int6
 
 // check acts on what the catalog says of a captured table.
 func (w *watcher) check(ctx context.Context, t *watched, l look) error {
+	if t.announcedFor != t.oid {
+		// A re-creation announced as replacing an OID that is not
+		// captured any more was passed over by the stream.
+		t.announced, t.announcedFor = map[uint32]bool{}, t.oid
+	}
 	switch {
 	case l.exists:
 		if l.name != t.name {
