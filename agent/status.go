@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/lakeside/lakeside/agent/internal/applier"
+	"github.com/lakeside/lakeside/agent/internal/source"
 	"github.com/lakeside/lakeside/store"
 	"github.com/lakeside/lakeside/uploader"
 )
@@ -44,6 +46,10 @@ type Status struct {
 	Queue      QueueStatus   `json:"queue"`
 	AppliedLSN string        `json:"applied_lsn,omitempty"`
 	Tables     []TableStatus `json:"tables"`
+	// Captured describes the captured source tables: what each is
+	// captured as, which PostgreSQL table (OID and generation) that is,
+	// and what last happened to it.
+	Captured []CapturedStatus `json:"captured,omitempty"`
 	// Upload describes replication to the remote, when configured.
 	Upload *UploadStatus `json:"upload,omitempty"`
 	// LiveClients counts the live view's stream clients.
@@ -105,6 +111,29 @@ type TableStatus struct {
 	RemoteError string `json:"remote_error,omitempty"`
 }
 
+// CapturedStatus describes one captured source table.
+type CapturedStatus struct {
+	// Table is the name the table is captured as, which its Delta tables
+	// have: the configured name it was first captured under.
+	Table string `json:"table"`
+	// Configured is its entry in source.tables, and PostgresName what
+	// PostgreSQL calls it now (empty while no table of its OID exists),
+	// as the running agent last saw.
+	Configured   string `json:"configured,omitempty"`
+	PostgresName string `json:"postgres_name,omitempty"`
+	// OID is the PostgreSQL table captured; Generation counts from 1, up
+	// by one each time the table was dropped and created again.
+	OID        uint32 `json:"oid"`
+	Generation uint64 `json:"generation"`
+	// Event says what the running agent last saw happen to the table
+	// (renamed, dropped, re-created), and when.
+	Event     string     `json:"event,omitempty"`
+	EventTime *time.Time `json:"event_time,omitempty"`
+	// Backfill, when set, is why the table's rows are to be copied and
+	// the copy has not been asked for yet.
+	Backfill string `json:"backfill,omitempty"`
+}
+
 // stateStatus fills the parts of the status that the state file holds.
 func stateStatus(r *store.Reader, st *Status) error {
 	cp, err := r.Checkpoint()
@@ -125,7 +154,36 @@ func stateStatus(r *store.Reader, st *Status) error {
 	if st.Tables == nil {
 		st.Tables = []TableStatus{}
 	}
+	ids, err := r.TableIdentities()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		cur := id.Current()
+		st.Captured = append(st.Captured, CapturedStatus{Table: id.Table, OID: cur.OID, Generation: cur.Generation, Backfill: cur.Backfill})
+	}
 	return nil
+}
+
+// captureStatus adds what the running source knows of the captured tables
+// to what the state file says.
+func captureStatus(st *Status, tables []source.TableStatus) {
+	for _, t := range tables {
+		i := slices.IndexFunc(st.Captured, func(c CapturedStatus) bool { return c.Table == t.Table })
+		if i < 0 {
+			st.Captured = append(st.Captured, CapturedStatus{Table: t.Table})
+			i = len(st.Captured) - 1
+		}
+		c := &st.Captured[i]
+		c.Configured, c.PostgresName, c.Event = t.Configured, t.PostgresName, t.Event
+		if c.OID == 0 {
+			c.OID, c.Generation = t.OID, t.Generation
+		}
+		if !t.EventTime.IsZero() {
+			at := t.EventTime.UTC()
+			c.EventTime = &at
+		}
+	}
 }
 
 // Status reports on the running agent.
@@ -154,6 +212,7 @@ func (a *Agent) Status() (*Status, error) {
 	if err := a.db.View(func(r *store.Reader) error { return stateStatus(r, st) }); err != nil {
 		return nil, err
 	}
+	captureStatus(st, a.src.Tables())
 	remote := map[string]uploader.TableStatus{}
 	if a.up != nil {
 		us := a.up.Status()

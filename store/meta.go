@@ -106,7 +106,7 @@ func (r *Reader) Generation() (uint64, error) {
 }
 
 // ClearSlotState forgets the slot and everything captured through it: the
-// queue, spools, schema history and checkpoint. Used when an interrupted
+// queue, spools, schema history, table identities and checkpoint. Used when an interrupted
 // initial snapshot starts over. The queue's generation goes up by one.
 func (w *Writer) ClearSlotState() error {
 	gen, err := w.Generation()
@@ -123,6 +123,9 @@ func (w *Writer) ClearSlotState() error {
 		if _, err := w.tx.CreateBucket(name); err != nil {
 			return fmt.Errorf("clear %s: %w", name, err)
 		}
+	}
+	if err := w.clearTableIdentities(); err != nil {
+		return err
 	}
 	m := w.tx.Bucket(bucketMeta)
 	for _, k := range [][]byte{keyCheckpoint, keySlotState, keyQueueStats} {

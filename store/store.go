@@ -11,6 +11,9 @@
 //	spool     spool id (8 bytes) -> bucket: 0 -> spool totals, 1..n -> chunks of changes
 //	relations OID (4 bytes) + LSN (8 bytes) -> Relation
 //	meta      name -> value (checkpoint, slot state, queue totals)
+//
+// and, created on first write, upload (see upload.go) and tables (table
+// identities by Delta table name, see identity.go).
 package store
 
 import (

@@ -91,6 +91,7 @@ func printStatus(w io.Writer, st *agent.Status) {
 		fmt.Fprintf(tw, "last error:\t%s\n", st.LastError)
 	}
 	tw.Flush()
+	printCaptured(w, st.Captured)
 	if len(st.Tables) == 0 {
 		return
 	}
@@ -110,4 +111,30 @@ func printStatus(w io.Writer, st *agent.Status) {
 			fmt.Fprintf(w, "replica of %s: %s\n", t.Name, t.RemoteError)
 		}
 	}
+}
+
+// printCaptured writes what is known of the captured source tables: the
+// PostgreSQL table each is now, and what happened to it.
+func printCaptured(w io.Writer, captured []agent.CapturedStatus) {
+	if len(captured) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CAPTURED AS\tOID\tGENERATION\tIN POSTGRESQL\tEVENT")
+	for _, c := range captured {
+		name := c.PostgresName
+		if name == "" {
+			name = "-"
+		}
+		event := c.Event
+		if c.EventTime != nil {
+			event += " (" + c.EventTime.Format(time.RFC3339) + ")"
+		}
+		if c.Backfill != "" {
+			event += "; its rows are still to be copied (" + c.Backfill + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", c.Table, c.OID, c.Generation, name, event)
+	}
+	tw.Flush()
 }

@@ -50,6 +50,22 @@ type Config struct {
 	// Backpressure, when set, is asked before each read from PostgreSQL
 	// (see Backpressure).
 	Backpressure Backpressure
+	// WatchInterval is how often the catalog watcher looks at the
+	// captured tables in PostgreSQL's catalog (see watcher.go); zero means
+	// DefaultWatchInterval.
+	WatchInterval time.Duration
+	// Backfill, when set, is asked to copy the rows a captured table holds
+	// into the queue, because capture missed them: table is the name the
+	// table is captured as (its Delta tables', store.Relation.Table), oid
+	// the PostgreSQL table to copy, reason why (ReasonRecreated). It is
+	// called from the catalog watcher's goroutine once the change that
+	// made the copy necessary (the re-created table's truncate) is durable
+	// in the queue, and must not wait for capture to go on: it returns
+	// once the copy is asked for (recorded, or done). The request is
+	// recorded in the state file until Backfill returns nil, so after a
+	// crash the same table and OID may be asked for again; nil leaves the
+	// request recorded and the rows not copied.
+	Backfill func(ctx context.Context, table string, oid uint32, reason string) error
 	// PlainConnection turns a performance trick off: the replication
 	// connection is then an ordinary one, watched by Go's network poller,
 	// instead of a pollConn (tuning_pollconn.go).
@@ -57,6 +73,17 @@ type Config struct {
 	// Logger receives state changes; nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultWatchInterval is how often the catalog watcher looks at the
+// captured tables unless Config.WatchInterval says otherwise: a dropped and
+// re-created table, or a schema change with no row change after it, is
+// noticed within about this long.
+const DefaultWatchInterval = 2 * time.Second
+
+// ReasonRecreated is the reason Config.Backfill is given for a table that
+// was dropped and created again under its configured name: the new table's
+// rows are copied as its new generation.
+const ReasonRecreated = "recreated"
 
 // sessionParams are set on every connection so that the text form of values
 // is the one the decoders expect, whatever the server's defaults.

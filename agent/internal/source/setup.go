@@ -120,26 +120,6 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, cfg Config) (created
 	return false, added, nil
 }
 
-// configuredTables finds the OIDs of the configured tables: capture knows a
-// table by its OID, never by the names a message carries, which a rename
-// changes and which another table can be given.
-func configuredTables(ctx context.Context, conn *pgx.Conn, tables []Table) (map[uint32]Table, error) {
-	out := make(map[uint32]Table, len(tables))
-	for _, t := range tables {
-		var oid uint32
-		err := conn.QueryRow(ctx, `SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-			WHERE n.nspname = $1 AND c.relname = $2`, t.Schema, t.Name).Scan(&oid)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, fatalf("table %s does not exist in PostgreSQL (check source.tables)", t)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("look up %s: %w", t, err)
-		}
-		out[oid] = t
-	}
-	return out, nil
-}
-
 // dropSlotSQL is the fix offered when a slot must be dropped by hand.
 func dropSlotSQL(slot string) string {
 	return "SELECT pg_drop_replication_slot('" + strings.ReplaceAll(slot, "'", "''") + "');"

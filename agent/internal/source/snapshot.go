@@ -17,12 +17,14 @@ import (
 // snapshotChunk is the number of rows spooled per write during the snapshot.
 const snapshotChunk = 2048
 
-// relationFromCatalog describes a table's published columns the way a
-// pgoutput Relation message does, so that the snapshot's rows and the
-// stream's share one schema version when nothing changed.
-func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.LSN, known func(uint32) bool) (*store.Relation, error) {
+// relationFromCatalog describes the published columns of the table oid
+// the way a pgoutput Relation message does, as captured as table, so that
+// the snapshot's rows and the stream's share one schema version when
+// nothing changed, and the catalog watcher describes a change of schema as
+// the stream would.
+func relationFromCatalog(ctx context.Context, conn *pgx.Conn, oid uint32, table string, at store.LSN, known func(uint32) bool) (*store.Relation, error) {
 	rows, err := conn.Query(ctx, `
-		SELECT c.oid, c.relreplident::text, a.attname, a.atttypid, a.atttypmod,
+		SELECT n.nspname, c.relname, c.relreplident::text, a.attname, a.atttypid, a.atttypmod,
 		       CASE c.relreplident
 		         WHEN 'f' THEN true
 		         WHEN 'd' THEN a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
@@ -34,18 +36,18 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.
 		FROM pg_class c
 		JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
-		WHERE n.nspname = $1 AND c.relname = $2
-		ORDER BY a.attnum`, t.Schema, t.Name)
+		WHERE c.oid = $1
+		ORDER BY a.attnum`, oid)
 	if err != nil {
-		return nil, fmt.Errorf("describe %s: %w", t, err)
+		return nil, fmt.Errorf("describe %s: %w", table, err)
 	}
-	rel := &store.Relation{Schema: t.Schema, Name: t.Name, Table: t.String()}
+	rel := &store.Relation{Key: store.RelationKey{OID: oid, LSN: at}, Table: table}
 	for rows.Next() {
 		var col store.Column
 		var ident string
 		var missing *string
-		if err := rows.Scan(&rel.Key.OID, &ident, &col.Name, &col.TypeOID, &col.TypeMod, &col.Key, &col.PrimaryKey, &col.Dims, &col.AttNum, &rel.FileNode, &missing); err != nil {
-			return nil, fmt.Errorf("describe %s: %w", t, err)
+		if err := rows.Scan(&rel.Schema, &rel.Name, &ident, &col.Name, &col.TypeOID, &col.TypeMod, &col.Key, &col.PrimaryKey, &col.Dims, &col.AttNum, &rel.FileNode, &missing); err != nil {
+			return nil, fmt.Errorf("describe %s: %w", table, err)
 		}
 		if missing != nil {
 			col.HasMissing, col.Missing = true, *missing
@@ -54,22 +56,21 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, t Table, at store.
 		rel.Columns = append(rel.Columns, col)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("describe %s: %w", t, err)
+		return nil, fmt.Errorf("describe %s: %w", table, err)
 	}
 	if len(rel.Columns) == 0 {
-		return nil, fatalf("describe %s: table not found or has no columns", t)
+		return nil, fatalf("describe %s: table %d not found or has no columns", table, oid)
 	}
 	if err := resolveTypes(ctx, conn, rel.Columns, known); err != nil {
-		return nil, fmt.Errorf("describe %s: %w", t, err)
+		return nil, fmt.Errorf("describe %s: %w", table, err)
 	}
-	rel.Key.LSN = at
 	return rel, nil
 }
 
-// copySnapshot copies every configured table inside the exported snapshot
+// copySnapshot copies every captured table inside the exported snapshot
 // into the snapshot spool, then commits the spool as one transaction at the
 // slot's consistent point, in the same write as the slot state done.
-func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName string, done *store.SlotState, types *typemap.Map, rels map[uint32]*relationDecoder) error {
+func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName string, done *store.SlotState, captured []*capturedTable, types *typemap.Map, rels map[uint32]*relationDecoder) error {
 	at := done.ConsistentPoint
 	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
 		return fmt.Errorf("snapshot: %w", err)
@@ -80,11 +81,13 @@ func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName 
 	}
 	var total int64
 	start := time.Now()
-	for _, t := range s.cfg.Tables {
-		rel, err := relationFromCatalog(ctx, conn, t, at, types.Known)
+	for _, c := range captured {
+		rel, err := relationFromCatalog(ctx, conn, c.oid, c.identity, at, types.Known)
 		if err != nil {
 			return err
 		}
+		// The table as the exported snapshot names it.
+		t := Table{rel.Schema, rel.Name}
 		if err := s.writer.send(writeOp{kind: opRelation, rel: rel}); err != nil {
 			return err
 		}

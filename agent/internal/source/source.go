@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,8 +57,10 @@ type Source struct {
 	// at; an error it returns stops there (tests only).
 	failpoint func(point string) error
 
-	mu            sync.Mutex
-	status        Status
+	mu     sync.Mutex
+	status Status
+	// tables is what Tables reports, by the name a table is captured as.
+	tables        map[string]*TableStatus
 	ready         chan struct{}
 	once          sync.Once
 	connected     chan struct{}
@@ -303,12 +306,29 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 
-	checks, err := Preflight(ctx, conn, s.cfg)
+	ids, err := s.loadIdentities(ctx)
+	if err != nil {
+		return err
+	}
+	captured, fresh, err := s.resolveTables(ctx, conn, ids)
+	if err != nil {
+		return err
+	}
+	// The checks and the publication go by what PostgreSQL calls the
+	// tables now.
+	pcfg := s.cfg
+	pcfg.Tables = currentNames(captured)
+	checks, err := Preflight(ctx, conn, pcfg)
 	if err != nil {
 		return err
 	}
 	if bad := failed(checks); len(bad) > 0 {
 		return &FatalError{Err: &PreflightError{Failed: bad}}
+	}
+	for _, c := range captured {
+		if c.oid == 0 {
+			return fatalf("table %s does not exist in PostgreSQL (check source.tables)", c.configured)
+		}
 	}
 
 	repl, err := s.cfg.connectReplication(ctx)
@@ -333,7 +353,7 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 			s.db.Path(), state.Slot, state.Database, state.SystemID, s.cfg.Slot, sys.DBName, sys.SystemID)
 	}
 
-	created, added, err := ensurePublication(ctx, conn, s.cfg)
+	created, added, err := ensurePublication(ctx, conn, pcfg)
 	if err != nil {
 		return err
 	}
@@ -363,6 +383,26 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 			return err
 		}
 		state = nil
+		// The identities went with the rest: record those of the
+		// captured tables again.
+		fresh = fresh[:0]
+		for _, id := range ids {
+			if slices.ContainsFunc(captured, func(c *capturedTable) bool { return c.identity == id.Table }) {
+				fresh = append(fresh, id)
+			}
+		}
+		for _, c := range captured {
+			if !slices.ContainsFunc(fresh, func(id *store.TableIdentity) bool { return id.Table == c.identity }) {
+				fresh = append(fresh, &store.TableIdentity{Table: c.identity, Generations: []store.TableGeneration{{OID: c.oid, Generation: 1}}})
+			}
+		}
+	}
+	if len(fresh) > 0 {
+		// A table's identity is recorded before anything of it is
+		// captured.
+		if err := s.writer.send(writeOp{kind: opIdentities, identities: fresh}); err != nil {
+			return err
+		}
 	}
 
 	types := typemap.New()
@@ -372,7 +412,7 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 			return fatalf("replication slot %q already exists, but %s has no record of it, so the changes it holds would be skipped; drop it if nothing else uses it: %s -- or use another source.slot",
 				s.cfg.Slot, s.db.Path(), dropSlotSQL(s.cfg.Slot))
 		}
-		if err := s.createSlot(ctx, conn, repl, sys, types, rels); err != nil {
+		if err := s.createSlot(ctx, conn, repl, sys, captured, types, rels); err != nil {
 			return err
 		}
 	} else if err := s.checkSlot(slot, sys.DBName); err != nil {
@@ -392,7 +432,8 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 			"proto_version '2'",
 			"publication_names '" + strings.ReplaceAll(pub, "'", "''") + "'",
 			"streaming 'on'",
-			"messages 'false'",
+			// The catalog watcher's messages (tableMessagePrefix).
+			"messages 'true'",
 		},
 	})
 	if err != nil {
@@ -400,12 +441,12 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	}
 	s.log.Info("streaming from PostgreSQL", "slot", s.cfg.Slot, "from", start.String(),
 		"logical_decoding_work_mem", cmp.Or(DecodingWorkMem(s.cfg.LogicalDecodingWorkMem), "server"))
-	tables, err := configuredTables(ctx, conn, s.cfg.Tables)
-	if err != nil {
-		return err
+	tables := make(map[uint32]*capturedTable, len(captured))
+	for _, c := range captured {
+		tables[c.oid] = c
 	}
 	st := &stream{s: s, conn: repl, sql: conn, types: types, rels: rels, tables: tables, ignored: map[uint32]bool{}, described: map[uint32]string{},
-		lastQueued: start, received: start, open: map[uint32]bool{}}
+		passedOver: map[uint32]*pglogrepl.RelationMessage{}, lastQueued: start, received: start, open: map[uint32]bool{}}
 	s.receivedLSN.Store(uint64(start))
 	// Know how far behind the server this session starts before saying
 	// it streams: later stages hold back while capture catches up.
@@ -413,13 +454,24 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	s.setState("streaming")
 	s.update(func(st *Status) { st.LastError = "" })
 	onStreaming()
-	return st.run(ctx)
+	// The catalog watcher runs beside the stream, on a connection of its
+	// own, and is done before the session returns.
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		s.watch(wctx, captured)
+	}()
+	err = st.run(ctx)
+	stopWatch()
+	<-watched
+	return err
 }
 
 // createSlot creates the replication slot and, when configured, copies the
 // initial snapshot from the slot's exported snapshot. The state records the
 // setup as pending first, so that a crash part-way starts it over cleanly.
-func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, repl replConn, sys pglogrepl.IdentifySystemResult, types *typemap.Map, rels map[uint32]*relationDecoder) error {
+func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, repl replConn, sys pglogrepl.IdentifySystemResult, captured []*capturedTable, types *typemap.Map, rels map[uint32]*relationDecoder) error {
 	state := &store.SlotState{SystemID: sys.SystemID, Database: sys.DBName, Slot: s.cfg.Slot, Publication: s.cfg.Publication}
 	if err := s.writer.send(writeOp{kind: opSlotState, slot: state}); err != nil {
 		return err
@@ -453,7 +505,7 @@ func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, repl replConn, 
 		// that it is done: were the record a write of its own, a crash
 		// between the two would start the snapshot over on a new slot
 		// after the first one could have been applied.
-		if err := s.copySnapshot(ctx, conn, res.SnapshotName, &done, types, rels); err != nil {
+		if err := s.copySnapshot(ctx, conn, res.SnapshotName, &done, captured, types, rels); err != nil {
 			return err
 		}
 		if s.failpoint != nil {

@@ -45,10 +45,14 @@ type stream struct {
 	sql   *pgx.Conn
 	types *typemap.Map
 	rels  map[uint32]*relationDecoder
-	// tables are the configured tables by OID: the changes of every
-	// other table are passed over (ignored holds their OIDs).
-	tables  map[uint32]Table
-	ignored map[uint32]bool
+	// tables are the captured tables by OID: the changes of every other
+	// table are passed over (ignored holds their OIDs, and passedOver
+	// the last Relation message of each, in case the table is taken over
+	// as a captured table's new generation: PostgreSQL does not describe
+	// it again).
+	tables     map[uint32]*capturedTable
+	ignored    map[uint32]bool
+	passedOver map[uint32]*pglogrepl.RelationMessage
 	// described holds, by table OID, the last Relation message recorded
 	// (describedAs): PostgreSQL sends one again at the start of every
 	// block of a streamed transaction, and an unchanged one needs no look
@@ -400,8 +404,20 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 			delete(st.open, m.Xid)
 		}
 		return st.s.writer.send(writeOp{kind: opSpoolAbort, spool: store.SpoolID(m.Xid), subXid: m.SubXid})
+	case *pglogrepl.LogicalDecodingMessageV2:
+		return st.message(&m.LogicalDecodingMessage)
 	}
-	// Type, origin and logical decoding messages carry nothing to capture.
+	// Type and origin messages carry nothing to capture.
+	return nil
+}
+
+// message handles a logical decoding message by its prefix; a message of
+// another prefix is someone else's and passed over.
+func (st *stream) message(m *pglogrepl.LogicalDecodingMessage) error {
+	switch m.Prefix {
+	case tableMessagePrefix:
+		return st.tableMessage(m)
+	}
 	return nil
 }
 
@@ -416,6 +432,7 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	t, ok := st.tables[m.RelationID]
 	if !ok {
 		st.ignored[m.RelationID] = true
+		st.passedOver[m.RelationID] = m
 		if _, logged := st.s.noted.LoadOrStore(m.RelationID, true); !logged {
 			level, msg := slog.LevelWarn, "passing over the changes of a table not in source.tables (the publication has more tables than the agent captures)"
 			if st.partitionOfCaptured(m.RelationID) {
@@ -432,17 +449,17 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	if _, had := st.rels[m.RelationID]; had && st.described[m.RelationID] == desc {
 		return nil
 	}
-	if m.Namespace != t.Schema || m.RelationName != t.Name {
+	if m.Namespace != t.configured.Schema || m.RelationName != t.configured.Name {
 		if _, logged := st.s.noted.LoadOrStore(m.RelationID, true); !logged {
-			st.s.log.Warn("a captured table has another name in PostgreSQL now; its Delta tables keep the configured name",
-				"table", t.String(), "oid", m.RelationID, "now_schema", m.Namespace, "now_table", m.RelationName)
+			st.s.log.Warn("a captured table has another name in PostgreSQL now; its Delta tables keep their name (update source.tables to the new name at leisure)",
+				"table", t.configured.String(), "oid", m.RelationID, "now_schema", m.Namespace, "now_table", m.RelationName, "delta_table", t.identity)
 		}
 	}
 	rel := &store.Relation{
 		Key:             store.RelationKey{OID: m.RelationID},
 		Schema:          m.Namespace,
 		Name:            m.RelationName,
-		Table:           t.String(),
+		Table:           t.identity,
 		ReplicaIdentity: m.ReplicaIdentity,
 		Columns:         make([]store.Column, len(m.Columns)),
 	}
@@ -460,18 +477,29 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	if err := resolveTypes(ctx, st.sql, rel.Columns, st.types.Known); err != nil {
 		return err
 	}
-	cur, had := st.rels[m.RelationID]
+	if err := st.recordVersion(rel, at); err != nil {
+		return err
+	}
+	st.described[m.RelationID] = desc
+	return nil
+}
+
+// recordVersion makes rel the schema version the table's changes are
+// decoded with from here on, and records it in the schema history unless
+// the newest recorded version has its shape. at is the position it is
+// seen at (see relation for its key).
+func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
+	oid := rel.Key.OID
+	cur, had := st.rels[oid]
 	if had && cur.rel.SameShape(rel) {
-		st.described[m.RelationID] = desc
 		return nil
 	}
-	newest, err := st.newestVersion(m.RelationID)
+	newest, err := st.newestVersion(oid)
 	if err != nil {
 		return err
 	}
 	if newest != nil && newest.SameShape(rel) {
-		st.rels[m.RelationID] = newRelationDecoder(st.types, newest)
-		st.described[m.RelationID] = desc
+		st.rels[oid] = newRelationDecoder(st.types, newest)
 		return nil
 	}
 	key := max(at, st.received)
@@ -482,11 +510,10 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 		key = cur.rel.Key.LSN + 1
 	}
 	rel.Key.LSN = key
-	if had {
+	if had || newest != nil {
 		st.s.log.Info("table schema changed", "table", rel.QualifiedName(), "columns", len(rel.Columns), "version_lsn", key.String())
 	}
-	st.rels[m.RelationID] = newRelationDecoder(st.types, rel)
-	st.described[m.RelationID] = desc
+	st.rels[oid] = newRelationDecoder(st.types, rel)
 	return st.s.writer.send(writeOp{kind: opRelation, rel: rel})
 }
 

@@ -27,6 +27,14 @@ const (
 	opSlotState
 	opClearState
 	opSync
+	// opIdentities records table identities (identities).
+	opIdentities
+	// opNewGeneration records a new generation of a table (gen) and, when
+	// txn is set, queues txn (the truncate of the old generation) in the
+	// same write.
+	opNewGeneration
+	// opBackfillAsked records that the backfill of gen was asked for.
+	opBackfillAsked
 )
 
 // writeOp is one change to the state file, applied in order by the writer.
@@ -41,9 +49,13 @@ type writeOp struct {
 	lsn     store.LSN
 	// slot is the slot state an opSlotState records, or an
 	// opSpoolCommit records with the transaction it queues.
-	slot   *store.SlotState
-	done   chan error
-	weight int64
+	slot *store.SlotState
+	// identities and gen are what opIdentities, opNewGeneration and
+	// opBackfillAsked record.
+	identities []*store.TableIdentity
+	gen        *newGeneration
+	done       chan error
+	weight     int64
 }
 
 // Limits of the writer: how many changes may wait in memory for the writer,
@@ -362,6 +374,10 @@ func (t *openTxn) apply(db *store.DB, op writeOp) error {
 	switch op.kind {
 	case opAppendTxn:
 		t.checkpoint = max(t.checkpoint, op.txn.EndLSN)
+	case opNewGeneration:
+		if op.txn != nil {
+			t.checkpoint = max(t.checkpoint, op.txn.EndLSN)
+		}
 	case opSpoolCommit:
 		t.checkpoint = max(t.checkpoint, op.header.EndLSN)
 	case opCheckpoint:
@@ -432,8 +448,68 @@ func apply(tx *store.Writer, op *writeOp) error {
 		return tx.SetSlotState(op.slot)
 	case opClearState:
 		return tx.ClearSlotState()
+	case opIdentities:
+		for _, id := range op.identities {
+			if err := tx.PutTableIdentity(id); err != nil {
+				return err
+			}
+		}
+		return nil
+	case opNewGeneration:
+		if op.txn != nil {
+			if err := tx.AppendTxn(op.txn, store.DefaultChunkSize); err != nil {
+				return err
+			}
+		}
+		return op.gen.record(tx)
+	case opBackfillAsked:
+		return op.gen.asked(tx)
 	case opCheckpoint, opSync:
 		return nil
 	}
 	return fmt.Errorf("unknown write operation %d", op.kind)
+}
+
+// newGeneration is a table's new generation: the PostgreSQL table oid
+// captured as table from since on, whose rows are to be copied for
+// backfill (when not empty).
+type newGeneration struct {
+	table    string
+	oid      uint32
+	since    store.LSN
+	backfill string
+}
+
+// record adds the generation to the table's identity, read in the same
+// write: nothing when it is the current one already.
+func (g *newGeneration) record(tx *store.Writer) error {
+	id, err := tx.TableIdentity(g.table)
+	if err != nil {
+		return err
+	}
+	if id == nil {
+		return fmt.Errorf("new generation of %s: the table has no identity", g.table)
+	}
+	cur := id.Current()
+	if cur.OID == g.oid {
+		return nil
+	}
+	id.Generations = append(id.Generations, store.TableGeneration{OID: g.oid, Generation: cur.Generation + 1, Since: g.since, Backfill: g.backfill})
+	return tx.PutTableIdentity(id)
+}
+
+// asked clears the backfill due for the generation of oid, read in the
+// same write.
+func (g *newGeneration) asked(tx *store.Writer) error {
+	id, err := tx.TableIdentity(g.table)
+	if err != nil || id == nil {
+		return err
+	}
+	for i := range id.Generations {
+		if id.Generations[i].OID == g.oid && id.Generations[i].Backfill != "" {
+			id.Generations[i].Backfill = ""
+			return tx.PutTableIdentity(id)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,415 @@
+package source
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lakeside/lakeside/agent/internal/typemap"
+	"github.com/lakeside/lakeside/store"
+)
+
+// watcher looks at the captured tables in PostgreSQL's catalog every
+// Config.WatchInterval, on a connection of its own, for what the stream
+// cannot see by itself: a captured table dropped and created again under
+// its configured name (the new table is not in the publication, and its
+// changes have a new OID), and a schema change with no row change after
+// it (PostgreSQL describes a table again only before its next change). It
+// tells the stream by a logical decoding message (tableMessage), which the
+// stream acts on where it reaches it, in order with the changes; it also
+// logs renames and drops, and asks Config.Backfill for the copies the
+// state file says are due.
+type watcher struct {
+	s      *Source
+	conn   *pgx.Conn
+	types  *typemap.Map
+	tables []*watched
+	// asked holds the backfills asked for in this session, by table and
+	// OID, while the state file may not say so yet.
+	asked map[string]bool
+	// failing is set while ticks fail, so that a failure is logged once.
+	failing bool
+}
+
+// watched is what the watcher knows of a captured table.
+type watched struct {
+	configured Table
+	identity   string
+	// oid is the table captured, as the state file records it.
+	oid uint32
+	// name is what PostgreSQL called it when last seen.
+	name Table
+	// seen is the catalog's description of seenOID when last seen.
+	seen    string
+	seenOID uint32
+	// announced holds the new OIDs whose re-creation was announced as
+	// replacing announcedFor, the OID captured then.
+	announced    map[uint32]bool
+	announcedFor uint32
+	// logged is the condition last logged, so that each is logged once.
+	logged string
+}
+
+// watch runs the catalog watcher until ctx ends.
+func (s *Source) watch(ctx context.Context, captured []*capturedTable) {
+	w := &watcher{s: s, types: typemap.New(), asked: map[string]bool{}}
+	for _, c := range captured {
+		w.tables = append(w.tables, &watched{configured: c.configured, identity: c.identity, oid: c.oid, name: c.current})
+	}
+	defer func() {
+		if w.conn != nil {
+			w.conn.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	interval := cmp.Or(s.cfg.WatchInterval, DefaultWatchInterval)
+	for {
+		err := w.tick(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			if !w.failing {
+				s.log.Warn("the catalog watcher failed; it tries again", "err", err, "every", interval.String())
+			}
+			w.failing = true
+			if w.conn != nil {
+				w.conn.Close(context.WithoutCancel(ctx))
+				w.conn = nil
+			}
+		default:
+			w.failing = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+	}
+}
+
+// tick looks at the catalog once.
+func (w *watcher) tick(ctx context.Context) error {
+	if w.conn == nil {
+		conn, err := w.s.cfg.Connect(ctx)
+		if err != nil {
+			return err
+		}
+		w.conn = conn
+	}
+	var ids []*store.TableIdentity
+	if err := w.s.db.View(func(r *store.Reader) error {
+		var err error
+		ids, err = r.TableIdentities()
+		return err
+	}); err != nil {
+		return fmt.Errorf("read table identities: %w", err)
+	}
+	byName := map[string]*store.TableIdentity{}
+	for _, id := range ids {
+		byName[id.Table] = id
+	}
+	schemas, names, oids := make([]string, len(w.tables)), make([]string, len(w.tables)), make([]int64, len(w.tables))
+	for i, t := range w.tables {
+		if id := byName[t.identity]; id != nil {
+			t.oid = id.Current().OID
+		}
+		schemas[i], names[i], oids[i] = t.configured.Schema, t.configured.Name, int64(t.oid)
+	}
+	looks, err := w.look(ctx, schemas, names, oids)
+	if err != nil {
+		return err
+	}
+	for i, l := range looks {
+		if err := w.check(ctx, w.tables[i], l); err != nil {
+			return err
+		}
+	}
+	return w.backfills(ctx, ids)
+}
+
+// look is what the catalog says of a captured table: the OID its
+// configured name finds (0 for none), whether its OID exists and under
+// what name, and a description of its columns (pg_attribute: number,
+// name, type, type modifier, dropped, missing value, generated), primary
+// key and replica identity.
+type look struct {
+	nameOID uint32
+	exists  bool
+	name    Table
+	desc    string
+}
+
+func (w *watcher) look(ctx context.Context, schemas, names []string, oids []int64) ([]look, error) {
+	rows, err := w.conn.Query(ctx, `
+		SELECT coalesce((SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		                 WHERE n.nspname = t.schema AND c.relname = t.name), 0)::int8,
+		       r.oid IS NOT NULL, coalesce(rn.nspname, ''), coalesce(r.relname, ''),
+		       coalesce(r.relreplident::text, '') || '|' ||
+		       coalesce((SELECT string_agg(a.attnum || ':' || quote_ident(a.attname) || ':' || a.atttypid || ':' || a.atttypmod || ':' ||
+		                                   a.attisdropped || ':' || a.atthasmissing || ':' || a.attgenerated::text, ',' ORDER BY a.attnum)
+		                 FROM pg_attribute a WHERE a.attrelid = r.oid AND a.attnum > 0), '') || '|' ||
+		       coalesce((SELECT i.indkey::text FROM pg_index i WHERE i.indrelid = r.oid AND i.indisprimary), '') || '|' ||
+		       coalesce((SELECT string_agg(i.indkey::text, ';') FROM pg_index i WHERE i.indrelid = r.oid AND i.indisreplident), '')
+		FROM unnest($1::text[], $2::text[], $3::int8[]) WITH ORDINALITY AS t(schema, name, oid, i)
+		LEFT JOIN pg_class r ON r.oid = t.oid::oid
+		LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace
+		ORDER BY t.i`, schemas, names, oids)
+	if err != nil {
+		return nil, fmt.Errorf("look at the captured tables: %w", err)
+	}
+	var out []look
+	for rows.Next() {
+		var l look
+		var nameOID int64
+		if err := rows.Scan(&nameOID, &l.exists, &l.name.Schema, &l.name.Name, &l.desc); err != nil {
+			return nil, fmt.Errorf("look at the captured tables: %w", err)
+		}
+		l.nameOID = uint32(nameOID)
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("look at the captured tables: %w", err)
+	}
+	if len(out) != len(w.tables) {
+		return nil, fmt.Errorf("look at the captured tables: %d rows for %d tables", len(out), len(w.tables))
+	}
+	return out, nil
+}
+
+// check acts on what the catalog says of a captured table.
+func (w *watcher) check(ctx context.Context, t *watched, l look) error {
+	if t.announcedFor != t.oid {
+		// A re-creation announced as replacing an OID that is not
+		// captured any more was passed over by the stream.
+		t.announced, t.announcedFor = map[uint32]bool{}, t.oid
+	}
+	switch {
+	case l.exists:
+		if l.name != t.name {
+			t.name = l.name
+			w.s.log.Warn("a captured table was renamed in PostgreSQL; its Delta tables keep their name (update source.tables to the new name at leisure)",
+				"table", t.configured.String(), "oid", t.oid, "now", l.name.String(), "delta_table", t.identity)
+			w.s.noteTable(t.identity, func(s *TableStatus) {
+				s.PostgresName, s.Event, s.EventTime = l.name.String(), "renamed in PostgreSQL to "+l.name.String(), time.Now()
+			})
+		}
+		if l.nameOID != 0 && l.nameOID != t.oid {
+			w.logOnce(t, "taken "+strconv.FormatUint(uint64(l.nameOID), 10), func() {
+				w.s.log.Warn("the configured name of a renamed table names another table now, which is not captured",
+					"table", t.configured.String(), "oid", l.nameOID, "captured_oid", t.oid, "captured_as", l.name.String())
+			})
+		}
+		if t.seenOID == t.oid && t.seen == l.desc {
+			return nil
+		}
+		done, err := w.schema(ctx, t, t.seenOID != t.oid)
+		if err != nil || !done {
+			return err
+		}
+		t.seen, t.seenOID = l.desc, t.oid
+	case l.nameOID != 0:
+		if t.announced[l.nameOID] {
+			return nil
+		}
+		for _, o := range w.tables {
+			if o.oid == l.nameOID {
+				return nil // another captured table, renamed to this name
+			}
+		}
+		return w.recreate(ctx, t, l.nameOID)
+	default:
+		w.logOnce(t, "dropped", func() {
+			w.s.log.Warn("a captured table was dropped in PostgreSQL; its Delta tables keep what they hold, and a table created under its configured name is captured as its next generation",
+				"table", t.configured.String(), "oid", t.oid, "delta_table", t.identity)
+			w.s.noteTable(t.identity, func(s *TableStatus) {
+				s.PostgresName, s.Event, s.EventTime = "", "dropped in PostgreSQL", time.Now()
+			})
+		})
+	}
+	return nil
+}
+
+// logOnce calls log unless the table's condition is what was logged last.
+func (w *watcher) logOnce(t *watched, condition string, log func()) {
+	if t.logged != condition {
+		t.logged = condition
+		log()
+	}
+}
+
+// watchLockTimeout bounds the watcher's wait for a table lock: a table
+// being altered is looked at again at the next tick.
+const watchLockTimeout = "2s"
+
+// schema announces the schema of a captured table to the stream. The
+// table is locked against schema changes (ACCESS SHARE, which only DDL
+// waits for) while its columns are read and the message is emitted, so
+// that the message describes the table as it is at the message's place in
+// the WAL. On the first look at a table (first), nothing is announced when
+// the schema history's newest version of it has the same shape. done is
+// false when the table could not be looked at now.
+func (w *watcher) schema(ctx context.Context, t *watched, first bool) (done bool, err error) {
+	tx, err := w.conn.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("look at %s: %w", t.configured, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+watchLockTimeout+"'"); err != nil {
+		return false, fmt.Errorf("look at %s: %w", t.configured, err)
+	}
+	name, exists, err := nameOf(ctx, w.conn, t.oid)
+	if err != nil || !exists {
+		return false, err
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+name.Quoted()+" IN ACCESS SHARE MODE"); err != nil {
+		return false, fmt.Errorf("lock %s: %w", name, err)
+	}
+	if now, err := oidOf(ctx, w.conn, name); err != nil || now != t.oid {
+		return false, err // renamed or dropped meanwhile
+	}
+	rel, err := relationFromCatalog(ctx, w.conn, t.oid, t.identity, 0, w.types.Known)
+	if err != nil {
+		return false, err
+	}
+	if first {
+		var newest *store.Relation
+		if err := w.s.db.View(func(r *store.Reader) error {
+			all, err := r.Relations()
+			for k, v := range all {
+				if k.OID == t.oid && (newest == nil || k.LSN > newest.Key.LSN) {
+					newest = v
+				}
+			}
+			return err
+		}); err != nil {
+			return false, fmt.Errorf("read schema history: %w", err)
+		}
+		if newest == nil || newest.SameShape(rel) {
+			return true, nil
+		}
+	}
+	if err := w.emit(ctx, tx, tableMessage{Kind: kindSchema, Table: t.identity, OID: t.oid, Relation: toMessageRelation(rel)}); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("announce the schema of %s: %w", t.configured, err)
+	}
+	w.s.log.Info("the schema of a captured table changed in PostgreSQL; recording it where the stream reaches this point",
+		"table", t.configured.String(), "oid", t.oid, "columns", len(rel.Columns))
+	return true, nil
+}
+
+// recreate announces to the stream that the captured table t was dropped
+// and newOID created under its configured name, adding the new table to
+// the publication in the same transaction as ensurePublication would (the
+// message is in the WAL before the table is published). A new table that
+// cannot identify its rows is not added: PostgreSQL would refuse its
+// updates and deletes.
+func (w *watcher) recreate(ctx context.Context, t *watched, newOID uint32) error {
+	var role string
+	if err := w.conn.QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
+		return fmt.Errorf("look at %s: %w", t.configured, err)
+	}
+	for _, c := range checkTable(ctx, w.conn, t.configured, pgx.Identifier{role}.Sanitize()) {
+		if !c.OK {
+			w.logOnce(t, "unfit "+strconv.FormatUint(uint64(newOID), 10), func() {
+				w.s.log.Error("a captured table was dropped and created again, but the new table cannot be captured until it is fixed",
+					"table", t.configured.String(), "old_oid", t.oid, "oid", newOID, "problem", c.String())
+			})
+			return nil
+		}
+	}
+	tx, err := w.conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("take over %s: %w", t.configured, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+watchLockTimeout+"'"); err != nil {
+		return fmt.Errorf("take over %s: %w", t.configured, err)
+	}
+	add := false
+	var all, member bool
+	err = tx.QueryRow(ctx, `SELECT p.puballtables, EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = $2)
+		FROM pg_publication p WHERE p.pubname = $1`, w.s.cfg.Publication, int64(newOID)).Scan(&all, &member)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("read publication: %w", err)
+	default:
+		add = !all && !member
+	}
+	if add {
+		sql := "ALTER PUBLICATION " + pgx.Identifier{w.s.cfg.Publication}.Sanitize() + " ADD TABLE " + t.configured.Quoted()
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			w.logOnce(t, "unpublished "+strconv.FormatUint(uint64(newOID), 10), func() {
+				w.s.log.Error("a captured table was dropped and created again, but the new table cannot be added to the publication",
+					"table", t.configured.String(), "oid", newOID, "err", err, "fix", "run as the table's owner: "+sql+";")
+			})
+			return nil
+		}
+	}
+	if now, err := oidOf(ctx, w.conn, t.configured); err != nil || now != newOID {
+		return err // changed again meanwhile: looked at again at the next tick
+	}
+	if err := w.emit(ctx, tx, tableMessage{Kind: kindRecreated, Table: t.identity, OID: newOID, OldOID: t.oid}); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("take over %s: %w", t.configured, err)
+	}
+	t.announced[newOID] = true
+	w.s.log.Warn("a captured table was dropped and created again; the new table is taken over where the stream reaches this point",
+		"table", t.configured.String(), "old_oid", t.oid, "oid", newOID, "delta_table", t.identity, "added_to_publication", add)
+	return nil
+}
+
+// emit emits a tableMessage in tx, not transactional: it is in the WAL at
+// once, where the stream finds it.
+func (w *watcher) emit(ctx context.Context, tx pgx.Tx, m tableMessage) error {
+	m.Slot, m.Time = w.s.cfg.Slot, time.Now().UTC()
+	content, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_logical_emit_message(false, $1, $2::text)", tableMessagePrefix, string(content)); err != nil {
+		return fmt.Errorf("emit %s message: %w", tableMessagePrefix, err)
+	}
+	return nil
+}
+
+// backfills asks Config.Backfill for each copy the state file says is due
+// and records that it was asked. A copy due for a generation that is not
+// the current one any more is dropped unasked.
+func (w *watcher) backfills(ctx context.Context, ids []*store.TableIdentity) error {
+	for _, id := range ids {
+		cur := id.Current()
+		for _, g := range id.Generations {
+			key := id.Table + "\x00" + strconv.FormatUint(uint64(g.OID), 10)
+			if g.Backfill == "" || w.asked[key] {
+				continue
+			}
+			if g.OID == cur.OID {
+				if w.s.cfg.Backfill == nil {
+					w.asked[key] = true // stays recorded as due
+					w.s.log.Warn("the rows of a captured table must be copied, but no backfill is configured", "table", id.Table, "oid", g.OID, "reason", g.Backfill)
+					continue
+				}
+				if err := w.s.cfg.Backfill(ctx, id.Table, g.OID, g.Backfill); err != nil {
+					return fmt.Errorf("ask for the backfill of %s (OID %d): %w", id.Table, g.OID, err)
+				}
+				w.s.log.Info("asked for the backfill of a captured table", "table", id.Table, "oid", g.OID, "reason", g.Backfill)
+			}
+			w.asked[key] = true
+			if err := w.s.writer.send(writeOp{kind: opBackfillAsked, gen: &newGeneration{table: id.Table, oid: g.OID}}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
