@@ -472,6 +472,11 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	}
 	facts.apply(rel.Columns)
 	rel.FileNode = facts.fileNode
+	if cur, had := st.rels[m.RelationID]; had && len(facts.cols) == 0 {
+		// The table is gone from the catalog (dropped since the
+		// message was written): its columns are as they were.
+		keepFacts(rel, cur.rel)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := resolveTypes(ctx, st.sql, rel.Columns, st.types.Known); err != nil {
@@ -525,6 +530,20 @@ func describedAs(m *pglogrepl.RelationMessage) string {
 		b = fmt.Appendf(b, " %q:%d:%d:%d", c.Name, c.DataType, c.TypeModifier, c.Flags)
 	}
 	return string(b)
+}
+
+// keepFacts gives the columns of rel what the catalog said of the columns
+// of the same name in prev, the version before it.
+func keepFacts(rel, prev *store.Relation) {
+	for i := range rel.Columns {
+		c := &rel.Columns[i]
+		for _, p := range prev.Columns {
+			if p.Name == c.Name {
+				c.AttNum, c.Dims, c.PrimaryKey, c.HasMissing, c.Missing = p.AttNum, p.Dims, p.PrimaryKey, p.HasMissing, p.Missing
+			}
+		}
+	}
+	rel.FileNode = prev.FileNode
 }
 
 // catalogColumn is what the catalog says of a column beyond what a

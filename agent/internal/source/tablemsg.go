@@ -51,6 +51,7 @@ type messageRelation struct {
 	Name            string          `json:"name"`
 	ReplicaIdentity string          `json:"replica_identity"`
 	Columns         []messageColumn `json:"columns"`
+	FileNode        uint32          `json:"filenode,omitempty"`
 }
 
 type messageColumn struct {
@@ -60,12 +61,21 @@ type messageColumn struct {
 	Key        bool   `json:"key,omitempty"`
 	PrimaryKey bool   `json:"pk,omitempty"`
 	Dims       int    `json:"dims,omitempty"`
+	AttNum     int    `json:"attnum,omitempty"`
+	// Missing is the column's missing value (store.Column.Missing),
+	// when it has one.
+	Missing *string `json:"missing,omitempty"`
 }
 
 func toMessageRelation(r *store.Relation) *messageRelation {
-	m := &messageRelation{Schema: r.Schema, Name: r.Name, ReplicaIdentity: string(r.ReplicaIdentity), Columns: make([]messageColumn, len(r.Columns))}
+	m := &messageRelation{Schema: r.Schema, Name: r.Name, ReplicaIdentity: string(r.ReplicaIdentity), Columns: make([]messageColumn, len(r.Columns)),
+		FileNode: r.FileNode}
 	for i, c := range r.Columns {
-		m.Columns[i] = messageColumn{Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod, Key: c.Key, PrimaryKey: c.PrimaryKey, Dims: c.Dims}
+		m.Columns[i] = messageColumn{Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod, Key: c.Key, PrimaryKey: c.PrimaryKey, Dims: c.Dims,
+			AttNum: c.AttNum}
+		if c.HasMissing {
+			m.Columns[i].Missing = &c.Missing
+		}
 	}
 	return m
 }
@@ -77,9 +87,13 @@ func (m *messageRelation) relation(oid uint32, table string) (*store.Relation, e
 		return nil, fmt.Errorf("schema of table %d: replica identity %q, %d columns", oid, m.ReplicaIdentity, len(m.Columns))
 	}
 	r := &store.Relation{Key: store.RelationKey{OID: oid}, Schema: m.Schema, Name: m.Name, Table: table,
-		ReplicaIdentity: m.ReplicaIdentity[0], Columns: make([]store.Column, len(m.Columns))}
+		ReplicaIdentity: m.ReplicaIdentity[0], Columns: make([]store.Column, len(m.Columns)), FileNode: m.FileNode}
 	for i, c := range m.Columns {
-		r.Columns[i] = store.Column{Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod, Key: c.Key, PrimaryKey: c.PrimaryKey, Dims: c.Dims}
+		r.Columns[i] = store.Column{Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod, Key: c.Key, PrimaryKey: c.PrimaryKey, Dims: c.Dims,
+			AttNum: c.AttNum}
+		if c.Missing != nil {
+			r.Columns[i].HasMissing, r.Columns[i].Missing = true, *c.Missing
+		}
 	}
 	return r, nil
 }
