@@ -160,3 +160,23 @@ func fromMicros(us int64) time.Time {
 	}
 	return time.UnixMicro(us).UTC()
 }
+
+// keyCopiesRecorded marks a state file that records every table copy in
+// the backfill bucket, the initial snapshot's included. State files
+// written before the bucket existed lack it.
+var keyCopiesRecorded = []byte("copies_recorded")
+
+// CopiesRecorded reports whether the backfill bucket records every copy
+// of a table made with this state (see MarkCopiesRecorded): when it does
+// not, a table without a record may still have been copied by the initial
+// snapshot of an older version.
+func (r *Reader) CopiesRecorded() (bool, error) {
+	l, err := r.metaLSN(keyCopiesRecorded, "copies recorded")
+	return l != 0, err
+}
+
+// MarkCopiesRecorded records that the backfill bucket records every copy
+// of a table from now on.
+func (w *Writer) MarkCopiesRecorded() error {
+	return w.raiseMetaLSN(keyCopiesRecorded, "copies recorded", 1)
+}

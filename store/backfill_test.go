@@ -57,11 +57,23 @@ func TestBackfillRoundTrip(t *testing.T) {
 	if err := db.View(func(r *Reader) (err error) { got, err = r.Backfills(); return err }); err != nil || len(got) != 2 || got[1] != nil {
 		t.Fatalf("after a delete: %v (err %v)", got, err)
 	}
-	if err := db.Update(func(w *Writer) error { return w.ClearSlotState() }); err != nil {
+	var marked bool
+	if err := db.Update(func(w *Writer) error {
+		if err := w.MarkCopiesRecorded(); err != nil {
+			return err
+		}
+		if m, err := w.CopiesRecorded(); err != nil || !m {
+			t.Fatalf("copies recorded %v after marking (err %v)", m, err)
+		}
+		return w.ClearSlotState()
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.View(func(r *Reader) (err error) { got, err = r.Backfills(); return err }); err != nil || len(got) != 0 {
 		t.Fatalf("after ClearSlotState: %v (err %v)", got, err)
+	}
+	if err := db.View(func(r *Reader) (err error) { marked, err = r.CopiesRecorded(); return err }); err != nil || marked {
+		t.Fatalf("copies still recorded after ClearSlotState (err %v)", err)
 	}
 }
 

@@ -130,7 +130,7 @@ func (w *Writer) ClearSlotState() error {
 		}
 	}
 	m := w.tx.Bucket(bucketMeta)
-	for _, k := range [][]byte{keyCheckpoint, keySlotState, keyQueueStats} {
+	for _, k := range [][]byte{keyCheckpoint, keySlotState, keyQueueStats, keyCopiesRecorded} {
 		if err := m.Delete(k); err != nil {
 			return fmt.Errorf("clear %s: %w", k, err)
 		}

@@ -56,8 +56,15 @@ type Source struct {
 	// at; an error it returns stops there (tests only).
 	failpoint func(point string) error
 
-	mu            sync.Mutex
-	status        Status
+	// handoff is shared by the backfill and the stream (backfill.go);
+	// resyncs carries Resync's requests to the backfill.
+	handoff *handoff
+	resyncs chan resyncRequest
+
+	mu     sync.Mutex
+	status Status
+	// backfills are the copies of tables, by configured name.
+	backfills     map[string]BackfillStatus
 	ready         chan struct{}
 	once          sync.Once
 	connected     chan struct{}
@@ -138,7 +145,8 @@ func New(cfg Config, db *store.DB) *Source {
 		cfg.StatusInterval = 10 * time.Second
 	}
 	s := &Source{cfg: cfg, db: db, log: log, ready: make(chan struct{}), connected: make(chan struct{}),
-		status: Status{State: "starting", Since: time.Now()}, catchingUp: true}
+		status: Status{State: "starting", Since: time.Now()}, catchingUp: true,
+		handoff: &handoff{}, resyncs: make(chan resyncRequest), backfills: map[string]BackfillStatus{}}
 	s.beat(startupGrace)
 	return s
 }
@@ -392,7 +400,8 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 			"proto_version '2'",
 			"publication_names '" + strings.ReplaceAll(pub, "'", "''") + "'",
 			"streaming 'on'",
-			"messages 'false'",
+			// The backfill's watermarks (backfill.go).
+			"messages 'true'",
 		},
 	})
 	if err != nil {
@@ -404,6 +413,9 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	if err != nil {
 		return err
 	}
+	if err := s.planBackfills(ctx, tables); err != nil {
+		return err
+	}
 	st := &stream{s: s, conn: repl, sql: conn, types: types, rels: rels, tables: tables, ignored: map[uint32]bool{}, described: map[uint32]string{},
 		lastQueued: start, received: start, open: map[uint32]bool{}}
 	s.receivedLSN.Store(uint64(start))
@@ -413,7 +425,15 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	s.setState("streaming")
 	s.update(func(st *Status) { st.LastError = "" })
 	onStreaming()
-	return st.run(ctx)
+	bctx, stopBackfills := context.WithCancel(ctx)
+	backfilled := make(chan error, 1)
+	go func() { backfilled <- s.runBackfills(bctx, tables) }()
+	err = st.run(ctx)
+	stopBackfills()
+	if berr := <-backfilled; err == nil && berr != nil {
+		err = berr
+	}
+	return err
 }
 
 // createSlot creates the replication slot and, when configured, copies the
@@ -462,7 +482,7 @@ func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, repl replConn, 
 			}
 		}
 	} else {
-		for _, op := range []writeOp{{kind: opCheckpoint, lsn: state.ConsistentPoint}, {kind: opSlotState, slot: &done}} {
+		for _, op := range []writeOp{{kind: opCheckpoint, lsn: state.ConsistentPoint}, {kind: opSlotState, slot: &done, markCopies: true}} {
 			if err := s.writer.send(op); err != nil {
 				return err
 			}

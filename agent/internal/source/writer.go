@@ -27,6 +27,8 @@ const (
 	opSlotState
 	opClearState
 	opSync
+	// opBackfill only records backfills (writeOp.backfills, forget).
+	opBackfill
 )
 
 // writeOp is one change to the state file, applied in order by the writer.
@@ -41,9 +43,17 @@ type writeOp struct {
 	lsn     store.LSN
 	// slot is the slot state an opSlotState records, or an
 	// opSpoolCommit records with the transaction it queues.
-	slot   *store.SlotState
-	done   chan error
-	weight int64
+	slot *store.SlotState
+	// backfills are recorded, and the records of the tables in forget
+	// deleted, in the same bbolt transaction as the operation: a chunk
+	// of copied rows and the progress that counts it are durable
+	// together. markCopies marks the state as recording every copy
+	// (store.Writer.MarkCopiesRecorded).
+	backfills  []*store.Backfill
+	forget     []uint32
+	markCopies bool
+	done       chan error
+	weight     int64
 }
 
 // Limits of the writer: how many changes may wait in memory for the writer,
@@ -411,6 +421,27 @@ func (t *openTxn) reapply(db *store.DB) error {
 }
 
 func apply(tx *store.Writer, op *writeOp) error {
+	if err := applyKind(tx, op); err != nil {
+		return err
+	}
+	for _, bf := range op.backfills {
+		if err := tx.PutBackfill(bf); err != nil {
+			return err
+		}
+	}
+	for _, oid := range op.forget {
+		if err := tx.DeleteBackfill(oid); err != nil {
+			return err
+		}
+	}
+	if op.markCopies {
+		return tx.MarkCopiesRecorded()
+	}
+	return nil
+}
+
+// applyKind does what the kind of op says.
+func applyKind(tx *store.Writer, op *writeOp) error {
 	switch op.kind {
 	case opAppendTxn:
 		return tx.AppendTxn(op.txn, store.DefaultChunkSize)
@@ -432,7 +463,7 @@ func apply(tx *store.Writer, op *writeOp) error {
 		return tx.SetSlotState(op.slot)
 	case opClearState:
 		return tx.ClearSlotState()
-	case opCheckpoint, opSync:
+	case opCheckpoint, opSync, opBackfill:
 		return nil
 	}
 	return fmt.Errorf("unknown write operation %d", op.kind)
