@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -132,6 +133,9 @@ type handoff struct {
 	tracked  chan store.LSN
 	// win is the chunk between its watermarks.
 	win *chunkWindow
+	// restart asks the stream to end the session, so that the next one
+	// captures a table under the OID it has now.
+	restart bool
 }
 
 // startTracking asks the stream to note the changes of table oid, and
@@ -353,7 +357,7 @@ var errResyncAgain = errors.New("copy asked for again")
 func (s *Source) runBackfills(ctx context.Context, tables map[uint32]Table) error {
 	nonce := make([]byte, 8)
 	rand.Read(nonce)
-	b := &backfiller{s: s, types: typemap.New(), tables: tables, log: s.log.With("component", "backfill"), nonce: hex.EncodeToString(nonce)}
+	b := &backfiller{s: s, types: typemap.New(), tables: maps.Clone(tables), log: s.log, nonce: hex.EncodeToString(nonce)}
 	if rps := s.cfg.BackfillRowsPerSecond; rps > 0 {
 		b.limiter = rate.NewLimiter(rate.Limit(rps), max(rps, s.chunkRows()))
 	}
@@ -455,7 +459,13 @@ func (b *backfiller) resync(ctx context.Context, req resyncRequest) error {
 		return fmt.Errorf("resync %s: %w", req.table, err)
 	}
 	op := writeOp{kind: opBackfill}
+	restart := false
 	for oid := range found {
+		if _, known := b.tables[oid]; !known {
+			// Dropped and created again since the session began:
+			// the stream passes its changes over until the next one.
+			restart = true
+		}
 		b.tables[oid] = req.table
 		rec := &store.Backfill{OID: oid, Table: req.table.String(), Reason: req.reason, Started: time.Now().UTC(), Truncate: true}
 		op.backfills = append(op.backfills, rec)
@@ -479,6 +489,13 @@ func (b *backfiller) resync(ctx context.Context, req resyncRequest) error {
 	}
 	b.again = true
 	b.log.Info("resync recorded: the table is truncated and copied again", "table", req.table.String(), "reason", req.reason)
+	if restart {
+		b.log.Info("the table has another OID than when the session began; starting a new session to capture it", "table", req.table.String())
+		h := b.s.handoff
+		h.mu.Lock()
+		h.restart = true
+		h.mu.Unlock()
+	}
 	return nil
 }
 
@@ -576,6 +593,11 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 		replaced += int64(res.replaced)
 		b.s.noteBackfill(&prog, true)
 		if prog.Done {
+			// The next table is chosen from the state file: it
+			// must record this one done first.
+			if err := b.s.writer.sync(ctx); err != nil {
+				return err
+			}
 			log.Info("backfill done", "reason", prog.Reason, "rows", prog.Rows, "chunks", prog.Chunks,
 				"rows_left_to_changes", replaced, "chunks_copied_again", redone, "seconds", time.Since(from).Round(time.Millisecond).Seconds())
 			return nil

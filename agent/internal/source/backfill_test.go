@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/lakeside/lakeside/internal/pgtest"
 	"github.com/lakeside/lakeside/store"
@@ -435,4 +437,101 @@ func TestBackfillResumesAfterTheLastChunkQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameRows(t, "public.b replayed", replayedRows(rep, "public.b"), h.rowsOf("b"))
+}
+
+// TestOlderStateCountsTheSnapshotsTablesAsCopied starts on a state file
+// as versions before backfills wrote it (no backfill records, no mark that
+// copies are recorded), with a table added since: the table the initial
+// snapshot copied counts as copied, and only the added one is copied.
+func TestOlderStateCountsTheSnapshotsTablesAsCopied(t *testing.T) {
+	h := newHarness(t)
+	h.exec(`CREATE TABLE a (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
+		`INSERT INTO a SELECT g, g, 'a' FROM generate_series(1, 50) g`)
+	h.cfg.Tables = []Table{{"public", "a"}}
+	h.start()
+	h.waitStreaming()
+	h.stop()
+	// What an older version leaves: no record of the copies.
+	db, err := bolt.Open(filepath.Join(h.stateDir, store.FileName), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket([]byte("backfill")); err != nil {
+			return err
+		}
+		return tx.Bucket([]byte("meta")).Delete([]byte("copies_recorded"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
+		`INSERT INTO b SELECT g, g, 'b' FROM generate_series(1, 50) g`)
+	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "b"})
+	h.start()
+	h.waitStreaming()
+	h.waitBackfilled("public.b")
+	var recs map[uint32]*store.Backfill
+	if err := h.db.View(func(r *store.Reader) (err error) { recs, err = r.Backfills(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	var got []string
+	for _, b := range recs {
+		got = append(got, fmt.Sprintf("%s %s %v", b.Table, b.Reason, b.Done))
+	}
+	slices.Sort(got)
+	if want := []string{"public.a initial snapshot true", "public.b added true"}; !slices.Equal(got, want) {
+		t.Fatalf("backfills recorded %q, want %q", got, want)
+	}
+}
+
+// TestRecreatedTableIsTruncatedAndCopied drops a captured table and
+// creates it again with other rows, twice: once while the source runs,
+// followed by a resync, which starts a new session to capture the table's
+// new OID, and once while the source is stopped, which the next start
+// finds by itself. Each time the queue replays to the new table's rows.
+func TestRecreatedTableIsTruncatedAndCopied(t *testing.T) {
+	h := newHarness(t)
+	create := func(from int) {
+		h.exec(`DROP TABLE IF EXISTS b`, `CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
+			fmt.Sprintf(`INSERT INTO b SELECT g, g, 'gen %d' FROM generate_series(%d, %d) g`, from, from, from+999))
+	}
+	create(1)
+	h.cfg.Tables = []Table{{"public", "b"}}
+	h.cfg.BackfillChunkRows = 300
+	h.start()
+	h.waitStreaming()
+	create(5000)
+	if err := h.src.Resync(context.Background(), "public.b", ReasonRecreated); err != nil {
+		t.Fatal(err)
+	}
+	h.exec(`UPDATE b SET note = 'after' WHERE id % 3 = 0`)
+	if st := h.waitBackfilled("public.b"); st.Reason != ReasonRecreated {
+		t.Fatalf("status %+v", st)
+	}
+	h.waitCaughtUp()
+	txns, rels := h.txns()
+	rep, err := replayWith(txns, rels, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameRows(t, "public.b replayed after a resync", replayedRows(rep, "public.b"), h.rowsOf("b"))
+	h.stop()
+
+	create(9000)
+	h.start()
+	h.waitStreaming()
+	if st := h.waitBackfilled("public.b"); st.Reason != ReasonRecreated {
+		t.Fatalf("status after a restart %+v", st)
+	}
+	h.waitCaughtUp()
+	txns, rels = h.txns()
+	h.stop()
+	rep, err = replayWith(txns, rels, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameRows(t, "public.b replayed after a restart", replayedRows(rep, "public.b"), h.rowsOf("b"))
 }

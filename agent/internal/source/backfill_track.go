@@ -311,13 +311,18 @@ func keyPositions(rel *store.Relation, names []string) []int {
 
 // adoptTracking starts or stops tracking as the backfill asks (at a chore
 // of the streaming loop). Transactions running when tracking starts may
-// have changed the table already: their keys are unknown.
-func (st *stream) adoptTracking() {
+// have changed the table already: their keys are unknown. It returns true
+// when the backfill asks for a new session.
+func (st *stream) adoptTracking() (restart bool) {
 	h := st.s.handoff
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.restart {
+		h.restart = false
+		return true
+	}
 	if h.trackGen == st.trackGen {
-		return
+		return false
 	}
 	st.trackGen = h.trackGen
 	st.trk = nil
@@ -334,6 +339,7 @@ func (st *stream) adoptTracking() {
 		h.tracked <- st.received
 		h.tracked = nil
 	}
+	return false
 }
 
 // watermark handles a backfill's watermark message.

@@ -109,7 +109,9 @@ func (st *stream) run(ctx context.Context) error {
 			if err := st.statusChore(ctx, interval); err != nil {
 				return err
 			}
-			st.adoptTracking()
+			if st.adoptTracking() {
+				return st.shutdown()
+			}
 			st.sampleServerWAL(ctx)
 			if paused, err := st.pause(ctx); err != nil {
 				return err
