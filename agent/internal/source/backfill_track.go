@@ -84,6 +84,13 @@ func (s pgSnapshot) visible(xid uint32) bool {
 	return x < s.xmin || (x < s.xmax && !s.xip[x])
 }
 
+// seesAllUpTo reports whether the snapshot sees every transaction whose
+// xid is at or before xid: xmin is past it.
+func (s pgSnapshot) seesAllUpTo(xid uint32) bool {
+	full := int64(s.xmax) + int64(int32(xid-uint32(s.xmax)))
+	return full < int64(s.xmin)
+}
+
 // xidKeys are the keys of the table under backfill that one transaction
 // changed: per subtransaction while it runs, all of them once committed.
 type xidKeys struct {
@@ -118,6 +125,13 @@ type tracker struct {
 	// runLow is the low watermark of the last chunk that truncated the
 	// table first: where a copy by ctid ranges began.
 	runLow store.LSN
+	// Past maxTrackedKeys committed transactions, the others are folded
+	// into one of unknown keys: the latest xid (overXid) and commit
+	// (overCommit) of them, which a snapshot sees all of once its xmin
+	// is past overXid.
+	over       bool
+	overXid    uint32
+	overCommit store.LSN
 }
 
 func newTracker(oid uint32, keyNames []string) *tracker {
@@ -228,6 +242,14 @@ func (t *tracker) commit(xid uint32, end store.LSN) {
 	}
 	delete(t.open, xid)
 	e.commit = end
+	if len(t.committed) >= maxTrackedKeys {
+		t.keys -= e.n
+		if !t.over || int32(xid-t.overXid) > 0 {
+			t.overXid = xid
+		}
+		t.over, t.overCommit = true, max(t.overCommit, end)
+		return
+	}
 	for _, ks := range e.subs {
 		e.keys = append(e.keys, ks...)
 	}
@@ -258,6 +280,18 @@ type verdict struct {
 // queued before the chunk, at their commits.
 func (t *tracker) judge(snap pgSnapshot, low, runLow store.LSN, truncate bool) verdict {
 	v := verdict{replaced: map[string]bool{}}
+	if t.over {
+		seen := snap.seesAllUpTo(t.overXid)
+		switch {
+		case len(t.keyNames) == 0 && (!seen || t.overCommit > runLow):
+			v.restart = "too many transactions changed the table while it was copied"
+		case !seen || t.overCommit > low:
+			v.redo = fmt.Sprintf("more than %d transactions changed the table", maxTrackedKeys)
+		}
+		if seen {
+			t.over = false
+		}
+	}
 	keep := t.committed[:0]
 	for _, e := range t.committed {
 		visible := snap.visible(e.xid)
