@@ -86,6 +86,8 @@ func (c *Config) sourceConfig(log *slog.Logger) source.Config {
 		Snapshot:               c.Source.Snapshot == SnapshotInitial,
 		StatusInterval:         c.Source.StatusInterval,
 		LogicalDecodingWorkMem: c.Source.LogicalDecodingWorkMem,
+		BackfillChunkRows:      c.Source.BackfillChunkRows,
+		BackfillRowsPerSecond:  c.Source.BackfillRowsPerSecond,
 		Logger:                 log,
 	}
 }

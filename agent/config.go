@@ -28,12 +28,14 @@ const (
 	DefaultPublication    = "lakeside"
 	DefaultSnapshot       = SnapshotInitial
 	DefaultStatusInterval = 10 * time.Second
-	DefaultLogLevel       = "info"
-	DefaultLogFormat      = "text"
-	DefaultFlushInterval  = time.Second
-	DefaultFlushChanges   = 100000
-	DefaultTargetFileRows = 100000
-	DefaultRowGroupRows   = delta.DefaultRowGroupRows
+	// DefaultBackfillChunkRows is source.backfill_chunk_rows's default.
+	DefaultBackfillChunkRows = source.DefaultBackfillChunkRows
+	DefaultLogLevel          = "info"
+	DefaultLogFormat         = "text"
+	DefaultFlushInterval     = time.Second
+	DefaultFlushChanges      = 100000
+	DefaultTargetFileRows    = 100000
+	DefaultRowGroupRows      = delta.DefaultRowGroupRows
 	// DefaultVacuumRetention is Delta's default
 	// delta.deletedFileRetentionDuration: seven days of time travel.
 	DefaultVacuumRetention = 7 * 24 * time.Hour
@@ -45,7 +47,8 @@ const (
 // Snapshot modes accepted in source.snapshot.
 const (
 	// SnapshotInitial copies the existing rows of every table when the
-	// replication slot is created, before streaming changes.
+	// replication slot is created, before streaming changes, and of a
+	// table configured later while changes stream (a backfill).
 	SnapshotInitial = "initial"
 	// SnapshotNever streams changes only, without copying existing rows.
 	SnapshotNever = "never"
@@ -159,7 +162,18 @@ type SourceConfig struct {
 	// its default 64MB back until the commit. Zero ("server" in the file)
 	// leaves the server's setting.
 	LogicalDecodingWorkMem int64 `yaml:"logical_decoding_work_mem" config:"decoding_work_mem"`
+	// BackfillChunkRows is the number of rows a backfill (the copy of a
+	// table configured after the first start, or resynced) reads and
+	// queues at a time, 4096 by default, at most MaxBackfillChunkRows:
+	// at most that many rows are held in memory.
+	BackfillChunkRows int `yaml:"backfill_chunk_rows"`
+	// BackfillRowsPerSecond bounds the rows a backfill copies per
+	// second; zero (the default) is no bound.
+	BackfillRowsPerSecond int `yaml:"backfill_rows_per_second" config:"limit"`
 }
+
+// MaxBackfillChunkRows is the largest source.backfill_chunk_rows.
+const MaxBackfillChunkRows = 1_000_000
 
 // LogConfig configures the agent's structured logs.
 type LogConfig struct {
@@ -274,6 +288,7 @@ func defaultConfig() Config {
 			Snapshot:               DefaultSnapshot,
 			StatusInterval:         DefaultStatusInterval,
 			LogicalDecodingWorkMem: DefaultLogicalDecodingWorkMem,
+			BackfillChunkRows:      DefaultBackfillChunkRows,
 		},
 		Delta: DeltaConfig{
 			FlushInterval:   DefaultFlushInterval,
@@ -352,6 +367,9 @@ func (s *SourceConfig) validate(p *configParser) error {
 
 	if s.StatusInterval > maxStatusInterval {
 		return p.fieldErrorf(&s.StatusInterval, "%q is out of range (it must be greater than 0 and at most 1h)", cutValue(p.field(&s.StatusInterval).text))
+	}
+	if s.BackfillChunkRows > MaxBackfillChunkRows {
+		return p.fieldErrorf(&s.BackfillChunkRows, "%q is out of range (a chunk's rows are held in memory: at most %d)", cutValue(p.field(&s.BackfillChunkRows).text), MaxBackfillChunkRows)
 	}
 	return nil
 }

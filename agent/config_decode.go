@@ -20,7 +20,8 @@ import (
 // struct field whose type has yaml-tagged fields is a section; the field's
 // Go type says how its value is parsed (string, bool, time.Duration, a
 // positive int or int64, a list of table names), unless its config tag
-// names another syntax ("size" or "decoding_work_mem"). So the allowed keys
+// names another syntax ("size", "limit": a whole number where 0 means no
+// limit, or "decoding_work_mem"). So the allowed keys
 // of a section, the key path in an error and the syntax of a value all come
 // from the one struct tag, and adding a key is adding a field.
 //
@@ -371,6 +372,13 @@ func parseValue(v reflect.Value, syntax, text string) string {
 		return ""
 	case "decoding_work_mem":
 		return parseDecodingWorkMem(v, text)
+	case "limit":
+		n, err := strconv.ParseInt(text, 10, 64)
+		if err != nil || n < 0 || v.OverflowInt(n) {
+			return fmt.Sprintf("%q is not a whole number (0 means no limit)", cutValue(text))
+		}
+		v.SetInt(n)
+		return ""
 	case "":
 	default:
 		return fmt.Sprintf("the agent does not know the value syntax %q", syntax)

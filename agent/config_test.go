@@ -66,6 +66,9 @@ func badConfigs() []badConfig {
 		{"bad_vacuum_interval.bad.yml", []string{`bad_vacuum_interval.bad.yml:6: delta.vacuum_interval: "daily" is not a duration`}},
 		{"bad_soft_delete.bad.yml", []string{`bad_soft_delete.bad.yml:6: delta.soft_delete: "maybe" is not true or false`}},
 		{"bad_row_group_rows.bad.yml", []string{`bad_row_group_rows.bad.yml:7: delta.row_group_rows: "0" is not a positive whole number`}},
+		{"backfill_chunk_rows_zero.bad.yml", []string{`backfill_chunk_rows_zero.bad.yml:4: source.backfill_chunk_rows: "0" is not a positive whole number`}},
+		{"backfill_chunk_rows_large.bad.yml", []string{`backfill_chunk_rows_large.bad.yml:4: source.backfill_chunk_rows: "2000000" is out of range`, "at most 1000000"}},
+		{"backfill_rate_negative.bad.yml", []string{`backfill_rate_negative.bad.yml:4: source.backfill_rows_per_second: "-5" is not a whole number (0 means no limit)`}},
 		{"replica_bad_scheme.bad.yml", []string{`replica_bad_scheme.bad.yml:6: replica.url: unsupported scheme "ftp"`}},
 		{"replica_url_credentials.bad.yml", []string{`replica_url_credentials.bad.yml:7: replica.url: must not hold credentials`, "replica.access_key_id", "replica.secret_access_key"}},
 		{"replica_url_password.bad.yml", []string{`replica_url_password.bad.yml:6: replica.url: must not hold credentials`}},
@@ -239,6 +242,8 @@ func goodConfigs() []goodConfig {
 				Snapshot:               "never",
 				StatusInterval:         150 * time.Second,
 				LogicalDecodingWorkMem: 256 << 10,
+				BackfillChunkRows:      500,
+				BackfillRowsPerSecond:  20000,
 			},
 			StateDir: "lakeside-state",
 			Log:      LogConfig{Level: "debug", Format: "json"},
@@ -587,6 +592,9 @@ func TestPackagedConfigLoads(t *testing.T) {
 // withSectionDefaults fills the delta and http sections of an expected
 // configuration that leaves them out with their defaults.
 func withSectionDefaults(c Config) Config {
+	if c.Source.BackfillChunkRows == 0 {
+		c.Source.BackfillChunkRows = DefaultBackfillChunkRows
+	}
 	if c.Delta == (DeltaConfig{}) {
 		c.Delta = DeltaConfig{TablesDir: filepath.Join(c.StateDir, "tables"), FlushInterval: DefaultFlushInterval,
 			FlushChanges: DefaultFlushChanges, TargetFileRows: DefaultTargetFileRows, RowGroupRows: DefaultRowGroupRows,

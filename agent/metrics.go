@@ -21,6 +21,8 @@ type collector struct {
 	vacuumRuns, vacuumFailures                *prometheus.Desc
 	vacuumFiles, vacuumBytes, vacuumLast      *prometheus.Desc
 	applyFailing, applyTableFailing, replaced *prometheus.Desc
+	backfillRows, backfillChunks              *prometheus.Desc
+	backfillRunning                           *prometheus.Desc
 }
 
 func (a *Agent) newMetrics() *prometheus.Registry {
@@ -60,6 +62,9 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 		applyFailing:      d("apply_failing", "1 while the applier cannot apply a table, or the queue at all: its changes stay queued."),
 		applyTableFailing: d("apply_table_failing_since_timestamp_seconds", "When a source table that cannot be applied began failing (Unix time); absent while it applies.", "table"),
 		replaced:          d("replaced_values_total", "Values a changelog stored other than PostgreSQL holds them (listed in the row's _replaced).", "table"),
+		backfillRows:      d("backfill_rows_total", "Rows a backfill of a table (added after the first start, or resynced) has queued.", "table"),
+		backfillChunks:    d("backfill_chunks_total", "Chunks a backfill of a table has queued.", "table"),
+		backfillRunning:   d("backfill_running", "1 while a table's existing rows are being copied, 0 once copied or while waiting for its turn.", "table"),
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -70,7 +75,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.confirmed, c.checkpoint, c.lag, c.lagSeconds, c.queueTxns, c.queueBytes, c.paused,
 		c.clients, c.tableVersion, c.remoteVersion, c.backlogBytes, c.backlogVersions, c.requests, c.versions, c.uploadedBytes, c.online,
 		c.capturedTxns, c.receivedChanges, c.ignored, c.deltaCommits, c.deltaFilesAdded, c.deltaFilesRemoved, c.uploadErrors,
-		c.vacuumRuns, c.vacuumFailures, c.vacuumFiles, c.vacuumBytes, c.vacuumLast, c.applyFailing, c.applyTableFailing, c.replaced} {
+		c.vacuumRuns, c.vacuumFailures, c.vacuumFiles, c.vacuumBytes, c.vacuumLast, c.applyFailing, c.applyTableFailing, c.replaced,
+		c.backfillRows, c.backfillChunks, c.backfillRunning} {
 		ch <- d
 	}
 }
@@ -106,6 +112,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.applyFailing, failing)
 	for table, n := range c.a.app.Replaced() {
 		counter(c.replaced, float64(n), table)
+	}
+	for _, b := range st.Backfills {
+		counter(c.backfillRows, float64(b.RowsCopied), b.Table)
+		counter(c.backfillChunks, float64(b.Chunks), b.Table)
+		running := 0.0
+		if b.State == BackfillRunning {
+			running = 1
+		}
+		gauge(c.backfillRunning, running, b.Table)
 	}
 	counter(c.capturedTxns, float64(src.Transactions))
 	counter(c.receivedChanges, float64(src.Changes))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -55,6 +56,46 @@ type Status struct {
 	// LiveClients counts the live view's stream clients.
 	LiveClients int    `json:"live_clients"`
 	LastError   string `json:"last_error,omitempty"`
+	// Backfills are the copies of tables' existing rows pending, running
+	// or finished since the agent started (when no agent runs: the
+	// unfinished ones the state file records).
+	Backfills []BackfillStatus `json:"backfills,omitempty"`
+}
+
+// Backfill states.
+const (
+	BackfillPending = "pending"
+	BackfillRunning = "running"
+	BackfillDone    = "done"
+)
+
+// BackfillStatus describes the copy of one table's existing rows while
+// changes stream: a table configured after the first start, or resynced.
+type BackfillStatus struct {
+	Table string `json:"table"`
+	// Reason is why it is copied: added, resync, re-created.
+	Reason string `json:"reason"`
+	// State is BackfillPending, BackfillRunning or BackfillDone.
+	State      string `json:"state"`
+	RowsCopied int64  `json:"rows_copied"`
+	Chunks     int64  `json:"chunks"`
+	// Since is when the copy began; Finished when it ended.
+	Since    time.Time  `json:"since"`
+	Finished *time.Time `json:"finished,omitempty"`
+}
+
+// backfillStatus converts the source's account of a copy.
+func backfillStatus(b source.BackfillStatus) BackfillStatus {
+	out := BackfillStatus{Table: b.Table, Reason: b.Reason, State: BackfillPending, RowsCopied: b.Rows, Chunks: b.Chunks, Since: b.Since.UTC()}
+	switch {
+	case b.Done:
+		out.State = BackfillDone
+		f := b.Finished.UTC()
+		out.Finished = &f
+	case b.Running:
+		out.State = BackfillRunning
+	}
+	return out
 }
 
 // ApplyFailing is the ApplyState of an applier that cannot apply a table.
@@ -151,6 +192,18 @@ func stateStatus(r *store.Reader, st *Status) error {
 	st.CheckpointLSN = cp.String()
 	st.AppliedLSN = applied.String()
 	st.Queue = QueueStatus{Entries: qs.Transactions, Bytes: qs.Bytes}
+	if !st.Running {
+		recs, err := r.Backfills()
+		if err != nil {
+			return err
+		}
+		for _, oid := range slices.Sorted(maps.Keys(recs)) {
+			if b := recs[oid]; !b.Done {
+				st.Backfills = append(st.Backfills, backfillStatus(source.BackfillStatus{Table: b.Table, Reason: b.Reason,
+					Rows: b.Rows, Chunks: b.Chunks, Since: b.Started}))
+			}
+		}
+	}
 	if st.Tables == nil {
 		st.Tables = []TableStatus{}
 	}
@@ -199,6 +252,9 @@ func (a *Agent) Status() (*Status, error) {
 		LastError:    src.LastError,
 		LiveClients:  a.hub.Clients(),
 		ApplyState:   "applying",
+	}
+	for _, b := range a.src.Backfills() {
+		st.Backfills = append(st.Backfills, backfillStatus(b))
 	}
 	if st.ApplyFailures = applyFailures(a.app.Failures()); st.ApplyFailures != nil {
 		st.ApplyState = ApplyFailing

@@ -22,6 +22,10 @@ const (
 	OpUpdate
 	OpDelete
 	OpTruncate
+	// OpSnapshot is a row copied from the table rather than changed: by
+	// the initial snapshot or a backfill. Applied, it inserts the row or
+	// replaces the row of the same key.
+	OpSnapshot
 )
 
 // String returns the changelog name of the operation.
@@ -35,6 +39,8 @@ func (o Op) String() string {
 		return "delete"
 	case OpTruncate:
 		return "truncate"
+	case OpSnapshot:
+		return "snapshot"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }

@@ -29,6 +29,8 @@ const (
 	// recordInlineTxn is a queued transaction of one chunk stored as one
 	// value: its header record and its chunk record (see AppendTxn).
 	recordInlineTxn byte = 'T'
+	// recordBackfill is a table's backfill progress (see Backfill).
+	recordBackfill byte = 'B'
 )
 
 // encoder appends to a byte slice.
@@ -358,7 +360,7 @@ func decodeChunkWith(d *decoder) (subXid uint32, changes []Change, err error) {
 		c.OldIsKey = d.byte1() == 1
 		c.New = d.values()
 		c.Old = d.values()
-		if d.err == nil && (c.Op < OpInsert || c.Op > OpTruncate) {
+		if d.err == nil && (c.Op < OpInsert || c.Op > OpSnapshot) {
 			d.err = fmt.Errorf("%w: unknown operation %d", ErrCorrupt, c.Op)
 		}
 	}

@@ -106,7 +106,7 @@ func (r *Reader) Generation() (uint64, error) {
 }
 
 // ClearSlotState forgets the slot and everything captured through it: the
-// queue, spools, schema history, table identities and checkpoint. Used when an interrupted
+// queue, spools, schema history, table identities, backfills and checkpoint. Used when an interrupted
 // initial snapshot starts over. The queue's generation goes up by one.
 func (w *Writer) ClearSlotState() error {
 	gen, err := w.Generation()
@@ -115,6 +115,11 @@ func (w *Writer) ClearSlotState() error {
 	}
 	if err := w.raiseMetaLSN(keyGeneration, "queue generation", LSN(gen+1)); err != nil {
 		return err
+	}
+	if w.tx.Bucket(bucketBackfill) != nil {
+		if err := w.tx.DeleteBucket(bucketBackfill); err != nil {
+			return fmt.Errorf("clear %s: %w", bucketBackfill, err)
+		}
 	}
 	for _, name := range [][]byte{bucketQueue, bucketSpool, bucketRelations} {
 		if err := w.tx.DeleteBucket(name); err != nil {
@@ -128,7 +133,7 @@ func (w *Writer) ClearSlotState() error {
 		return err
 	}
 	m := w.tx.Bucket(bucketMeta)
-	for _, k := range [][]byte{keyCheckpoint, keySlotState, keyQueueStats} {
+	for _, k := range [][]byte{keyCheckpoint, keySlotState, keyQueueStats, keyCopiesRecorded} {
 		if err := m.Delete(k); err != nil {
 			return fmt.Errorf("clear %s: %w", k, err)
 		}

@@ -3,7 +3,7 @@
 // progress, the schema history, the replication checkpoint and the slot's
 // identity. Every record is versioned and checksummed (see encoding.go).
 //
-// The file has these top-level buckets:
+// The file has these top-level buckets (and upload, see upload.go):
 //
 //	queue     end LSN (8 bytes) -> TxnHeader and its one chunk of changes, framed as one record
 //	          or, for a larger or streamed transaction,
@@ -11,6 +11,7 @@
 //	spool     spool id (8 bytes) -> bucket: 0 -> spool totals, 1..n -> chunks of changes
 //	relations OID (4 bytes) + LSN (8 bytes) -> Relation
 //	meta      name -> value (checkpoint, slot state, queue totals)
+//	backfill  table OID (4 bytes) -> Backfill (created on first write)
 //
 // and, created on first write, upload (see upload.go) and tables (table
 // identities by Delta table name, see identity.go).

@@ -84,6 +84,9 @@ func printStatus(w io.Writer, st *agent.Status) {
 			fmt.Fprintf(tw, "replica error:\t%s\n", u.LastError)
 		}
 	}
+	for _, b := range st.Backfills {
+		fmt.Fprintf(tw, "backfill:\t%s\n", backfillLine(b))
+	}
 	if st.Running {
 		fmt.Fprintf(tw, "live clients:\t%d\n", st.LiveClients)
 	}
@@ -137,4 +140,13 @@ func printCaptured(w io.Writer, captured []agent.CapturedStatus) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", c.Table, c.OID, c.Generation, name, event)
 	}
 	tw.Flush()
+}
+
+// backfillLine describes the copy of a table for people.
+func backfillLine(b agent.BackfillStatus) string {
+	line := fmt.Sprintf("%s (%s) %s, %d rows in %d chunks, since %s", b.Table, b.Reason, b.State, b.RowsCopied, b.Chunks, b.Since.Format(time.RFC3339))
+	if b.Finished != nil {
+		line += fmt.Sprintf(", took %s", b.Finished.Sub(b.Since).Round(time.Second))
+	}
+	return line
 }

@@ -13,7 +13,8 @@ import (
 // every change. Its columns are the table's data columns (the row after the
 // change; the row before it for a delete) followed by:
 //
-//	_op          string     insert, update, delete or truncate (snapshot rows are inserts)
+//	_op          string     insert, update, delete, truncate, or snapshot for a row
+//	                        copied by the initial snapshot or a backfill
 //	_lsn         long       end LSN of the source transaction
 //	_xid         long       source transaction id
 //	_commit_ts   timestamp  commit time of the source transaction
@@ -66,10 +67,10 @@ type changelog struct {
 	// txn holds the values every row of the transaction being added
 	// shares, converted to the row's interface values once.
 	txn txnValues
-	// ops holds the values of the _op column, by store.Op, and insertOp
-	// the text of an insert's.
-	ops      [store.OpTruncate + 1]any
-	insertOp []byte
+	// ops holds the values of the _op column, by store.Op, and opText
+	// their text, for the rows written as queued (addInsert).
+	ops    [store.OpSnapshot + 1]any
+	opText [store.OpSnapshot + 1][]byte
 }
 
 // txnValues are the changelog values of one transaction's rows.
@@ -131,7 +132,10 @@ func (a *Applier) openChangelog(ctx context.Context, dir string, cols *columns) 
 		return nil, err
 	}
 	cols.addExisting(dt.schema)
-	c := &changelog{deltaTable: dt, cols: cols, writers: map[int32]*clWriter{}, insertOp: []byte(store.OpInsert.String())}
+	c := &changelog{deltaTable: dt, cols: cols, writers: map[int32]*clWriter{}}
+	for op := range c.opText {
+		c.opText[op] = []byte(store.Op(op).String())
+	}
 	return c, nil
 }
 
@@ -200,10 +204,10 @@ func (c *changelog) writer(a *Applier, tv *txnValues, expectRows int64) (*clWrit
 	return w, nil
 }
 
-// addInsert appends an insert of a row of schema version m, as queued,
-// writing its values into the columns without converting them to Go
-// values (see putter).
-func (c *changelog) addInsert(a *Applier, h *store.TxnHeader, seq int64, m *relMapping, vals []store.Value) error {
+// addInsert appends an insert or a copied row (op) of schema version m, as
+// queued, writing its values into the columns without converting them to
+// Go values (see putter).
+func (c *changelog) addInsert(a *Applier, h *store.TxnHeader, seq int64, op store.Op, m *relMapping, vals []store.Value) error {
 	if err := c.ensureColumns(); err != nil {
 		return err
 	}
@@ -221,7 +225,7 @@ func (c *changelog) addInsert(a *Applier, h *store.TxnHeader, seq int64, m *relM
 		b.Value(c.replIdx, replaced)
 		a.noteReplaced(c.source, replaced)
 	}
-	b.Bytes(c.opIdx, c.insertOp)
+	b.Bytes(c.opIdx, c.opText[op])
 	b.Int(c.lsnIdx, int64(h.EndLSN))
 	b.Int(c.xidIdx, int64(h.Xid))
 	b.Timestamp(c.tsIdx, h.CommitTime.UnixMicro())

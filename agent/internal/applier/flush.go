@@ -408,12 +408,12 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 	}
 	x := addition{st: st, h: h, seq: seq, toCL: toCL, toMR: toMR}
 	m := st.cols.mapping(rel)
-	if ch.Op == store.OpInsert && ch.Old == nil && !slices.ContainsFunc(ch.New, isUnchanged) {
-		// An insert goes as queued: its values are written into the
-		// tables' columns as they are (putter), not converted to Go
-		// values and built into rows first, which took about a fifth
-		// of the time of applying a 1M-row insert.
-		x.m, x.ins = m, ch.New
+	if (ch.Op == store.OpInsert || ch.Op == store.OpSnapshot) && ch.Old == nil && !slices.ContainsFunc(ch.New, isUnchanged) {
+		// An insert (or a copied row) goes as queued: its values are
+		// written into the tables' columns as they are (putter), not
+		// converted to Go values and built into rows first, which took
+		// about a fifth of the time of applying a 1M-row insert.
+		x.m, x.ins, x.op = m, ch.New, ch.Op
 	} else {
 		// The values are converted once, for both tables.
 		x.rc = st.cols.convertChange(m, ch)

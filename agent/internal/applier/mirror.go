@@ -234,7 +234,9 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 		m.keyBuf = m.appendKey(m.keyBuf[:0], row)
 		return m.keyBuf
 	}
-	if rc.op == store.OpInsert {
+	if rc.op == store.OpInsert || rc.op == store.OpSnapshot {
+		// A copied row is an insert too: an insert of a key the mirror
+		// holds replaces its row (an upsert), and a multiset gets a copy.
 		return m.insert(ctx, a, key(rc.newRow), &insertRow{row: rc.newRow})
 	}
 	// Any other change ends the appender.

@@ -51,12 +51,14 @@ type adder struct {
 // memory of a chunk (mem) that no addition after it uses, to put back
 // once the additions before it are added.
 type addition struct {
-	st         *sourceTable
-	h          *store.TxnHeader
-	seq        int64
-	rc         *rowChange
-	m          *relMapping
-	ins        []store.Value
+	st  *sourceTable
+	h   *store.TxnHeader
+	seq int64
+	rc  *rowChange
+	m   *relMapping
+	ins []store.Value
+	// op is the operation of an ins: OpInsert or OpSnapshot.
+	op         store.Op
 	toCL, toMR bool
 	mem        *store.ChunkMemory
 }
@@ -156,7 +158,7 @@ func (d *adder) close() {
 func (a *Applier) addChange(ctx context.Context, x *addition) error {
 	if x.rc == nil {
 		if x.toCL {
-			if err := x.st.changelog.addInsert(a, x.h, x.seq, x.m, x.ins); err != nil {
+			if err := x.st.changelog.addInsert(a, x.h, x.seq, x.op, x.m, x.ins); err != nil {
 				return err
 			}
 		}

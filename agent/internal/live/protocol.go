@@ -111,8 +111,9 @@ type Txn struct {
 	Changes    []Change `json:"changes"`
 }
 
-// Change is one changed row. Op is insert, update, delete or truncate. For
-// insert and update Row holds the new row; an update that changed the key
+// Change is one changed row. Op is insert, update, delete, truncate or
+// snapshot (a row copied from the table, which replaces the row of its key
+// or adds it). For insert, update and snapshot Row holds the new row; an update that changed the key
 // also names the old key in OldKey; for delete only Key is set; a truncate
 // empties the table.
 type Change struct {

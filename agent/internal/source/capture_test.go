@@ -149,6 +149,11 @@ func TestSnapshotPlusStreamEqualsTable(t *testing.T) {
 	if len(txns) == 0 || !txns[0].Snapshot || len(txns[0].Changes) < 100000 {
 		t.Fatalf("first queued transaction is not the snapshot of at least 100000 rows")
 	}
+	for _, c := range txns[0].Changes {
+		if c.Op != store.OpSnapshot {
+			t.Fatalf("the snapshot holds a change of op %s, want every row a copy (%s)", c.Op, store.OpSnapshot)
+		}
+	}
 	if w.txns < 10 {
 		t.Fatalf("workload committed only %d transactions", w.txns)
 	}

@@ -32,8 +32,16 @@ type Config struct {
 	Publication string
 	// Tables are the tables to capture.
 	Tables []Table
-	// Snapshot asks for an initial snapshot of the tables' existing rows.
+	// Snapshot asks for a copy of the tables' existing rows: the initial
+	// snapshot, and a backfill of a table configured later (backfill.go).
 	Snapshot bool
+	// BackfillChunkRows is the number of rows a backfill copies per
+	// chunk (zero: DefaultBackfillChunkRows); at most that many are held
+	// in memory.
+	BackfillChunkRows int
+	// BackfillRowsPerSecond, when not zero, bounds the rows a backfill
+	// copies per second.
+	BackfillRowsPerSecond int
 	// StatusInterval is the longest time between two standby status updates.
 	StatusInterval time.Duration
 	// LogicalDecodingWorkMem, when not zero, sets logical_decoding_work_mem

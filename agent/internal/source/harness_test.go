@@ -221,8 +221,17 @@ func (h *harness) waitCaughtUp() {
 // by the text of the key columns.
 type replica map[string]map[string][]store.Value
 
-// replay applies queued transactions the way a mirror would.
+// replay applies queued transactions the way a mirror would, strictly:
+// an insert of a key held, or an update or delete of a key not held, is
+// an error. A copied row (store.OpSnapshot) replaces the row of its key.
 func replay(txns []*store.Txn, rels map[store.RelationKey]*store.Relation) (replica, error) {
+	return replayWith(txns, rels, false)
+}
+
+// replayWith is replay; with lenient, an update of a key not held sets its
+// row and a delete of a key not held does nothing, as for a table being
+// copied while it changes.
+func replayWith(txns []*store.Txn, rels map[store.RelationKey]*store.Relation, lenient bool) (replica, error) {
 	out := replica{}
 	keyOf := func(rel *store.Relation, vals []store.Value) string {
 		var b strings.Builder
@@ -245,6 +254,8 @@ func replay(txns []*store.Txn, rels map[store.RelationKey]*store.Relation) (repl
 				out[rel.QualifiedName()] = tbl
 			}
 			switch c.Op {
+			case store.OpSnapshot:
+				tbl[keyOf(rel, c.New)] = c.New
 			case store.OpInsert:
 				k := keyOf(rel, c.New)
 				if _, dup := tbl[k]; dup {
@@ -257,12 +268,15 @@ func replay(txns []*store.Txn, rels map[store.RelationKey]*store.Relation) (repl
 					oldKey = keyOf(rel, c.Old)
 				}
 				prev, ok := tbl[oldKey]
-				if !ok {
+				if !ok && !lenient {
 					return nil, fmt.Errorf("%s: update of missing key %s at %s", rel.QualifiedName(), oldKey, txn.EndLSN)
 				}
 				row := append([]store.Value(nil), c.New...)
 				for i := range row {
 					if row[i].Kind == store.KindUnchanged {
+						if prev == nil {
+							return nil, fmt.Errorf("%s: update of missing key %s leaves values out at %s", rel.QualifiedName(), oldKey, txn.EndLSN)
+						}
 						row[i] = prev[i]
 					}
 				}
@@ -270,7 +284,7 @@ func replay(txns []*store.Txn, rels map[store.RelationKey]*store.Relation) (repl
 				tbl[keyOf(rel, row)] = row
 			case store.OpDelete:
 				k := keyOf(rel, c.Old)
-				if _, ok := tbl[k]; !ok {
+				if _, ok := tbl[k]; !ok && !lenient {
 					return nil, fmt.Errorf("%s: delete of missing key %s at %s", rel.QualifiedName(), k, txn.EndLSN)
 				}
 				delete(tbl, k)

@@ -69,7 +69,9 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, oid uint32, table 
 
 // copySnapshot copies every captured table inside the exported snapshot
 // into the snapshot spool, then commits the spool as one transaction at the
-// slot's consistent point, in the same write as the slot state done.
+// slot's consistent point, in the same write as the slot state done and a
+// finished backfill record per table: a table with no record is copied by
+// a backfill once it is configured (backfill.go).
 func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName string, done *store.SlotState, captured []*capturedTable, types *typemap.Map, rels map[uint32]*relationDecoder) error {
 	at := done.ConsistentPoint
 	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
@@ -81,6 +83,7 @@ func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName 
 	}
 	var total int64
 	start := time.Now()
+	var copied []*store.Backfill
 	for _, c := range captured {
 		rel, err := relationFromCatalog(ctx, conn, c.oid, c.identity, at, types.Known)
 		if err != nil {
@@ -120,9 +123,12 @@ func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName 
 		}
 		total += cp.rows
 		s.log.Info("snapshot copied table", "table", t.String(), "rows", cp.rows, "seconds", time.Since(cp.started).Round(time.Millisecond).Seconds())
+		copied = append(copied, &store.Backfill{OID: rel.Key.OID, Table: rel.Table, Reason: reasonSnapshot, Rows: cp.rows, Chunks: 1,
+			Started: cp.started.UTC(), Finished: time.Now().UTC(), Done: true})
 	}
 	h := store.TxnHeader{CommitLSN: at, EndLSN: at, CommitTime: time.Now(), Snapshot: true}
-	if err := s.writer.send(writeOp{kind: opSpoolCommit, spool: store.SnapshotSpool, header: h, slot: done}); err != nil {
+	err := s.writer.send(writeOp{kind: opSpoolCommit, spool: store.SnapshotSpool, header: h, slot: done, backfills: copied, markCopies: true})
+	if err != nil {
 		return err
 	}
 	s.log.Info("initial snapshot complete", "rows", total, "seconds", time.Since(start).Round(time.Millisecond).Seconds(), "lsn", at.String())
@@ -145,51 +151,42 @@ type copyReader struct {
 }
 
 func (c *copyReader) Write(p []byte) (int, error) {
+	if err := eachLine(&c.partial, p, c.row); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// eachLine calls fn with each complete line of COPY output, the partial
+// line left by the last call first; the line p ends inside is kept in
+// partial for the next.
+func eachLine(partial *[]byte, p []byte, fn func(line []byte) error) error {
 	data := p
-	if len(c.partial) > 0 {
-		c.partial = append(c.partial, p...)
-		data = c.partial
+	if len(*partial) > 0 {
+		*partial = append(*partial, p...)
+		data = *partial
 	}
 	for {
 		i := bytes.IndexByte(data, '\n')
 		if i < 0 {
 			break
 		}
-		if err := c.row(data[:i]); err != nil {
-			return 0, err
+		if err := fn(data[:i]); err != nil {
+			return err
 		}
 		data = data[i+1:]
 	}
-	c.partial = append(c.partial[:0], data...)
-	return len(p), nil
+	*partial = append((*partial)[:0], data...)
+	return nil
 }
 
 // row decodes one line of COPY text format.
 func (c *copyReader) row(line []byte) error {
-	// The decoders may keep what they are given: give them a copy of the
-	// row, not the COPY buffer.
-	line = bytes.Clone(line)
-	ncols := len(c.rd.cols)
-	vals := c.slab.take(ncols)
-	for i := 0; i < ncols; i++ {
-		field := line
-		if j := bytes.IndexByte(line, '\t'); j >= 0 {
-			field, line = line[:j], line[j+1:]
-		} else if i != ncols-1 {
-			return fmt.Errorf("snapshot %s: row with %d columns, want %d", c.rd.rel.QualifiedName(), i+1, ncols)
-		} else {
-			line = nil
-		}
-		if len(field) == 2 && field[0] == '\\' && field[1] == 'N' {
-			continue // NULL
-		}
-		v, err := c.rd.cols[i](unescapeCopy(field))
-		if err != nil {
-			return c.rd.columnError(i, field, err)
-		}
-		vals[i] = v
+	vals, err := c.rd.decodeCopyRow(line, &c.slab, nil)
+	if err != nil {
+		return err
 	}
-	c.batch = append(c.batch, store.Change{Op: store.OpInsert, Relation: c.rd.rel.Key, New: vals})
+	c.batch = append(c.batch, store.Change{Op: store.OpSnapshot, Relation: c.rd.rel.Key, New: vals})
 	c.rows++
 	c.src.changesReceived.Add(1)
 	if len(c.batch) >= snapshotChunk {
@@ -217,6 +214,46 @@ func (c *copyReader) flush() error {
 		c.log.Info("snapshot progress", attrs...)
 	}
 	return nil
+}
+
+// decodeCopyRow decodes one line of COPY text format. When texts is not
+// nil, it receives the text of each column (unescaped; nil for NULL), which
+// shares the decoded values' memory.
+func (rd *relationDecoder) decodeCopyRow(line []byte, slab *valueSlab, texts [][]byte) ([]store.Value, error) {
+	// The decoders may keep what they are given: give them a copy of the
+	// row, not the COPY buffer.
+	line = bytes.Clone(line)
+	ncols := len(rd.cols)
+	vals := slab.take(ncols)
+	for i := 0; i < ncols; i++ {
+		field := line
+		if j := bytes.IndexByte(line, '\t'); j >= 0 {
+			field, line = line[:j], line[j+1:]
+		} else if i != ncols-1 {
+			return nil, fmt.Errorf("copy %s: row with %d columns, want %d", rd.rel.QualifiedName(), i+1, ncols)
+		} else {
+			line = nil
+		}
+		if len(field) == 2 && field[0] == '\\' && field[1] == 'N' {
+			if texts != nil {
+				texts[i] = nil
+			}
+			continue // NULL
+		}
+		text := unescapeCopy(field)
+		if texts != nil {
+			texts[i] = text
+		}
+		v, err := rd.cols[i](text)
+		if err != nil {
+			return nil, rd.columnError(i, field, err)
+		}
+		vals[i] = v
+	}
+	if len(line) > 0 {
+		return nil, fmt.Errorf("copy %s: row with more than %d columns", rd.rel.QualifiedName(), ncols)
+	}
+	return vals, nil
 }
 
 // unescapeCopy undoes COPY's text-format escaping. Fields without a

@@ -57,10 +57,18 @@ type Source struct {
 	// at; an error it returns stops there (tests only).
 	failpoint func(point string) error
 
+	// handoff is shared by the backfill and the stream (backfill.go);
+	// resyncs carries Resync's requests to the backfill.
+	handoff *handoff
+	resyncs chan resyncRequest
+
 	mu     sync.Mutex
 	status Status
 	// tables is what Tables reports, by the name a table is captured as.
-	tables        map[string]*TableStatus
+	tables map[string]*TableStatus
+	// backfills are the copies of tables, by the name a table is
+	// captured as.
+	backfills     map[string]BackfillStatus
 	ready         chan struct{}
 	once          sync.Once
 	connected     chan struct{}
@@ -141,7 +149,11 @@ func New(cfg Config, db *store.DB) *Source {
 		cfg.StatusInterval = 10 * time.Second
 	}
 	s := &Source{cfg: cfg, db: db, log: log, ready: make(chan struct{}), connected: make(chan struct{}),
-		status: Status{State: "starting", Since: time.Now()}, catchingUp: true}
+		status: Status{State: "starting", Since: time.Now()}, catchingUp: true,
+		handoff: &handoff{}, resyncs: make(chan resyncRequest), backfills: map[string]BackfillStatus{}}
+	if s.cfg.Backfill == nil {
+		s.cfg.Backfill = s.askBackfill
+	}
 	s.beat(startupGrace)
 	return s
 }
@@ -432,7 +444,8 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 			"proto_version '2'",
 			"publication_names '" + strings.ReplaceAll(pub, "'", "''") + "'",
 			"streaming 'on'",
-			// The catalog watcher's messages (tableMessagePrefix).
+			// The catalog watcher's messages (tableMessagePrefix) and
+			// the backfill's watermarks (backfillPrefix).
 			"messages 'true'",
 		},
 	})
@@ -445,6 +458,9 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	for _, c := range captured {
 		tables[c.oid] = c
 	}
+	if err := s.planBackfills(ctx, tables); err != nil {
+		return err
+	}
 	st := &stream{s: s, conn: repl, sql: conn, types: types, rels: rels, tables: tables, ignored: map[uint32]bool{}, described: map[uint32]string{},
 		passedOver: map[uint32]*pglogrepl.RelationMessage{}, lastQueued: start, received: start, open: map[uint32]bool{}}
 	s.receivedLSN.Store(uint64(start))
@@ -454,17 +470,23 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	s.setState("streaming")
 	s.update(func(st *Status) { st.LastError = "" })
 	onStreaming()
-	// The catalog watcher runs beside the stream, on a connection of its
-	// own, and is done before the session returns.
+	// The catalog watcher and the backfill run beside the stream, each
+	// on a connection of its own, and are done before the session
+	// returns.
 	wctx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
 		s.watch(wctx, captured)
 	}()
+	backfilled := make(chan error, 1)
+	go func() { backfilled <- s.runBackfills(wctx, tables) }()
 	err = st.run(ctx)
 	stopWatch()
 	<-watched
+	if berr := <-backfilled; err == nil && berr != nil {
+		err = berr
+	}
 	return err
 }
 
@@ -514,7 +536,7 @@ func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, repl replConn, 
 			}
 		}
 	} else {
-		for _, op := range []writeOp{{kind: opCheckpoint, lsn: state.ConsistentPoint}, {kind: opSlotState, slot: &done}} {
+		for _, op := range []writeOp{{kind: opCheckpoint, lsn: state.ConsistentPoint}, {kind: opSlotState, slot: &done, markCopies: true}} {
 			if err := s.writer.send(op); err != nil {
 				return err
 			}

@@ -80,6 +80,11 @@ type stream struct {
 
 	slab valueSlab
 
+	// trk notes the changes of the table a backfill copies, as asked
+	// at trackGen (backfill_track.go).
+	trk      *tracker
+	trackGen uint64
+
 	paused     bool
 	walSampled time.Time
 
@@ -107,6 +112,7 @@ func (st *stream) run(ctx context.Context) error {
 			if err := st.statusChore(ctx, interval); err != nil {
 				return err
 			}
+			st.adoptTracking()
 			st.sampleServerWAL(ctx)
 			if paused, err := st.pause(ctx); err != nil {
 				return err
@@ -403,6 +409,9 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 		if m.Xid == m.SubXid {
 			delete(st.open, m.Xid)
 		}
+		if st.trk != nil {
+			st.trk.abort(m.Xid, m.SubXid)
+		}
 		return st.s.writer.send(writeOp{kind: opSpoolAbort, spool: store.SpoolID(m.Xid), subXid: m.SubXid})
 	case *pglogrepl.LogicalDecodingMessageV2:
 		return st.message(&m.LogicalDecodingMessage)
@@ -417,6 +426,10 @@ func (st *stream) message(m *pglogrepl.LogicalDecodingMessage) error {
 	switch m.Prefix {
 	case tableMessagePrefix:
 		return st.tableMessage(m)
+	case backfillPrefix:
+		if !m.Transactional {
+			return st.watermark(m)
+		}
 	}
 	return nil
 }
@@ -695,6 +708,13 @@ func (st *stream) relationFor(oid uint32) (rd *relationDecoder, captured bool, e
 // add adds a change to the current transaction, or to the current stream
 // block's buffer when streaming.
 func (st *stream) add(subXid uint32, c store.Change) error {
+	if st.trk != nil && c.Relation.OID == st.trk.oid {
+		if st.inStream {
+			st.trk.note(st.rels, st.streamXid, subXid, &c)
+		} else {
+			st.trk.note(st.rels, st.txn.Xid, st.txn.Xid, &c)
+		}
+	}
 	if st.inStream {
 		if len(st.buf) > 0 && (subXid != st.bufSubXid || len(st.buf) >= spillChanges) {
 			if err := st.flushStream(); err != nil {
@@ -736,6 +756,9 @@ func (st *stream) commit(m *pglogrepl.CommitMessage) error {
 	h.CommitLSN, h.EndLSN, h.CommitTime = store.LSN(m.CommitLSN), store.LSN(m.TransactionEndLSN), m.CommitTime
 	st.s.lastCommitMicros.Store(m.CommitTime.UnixMicro())
 	id := store.SpoolID(h.Xid)
+	if st.trk != nil {
+		st.trk.commit(h.Xid, h.EndLSN)
+	}
 	if h.EndLSN <= st.lastQueued {
 		st.txn = store.Txn{}
 		if st.spilled {
@@ -765,6 +788,9 @@ func (st *stream) streamCommit(m *pglogrepl.StreamCommitMessageV2) error {
 	id := store.SpoolID(m.Xid)
 	h := store.TxnHeader{Xid: m.Xid, CommitLSN: store.LSN(m.CommitLSN), EndLSN: store.LSN(m.TransactionEndLSN), CommitTime: m.CommitTime}
 	st.s.lastCommitMicros.Store(m.CommitTime.UnixMicro())
+	if st.trk != nil {
+		st.trk.commit(m.Xid, h.EndLSN)
+	}
 	if h.EndLSN <= st.lastQueued {
 		return st.s.writer.send(writeOp{kind: opSpoolAbort, spool: id, subXid: m.Xid})
 	}

@@ -35,6 +35,8 @@ const (
 	opNewGeneration
 	// opBackfillAsked records that the backfill of gen was asked for.
 	opBackfillAsked
+	// opBackfill only records backfills (writeOp.backfills, forget).
+	opBackfill
 )
 
 // writeOp is one change to the state file, applied in order by the writer.
@@ -54,6 +56,14 @@ type writeOp struct {
 	// opBackfillAsked record.
 	identities []*store.TableIdentity
 	gen        *newGeneration
+	// backfills are recorded, and the records of the tables in forget
+	// deleted, in the same bbolt transaction as the operation: a chunk
+	// of copied rows and the progress that counts it are durable
+	// together. markCopies marks the state as recording every copy
+	// (store.Writer.MarkCopiesRecorded).
+	backfills  []*store.Backfill
+	forget     []uint32
+	markCopies bool
 	done       chan error
 	weight     int64
 }
@@ -427,6 +437,27 @@ func (t *openTxn) reapply(db *store.DB) error {
 }
 
 func apply(tx *store.Writer, op *writeOp) error {
+	if err := applyKind(tx, op); err != nil {
+		return err
+	}
+	for _, bf := range op.backfills {
+		if err := tx.PutBackfill(bf); err != nil {
+			return err
+		}
+	}
+	for _, oid := range op.forget {
+		if err := tx.DeleteBackfill(oid); err != nil {
+			return err
+		}
+	}
+	if op.markCopies {
+		return tx.MarkCopiesRecorded()
+	}
+	return nil
+}
+
+// applyKind does what the kind of op says.
+func applyKind(tx *store.Writer, op *writeOp) error {
 	switch op.kind {
 	case opAppendTxn:
 		return tx.AppendTxn(op.txn, store.DefaultChunkSize)
@@ -464,7 +495,7 @@ func apply(tx *store.Writer, op *writeOp) error {
 		return op.gen.record(tx)
 	case opBackfillAsked:
 		return op.gen.asked(tx)
-	case opCheckpoint, opSync:
+	case opCheckpoint, opSync, opBackfill:
 		return nil
 	}
 	return fmt.Errorf("unknown write operation %d", op.kind)

@@ -154,3 +154,19 @@ func appendEscaped(dst, b []byte) []byte {
 	}
 	return append(dst, 0, 1)
 }
+
+// AppendValueKey appends an encoding of a queued value that is the same
+// for equal values and differs for different ones, whatever their kind:
+// for telling whether two rows captured from a table have the same key
+// (capture's backfill), not for ordering them.
+func AppendValueKey(dst []byte, v *store.Value) []byte {
+	dst = append(dst, byte(v.Kind))
+	dst = binary.AppendVarint(dst, v.Int)
+	dst = binary.AppendUvarint(dst, uint64(len(v.Bytes)))
+	dst = append(dst, v.Bytes...)
+	dst = binary.AppendUvarint(dst, uint64(len(v.Elems)))
+	for i := range v.Elems {
+		dst = AppendValueKey(dst, &v.Elems[i])
+	}
+	return dst
+}

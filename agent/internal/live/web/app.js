@@ -139,6 +139,7 @@
     apply(ch) {
       switch (ch.op) {
         case 'insert':
+        case 'snapshot':
         case 'update': {
           let prev = this.rows.get(ch.key);
           if (ch.old_key && ch.old_key !== ch.key) {

@@ -1,0 +1,871 @@
+package source
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/time/rate"
+
+	"github.com/lakeside/lakeside/agent/internal/typemap"
+	"github.com/lakeside/lakeside/store"
+)
+
+// An online backfill copies a table's existing rows into the queue while the
+// replication stream keeps flowing, with no lock beyond a SELECT's, no
+// second slot, and no pause for the other tables (the DBLog method, which
+// Debezium's incremental snapshots use too). The table is copied in chunks
+// of Config.BackfillChunkRows rows, in key order (keyset pagination on the
+// primary key or the replica identity index), or by ctid ranges for a table
+// without either. For each chunk, on its own SQL connection, the
+// backfiller:
+//
+//  1. takes a REPEATABLE READ snapshot and notes which transactions it
+//     sees (pg_current_snapshot);
+//  2. writes a low watermark into the WAL (pg_logical_emit_message,
+//     non-transactional: decoded at its own position);
+//  3. reads the chunk with COPY (SELECT ...) TO STDOUT, decoded like the
+//     initial snapshot;
+//  4. hands the rows to the stream through memory (one chunk at most) and
+//     writes a high watermark.
+//
+// From the moment the backfill begins, the stream notes the keys of the
+// table's rows that each transaction changes (backfill_track.go). At the
+// high watermark it queues the chunk's rows as one transaction just after
+// the watermark's position, as store.OpSnapshot changes, leaving out every
+// row a change replaces: a change of a transaction that committed after
+// the low watermark, or that the copy did not see. Those changes are
+// queued before the chunk, so the row a transaction changed while it was
+// copied ends with the transaction's value; the other rows are as the copy
+// saw them, and every later change is queued after them. The chunk and
+// the backfill's progress (store.Backfill: the last key queued) are one
+// write of the state file: a restart resumes after the last chunk queued,
+// and a chunk whose high watermark was not handled is copied again.
+//
+// A chunk is copied again, later, when what the stream noted cannot say
+// which rows to leave out: too many keys (maxTrackedKeys), a truncate, an
+// update that left TOAST values out, changes made before the tracking
+// began. A table copied by ctid ranges has no key to tell its rows by:
+// its copy starts with a truncate, and starts over whenever a transaction
+// changes the table while it is copied (or after a restart), so that no
+// row is both copied and queued as a change.
+
+// Reasons a table is copied (store.Backfill.Reason).
+const (
+	reasonSnapshot = "initial snapshot"
+	// ReasonAdded is the reason of a table configured after the first
+	// start, or whose copy never finished.
+	ReasonAdded = "added"
+	// ReasonResync is the reason of a copy asked for by Resync.
+	ReasonResync = "resync"
+)
+
+// DefaultBackfillChunkRows is the number of rows a backfill copies per
+// chunk when Config.BackfillChunkRows is zero.
+const DefaultBackfillChunkRows = 4096
+
+// maxTuplesPerPage is the most rows a heap page of 8 kB holds
+// (MaxHeapTuplesPerPage): a chunk of ctid ranges spans at most
+// chunk rows / maxTuplesPerPage pages, so that it holds no more rows.
+const maxTuplesPerPage = 291
+
+// backfillLogEvery is how often a running backfill logs its progress.
+const backfillLogEvery = 10 * time.Second
+
+// chunkWindow is one chunk on its way from the backfiller to the stream.
+type chunkWindow struct {
+	id  string
+	oid uint32
+	// rel is the schema version the rows follow (its key LSN unset),
+	// snap the snapshot the copy saw, and truncate tells that the chunk
+	// starts by truncating the table.
+	rel      *store.Relation
+	snap     pgSnapshot
+	truncate bool
+
+	// Set by the backfiller before the high watermark (ready): the rows,
+	// their keys (none for ctid ranges), and the progress once queued.
+	ready bool
+	rows  []store.Change
+	keys  []string
+	prog  *store.Backfill
+
+	// Set by the stream.
+	low                store.LSN
+	lowSeen, truncated bool
+	result             chan chunkResult
+}
+
+// chunkResult is what the stream did with a chunk.
+type chunkResult struct {
+	queued bool
+	// rows were queued; replaced were left out for the stream's changes.
+	rows, replaced int
+	// redo says why the chunk is to be copied again; restart why a copy
+	// by ctid ranges starts over.
+	redo, restart string
+}
+
+// handoff is what the backfiller and the stream share, under mu.
+type handoff struct {
+	mu sync.Mutex
+	// track is the OID of the table whose changes the stream notes (zero:
+	// none), by keyNames; trackGen counts the requests, and tracked,
+	// when set, receives the position from which the stream tracks.
+	track    uint32
+	keyNames []string
+	trackGen uint64
+	tracked  chan store.LSN
+	// win is the chunk between its watermarks.
+	win *chunkWindow
+}
+
+// startTracking asks the stream to note the changes of table oid, and
+// returns where it will receive the position it tracks from.
+func (h *handoff) startTracking(oid uint32, keyNames []string) <-chan store.LSN {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch := make(chan store.LSN, 1)
+	h.track, h.keyNames, h.tracked = oid, keyNames, ch
+	h.trackGen++
+	return ch
+}
+
+// stopTracking asks the stream to stop noting changes.
+func (h *handoff) stopTracking() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.track, h.keyNames, h.tracked, h.win = 0, nil, nil, nil
+	h.trackGen++
+}
+
+// BackfillStatus describes the copy of one table.
+type BackfillStatus struct {
+	Table, Reason string
+	// Rows and Chunks count what is queued.
+	Rows, Chunks int64
+	// Since is when the copy began; Finished when it ended.
+	Since, Finished time.Time
+	// Running is set while the table is being copied; Done once it is.
+	Running, Done bool
+}
+
+// Backfills returns the copies of tables pending, running or finished
+// since the source started, by the name the tables are captured as.
+func (s *Source) Backfills() []BackfillStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]BackfillStatus, 0, len(s.backfills))
+	for _, b := range s.backfills {
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(a, b BackfillStatus) int { return strings.Compare(a.Table, b.Table) })
+	return out
+}
+
+// noteBackfill records a copy's progress for Backfills.
+func (s *Source) noteBackfill(bf *store.Backfill, running bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.backfills[bf.Table] = BackfillStatus{Table: bf.Table, Reason: bf.Reason, Rows: bf.Rows, Chunks: bf.Chunks,
+		Since: bf.Started, Finished: bf.Finished, Running: running && !bf.Done, Done: bf.Done}
+}
+
+// resyncRequest asks the running backfiller to copy a table again: the
+// table captured under the name table (configured, or its Delta tables'),
+// or with oid set, the PostgreSQL table oid as a new generation of the
+// table its Delta tables call table. truncate records a truncate first.
+type resyncRequest struct {
+	table    string
+	oid      uint32
+	reason   string
+	truncate bool
+	done     chan error
+}
+
+// ErrNotCapturing is returned by Resync while capture is not connected.
+var ErrNotCapturing = errors.New("capture is not connected to PostgreSQL")
+
+// Resync copies a configured table again: it records a truncate of the
+// table, queued at the first chunk's low watermark, and a backfill of
+// every row the table holds now, which goes on after a restart. It returns
+// once both are recorded in the state file; Backfills reports the copy's
+// progress. reason is recorded with it (ReasonResync); table is
+// "schema.table" as configured, or as its Delta tables are named.
+func (s *Source) Resync(ctx context.Context, table, reason string) error {
+	return s.request(ctx, resyncRequest{table: table, reason: reason, truncate: true})
+}
+
+// askBackfill is the default Config.Backfill: it records the copy of the
+// PostgreSQL table oid as the table captured as table, whose truncate the
+// caller queued, and returns once the copy is recorded.
+func (s *Source) askBackfill(ctx context.Context, table string, oid uint32, reason string) error {
+	return s.request(ctx, resyncRequest{table: table, oid: oid, reason: reason})
+}
+
+// request hands req to the running backfiller and waits for its answer.
+func (s *Source) request(ctx context.Context, req resyncRequest) error {
+	req.done = make(chan error, 1)
+	table := req.table
+	wait := time.NewTimer(30 * time.Second)
+	defer wait.Stop()
+	select {
+	case s.resyncs <- req:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-wait.C:
+		return fmt.Errorf("resync %s: %w", table, ErrNotCapturing)
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// planBackfills records, at a session's start, a backfill for each
+// configured table whose existing rows are not copied yet (when
+// Config.Snapshot asks for copies), and reports the copies there are.
+//
+// State files from before backfills were recorded have no record of what
+// the initial snapshot copied. The initial snapshot records its tables'
+// schema versions at exactly the slot's consistent point, and a table
+// added to the publication later is first described by the stream past
+// it (its changes can only come after the ALTER PUBLICATION, itself after
+// the slot): in such a state, a table with a schema version at or before
+// the consistent point counts as copied, once, and is recorded so.
+func (s *Source) planBackfills(ctx context.Context, tables map[uint32]*capturedTable) error {
+	var recs map[uint32]*store.Backfill
+	var rels map[store.RelationKey]*store.Relation
+	var slot *store.SlotState
+	var marked bool
+	err := s.db.View(func(r *store.Reader) (err error) {
+		if recs, err = r.Backfills(); err != nil {
+			return err
+		}
+		if rels, err = r.Relations(); err != nil {
+			return err
+		}
+		if slot, err = r.SlotState(); err != nil {
+			return err
+		}
+		marked, err = r.CopiesRecorded()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("read backfills: %w", err)
+	}
+	op := writeOp{kind: opBackfill, markCopies: !marked}
+	now := time.Now().UTC()
+	if !marked && slot != nil {
+		for oid, c := range tables {
+			if recs[oid] != nil {
+				continue
+			}
+			for k := range rels {
+				if k.OID == oid && k.LSN <= slot.ConsistentPoint {
+					bf := &store.Backfill{OID: oid, Table: c.identity, Reason: reasonSnapshot, Started: now, Finished: now, Done: true}
+					recs[oid] = bf
+					op.backfills = append(op.backfills, bf)
+					break
+				}
+			}
+		}
+	}
+	var notCopied []string
+	for _, c := range inConfigOrder(s.cfg.Tables, tables) {
+		oid, name := c.oid, c.identity
+		rec := recs[oid]
+		switch {
+		case rec != nil && rec.Done:
+			continue
+		case rec != nil:
+		case !s.cfg.Snapshot:
+			notCopied = append(notCopied, name)
+			continue
+		default:
+			rec = &store.Backfill{OID: oid, Table: name, Reason: ReasonAdded, Started: now}
+			for other, old := range recs {
+				if other != oid && old.Table == name {
+					// The table was dropped and created again: the
+					// session's start queued the truncate of the old
+					// one (identity.go).
+					rec.Reason = ReasonRecreated
+					op.forget = append(op.forget, other)
+				}
+			}
+			op.backfills = append(op.backfills, rec)
+		}
+		if !s.cfg.Snapshot && rec.Reason == ReasonAdded {
+			notCopied = append(notCopied, name)
+			continue
+		}
+		s.noteBackfill(rec, false)
+	}
+	if len(notCopied) > 0 {
+		s.log.Info("not copying the existing rows of tables never copied (source.snapshot is never); only their changes are captured", "tables", notCopied)
+	}
+	if len(op.backfills) == 0 && len(op.forget) == 0 && !op.markCopies {
+		return nil
+	}
+	if err := s.writer.send(op); err != nil {
+		return err
+	}
+	return s.writer.sync(ctx)
+}
+
+// inConfigOrder returns the captured tables in the order of their entries
+// in source.tables.
+func inConfigOrder(configured []Table, tables map[uint32]*capturedTable) []*capturedTable {
+	var out []*capturedTable
+	for _, t := range configured {
+		for _, c := range tables {
+			if c.configured == t {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// backfiller copies the tables with a pending backfill, one at a time, on
+// its own SQL connection, while the session streams.
+type backfiller struct {
+	s      *Source
+	conn   *pgx.Conn
+	types  *typemap.Map
+	tables map[uint32]*capturedTable
+	log    *slog.Logger
+	// nonce names this session's chunks in their watermarks; chunk
+	// counts them.
+	nonce string
+	chunk int64
+	// limiter paces the rows copied (nil: no limit).
+	limiter *rate.Limiter
+	// again is set when a resync asks for the table being copied.
+	again bool
+}
+
+// errResyncAgain ends a copy that a resync of the same table replaces.
+var errResyncAgain = errors.New("copy asked for again")
+
+// runBackfills runs the backfiller until ctx is cancelled. A copy that
+// fails (a lost connection, a table that is gone) is logged and tried
+// again with backoff; only a failure of the state file ends it.
+func (s *Source) runBackfills(ctx context.Context, tables map[uint32]*capturedTable) error {
+	nonce := make([]byte, 8)
+	rand.Read(nonce)
+	b := &backfiller{s: s, types: typemap.New(), tables: maps.Clone(tables), log: s.log, nonce: hex.EncodeToString(nonce)}
+	if rps := s.cfg.BackfillRowsPerSecond; rps > 0 {
+		b.limiter = rate.NewLimiter(rate.Limit(rps), max(rps, s.chunkRows()))
+	}
+	defer func() {
+		if b.conn != nil {
+			b.conn.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	backoff := time.Second
+	for {
+		err := b.next(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err == nil:
+			backoff = time.Second
+			continue
+		case s.writer.failed() != nil:
+			return err
+		}
+		b.log.Warn("backfill failed; trying again", "err", err, "backoff", backoff.String())
+		if b.conn != nil {
+			b.conn.Close(context.WithoutCancel(ctx))
+			b.conn = nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case req := <-s.resyncs:
+			req.done <- b.resync(ctx, req)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Minute)
+	}
+}
+
+// next copies the next table with a pending backfill, or waits for a
+// resync when there is none.
+func (b *backfiller) next(ctx context.Context) error {
+	if b.conn == nil {
+		conn, err := b.s.cfg.Connect(ctx)
+		if err != nil {
+			return err
+		}
+		b.conn = conn
+	}
+	rec, err := b.pending()
+	if err != nil {
+		return err
+	}
+	if rec == nil {
+		select {
+		case <-ctx.Done():
+			return nil
+		case req := <-b.s.resyncs:
+			req.done <- b.resync(ctx, req)
+			return nil
+		}
+	}
+	err = b.copyTable(ctx, rec)
+	if errors.Is(err, errResyncAgain) {
+		return nil
+	}
+	return err
+}
+
+// pending returns the first configured table (in the order of
+// Config.Tables) whose copy is recorded and not done, or nil.
+func (b *backfiller) pending() (*store.Backfill, error) {
+	var recs map[uint32]*store.Backfill
+	if err := b.s.db.View(func(r *store.Reader) (err error) { recs, err = r.Backfills(); return err }); err != nil {
+		return nil, fmt.Errorf("read backfills: %w", err)
+	}
+	for _, c := range inConfigOrder(b.s.cfg.Tables, b.tables) {
+		rec := recs[c.oid]
+		if rec == nil || rec.Done || (rec.Reason == ReasonAdded && !b.s.cfg.Snapshot) {
+			continue
+		}
+		return rec, nil
+	}
+	return nil, nil
+}
+
+// resync records a copy of a table again (see Source.Resync and
+// Source.askBackfill).
+func (b *backfiller) resync(ctx context.Context, req resyncRequest) error {
+	var c *capturedTable
+	for _, t := range b.tables {
+		if t.identity == req.table || t.configured.String() == req.table || t.current.String() == req.table {
+			c = t
+		}
+	}
+	if c == nil {
+		return fmt.Errorf("resync %s: not a captured table (source.tables)", req.table)
+	}
+	oid := c.oid
+	if req.oid != 0 && req.oid != c.oid {
+		// A new generation: the stream captures it from the truncate
+		// the caller queued.
+		next := *c
+		next.oid = req.oid
+		delete(b.tables, c.oid)
+		b.tables[req.oid], c, oid = &next, &next, req.oid
+	}
+	var recs map[uint32]*store.Backfill
+	if err := b.s.db.View(func(r *store.Reader) (err error) { recs, err = r.Backfills(); return err }); err != nil {
+		return fmt.Errorf("resync %s: %w", req.table, err)
+	}
+	if old := recs[oid]; !req.truncate && old != nil && !old.Done {
+		return nil // asked for again: the copy is recorded
+	}
+	rec := &store.Backfill{OID: oid, Table: c.identity, Reason: req.reason, Started: time.Now().UTC(), Truncate: req.truncate}
+	op := writeOp{kind: opBackfill, backfills: []*store.Backfill{rec}}
+	for other, old := range recs {
+		if other != oid && old.Table == rec.Table {
+			op.forget = append(op.forget, other)
+		}
+	}
+	b.s.noteBackfill(rec, false)
+	if err := b.s.writer.send(op); err != nil {
+		return err
+	}
+	if err := b.s.writer.sync(ctx); err != nil {
+		return err
+	}
+	b.again = true
+	b.log.Info("copy of the table's rows recorded", "table", c.identity, "oid", oid, "reason", req.reason, "truncate_first", req.truncate)
+	return nil
+}
+
+// keyColumn is a column the rows are paged by, with the type its values
+// are cast to in the chunk's query.
+type keyColumn struct{ name, typ string }
+
+// copyTable copies one table, chunk after chunk, from the progress rec
+// records.
+func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
+	c := b.tables[rec.OID]
+	if c == nil {
+		return fmt.Errorf("backfill of table %d: not captured in this session", rec.OID)
+	}
+	t := c.identity
+	log := b.log.With("table", t)
+	rel, err := relationFromCatalog(ctx, b.conn, rec.OID, t, 0, b.types.Known)
+	if err != nil {
+		return fmt.Errorf("backfill %s: %w", t, err)
+	}
+	keys, err := b.keyColumns(ctx, rel)
+	if err != nil {
+		return fmt.Errorf("backfill %s: %w", t, err)
+	}
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = k.name
+	}
+	prog := *rec
+	if len(keys) == 0 && (prog.Chunks > 0 || !prog.Truncate) {
+		// Without a key the rows queued cannot be told from those
+		// changed meanwhile: the copy starts over, after a truncate.
+		prog.Page, prog.Rows, prog.Chunks, prog.Truncate = 0, 0, 0, true
+	}
+	from := time.Now()
+	tracked := b.s.handoff.startTracking(rec.OID, names)
+	defer b.s.handoff.stopTracking()
+	var since store.LSN
+	select {
+	case since = <-tracked:
+	case <-ctx.Done():
+		return nil
+	}
+	// A transaction the stream received before it began tracking must
+	// be visible to the first chunk's copy: under synchronous
+	// replication it is only once acknowledged.
+	for deadline := time.Now().Add(10 * time.Second); store.LSN(b.s.confirmedLSN.Load()) < since && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	how := "by key " + strings.Join(names, ", ")
+	if len(keys) == 0 {
+		how = "by ctid ranges (no primary key or replica identity index)"
+	}
+	log.Info("backfill started", "reason", prog.Reason, "rows_queued", prog.Rows, "chunk_rows", b.s.chunkRows(), "order", how)
+	b.s.noteBackfill(&prog, true)
+	b.again = false
+	backoff := 100 * time.Millisecond
+	lastLog := time.Now()
+	var redone, replaced int64
+	for {
+		select {
+		case req := <-b.s.resyncs:
+			req.done <- b.resync(ctx, req)
+		default:
+		}
+		if b.again {
+			return errResyncAgain
+		}
+		res, next, err := b.copyChunk(ctx, t, &prog, keys)
+		if err != nil {
+			return err
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case res.restart != "":
+			log.Warn("backfill starts over", "why", res.restart)
+			prog.Page, prog.Rows, prog.Chunks, prog.Truncate = 0, 0, 0, true
+			redone++
+		case res.redo != "":
+			log.Info("backfill copies a chunk again", "why", res.redo, "backoff", backoff.String())
+			redone++
+		}
+		if !res.queued {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		prog = *next
+		replaced += int64(res.replaced)
+		b.s.noteBackfill(&prog, true)
+		if prog.Done {
+			// The next table is chosen from the state file: it
+			// must record this one done first.
+			if err := b.s.writer.sync(ctx); err != nil {
+				return err
+			}
+			log.Info("backfill done", "reason", prog.Reason, "rows", prog.Rows, "chunks", prog.Chunks,
+				"rows_left_to_changes", replaced, "chunks_copied_again", redone, "seconds", time.Since(from).Round(time.Millisecond).Seconds())
+			return nil
+		}
+		if time.Since(lastLog) >= backfillLogEvery {
+			lastLog = time.Now()
+			log.Info("backfill progress", "rows", prog.Rows, "chunks", prog.Chunks, "rows_left_to_changes", replaced, "chunks_copied_again", redone)
+		}
+		if b.limiter != nil && res.rows > 0 {
+			if err := b.limiter.WaitN(ctx, min(res.rows, b.limiter.Burst())); err != nil {
+				return nil
+			}
+		}
+	}
+}
+
+// keyColumns returns the columns a table's rows are paged by: the columns
+// that identify a row (store.Relation.KeyColumns: the primary key, or the
+// replica identity index), with their types; none for a table without
+// either, copied by ctid ranges.
+func (b *backfiller) keyColumns(ctx context.Context, rel *store.Relation) ([]keyColumn, error) {
+	if rel.Multiset() {
+		return nil, nil
+	}
+	var keys []keyColumn
+	for _, i := range rel.KeyColumns() {
+		var typ string
+		err := b.conn.QueryRow(ctx, `SELECT format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid = $1 AND attname = $2`,
+			rel.Key.OID, rel.Columns[i].Name).Scan(&typ)
+		if err != nil {
+			return nil, fmt.Errorf("read the type of %s: %w", rel.Columns[i].Name, err)
+		}
+		keys = append(keys, keyColumn{name: rel.Columns[i].Name, typ: typ})
+	}
+	return keys, nil
+}
+
+// copyChunk copies the chunk after prog and hands it to the stream between
+// its watermarks. It returns what the stream did with it and, once queued,
+// the progress recorded with it.
+func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfill, keys []keyColumn) (chunkResult, *store.Backfill, error) {
+	tx, err := b.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var snapText string
+	if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snapText); err != nil {
+		return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
+	}
+	snap, err := parseSnapshot(snapText)
+	if err != nil {
+		return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
+	}
+	rel, err := relationFromCatalog(ctx, b.conn, prog.OID, t, 0, b.types.Known)
+	if err != nil {
+		return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
+	}
+	rd := newRelationDecoder(b.types, rel)
+	cr := &chunkReader{rd: rd, texts: make([][]byte, len(rel.Columns))}
+	limit := b.s.chunkRows()
+	next := *prog
+	next.After = nil
+	var query string
+	cols := make([]string, len(rel.Columns))
+	for i, c := range rel.Columns {
+		cols[i] = pgx.Identifier{c.Name}.Sanitize()
+	}
+	from := "SELECT " + strings.Join(cols, ", ") + " FROM " + pgx.Identifier{rel.Schema, rel.Name}.Sanitize()
+	if len(keys) > 0 {
+		names := make([]string, len(keys))
+		for i, k := range keys {
+			names[i] = k.name
+		}
+		if cr.keyPos = keyPositions(rel, names); cr.keyPos == nil {
+			return chunkResult{redo: "a key column is gone"}, nil, nil
+		}
+		query, err = keysetQuery(from, keys, prog.After, limit)
+		if err != nil {
+			return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
+		}
+	} else {
+		var pages, leaves int64
+		// The pages of the table, or of its largest partition (a
+		// range of ctids selects rows in every partition).
+		err := tx.QueryRow(ctx, `SELECT coalesce(max(pg_relation_size(relid)), pg_relation_size($1)) / current_setting('block_size')::int,
+			       count(*) FROM pg_partition_tree($1) WHERE isleaf`, prog.OID).Scan(&pages, &leaves)
+		if err != nil {
+			return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
+		}
+		span := max(1, int64(limit)/(maxTuplesPerPage*max(1, leaves)))
+		end := prog.Page + uint64(span)
+		query = fmt.Sprintf("%s WHERE ctid >= '(%d,0)'::tid AND ctid < '(%d,0)'::tid", from, prog.Page, end)
+		next.Page = end
+		next.Done = int64(end) >= pages
+	}
+	b.chunk++
+	win := &chunkWindow{id: fmt.Sprintf("%s-%d", b.nonce, b.chunk), oid: prog.OID, rel: rel, snap: snap,
+		truncate: prog.Truncate, result: make(chan chunkResult, 1)}
+	h := b.s.handoff
+	h.mu.Lock()
+	h.win = win
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		if h.win == win {
+			h.win = nil
+		}
+		h.mu.Unlock()
+	}()
+	if err := b.emit(ctx, tx, win, "low"); err != nil {
+		return chunkResult{}, nil, err
+	}
+	if _, err := b.conn.PgConn().CopyTo(ctx, cr, "COPY ("+query+") TO STDOUT"); err != nil {
+		return chunkResult{}, nil, fmt.Errorf("backfill %s: copy: %w", t, err)
+	}
+	if len(cr.partial) > 0 {
+		return chunkResult{}, nil, fmt.Errorf("backfill %s: COPY ended inside a row", t)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
+	}
+	if b.s.failpoint != nil {
+		if err := b.s.failpoint("backfill-copied"); err != nil {
+			return chunkResult{}, nil, err
+		}
+	}
+	if len(keys) > 0 {
+		next.After = cr.last
+		next.Done = len(cr.rows) < limit
+		if next.After == nil {
+			next.After = prog.After
+		}
+	}
+	h.mu.Lock()
+	win.rows, win.keys, win.prog, win.ready = cr.rows, cr.keys, &next, true
+	h.mu.Unlock()
+	if err := b.emitHigh(ctx, win); err != nil {
+		return chunkResult{}, nil, err
+	}
+	select {
+	case res := <-win.result:
+		return res, &next, nil
+	case <-ctx.Done():
+		return chunkResult{}, nil, nil
+	}
+}
+
+// emit writes a watermark of the chunk into the WAL.
+func (b *backfiller) emit(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, win *chunkWindow, mark string) error {
+	content, err := json.Marshal(watermark{ID: win.id, OID: win.oid, Mark: mark})
+	if err != nil {
+		return err
+	}
+	if _, err := q.Exec(ctx, `SELECT pg_logical_emit_message(false, $1, $2)`, backfillPrefix, string(content)); err != nil {
+		return fmt.Errorf("backfill: write the %s watermark: %w", mark, err)
+	}
+	return nil
+}
+
+// emitHigh writes the high watermark of the chunk and flushes the WAL up
+// to it. A non-transactional message is decoded once the WAL holding it
+// is flushed, which nothing else may do for a while (up to
+// wal_writer_delay); a transaction with an xid flushes it at its commit
+// (locally: a synchronous standby, which the agent may itself be, is not
+// waited for). PostgreSQL 17's flush argument would do it without an xid.
+func (b *backfiller) emitHigh(ctx context.Context, win *chunkWindow) error {
+	return pgx.BeginFunc(ctx, b.conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = local`); err != nil {
+			return fmt.Errorf("backfill: %w", err)
+		}
+		if err := b.emit(ctx, tx, win, "high"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+			return fmt.Errorf("backfill: %w", err)
+		}
+		return nil
+	})
+}
+
+// keysetQuery returns the query of the limit rows after the key after
+// (from the first row when after is nil), in key order. The key's values
+// are literals cast to the columns' types: COPY takes no parameters.
+func keysetQuery(from string, keys []keyColumn, after [][]byte, limit int) (string, error) {
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = pgx.Identifier{k.name}.Sanitize()
+	}
+	order := strings.Join(names, ", ")
+	q := from
+	if after != nil {
+		if len(after) != len(keys) {
+			return "", fmt.Errorf("the last key copied has %d values, the key %d columns", len(after), len(keys))
+		}
+		lits := make([]string, len(keys))
+		for i, k := range keys {
+			lits[i] = "CAST(" + quoteLiteral(after[i]) + " AS " + k.typ + ")"
+		}
+		q += " WHERE (" + order + ") > (" + strings.Join(lits, ", ") + ")"
+	}
+	return fmt.Sprintf("%s ORDER BY %s LIMIT %d", q, order, limit), nil
+}
+
+// quoteLiteral quotes text as an SQL string literal, whatever
+// standard_conforming_strings says (as PostgreSQL's quote_literal does).
+func quoteLiteral(text []byte) string {
+	q := "'" + strings.ReplaceAll(string(text), "'", "''") + "'"
+	if bytes.IndexByte(text, '\\') >= 0 {
+		q = "E" + strings.ReplaceAll(q, `\`, `\\`)
+	}
+	return q
+}
+
+// chunkReader receives a chunk's COPY text output and decodes its rows,
+// their keys, and the text of the last row's key.
+type chunkReader struct {
+	rd      *relationDecoder
+	keyPos  []int
+	partial []byte
+	slab    valueSlab
+	texts   [][]byte
+	rows    []store.Change
+	keys    []string
+	last    [][]byte
+	buf     []byte
+}
+
+func (c *chunkReader) Write(p []byte) (int, error) {
+	if err := eachLine(&c.partial, p, c.row); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (c *chunkReader) row(line []byte) error {
+	vals, err := c.rd.decodeCopyRow(line, &c.slab, c.texts)
+	if err != nil {
+		return err
+	}
+	c.rows = append(c.rows, store.Change{Op: store.OpSnapshot, Relation: c.rd.rel.Key, New: vals})
+	if c.keyPos == nil {
+		return nil
+	}
+	c.buf = c.buf[:0]
+	last := make([][]byte, len(c.keyPos))
+	for i, p := range c.keyPos {
+		if c.texts[p] == nil {
+			return fmt.Errorf("copy %s: key column %s is null", c.rd.rel.QualifiedName(), c.rd.rel.Columns[p].Name)
+		}
+		c.buf = typemap.AppendValueKey(c.buf, &vals[p])
+		last[i] = c.texts[p]
+	}
+	c.keys = append(c.keys, string(c.buf))
+	c.last = last
+	return nil
+}
+
+// chunkRows is the number of rows a backfill copies per chunk.
+func (s *Source) chunkRows() int {
+	if s.cfg.BackfillChunkRows > 0 {
+		return s.cfg.BackfillChunkRows
+	}
+	return DefaultBackfillChunkRows
+}

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/internal/pgtest"
+)
+
+// waitBackfilled waits until the running agent reports the copy of table
+// done, and returns its status.
+func waitBackfilled(t *testing.T, e *e2e, d *daemon, table string) agent.BackfillStatus {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case <-d.exited:
+			t.Fatalf("agent exited; log:\n%s", d.stderr)
+		default:
+		}
+		if st, err := agent.AskStatus(context.Background(), e.stateDir); err == nil {
+			for _, b := range st.Backfills {
+				if b.Table == table && b.State == agent.BackfillDone {
+					return b
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("the backfill of %s did not finish in 3 minutes; log:\n%s", table, d.log())
+	return agent.BackfillStatus{}
+}
+
+// writeLoad updates table a's rows, and with changeB inserts, updates and
+// deletes table b's (ids above 1 million are new), until stopped.
+func writeLoad(t *testing.T, dsn string, changeB bool, stop <-chan struct{}) (wait func() error) {
+	conn := pgtest.Conn(t, dsn)
+	var wg sync.WaitGroup
+	var err error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ctx := context.Background()
+		next := int64(1_000_000)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `UPDATE a SET n = n + 1 WHERE id = $1`, 1+rand.IntN(100)); err != nil {
+					return err
+				}
+				if !changeB {
+					return nil
+				}
+				var err error
+				switch r := rand.IntN(10); {
+				case r < 3:
+					_, err = tx.Exec(ctx, `INSERT INTO b VALUES ($1, $1, 'new')`, next)
+					next++
+				case r < 8:
+					_, err = tx.Exec(ctx, `UPDATE b SET n = n + 1, payload = 'changed' WHERE id = $1`, 1+rand.Int64N(20000))
+				default:
+					_, err = tx.Exec(ctx, `DELETE FROM b WHERE id = $1`, 1+rand.Int64N(20000))
+				}
+				return err
+			})
+			if err != nil {
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return func() error { wg.Wait(); return err }
+}
+
+const backfillSchema = `
+CREATE TABLE a (id int PRIMARY KEY, n int8 NOT NULL);
+INSERT INTO a SELECT g, 0 FROM generate_series(1, 100) g;
+`
+
+// TestBackfillOfAnAddedTable adds a table with rows to source.tables after
+// the first start, while a writer keeps changing it and another table:
+// the mirror ends equal to PostgreSQL row by row, the changelog holds the
+// copy as snapshot rows, the other table's changes went on between the
+// chunks, and the status, the metrics and the log report the copy.
+func TestBackfillOfAnAddedTable(t *testing.T) {
+	addr := freeAddr(t)
+	e := newE2EWith(t, []string{"public.a"}, "http:\n  listen: "+addr+"\n")
+	e.exec(backfillSchema)
+	d := e.start()
+	waitState(t, e, d, "streaming")
+	e.stop(d)
+
+	e.exec(`CREATE TABLE b (id int8 PRIMARY KEY, n int8 NOT NULL, payload text)`,
+		`INSERT INTO b SELECT g, g, 'seed' FROM generate_series(1, 20000) g`)
+	e.setSourceKey("tables", "[public.a, public.b]")
+	e.setSourceKey("backfill_chunk_rows", "500")
+	stop := make(chan struct{})
+	wait := writeLoad(t, e.dsn, true, stop)
+	d = e.start()
+	done := waitBackfilled(t, e, d, "public.b")
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	if err := wait(); err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	e.waitApplied(d)
+
+	out, _, code := e.lakeside("status", "--config", e.configPath)
+	if code != 0 || !strings.Contains(out, "backfill:") || !strings.Contains(out, "public.b (added) done") {
+		t.Errorf("status does not report the backfill: exit %d\n%s", code, out)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{fmt.Sprintf(`lakeside_backfill_rows_total{table="public.b"} %d`, done.RowsCopied), `lakeside_backfill_running{table="public.b"} 0`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, metrics)
+		}
+	}
+	e.stop(d)
+	for _, want := range []string{`msg="backfill started"`, `table=public.b reason=added rows_queued=0`, `msg="backfill done"`} {
+		if !strings.Contains(d.log(), want) {
+			t.Errorf("the log does not say %s:\n%s", want, d.log())
+		}
+	}
+
+	e.compareMirror(t, "public.b", `SELECT id, n, payload FROM b`, "id", "n", "payload")
+	e.compareMirror(t, "public.a", `SELECT id, n FROM a`, "id", "n")
+	var first, last int64
+	snapshots := int64(0)
+	for _, r := range e.deltaRows("public.b_changes") {
+		if r["_op"] == "snapshot" {
+			lsn := r["_lsn"].(int64)
+			if first == 0 || lsn < first {
+				first = lsn
+			}
+			last = max(last, lsn)
+			snapshots++
+		}
+	}
+	between := 0
+	for _, r := range e.deltaRows("public.a_changes") {
+		if lsn := r["_lsn"].(int64); r["_op"] == "update" && lsn > first && lsn < last {
+			between++
+		}
+	}
+	if snapshots != done.RowsCopied || snapshots < 15000 || between == 0 {
+		t.Fatalf("the changelog of b holds %d snapshot rows (status: %d copied), and that of a %d updates between the first and last chunk; want the copy, and a's changes between its chunks",
+			snapshots, done.RowsCopied, between)
+	}
+	t.Logf("%d rows copied in %d chunks; %d updates of a between the first and last chunk", snapshots, done.Chunks, between)
+}
+
+// TestKillDuringBackfill kills the real agent with SIGKILL at random
+// moments while it copies a table of 200k rows added after the first
+// start, and another table takes a steady write load; after the restarts
+// the mirrors equal PostgreSQL and the changelog holds each copied row
+// exactly once.
+func TestKillDuringBackfill(t *testing.T) {
+	e := newE2E(t, []string{"public.a"})
+	e.exec(backfillSchema)
+	d := e.start()
+	waitState(t, e, d, "streaming")
+	e.stop(d)
+
+	const rows = 200000
+	e.exec(`CREATE TABLE b (id int8 PRIMARY KEY, n int8 NOT NULL, payload text)`,
+		fmt.Sprintf(`INSERT INTO b SELECT g, g, md5(g::text) FROM generate_series(1, %d) g`, rows))
+	e.setSourceKey("tables", "[public.a, public.b]")
+	e.setSourceKey("backfill_chunk_rows", "2000")
+	e.setSourceKey("backfill_rows_per_second", "25000")
+	stop := make(chan struct{})
+	wait := writeLoad(t, e.dsn, false, stop)
+	kills, during := 0, 0
+	for kills < 8 {
+		d = e.start()
+		time.Sleep(time.Duration(1200+rand.IntN(2000)) * time.Millisecond)
+		if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-d.exited
+		if ws, ok := d.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("run %d: agent exited by itself before the kill; log:\n%s", kills, d.stderr)
+		}
+		kills++
+		log := d.log()
+		if strings.Contains(log, "msg=\"backfill done\"") {
+			break
+		}
+		if strings.Contains(log, "msg=\"backfill started\"") {
+			during++
+		}
+	}
+	d = e.start()
+	done := waitBackfilled(t, e, d, "public.b")
+	close(stop)
+	if err := wait(); err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	e.waitApplied(d)
+	e.stop(d)
+	if during < 2 {
+		t.Fatalf("only %d of %d kills came while the table was being copied", during, kills)
+	}
+
+	perKey := map[int64]int{}
+	for _, r := range e.deltaRows("public.b_changes") {
+		if r["_op"] != "snapshot" {
+			t.Fatalf("the changelog of b holds a %v", r["_op"])
+		}
+		perKey[r["id"].(int64)]++
+	}
+	for id := int64(1); id <= rows; id++ {
+		if perKey[id] != 1 {
+			t.Fatalf("row %d is in the changelog %d times as a snapshot row, want once", id, perKey[id])
+		}
+	}
+	if len(perKey) != rows || done.RowsCopied != rows {
+		t.Fatalf("the changelog copies %d rows, the status %d; want %d", len(perKey), done.RowsCopied, rows)
+	}
+	e.compareMirror(t, "public.b", `SELECT id, n, payload FROM b`, "id", "n", "payload")
+	e.compareMirror(t, "public.a", `SELECT id, n FROM a`, "id", "n")
+	t.Logf("%d kills, %d of them while copying; every row copied once in %d chunks", kills, during, done.Chunks)
+}
+
+// TestResyncCommand resyncs a captured table with `lakeside resync`: the
+// command follows the copy until it is done, the changelog holds a
+// truncate and then the rows copied again, and the mirror equals
+// PostgreSQL.
+func TestResyncCommand(t *testing.T) {
+	e := newE2E(t, []string{"public.a"})
+	e.exec(backfillSchema)
+	e.setSourceKey("backfill_chunk_rows", "30")
+	_, stderr, code := e.lakeside("resync", "--config", e.configPath, "public.a")
+	if code == 0 || !strings.Contains(stderr, "needs the running agent") {
+		t.Fatalf("resync without an agent: exit %d: %s", code, stderr)
+	}
+	d := e.start()
+	waitState(t, e, d, "streaming")
+	e.exec(`UPDATE a SET n = -1 WHERE id <= 10`)
+	e.waitApplied(d)
+	var before int64
+	for _, r := range e.deltaRows("public.a_changes") {
+		before = max(before, r["_lsn"].(int64))
+	}
+	out, stderr, code := e.lakeside("resync", "--config", e.configPath, "public.a")
+	if code != 0 || !strings.Contains(out, "resync of public.a recorded") || !strings.Contains(out, "public.a (resync) done, 100 rows in 4 chunks") {
+		t.Fatalf("resync: exit %d\n%s%s", code, out, stderr)
+	}
+	e.exec(`DELETE FROM a WHERE id = 100`)
+	e.waitApplied(d)
+	e.stop(d)
+	ops := map[string]int{}
+	var truncateLSN, firstCopy int64
+	for _, r := range e.deltaRows("public.a_changes") {
+		if r["_lsn"].(int64) <= before {
+			continue
+		}
+		op := r["_op"].(string)
+		ops[op]++
+		switch lsn := r["_lsn"].(int64); {
+		case op == "truncate":
+			truncateLSN = lsn
+		case op == "snapshot" && (firstCopy == 0 || lsn < firstCopy):
+			firstCopy = lsn
+		}
+	}
+	if ops["truncate"] != 1 || ops["snapshot"] != 100 || ops["delete"] != 1 || truncateLSN >= firstCopy {
+		t.Fatalf("after the resync the changelog holds %v (truncate at %d, first copied row at %d); want a truncate, then 100 rows copied, and the delete", ops, truncateLSN, firstCopy)
+	}
+	e.compareMirror(t, "public.a", `SELECT id, n FROM a`, "id", "n")
+}
