@@ -93,6 +93,11 @@ const DefaultWatchInterval = 2 * time.Second
 // rows are copied as its new generation.
 const ReasonRecreated = "recreated"
 
+// ReasonRewritten is the reason Config.Backfill is given for a table that
+// a schema change rewrote (a type change with USING, a column added with a
+// volatile default): PostgreSQL sent no change for its rows.
+const ReasonRewritten = "rewritten"
+
 // sessionParams are set on every connection so that the text form of values
 // is the one the decoders expect, whatever the server's defaults.
 var sessionParams = map[string]string{

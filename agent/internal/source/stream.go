@@ -1,10 +1,12 @@
 package source
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -532,7 +534,43 @@ func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 		st.s.log.Info("table schema changed", "table", rel.QualifiedName(), "columns", len(rel.Columns), "version_lsn", key.String())
 	}
 	st.rels[oid] = newRelationDecoder(st.types, rel)
-	return st.s.writer.send(writeOp{kind: opRelation, rel: rel})
+	var gen *newGeneration
+	if prev := cmp.Or(newest, curRel(cur)); rewritten(prev, rel) {
+		// PostgreSQL sends no change for the rows it rewrote: the
+		// table's rows are copied again (the catalog watcher asks).
+		st.s.log.Info("table rewritten by a schema change; its rows are copied again", "table", rel.TableName(),
+			"version_lsn", key.String())
+		gen = &newGeneration{table: rel.TableName(), oid: oid, backfill: ReasonRewritten}
+	}
+	return st.s.writer.send(writeOp{kind: opRelation, rel: rel, gen: gen})
+}
+
+// curRel returns the schema version of a relation decoder, or nil.
+func curRel(rd *relationDecoder) *store.Relation {
+	if rd == nil {
+		return nil
+	}
+	return rd.rel
+}
+
+// rewritten reports whether schema version rel follows prev, of the same
+// table, after a rewrite of the table that changed its rows' values: a
+// column's type changed or a column was added (a USING clause, a volatile
+// default), and the table's file node changed. A rename, or a rewrite that
+// changes no value (VACUUM FULL, CLUSTER), is not.
+func rewritten(prev, rel *store.Relation) bool {
+	if prev == nil || prev.Key.OID != rel.Key.OID || prev.FileNode == 0 || rel.FileNode == 0 || prev.FileNode == rel.FileNode {
+		return false
+	}
+	for _, c := range rel.Columns {
+		i := slices.IndexFunc(prev.Columns, func(p store.Column) bool {
+			return c.AttNum != 0 && p.AttNum == c.AttNum || c.AttNum == 0 && p.Name == c.Name
+		})
+		if i < 0 || prev.Columns[i].TypeOID != c.TypeOID || prev.Columns[i].TypeMod != c.TypeMod {
+			return true
+		}
+	}
+	return false
 }
 
 // describedAs returns what a Relation message says of its table, to tell

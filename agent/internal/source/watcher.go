@@ -391,7 +391,13 @@ func (w *watcher) backfills(ctx context.Context, ids []*store.TableIdentity) err
 		cur := id.Current()
 		for _, g := range id.Generations {
 			key := id.Table + "\x00" + strconv.FormatUint(uint64(g.OID), 10)
-			if g.Backfill == "" || w.asked[key] {
+			if g.Backfill == "" {
+				// Asked and recorded so: a later copy of the same
+				// generation (a rewrite) is asked for again.
+				delete(w.asked, key)
+				continue
+			}
+			if w.asked[key] {
 				continue
 			}
 			if g.OID == cur.OID {

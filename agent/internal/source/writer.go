@@ -53,7 +53,7 @@ type writeOp struct {
 	// opSpoolCommit records with the transaction it queues.
 	slot *store.SlotState
 	// identities and gen are what opIdentities, opNewGeneration and
-	// opBackfillAsked record.
+	// opBackfillAsked record; an opRelation records gen too, when set.
 	identities []*store.TableIdentity
 	gen        *newGeneration
 	// backfills are recorded, and the records of the tables in forget
@@ -474,7 +474,13 @@ func applyKind(tx *store.Writer, op *writeOp) error {
 		_, err := tx.DiscardSpools()
 		return err
 	case opRelation:
-		return tx.PutRelation(op.rel)
+		if err := tx.PutRelation(op.rel); err != nil {
+			return err
+		}
+		if op.gen != nil {
+			return op.gen.record(tx)
+		}
+		return nil
 	case opSlotState:
 		return tx.SetSlotState(op.slot)
 	case opClearState:
@@ -523,7 +529,12 @@ func (g *newGeneration) record(tx *store.Writer) error {
 	}
 	cur := id.Current()
 	if cur.OID == g.oid {
-		return nil
+		if g.backfill == "" {
+			return nil
+		}
+		// The current generation's rows are to be copied again.
+		id.Generations[len(id.Generations)-1].Backfill = g.backfill
+		return tx.PutTableIdentity(id)
 	}
 	id.Generations = append(id.Generations, store.TableGeneration{OID: g.oid, Generation: cur.Generation + 1, Since: g.since, Backfill: g.backfill})
 	return tx.PutTableIdentity(id)
