@@ -196,6 +196,9 @@ type Applier struct {
 	// in tests; an error (or a panic) there stops the flush.
 	failpoint func(point, table string) error
 
+	// evolved holds the schema versions evolveIdle has brought the Delta
+	// tables to.
+	evolved map[store.RelationKey]bool
 	// tables holds the source tables loaded so far, by qualified name. It
 	// is dropped after a failed flush and loaded again from disk.
 	tables map[string]*sourceTable
@@ -416,6 +419,7 @@ func (a *Applier) Run(ctx context.Context) error {
 			a.backlog.Store(false)
 			sched.idle()
 			a.trimBehind()
+			a.evolveIdle(ctx)
 		} else {
 			now := a.now()
 			var deferring bool
@@ -619,8 +623,12 @@ type batchScan struct {
 func (a *Applier) applyAll(ctx context.Context) error {
 	for {
 		upTo, _, _, err := a.nextBatch()
-		if err != nil || upTo == 0 {
+		if err != nil {
 			return err
+		}
+		if upTo == 0 {
+			a.evolveIdle(ctx)
+			return nil
 		}
 		if err := a.flush(ctx, upTo); err != nil {
 			return err

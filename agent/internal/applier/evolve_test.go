@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/store"
 )
 
 // TestSchemaChangesFollowTheTable runs each schema change a migration makes
@@ -127,6 +129,21 @@ func TestSchemaChangesFollowTheTable(t *testing.T) {
 		})
 	}
 
+	// A DDL with no row change after it: the catalog watcher records the
+	// version, and the idle applier brings the tables to it.
+	t.Run("schema change without a row change", func(t *testing.T) {
+		h.exec(`ALTER TABLE add_default ADD COLUMN e text DEFAULT 'dflt'`, `ALTER TABLE renamed RENAME COLUMN c2 TO c3`)
+		for _, want := range [][2]string{{"add_default", "e"}, {"renamed", "c3"}} {
+			h.waitVersionWith(want[0], want[1])
+		}
+		h.apply(a)
+		h.checkMirror("add_default")
+		h.checkMirror("renamed")
+		if f, _ := h.snapshot("public.renamed_changes").Schema().Field("c3"); f == nil {
+			t.Errorf("renamed_changes has no column c3")
+		}
+	})
+
 	// The history keeps its values under the names and types now.
 	t.Run("changelog history", func(t *testing.T) {
 		valuesOf := func(table, column, op string) []any {
@@ -148,9 +165,9 @@ func TestSchemaChangesFollowTheTable(t *testing.T) {
 			}
 			return out
 		}
-		// Rows inserted while c held text show it under c2.
-		if got := valuesOf("renamed", "c2", "insert"); !slices.Contains(got, any("c7")) {
-			t.Errorf("renamed: history of c2 = %v, want c7 among them", got)
+		// Rows inserted while the column was c show it under c3.
+		if got := valuesOf("renamed", "c3", "insert"); !slices.Contains(got, any("c7")) {
+			t.Errorf("renamed: history of c3 = %v, want c7 among them", got)
 		}
 		// The int4 values inserted before the change are longs now.
 		if got := valuesOf("col_type", "a", "insert"); !slices.Contains(got, any(int64(7000))) {
@@ -210,4 +227,32 @@ func TestTableWrittenBeforeColumnMappingIsSwitched(t *testing.T) {
 	if f, _ := h.snapshot("public.items").Schema().Field("w"); f == nil || f.PhysicalName() != "v" {
 		t.Fatalf("renamed column %v, want physical name v", f)
 	}
+}
+
+// waitVersionWith waits until the schema history has a version of table
+// with a column named column.
+func (h *harness) waitVersionWith(table, column string) {
+	h.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var found bool
+		err := h.db.View(func(r *store.Reader) error {
+			rels, err := r.Relations()
+			for _, rel := range rels {
+				if rel.Name == table && slices.ContainsFunc(rel.Columns, func(c store.Column) bool { return c.Name == column }) {
+					found = true
+				}
+			}
+			return err
+		})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if found {
+			h.caughtUp()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	h.t.Fatalf("no schema version of %s with column %s", table, column)
 }

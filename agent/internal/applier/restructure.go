@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -381,4 +383,74 @@ func (c *changelog) evolve(ctx context.Context, a *Applier) error {
 func indexOf(st *delta.StructType, name string) int {
 	_, i := st.Field(name)
 	return i
+}
+
+// evolveIdle brings the Delta tables of a table to its newest schema
+// version when no queued change brought them there: a DDL with no row
+// change after it, which the catalog watcher records as a version. The
+// idle applier calls it, with everything queued applied, so every version
+// up to the queue's checkpoint is the table's schema now. A table without
+// Delta tables yet is left to its first change.
+func (a *Applier) evolveIdle(ctx context.Context) {
+	var rels map[store.RelationKey]*store.Relation
+	if err := a.db.View(func(r *store.Reader) (err error) { rels, err = r.Relations(); return err }); err != nil {
+		a.log.Warn("read schema history", "err", err)
+		return
+	}
+	newest := map[uint32]*store.Relation{}
+	for k, r := range rels {
+		if k.LSN <= a.scan.durable && (newest[k.OID] == nil || k.LSN > newest[k.OID].Key.LSN) {
+			newest[k.OID] = r
+		}
+	}
+	for _, rel := range newest {
+		if a.evolved[rel.Key] {
+			continue
+		}
+		if err := a.evolveTo(ctx, rels, rel); err != nil {
+			a.log.Warn("apply a schema change", "table", rel.TableName(), "err", err)
+			a.reset()
+			return
+		}
+		if a.evolved == nil {
+			a.evolved = map[store.RelationKey]bool{}
+		}
+		a.evolved[rel.Key] = true
+	}
+}
+
+// evolveTo brings the Delta tables of rel's table, if it has them, to
+// schema version rel, committing a schema that only changed in metaData
+// commits that keep the txn version.
+func (a *Applier) evolveTo(ctx context.Context, rels map[store.RelationKey]*store.Relation, rel *store.Relation) error {
+	if st := a.tables[rel.TableName()]; st == nil || st.held {
+		if _, err := os.Stat(filepath.Join(a.cfg.TablesDir, rel.DirName(), "_delta_log")); err != nil {
+			return nil
+		}
+	}
+	if a.tables == nil {
+		a.tables = map[string]*sourceTable{}
+	}
+	a.read.target = rel.Key.LSN
+	defer func() { a.read.target = 0 }()
+	st := a.table(ctx, rels, rel)
+	if st.held {
+		return nil
+	}
+	if err := st.failed(); err != nil {
+		return err
+	}
+	if st.cols.follows != rel.Key {
+		if err := a.evolve(ctx, st, rel); err != nil {
+			return err
+		}
+	}
+	for _, dt := range []*deltaTable{st.changelog.deltaTable, st.mirror.deltaTable} {
+		if dt.schemaDirty {
+			if err := a.commit(ctx, dt, nil, commitInfo{operation: "CHANGE COLUMN", first: dt.applied, last: dt.applied}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
