@@ -22,6 +22,7 @@ import (
 // one step of a migration, while the agent runs throughout.
 const lifecycleTables = `
 	CREATE TABLE add_default (id int4 PRIMARY KEY, v text);
+	CREATE TABLE add_volatile (id int4 PRIMARY KEY, v text);
 	CREATE TABLE key_type (id int4 PRIMARY KEY, v text);
 	CREATE TABLE col_type (id int4 PRIMARY KEY, a int4);
 	CREATE TABLE col_using (id int4 PRIMARY KEY, c text);
@@ -34,6 +35,7 @@ const lifecycleTables = `
 	CREATE TABLE late (id int4 PRIMARY KEY, v text);
 	CREATE TABLE steady (id int8 PRIMARY KEY, n int8);
 	INSERT INTO add_default SELECT g, 'v' || g FROM generate_series(1, 200) g;
+	INSERT INTO add_volatile SELECT g, 'v' || g FROM generate_series(1, 200) g;
 	INSERT INTO key_type SELECT g, 'v' || g FROM generate_series(1, 200) g;
 	INSERT INTO col_type SELECT g, g FROM generate_series(1, 200) g;
 	INSERT INTO col_using SELECT g, repeat('x', g % 17) FROM generate_series(1, 200) g;
@@ -50,12 +52,11 @@ const lifecycleTables = `
 // column by column under the names and types it has now, and the other
 // table kept flowing.
 func TestDatabaseLifecycle(t *testing.T) {
-	tables := []string{"public.add_default", "public.key_type", "public.col_type", "public.col_using", "public.col_rename",
+	tables := []string{"public.add_default", "public.add_volatile", "public.key_type", "public.col_type", "public.col_using", "public.col_rename",
 		"public.new_key", "public.renamed", "public.recreated", "public.no_key", "public.steady"}
 	e := newE2E(t, tables)
 	e.exec(lifecycleTables, `INSERT INTO steady VALUES (1, 0)`)
 	d := e.start()
-	t.Cleanup(func() { e.stop(d) })
 	e.waitApplied(d)
 
 	// The writer updates steady's one row in its own transactions.
@@ -103,6 +104,9 @@ func TestDatabaseLifecycle(t *testing.T) {
 		{"add column with a constant default", []string{
 			`ALTER TABLE add_default ADD COLUMN d int DEFAULT 7`},
 			"add_default", `SELECT id, v, d FROM add_default`, []string{"id", "v", "d"}},
+		{"add column with a volatile default", []string{
+			`ALTER TABLE add_volatile ADD COLUMN r int DEFAULT (random() * 1000000)::int`},
+			"add_volatile", `SELECT id, v, r FROM add_volatile`, []string{"id", "v", "r"}},
 		{"key column type change", []string{
 			`ALTER TABLE key_type ALTER COLUMN id TYPE bigint`,
 			`INSERT INTO key_type VALUES (5000000000, 'big')`,
@@ -218,6 +222,7 @@ func TestDatabaseLifecycle(t *testing.T) {
 			return e.mirrorDiff("public.late", `SELECT id, v FROM late`, "id", "v")
 		})
 	})
+	e.stop(d)
 }
 
 // connect opens another connection to the test database.

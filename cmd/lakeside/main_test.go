@@ -168,7 +168,7 @@ func (e *e2e) stop(d *daemon) time.Duration {
 		e.t.Fatalf("agent ignored SIGTERM for 20s; log:\n%s", d.stderr)
 	}
 	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
-		e.t.Fatalf("agent exited with %d after SIGTERM; log:\n%s", code, d.stderr)
+		e.t.Fatalf("agent exited with %d (%s) after SIGTERM; log:\n%s", code, d.cmd.ProcessState, d.stderr)
 	}
 	return time.Since(start)
 }
