@@ -575,21 +575,23 @@ func (a *Applier) nextBatch() (upTo store.LSN, changes int64, full bool, err err
 }
 
 // schemaChanges returns the positions of the schema history's versions
-// that follow an earlier version of their table, sorted.
+// that follow an earlier version of their table (by the name it is
+// captured as: a re-created table's first version follows the old
+// table's), sorted.
 func schemaChanges(r *store.Reader) ([]store.LSN, error) {
 	rels, err := r.Relations()
 	if err != nil {
 		return nil, err
 	}
-	first := map[uint32]store.LSN{}
-	for k := range rels {
-		if f, ok := first[k.OID]; !ok || k.LSN < f {
-			first[k.OID] = k.LSN
+	first := map[string]store.LSN{}
+	for k, rel := range rels {
+		if f, ok := first[rel.TableName()]; !ok || k.LSN < f {
+			first[rel.TableName()] = k.LSN
 		}
 	}
 	var out []store.LSN
-	for k := range rels {
-		if k.LSN != first[k.OID] {
+	for k, rel := range rels {
+		if k.LSN != first[rel.TableName()] {
 			out = append(out, k.LSN)
 		}
 	}

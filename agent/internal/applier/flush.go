@@ -427,14 +427,14 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 }
 
 // targetVersion returns the schema version the Delta tables of rel's table
-// follow in the flush: the newest of the schema history at or before the
-// flush's end (nextBatch ends a batch before a new version, so that this
+// follow in the flush: the newest of the table's (by the name it is
+// captured as, so a re-created table's too) at or before the flush's end (nextBatch ends a batch before a new version, so that this
 // is the version of every change of the flush but those of a transaction
 // that changed the schema in its middle).
 func (a *Applier) targetVersion(rels map[store.RelationKey]*store.Relation, rel *store.Relation) *store.Relation {
-	newest := rel
+	newest, name := rel, rel.TableName()
 	for k, r := range rels {
-		if k.OID == rel.Key.OID && k.LSN > newest.Key.LSN && k.LSN <= a.read.target {
+		if k.LSN > newest.Key.LSN && k.LSN <= a.read.target && r.TableName() == name {
 			newest = r
 		}
 	}

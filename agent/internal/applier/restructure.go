@@ -397,10 +397,10 @@ func (a *Applier) evolveIdle(ctx context.Context) {
 		a.log.Warn("read schema history", "err", err)
 		return
 	}
-	newest := map[uint32]*store.Relation{}
+	newest := map[string]*store.Relation{}
 	for k, r := range rels {
-		if k.LSN <= a.scan.durable && (newest[k.OID] == nil || k.LSN > newest[k.OID].Key.LSN) {
-			newest[k.OID] = r
+		if n := r.TableName(); k.LSN <= a.scan.durable && (newest[n] == nil || k.LSN > newest[n].Key.LSN) {
+			newest[n] = r
 		}
 	}
 	for _, rel := range newest {
