@@ -60,7 +60,8 @@ const maxAppendRuns = 4
 // other change does, see add).
 func (m *mirror) appendInsert(ctx context.Context, a *Applier, key []byte, ins *insertRow) (bool, error) {
 	r := m.app
-	if r != nil && r.settled {
+	if r != nil && r.settled || a.cfg.ChangeDataFeed {
+		// With the change data feed every insert is merged (cdf.go).
 		return false, nil
 	}
 	if !m.laidOut() {
