@@ -216,3 +216,45 @@ func TestChangeDataFeedProtocol(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyChangeDataFile writes a change data file of no rows, which a
+// version that rewrites files without changing a row commits so that its
+// removes and adds are not read as changes.
+func TestEmptyChangeDataFile(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	schema := NewStructType(NewField("id", TypeLong, false))
+	tbl, err := Create(ctx, dir, schema, nil, map[string]string{EnableChangeDataFeedKey: "true"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add, err := WriteDataFile(ctx, dir, schema, nil, nil, []Row{{int64(1)}}, WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tbl.Commit(ctx, 0, []Action{add}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := WriteDataFile(ctx, dir, schema, nil, nil, []Row{{int64(1)}}, WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cw, err := NewChangeDataWriter(dir, schema, nil, nil, WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cadd, err := cw.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tbl.Commit(ctx, 1, []Action{RemoveOf(add, 1, true), again, CDCOf(cadd)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := tbl.ReadChanges(ctx, 2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("a rewrite with an empty change data file reads as %+v", got)
+	}
+}

@@ -207,3 +207,49 @@ func TestChangeDataFeedOfSoftDeletes(t *testing.T) {
 	}
 	h.checkMirror("s")
 }
+
+// TestChangeDataFeedOfMultiset: a mirror of a table without a key holds
+// copies of rows; its changes are the copies gained (inserts) and lost
+// (deletes), an update one of each.
+func TestChangeDataFeedOfMultiset(t *testing.T) {
+	h := newHarness(t, `
+		CREATE TABLE m (a int, b text);
+		ALTER TABLE m REPLICA IDENTITY FULL;
+		INSERT INTO m SELECT g % 10, 'b' || (g % 3) FROM generate_series(1, 60) g;`, "m")
+	a := h.applier(func(c *Config) { c.TargetFileRows = 8; c.ChangeDataFeed = true })
+	h.apply(a)
+	tbl, err := delta.Open(context.Background(), filepath.Join(h.tablesDir, "public.m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		`INSERT INTO m VALUES (1, 'b1'), (1, 'b1'), (5, 'x')`,
+		`DELETE FROM m WHERE ctid IN (SELECT ctid FROM m WHERE a = 2 LIMIT 2)`,
+		`UPDATE m SET b = 'u' WHERE a = 3`,
+		`DELETE FROM m WHERE a = 4`,
+	} {
+		before := h.pgRows("m")
+		from := h.snapshot("public.m").Version() + 1
+		h.exec(sql)
+		h.apply(a)
+		count := map[string]int{}
+		for _, r := range before {
+			count[r]--
+		}
+		for _, r := range h.pgRows("m") {
+			count[r]++
+		}
+		var want []string
+		for r, n := range count {
+			for ; n > 0; n-- {
+				want = append(want, delta.ChangeInsert+" ‖ "+r)
+			}
+			for ; n < 0; n++ {
+				want = append(want, delta.ChangeDelete+" ‖ "+r)
+			}
+		}
+		slices.Sort(want)
+		h.compare("changes of "+sql, want, h.changeRows(tbl, from, h.snapshot("public.m").Version(), "m"))
+	}
+	h.checkMirror("m")
+}
