@@ -29,9 +29,12 @@ import (
 // row still writes an empty change data file, so that readers do not read
 // its remove and add as deletes and inserts.
 //
-// The appender is off with the change data feed: its files can hold rows
-// copied from a committed file, and a merge can rewrite them before they
-// are committed, so their rows would not all be inserts.
+// The appender runs with the change data feed only in a mirror without
+// committed files (the initial snapshot or backfill of a new table): then
+// its files hold only the flush's rows and no committed file is rewritten,
+// so the commit only adds files. Elsewhere its files could hold rows copied
+// from a committed file, and a merge over them would not tell the flush's
+// inserts from the mirror's rows, so inserts are merged.
 
 // changeFeed writes the change data files of one merge.
 type changeFeed struct {

@@ -163,21 +163,31 @@ func diffRows(before, after []string) []string {
 func TestChangeDataFeedOfSoftDeletes(t *testing.T) {
 	h := newHarness(t, `
 		CREATE TABLE s (id int PRIMARY KEY, v text);
-		INSERT INTO s SELECT g, 'v' || g FROM generate_series(1, 40) g;`, "s")
-	a := h.applier(func(c *Config) { c.TargetFileRows = 15; c.SoftDelete = true; c.ChangeDataFeed = true })
+		INSERT INTO s SELECT g, 'v' || g FROM generate_series(1, 2000) g;`, "s")
+	a := h.applier(func(c *Config) { c.TargetFileRows = 300; c.SoftDelete = true; c.ChangeDataFeed = true })
 	h.apply(a)
 	tbl, err := delta.Open(context.Background(), filepath.Join(h.tablesDir, "public.s"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The snapshot into the new mirror went through the appender and
+	// reads as the inserts of every row.
+	if m := mirrorOf(t, a, "public.s"); m.appended == 0 {
+		t.Fatal("the snapshot of a new mirror was not appended")
+	}
+	var inserts []string
+	for _, r := range h.pgRows("s") {
+		inserts = append(inserts, delta.ChangeInsert+" ‖ "+r+" ‖ false")
+	}
+	h.compare("changes of the snapshot", inserts, h.changeRows(tbl, 0, h.snapshot("public.s").Version(), "s", colDeleted))
 	// gone holds the rows soft-deleted in the mirror, by key.
 	gone := map[string]string{}
 	for _, sql := range []string{
 		`DELETE FROM s WHERE id % 4 = 0`,
 		`UPDATE s SET v = 'u' || id WHERE id % 3 = 0`,
-		`INSERT INTO s SELECT g, 'back' || g FROM generate_series(4, 20, 8) g`,
-		`INSERT INTO s VALUES (41, 'new'), (0, 'low')`,
-		`UPDATE s SET id = id + 100 WHERE id = 5`,
+		`INSERT INTO s SELECT g, 'back' || g FROM generate_series(4, 1200, 8) g`,
+		`INSERT INTO s VALUES (2001, 'new'), (0, 'low')`,
+		`UPDATE s SET id = id + 10000 WHERE id = 5`,
 	} {
 		before := h.pgRows("s")
 		from := h.snapshot("public.s").Version() + 1
@@ -252,4 +262,41 @@ func TestChangeDataFeedOfMultiset(t *testing.T) {
 		h.compare("changes of "+sql, want, h.changeRows(tbl, from, h.snapshot("public.m").Version(), "m"))
 	}
 	h.checkMirror("m")
+}
+
+// TestChangeDataFeedOfANewMirror fills an empty mirror in one transaction
+// that inserts rows in key order, which the appender writes, then
+// changes some of them: the flush's merge rewrites appended files that
+// no version holds yet, and the version reads as the inserts of the rows
+// PostgreSQL holds at its end. The next flush is fed as usual.
+func TestChangeDataFeedOfANewMirror(t *testing.T) {
+	h := newHarness(t, `CREATE TABLE n (id int PRIMARY KEY, v text);`, "n")
+	a := h.applier(func(c *Config) { c.TargetFileRows = 500; c.ChangeDataFeed = true })
+	h.apply(a)
+	var tbl *delta.Table
+	for _, sqls := range [][]string{
+		{`BEGIN`, `INSERT INTO n SELECT g, 'v' || g FROM generate_series(1, 3000) g`,
+			`UPDATE n SET v = 'u' WHERE id % 100 = 0`, `DELETE FROM n WHERE id % 70 = 0`,
+			`UPDATE n SET id = id + 5000 WHERE id % 333 = 0`, `COMMIT`},
+		{`UPDATE n SET v = 'w' WHERE id % 90 = 1`, `DELETE FROM n WHERE id BETWEEN 1000 AND 1010`},
+	} {
+		before := h.pgRows("n")
+		from := int64(0) // the mirror is created by its first change
+		if tbl != nil {
+			from = h.snapshot("public.n").Version() + 1
+		}
+		h.exec(sqls...)
+		h.apply(a)
+		if tbl == nil {
+			var err error
+			if tbl, err = delta.Open(context.Background(), filepath.Join(h.tablesDir, "public.n")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.compare("changes of "+strings.Join(sqls, "; "), diffRows(before, h.pgRows("n")), h.changeRows(tbl, from, h.snapshot("public.n").Version(), "n"))
+	}
+	if m := mirrorOf(t, a, "public.n"); m.appended == 0 {
+		t.Fatal("the rows of the new mirror were not appended")
+	}
+	h.checkMirror("n")
 }

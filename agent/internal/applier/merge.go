@@ -334,8 +334,11 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 				removed = append(removed, files[g])
 				// Keys come in order and a key above every file
 				// (group -1) comes after every file's: from the
-				// first file rewritten on, every change is fed.
-				w.rewrote = true
+				// first committed file rewritten on, every change
+				// is fed. (A file of the flush's appender holds
+				// only its inserts: the appender runs with the
+				// feed only in a mirror without committed files.)
+				w.rewrote = w.rewrote || !appended[files[g]]
 			}
 		}
 		key := string(k)
