@@ -147,6 +147,7 @@ func (a *Agent) Open() error {
 		FlushInterval:  a.cfg.Delta.FlushInterval,
 		FlushChanges:   a.cfg.Delta.FlushChanges,
 		SoftDelete:     a.cfg.Delta.SoftDelete,
+		ChangeDataFeed: a.cfg.Delta.ChangeDataFeed,
 		TargetFileRows: a.cfg.Delta.TargetFileRows,
 		RowGroupRows:   a.cfg.Delta.RowGroupRows,
 		AppIDPrefix:    appIDPrefix(a.cfg.Source.Slot),

@@ -105,6 +105,10 @@ type DeltaConfig struct {
 	FlushChanges int `yaml:"flush_changes"`
 	// SoftDelete keeps deleted rows in the mirror with _deleted = true.
 	SoftDelete bool `yaml:"soft_delete"`
+	// ChangeDataFeed has every mirror publish its row changes as Delta's
+	// change data feed (delta.enableChangeDataFeed, change data files
+	// under _change_data/); off by default.
+	ChangeDataFeed bool `yaml:"change_data_feed"`
 	// TargetFileRows is the number of rows per mirror data file (100000).
 	TargetFileRows int64 `yaml:"target_file_rows"`
 	// RowGroupRows is the most rows a Parquet row group of a data file

@@ -65,6 +65,7 @@ func badConfigs() []badConfig {
 		{"bad_vacuum_retention.bad.yml", []string{`bad_vacuum_retention.bad.yml:6: delta.vacuum_retention: 10m0s is shorter than 1h0m0s`}},
 		{"bad_vacuum_interval.bad.yml", []string{`bad_vacuum_interval.bad.yml:6: delta.vacuum_interval: "daily" is not a duration`}},
 		{"bad_soft_delete.bad.yml", []string{`bad_soft_delete.bad.yml:6: delta.soft_delete: "maybe" is not true or false`}},
+		{"bad_change_data_feed.bad.yml", []string{`bad_change_data_feed.bad.yml:6: delta.change_data_feed: "sometimes" is not true or false`}},
 		{"bad_row_group_rows.bad.yml", []string{`bad_row_group_rows.bad.yml:7: delta.row_group_rows: "0" is not a positive whole number`}},
 		{"backfill_chunk_rows_zero.bad.yml", []string{`backfill_chunk_rows_zero.bad.yml:4: source.backfill_chunk_rows: "0" is not a positive whole number`}},
 		{"backfill_chunk_rows_large.bad.yml", []string{`backfill_chunk_rows_large.bad.yml:4: source.backfill_chunk_rows: "2000000" is out of range`, "at most 1000000"}},
@@ -212,7 +213,7 @@ func goodConfigs() []goodConfig {
 				LogicalDecodingWorkMem: 0, // "server"
 			},
 			StateDir: "/var/lib/lakeside",
-			Delta: DeltaConfig{TablesDir: "/srv/delta", FlushInterval: 250 * time.Millisecond, FlushChanges: 5000, SoftDelete: true, TargetFileRows: 20000,
+			Delta: DeltaConfig{TablesDir: "/srv/delta", FlushInterval: 250 * time.Millisecond, FlushChanges: 5000, SoftDelete: true, ChangeDataFeed: true, TargetFileRows: 20000,
 				RowGroupRows: 5000, VacuumRetention: 72 * time.Hour, VacuumInterval: 6 * time.Hour},
 			Replica: uploader.Config{URL: "s3://branch-data/lakeside", Site: "branch7", Endpoint: "http://127.0.0.1:9000", Region: "eu-west-1",
 				AccessKeyID: "AKIA", SecretAccessKey: "test-secret", MaxBacklog: 2 << 30, MaxBytesPerSecond: 1000000,

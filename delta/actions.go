@@ -10,7 +10,7 @@ import (
 )
 
 // Action is one action of a Delta commit: *Protocol, *Metadata, *Add,
-// *Remove, *CommitInfo or *Txn.
+// *Remove, *AddCDC, *CommitInfo or *Txn.
 type Action interface {
 	// ActionName returns the key of the action in the log ("add", "metaData"...).
 	ActionName() string
@@ -361,6 +361,7 @@ type actionLine struct {
 	Protocol   *Protocol   `json:"protocol,omitempty"`
 	Txn        *Txn        `json:"txn,omitempty"`
 	CommitInfo *CommitInfo `json:"commitInfo,omitempty"`
+	CDC        *AddCDC     `json:"cdc,omitempty"`
 }
 
 func (l *actionLine) action() Action {
@@ -377,6 +378,8 @@ func (l *actionLine) action() Action {
 		return l.Txn
 	case l.CommitInfo != nil:
 		return l.CommitInfo
+	case l.CDC != nil:
+		return l.CDC
 	}
 	return nil
 }
@@ -398,6 +401,8 @@ func marshalAction(a Action) ([]byte, error) {
 		l.Txn = a
 	case *CommitInfo:
 		l.CommitInfo = a
+	case *AddCDC:
+		l.CDC = a
 	default:
 		return nil, fmt.Errorf("marshal action: unknown action %T", a)
 	}
@@ -405,7 +410,7 @@ func marshalAction(a Action) ([]byte, error) {
 }
 
 // parseActions parses newline-delimited JSON actions. Unknown action kinds
-// (cdc, domainMetadata...) are skipped.
+// (domainMetadata...) are skipped.
 func parseActions(data []byte) ([]Action, error) {
 	var out []Action
 	for len(data) > 0 {

@@ -156,6 +156,13 @@ func validateCommit(version int64, actions []Action) error {
 				return fmt.Errorf("duplicate remove of %q", a.Path)
 			}
 			removes[a.Path] = true
+		case *AddCDC:
+			if a.Path == "" {
+				return errors.New("cdc without path")
+			}
+			if a.DataChange {
+				return errors.New("cdc with dataChange true")
+			}
 		case *Txn:
 			if a.AppID == "" {
 				return errors.New("txn without appId")

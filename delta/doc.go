@@ -24,6 +24,17 @@
 // ColumnMappingModeKey to ColumnMappingName; EnableColumnMapping turns an
 // existing table into one. Mode id is refused.
 //
+// # Change data feed
+//
+// A table with delta.enableChangeDataFeed true may commit cdc actions
+// (AddCDC) naming change data files under _change_data/ (written with
+// NewChangeDataWriter): the table's columns plus _change_type. ChangeFiles
+// and ReadChanges read the changes of a range of versions as the protocol
+// says: a version's change data files when it has any, else its added and
+// removed files as inserts and deletes. Vacuum and the snapshot treat
+// change data files as no part of the table's files, kept and deleted by
+// the retention like removed data files.
+//
 // The package is the protocol; the Parquet engine it writes and reads files
 // with is delta/internal/parquet (files are written with
 // github.com/parquet-go/parquet-go and read with the Parquet reader of

@@ -37,63 +37,94 @@ func (s *Snapshot) ReadRows(ctx context.Context) ([]Row, error) {
 // partition values are found by their physical names, so a renamed column
 // reads as before and a column a file lacks reads as null.
 func (s *Snapshot) ScanFiles(ctx context.Context, fn func(add *Add, rows []Row) error) error {
-	part := map[string]bool{}
-	for _, pc := range s.metadata.PartitionColumns {
-		part[strings.ToLower(pc)] = true
-	}
-	data := &StructType{}
-	var dataIdx, partIdx []int
-	for i, f := range s.schema.Fields {
-		if part[strings.ToLower(f.Name)] {
-			partIdx = append(partIdx, i)
-			continue
-		}
-		data.Fields = append(data.Fields, f)
-		dataIdx = append(dataIdx, i)
-	}
+	r := newFileReader(s.table.root, s.schema, s.metadata.PartitionColumns, nil)
 	for _, add := range s.Files() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		path, err := ResolvePath(s.table.root, add.Path)
+		rows, err := r.read(ctx, add.Path, add.PartitionValues)
 		if err != nil {
 			return err
-		}
-		pvals := make([]any, len(partIdx))
-		for j, idx := range partIdx {
-			f := s.schema.Fields[idx]
-			raw, ok := add.PartitionValues[f.PhysicalName()]
-			if !ok && !f.HasPhysicalName() {
-				for k, v := range add.PartitionValues {
-					if strings.EqualFold(k, f.Name) {
-						raw = v
-					}
-				}
-			}
-			v, err := parsePartitionValue(f.Type, raw)
-			if err != nil {
-				return fmt.Errorf("read %s: %w", add.Path, err)
-			}
-			pvals[j] = v
-		}
-		drows, err := parquet.ReadFile(ctx, path, data)
-		if err != nil {
-			return fmt.Errorf("read data file %s: %w", add.Path, err)
-		}
-		rows := make([]Row, len(drows))
-		for r, dr := range drows {
-			row := make(Row, len(s.schema.Fields))
-			for j, idx := range dataIdx {
-				row[idx] = dr[j]
-			}
-			for j, idx := range partIdx {
-				row[idx] = pvals[j]
-			}
-			rows[r] = row
 		}
 		if err := fn(add, rows); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// fileReader reads the files of a table with one schema: the data columns
+// from the file, the partition columns from the file's partition values,
+// and extra columns (not in the table's schema, such as _change_type)
+// from the file after the schema's fields.
+type fileReader struct {
+	root    string
+	schema  *StructType
+	data    *StructType
+	dataIdx []int
+	partIdx []int
+	width   int
+}
+
+func newFileReader(root string, schema *StructType, partitionColumns []string, extra []*StructField) *fileReader {
+	part := map[string]bool{}
+	for _, pc := range partitionColumns {
+		part[strings.ToLower(pc)] = true
+	}
+	r := &fileReader{root: root, schema: schema, data: &StructType{}, width: len(schema.Fields) + len(extra)}
+	for i, f := range schema.Fields {
+		if part[strings.ToLower(f.Name)] {
+			r.partIdx = append(r.partIdx, i)
+			continue
+		}
+		r.data.Fields = append(r.data.Fields, f)
+		r.dataIdx = append(r.dataIdx, i)
+	}
+	for i, f := range extra {
+		r.data.Fields = append(r.data.Fields, f)
+		r.dataIdx = append(r.dataIdx, len(schema.Fields)+i)
+	}
+	return r
+}
+
+// read returns the rows of the file at logPath, in schema order followed
+// by the extra columns.
+func (r *fileReader) read(ctx context.Context, logPath string, partitionValues map[string]*string) ([]Row, error) {
+	path, err := ResolvePath(r.root, logPath)
+	if err != nil {
+		return nil, err
+	}
+	pvals := make([]any, len(r.partIdx))
+	for j, idx := range r.partIdx {
+		f := r.schema.Fields[idx]
+		raw, ok := partitionValues[f.PhysicalName()]
+		if !ok && !f.HasPhysicalName() {
+			for k, v := range partitionValues {
+				if strings.EqualFold(k, f.Name) {
+					raw = v
+				}
+			}
+		}
+		v, err := parsePartitionValue(f.Type, raw)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", logPath, err)
+		}
+		pvals[j] = v
+	}
+	drows, err := parquet.ReadFile(ctx, path, r.data)
+	if err != nil {
+		return nil, fmt.Errorf("read data file %s: %w", logPath, err)
+	}
+	rows := make([]Row, len(drows))
+	for i, dr := range drows {
+		row := make(Row, r.width)
+		for j, idx := range r.dataIdx {
+			row[idx] = dr[j]
+		}
+		for j, idx := range r.partIdx {
+			row[idx] = pvals[j]
+		}
+		rows[i] = row
+	}
+	return rows, nil
 }

@@ -240,7 +240,7 @@ func (t *Table) CommitTimestamp(ctx context.Context, version int64) (time.Time, 
 }
 
 // ReadCommit returns the actions of one commit file, skipping action kinds
-// this package does not model (cdc, domainMetadata...).
+// this package does not model (domainMetadata...).
 func (t *Table) ReadCommit(ctx context.Context, version int64) ([]Action, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

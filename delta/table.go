@@ -96,7 +96,8 @@ func (t *Table) LogPath() string { return t.logDir }
 // one and a physical name "col-<uuid>" (AssignColumnIDs), the configuration
 // gets delta.columnMapping.maxColumnId, and the protocol supports column
 // mapping (reader 2 / writer 5, or the columnMapping feature at 3 / 7).
-// Mode id is refused with an error wrapping ErrUnsupportedFeature.
+// With delta.enableChangeDataFeed true the protocol covers the change data
+// feed too (ChangeDataFeedProtocol). Mode id is refused with an error wrapping ErrUnsupportedFeature.
 func Create(ctx context.Context, path string, schema *StructType, partitionColumns []string,
 	configuration map[string]string, info *CommitInfo, opts ...Option) (*Table, error) {
 	t := New(path, opts...)
@@ -117,6 +118,9 @@ func Create(ctx context.Context, path string, schema *StructType, partitionColum
 		}
 	default:
 		return nil, fmt.Errorf("create table: %w: column mapping mode %q", ErrUnsupportedFeature, m)
+	}
+	if configuration[EnableChangeDataFeedKey] == "true" {
+		proto = ChangeDataFeedProtocol(proto)
 	}
 	md, err := NewMetadata(schema, partitionColumns, configuration, t.now().UnixMilli())
 	if err != nil {

@@ -399,6 +399,20 @@ func (t *Table) referencedBetween(ctx context.Context, l *logListing, lo, hi int
 			return err
 		}
 	}
+	// The change data files of version lo are no part of its snapshot.
+	if f, ok := l.commits[lo]; ok {
+		acts, err := readCommitFile(f.path)
+		if err != nil {
+			return fmt.Errorf("files of version %d: %w", lo, err)
+		}
+		for _, a := range acts {
+			if c, ok := a.(*AddCDC); ok {
+				if err := t.addRef(c.Path, refs); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	for v := lo + 1; v <= hi; v++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -412,10 +426,17 @@ func (t *Table) referencedBetween(ctx context.Context, l *logListing, lo, hi int
 			return fmt.Errorf("files of version %d: %w", v, err)
 		}
 		for _, a := range acts {
-			if add, ok := a.(*Add); ok {
-				if err := t.addRef(add.Path, refs); err != nil {
-					return err
-				}
+			path := ""
+			switch a := a.(type) {
+			case *Add:
+				path = a.Path
+			case *AddCDC:
+				path = a.Path
+			default:
+				continue
+			}
+			if err := t.addRef(path, refs); err != nil {
+				return err
 			}
 		}
 	}
@@ -435,10 +456,14 @@ func (t *Table) addRef(logPath string, refs map[string]bool) error {
 // hiddenName reports whether a file or directory of the table is hidden
 // from vacuum: the log, and names starting with "." or "_" other than
 // partition directories written before partitionDirName dropped the
-// leading "_", such as "_commit_date=2024-01-01".
+// leading "_", such as "_commit_date=2024-01-01", and the change data
+// directory, whose files vacuum deletes like data files.
 func hiddenName(name string, partitionColumns []string) bool {
 	if strings.HasPrefix(name, ".") {
 		return true
+	}
+	if name == ChangeDataDir {
+		return false
 	}
 	if !strings.HasPrefix(name, "_") {
 		return false

@@ -73,6 +73,12 @@ type DataWriter struct {
 // partitionValues name partition columns by their display names, as the
 // directory names do.
 func NewDataWriter(root string, schema *StructType, partitionColumns []string, partitionValues map[string]any, opts WriteOptions) (*DataWriter, error) {
+	return newDataWriter(root, "", "part", schema, partitionColumns, partitionValues, opts)
+}
+
+// newDataWriter is NewDataWriter for a file under dir (relative to the
+// root, "" for the root) whose name starts with prefix.
+func newDataWriter(root, dir, prefix string, schema *StructType, partitionColumns []string, partitionValues map[string]any, opts WriteOptions) (*DataWriter, error) {
 	w := &DataWriter{full: schema, partValues: map[string]*string{}}
 	dirValues := map[string]*string{}
 	isPart := map[string]bool{}
@@ -122,11 +128,14 @@ func NewDataWriter(root string, schema *StructType, partitionColumns []string, p
 	if ext == "" {
 		ext = CompressionSnappy
 	}
-	name := fmt.Sprintf("part-00000-%s-c000.%s.parquet", id, ext)
+	name := fmt.Sprintf("%s-00000-%s-c000.%s.parquet", prefix, id, ext)
 	if len(partitionColumns) > 0 {
 		w.relPath = partitionDir(partitionColumns, dirValues) + "/" + name
 	} else {
 		w.relPath = name
+	}
+	if dir != "" {
+		w.relPath = dir + "/" + w.relPath
 	}
 	w.absPath = filepath.Join(root, filepath.FromSlash(w.relPath))
 	if err := mkdirAllSync(filepath.Dir(w.absPath)); err != nil {

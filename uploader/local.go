@@ -128,8 +128,8 @@ type fileJob struct {
 	local   string
 }
 
-// versionFiles returns the data files of a version's add actions (relative
-// paths) and the total size the log records for them.
+// versionFiles returns the data files of a version's add and cdc actions
+// (relative paths) and the total size the log records for them.
 func versionFiles(ctx context.Context, tbl *delta.Table, root string, version int64) ([]fileJob, int64, error) {
 	actions, err := tbl.ReadCommit(ctx, version)
 	if err != nil {
@@ -138,16 +138,23 @@ func versionFiles(ctx context.Context, tbl *delta.Table, root string, version in
 	var jobs []fileJob
 	var size int64
 	for _, a := range actions {
-		add, ok := a.(*delta.Add)
-		if !ok {
+		var path string
+		var n int64
+		switch a := a.(type) {
+		case *delta.Add:
+			path, n = a.Path, a.Size
+		case *delta.AddCDC:
+			// Change data files go up with the version that names them.
+			path, n = a.Path, a.Size
+		default:
 			continue
 		}
-		j, err := dataFileJob(root, version, add.Path)
+		j, err := dataFileJob(root, version, path)
 		if err != nil {
 			return nil, 0, err
 		}
 		jobs = append(jobs, j)
-		size += add.Size
+		size += n
 	}
 	return jobs, size, nil
 }

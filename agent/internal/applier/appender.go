@@ -60,7 +60,9 @@ const maxAppendRuns = 4
 // other change does, see add).
 func (m *mirror) appendInsert(ctx context.Context, a *Applier, key []byte, ins *insertRow) (bool, error) {
 	r := m.app
-	if r != nil && r.settled {
+	if r != nil && r.settled || a.cfg.ChangeDataFeed && len(m.files) > 0 {
+		// With the change data feed inserts are merged once the mirror
+		// has committed files (cdf.go).
 		return false, nil
 	}
 	if !m.laidOut() {

@@ -51,6 +51,9 @@ type Config struct {
 	FlushChanges int
 	// SoftDelete keeps deleted rows in the mirror with _deleted = true.
 	SoftDelete bool
+	// ChangeDataFeed turns the mirrors' change data feed on (cdf.go);
+	// false turns it off in a mirror that has it.
+	ChangeDataFeed bool
 	// AppIDPrefix starts the appId of the txn actions, for example
 	// "lakeside-<slot>" (default "lakeside").
 	AppIDPrefix string

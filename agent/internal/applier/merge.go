@@ -67,6 +67,13 @@ type mergeWriter struct {
 	// expectRows is how many rows the next file opened is expected to
 	// get (see Applier.writeOptions), or zero.
 	expectRows int64
+	// feed writes the change data files with the change data feed, once
+	// rewrote says a committed file is rewritten (cdf.go); after holds
+	// the rows apply wrote for its key while track is set.
+	feed    *changeFeed
+	rewrote bool
+	track   bool
+	after   []imageRow
 }
 
 // openFor makes sure w has a file open for a row of key: a full one is
@@ -133,6 +140,9 @@ func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
 	if m.delIdx >= 0 {
 		row[m.delIdx] = deleted
 	}
+	if w.track {
+		w.after = append(w.after, imageRow{data: data, deleted: deleted})
+	}
 	w.lastKey = append(w.lastKey[:0], key...)
 	w.written++
 	if len(w.buf) >= 1024 {
@@ -184,10 +194,29 @@ func (w *mergeWriter) abort() {
 		w.w = nil
 	}
 	w.closer.abort()
+	if w.feed != nil {
+		w.feed.abort()
+	}
 }
 
-// apply writes the result of an entry over the existing rows of its key.
+// apply writes the result of an entry over the existing rows of its key,
+// and the key's changes to the change data feed.
 func (w *mergeWriter) apply(key string, e *entry, base []baseRow) error {
+	if w.feed == nil || !w.rewrote {
+		return w.applyRows(key, e, base)
+	}
+	w.track, w.after = true, w.after[:0]
+	err := w.applyRows(key, e, base)
+	w.track = false
+	if err != nil {
+		return err
+	}
+	return w.feed.diff(base, w.after)
+}
+
+// applyRows writes the result of an entry over the existing rows of its
+// key.
+func (w *mergeWriter) applyRows(key string, e *entry, base []baseRow) error {
 	m := w.m
 	var live []baseRow
 	for _, b := range base {
@@ -267,6 +296,9 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 		operation = "TRUNCATE"
 	}
 	w := &mergeWriter{m: m, a: a}
+	if a.cfg.ChangeDataFeed && !p.truncated {
+		w.feed = &changeFeed{m: m, a: a}
+	}
 	defer w.abort()
 	group := -2
 	var base []baseRow
@@ -300,6 +332,13 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 				}
 				base = rows
 				removed = append(removed, files[g])
+				// Keys come in order and a key above every file
+				// (group -1) comes after every file's: from the
+				// first committed file rewritten on, every change
+				// is fed. (A file of the flush's appender holds
+				// only its inserts: the appender runs with the
+				// feed only in a mirror without committed files.)
+				w.rewrote = w.rewrote || !appended[files[g]]
 			}
 		}
 		key := string(k)
@@ -338,6 +377,15 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 	}
 	if len(actions) > 0 && operation == "WRITE" {
 		operation = "MERGE"
+	}
+	if w.feed != nil && w.rewrote {
+		cdcs, err := w.feed.finish()
+		if err != nil {
+			return nil, "", err
+		}
+		for _, c := range cdcs {
+			actions = append(actions, c)
+		}
 	}
 	kept := make([]*mirrorFile, 0, len(m.files))
 	for _, f := range m.files {

@@ -105,6 +105,9 @@ func (a *Applier) openMirror(ctx context.Context, name string, cols *columns, re
 	dt, snap, err := a.openTable(ctx, name, KindMirror, func() (*delta.StructType, []string, map[string]string) {
 		st := mirrorSchema(cols, a.cfg.SoftDelete)
 		conf := map[string]string{}
+		if a.cfg.ChangeDataFeed {
+			conf[delta.EnableChangeDataFeedKey] = "true"
+		}
 		if key := cols.keyOf(rel); key == nil {
 			conf[confMultiset] = "true"
 		} else {

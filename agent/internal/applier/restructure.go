@@ -213,9 +213,17 @@ func (m *mirror) rewrite(ctx context.Context, a *Applier, old *delta.StructType,
 	if err != nil {
 		return fmt.Errorf("mirror %s: rewrite: %w", m.name, err)
 	}
+	// The rows are the same rows restated: no data change, so that
+	// readers of the change data feed and of the table's stream of
+	// appends pass over the commit.
+	for _, act := range actions {
+		if add, ok := act.(*delta.Add); ok {
+			add.DataChange = false
+		}
+	}
 	now := nowMillis(a.clock)
 	for _, f := range oldFiles {
-		actions = append(actions, delta.RemoveOf(f.add, now, true))
+		actions = append(actions, delta.RemoveOf(f.add, now, false))
 	}
 	md := *m.meta
 	md.Configuration = maps.Clone(md.Configuration)

@@ -133,8 +133,8 @@ type commitInfo struct {
 	changes   int
 }
 
-// commit writes actions plus the metaData (when the schema grew), the txn
-// action and the commitInfo as the next version, then checkpoints every
+// commit writes actions plus the metaData (when the schema grew or the
+// change data feed is switched), the txn action and the commitInfo as the next version, then checkpoints every
 // CheckpointInterval versions.
 func (a *Applier) commit(ctx context.Context, dt *deltaTable, actions []delta.Action, ci commitInfo) error {
 	var md *delta.Metadata
@@ -143,6 +143,12 @@ func (a *Applier) commit(ctx context.Context, dt *deltaTable, actions []delta.Ac
 		if md, err = dt.meta.WithSchema(dt.schema); err != nil {
 			return fmt.Errorf("commit %s: %w", dt.name, err)
 		}
+	}
+	proto, md := a.changeDataFeed(dt, actions, md)
+	if proto != nil {
+		actions = append(actions, proto)
+	}
+	if md != nil {
 		actions = append(actions, md)
 	}
 	actions = append(actions,
@@ -167,6 +173,9 @@ func (a *Applier) commit(ctx context.Context, dt *deltaTable, actions []delta.Ac
 	dt.version, dt.applied = v, ci.last
 	if md != nil {
 		dt.meta, dt.schemaDirty = md, false
+	}
+	if proto != nil {
+		dt.protocol = proto
 	}
 	a.setStatus(dt)
 	a.countCommit(dt, actions)
@@ -217,4 +226,31 @@ func startRow(w *delta.DataWriter, buffered *[]delta.Row) (*delta.RowBuilder, er
 		*buffered = (*buffered)[:0]
 	}
 	return w.Row(), nil
+}
+
+// changeDataFeed returns the protocol and metaData a commit of dt with
+// actions adds so that a mirror's delta.enableChangeDataFeed is what
+// Config.ChangeDataFeed says (see cdf.go): md, the metaData the commit
+// writes already or nil, with the property set, and a protocol when the
+// table's does not cover the feature. A commit that brings its own
+// protocol or metaData (the column mapping upgrade) is left as it is.
+func (a *Applier) changeDataFeed(dt *deltaTable, actions []delta.Action, md *delta.Metadata) (*delta.Protocol, *delta.Metadata) {
+	if dt.kind != KindMirror || delta.ChangeDataFeedEnabled(dt.meta) == a.cfg.ChangeDataFeed {
+		return nil, md
+	}
+	for _, act := range actions {
+		switch act.(type) {
+		case *delta.Protocol, *delta.Metadata:
+			return nil, md
+		}
+	}
+	if md == nil {
+		md = dt.meta
+	}
+	md = md.WithChangeDataFeed(a.cfg.ChangeDataFeed)
+	var proto *delta.Protocol
+	if p := delta.ChangeDataFeedProtocol(dt.protocol); a.cfg.ChangeDataFeed && p != dt.protocol {
+		proto = p
+	}
+	return proto, md
 }
