@@ -114,6 +114,7 @@ func (a *Agent) Open() error {
 		TablesDir:    a.cfg.Delta.TablesDir,
 		SourceTables: names,
 		AppIDPrefix:  appIDPrefix(a.cfg.Source.Slot),
+		Archive:      archiveOf(a.cfg),
 		Backlog:      backlog{a},
 		Logger:       a.log.With("component", "live"),
 	})
