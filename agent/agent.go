@@ -158,6 +158,7 @@ func (a *Agent) Open() error {
 		NoWriteback:    a.tuningOff.Writeback,
 		Logger:         a.log.With("component", "applier"),
 	}
+	appCfg.TableProperties = tableProperties(a.cfg)
 	if a.cfg.HTTP.Listen != HTTPOff {
 		// The live view reads every transaction before the queue lets it
 		// go. Without it (http.listen: off) the hub does not run.

@@ -367,3 +367,19 @@ func archiveOf(cfg *Config) string {
 	}
 	return cfg.Replica.Target()
 }
+
+// tableProperties returns the table properties the applier sets on every
+// table: with delta.local_retention, the replica is the archive that other
+// engines read and vacuum, so the tables carry the retentions the agent's
+// vacuum keeps (delta.vacuum_retention for removed files, the log's
+// retention as in vacuumTables), and their own VACUUM keeps the same
+// window. Without it nothing is set.
+func tableProperties(cfg *Config) map[string]string {
+	if archiveOf(cfg) == "" {
+		return nil
+	}
+	return map[string]string{
+		"delta.deletedFileRetentionDuration": delta.FormatInterval(cfg.Delta.VacuumRetention),
+		"delta.logRetentionDuration":         delta.FormatInterval(max(delta.DefaultLogRetention, cfg.Delta.VacuumRetention)),
+	}
+}

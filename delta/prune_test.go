@@ -127,3 +127,23 @@ func TestPruneDryRunAndRefusals(t *testing.T) {
 		t.Error("prune without an archive succeeded")
 	}
 }
+
+// TestFormatInterval checks that a formatted interval parses back, in the
+// largest whole unit.
+func TestFormatInterval(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		7 * 24 * time.Hour:      "interval 7 days",
+		30 * time.Hour:          "interval 30 hours",
+		90 * time.Second:        "interval 90 seconds",
+		1500 * time.Millisecond: "interval 1500 milliseconds",
+		0:                       "interval 0 days",
+	} {
+		got := FormatInterval(d)
+		if got != want {
+			t.Errorf("FormatInterval(%s) = %q, want %q", d, got, want)
+		}
+		if back, err := parseInterval(got); err != nil || back != d {
+			t.Errorf("%q parses as %s, %v; want %s", got, back, err, d)
+		}
+	}
+}

@@ -73,6 +73,10 @@ type Config struct {
 	// CheckpointInterval is the number of versions between checkpoints
 	// (default 10).
 	CheckpointInterval int64
+	// TableProperties are set in the configuration of every table: when it
+	// is created, and in the next commit of one that holds other values
+	// (for example the retentions remote engines' VACUUM should keep).
+	TableProperties map[string]string
 	// Compression is delta.CompressionSnappy (default) or CompressionZstd.
 	Compression string
 	// PollInterval is how often the queue is looked at when Notify is not
