@@ -112,4 +112,33 @@ func TestPruneDeletesOnlyWhatIsUploaded(t *testing.T) {
 	if i := slices.IndexFunc(rep.Tables, func(tv TableVacuum) bool { return tv.Name == "public.items_changes" }); rep.Tables[i].PrunedPaths[0] != changes.files[4] {
 		t.Errorf("pruned paths %v, want %s", rep.Tables[i].PrunedPaths, changes.files[4])
 	}
+
+	// Once the vacuum retention no longer covers versions 1..3, the
+	// replica deletes their files, pruned locally long before, as it
+	// would have had they stayed.
+	cfg.Delta.VacuumRetention = time.Millisecond
+	rep, err = RunVacuum(ctx, cfg, false, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tv := range rep.Tables {
+		if tv.RemoteOnly != 3 || tv.Files != 0 {
+			t.Errorf("%s: vacuum of pruned files: %d for the replica only, %d locally; want 3 and 0", tv.Name, tv.RemoteOnly, tv.Files)
+		}
+	}
+	if rep.RemoteDeleted != 6 {
+		t.Errorf("replica deleted %d files, want 6 (%s)", rep.RemoteDeleted, rep.RemoteError)
+	}
+	for _, vt := range []*vacuumTable{mirror, changes} {
+		name := filepath.Base(vt.tbl.Path())
+		for v := 1; v <= 4; v++ {
+			_, err := srv.Client().StatObject(ctx, bucket, "lake/branch-1/"+name+"/"+vt.files[v], minio.StatObjectOptions{})
+			if v < 4 && err == nil {
+				t.Errorf("%s: file of version %d still on S3 past the vacuum retention", name, v)
+			}
+			if v == 4 && err != nil {
+				t.Errorf("%s: the current file was deleted from S3: %v", name, err)
+			}
+		}
+	}
 }

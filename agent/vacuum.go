@@ -53,6 +53,9 @@ type TableVacuum struct {
 	LogFiles int      `json:"log_files"`
 	Bytes    int64    `json:"bytes"`
 	Paths    []string `json:"paths,omitempty"`
+	// RemoteOnly counts the files pruned before (gone locally) that the
+	// replica deletes now that no version inside the retention needs them.
+	RemoteOnly int `json:"remote_only,omitempty"`
 	// Pruned are the data files deleted locally only, kept on the replica
 	// (delta.local_retention), and PrunedBytes their total size.
 	Pruned      int      `json:"pruned,omitempty"`
@@ -96,13 +99,26 @@ func vacuumTables(ctx context.Context, tablesDir string, up *uploader.Uploader, 
 		opts := delta.VacuumOptions{Retention: retention, DryRun: dryRun}
 		if up != nil {
 			opts.KeepFrom, opts.BeforeDelete = up.VacuumOptions(t.Name)
+			if set.localRetention > 0 {
+				// Files pruned before: the replica deletes them once
+				// this retention would have.
+				opts.Absent = func(context.Context) ([]delta.VacuumFile, error) {
+					return up.AbsentFiles(t.Name, t.Path)
+				}
+			}
 		}
 		tbl := delta.New(t.Path)
 		res, err := tbl.Vacuum(ctx, opts)
 		tv := TableVacuum{Name: t.Name}
 		if res != nil {
-			tv.Version, tv.KeptFrom, tv.Files, tv.Bytes = res.Version, res.KeptFrom, len(res.Files), res.Bytes
+			tv.Version, tv.KeptFrom = res.Version, res.KeptFrom
 			for _, f := range res.Files {
+				if f.Absent {
+					tv.RemoteOnly++
+					continue
+				}
+				tv.Files++
+				tv.Bytes += f.Size
 				tv.Paths = append(tv.Paths, f.Path)
 			}
 		}

@@ -147,3 +147,33 @@ func TestFormatInterval(t *testing.T) {
 		}
 	}
 }
+
+// TestVacuumListsAbsentFiles: a file pruned before is listed, marked
+// Absent, once no version inside the retention needs it and its time is
+// before the cutoff; one a kept version reads, or too recent, is not.
+func TestVacuumListsAbsentFiles(t *testing.T) {
+	ctx := context.Background()
+	f := newVacuumFixture(t)
+	if _, err := f.tbl.Prune(ctx, PruneOptions{Now: f.day(13), Retention: 2 * 24 * time.Hour,
+		KeepLatest: true, Archived: f.archivedExcept()}); err != nil {
+		t.Fatal(err)
+	}
+	absent := func(context.Context) ([]VacuumFile, error) {
+		return []VacuumFile{{Path: f.a, Size: 1, ModTime: f.day(2)}, {Path: f.b, Size: 2, ModTime: f.day(16)},
+			{Path: f.c, Size: 3, ModTime: f.day(2)}}, nil
+	}
+	res, err := f.tbl.Vacuum(ctx, VacuumOptions{Now: f.day(17), Retention: 7 * 24 * time.Hour, Absent: absent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, vf := range res.Files {
+		if vf.Absent {
+			got = append(got, vf.Path)
+		}
+	}
+	if want := []string{f.a}; !slices.Equal(got, want) {
+		t.Errorf("absent files listed %v, want %v", got, want)
+	}
+	readable(t, f.tbl, 4, 4)
+}

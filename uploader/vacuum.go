@@ -35,6 +35,43 @@ func (u *Uploader) VacuumOptions(table string) (keepFrom func(context.Context) (
 	return keepFrom, beforeDelete
 }
 
+// AbsentFiles returns the data files of table, whose local copy is in the
+// directory root, that are on the remote but no longer on local disk
+// (pruned) and not yet to be deleted there, each with its upload time as
+// its time: the files a local vacuum considers besides those on disk (see
+// delta.VacuumOptions.Absent), so that the remote keeps the vacuum's
+// retention for pruned files too.
+func (u *Uploader) AbsentFiles(table, root string) ([]delta.VacuumFile, error) {
+	var out []delta.VacuumFile
+	err := u.opts.DB.View(func(r *store.Reader) error {
+		pending := map[string]bool{}
+		if err := r.RemoteDeletes(u.opts.Target, table, func(d store.RemoteDelete) error {
+			pending[d.Path] = true
+			return nil
+		}); err != nil {
+			return err
+		}
+		return r.UploadedFiles(u.opts.Target, table, func(f store.UploadedFile) error {
+			if pending[f.Path] || strings.HasPrefix(f.Path, delta.LogDirName+"/") {
+				return nil
+			}
+			_, err := os.Lstat(filepath.Join(root, filepath.FromSlash(f.Path)))
+			if err == nil {
+				return nil
+			}
+			if !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("%w: %w", ErrLocal, err)
+			}
+			out = append(out, delta.VacuumFile{Path: f.Path, Size: f.Size, ModTime: f.UploadedAt})
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("uploader: absent files of %s: %w", table, err)
+	}
+	return out, nil
+}
+
 // planRemoteDeletes records the uploaded files among those a local vacuum
 // (or log expiry) is about to delete. The remote deletes one once its
 // version reaches the oldest version the local vacuum kept: from there on no
