@@ -159,6 +159,9 @@ func (a *Agent) Open() error {
 		Logger:         a.log.With("component", "applier"),
 	}
 	appCfg.TableProperties = tableProperties(a.cfg)
+	if archiveOf(a.cfg) != "" {
+		appCfg.Restore = a.up.Restore
+	}
 	if a.cfg.HTTP.Listen != HTTPOff {
 		// The live view reads every transaction before the queue lets it
 		// go. Without it (http.listen: off) the hub does not run.

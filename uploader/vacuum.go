@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -184,4 +185,35 @@ func (u *Uploader) deleteRemote(ctx context.Context, t Table) (int, error) {
 		u.log.Info("deleted vacuumed files from the replica", "table", t.Name, "files", n)
 	}
 	return n, nil
+}
+
+// Restore downloads the data file at path of table from the remote to dst,
+// which must not exist: a file pruned locally that a rewrite needs again.
+// It writes a temporary file beside dst and renames it once synced, so dst
+// is never half written.
+func (u *Uploader) Restore(ctx context.Context, table, path, dst string) error {
+	rc, err := u.client.GetObject(ctx, table+"/"+path)
+	if err != nil {
+		return fmt.Errorf("uploader: restore %s/%s: %w", table, path, err)
+	}
+	defer rc.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".restore-*")
+	if err != nil {
+		return fmt.Errorf("uploader: restore: %w: %w", ErrLocal, err)
+	}
+	defer os.Remove(tmp.Name()) // after the rename: nothing there
+	_, err = io.Copy(tmp, rc)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Link(tmp.Name(), dst)
+	}
+	if err != nil {
+		return fmt.Errorf("uploader: restore %s/%s: %w", table, path, err)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package applier
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -60,4 +61,50 @@ func TestTablePropertiesAreSetOnNewAndExistingTables(t *testing.T) {
 		}
 	}
 	h.checkMirror("old")
+}
+
+// TestChangelogRewriteRestoresPrunedFiles prunes a changelog's files (as
+// delta.local_retention does) and changes a column's type: the rewrite of
+// every changelog file first brings the pruned ones back through
+// Config.Restore, so that no change is lost.
+func TestChangelogRewriteRestoresPrunedFiles(t *testing.T) {
+	h := newHarness(t, `CREATE TABLE col_text (id int4 PRIMARY KEY, c int4);
+		INSERT INTO col_text SELECT g, g FROM generate_series(1, 20) g`, "col_text")
+	archive := t.TempDir()
+	restored := 0
+	a := h.applier(func(c *Config) {
+		c.Restore = func(_ context.Context, table, path, dst string) error {
+			data, err := os.ReadFile(filepath.Join(archive, table, filepath.FromSlash(path)))
+			if err == nil {
+				restored++
+				err = os.WriteFile(dst, data, 0o600)
+			}
+			return err
+		}
+	})
+	h.apply(a)
+	h.exec(`UPDATE col_text SET c = c + 1 WHERE id <= 5`)
+	h.apply(a)
+	// Prune every changelog file: move it to the archive.
+	root := filepath.Join(h.tablesDir, "public.col_text_changes")
+	for _, f := range h.snapshot("public.col_text_changes").Files() {
+		dst := filepath.Join(archive, "public.col_text_changes", filepath.FromSlash(f.Path))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(root, filepath.FromSlash(f.Path)), dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	h.exec(`ALTER TABLE col_text ALTER COLUMN c TYPE text`, `INSERT INTO col_text VALUES (100, 'hundred')`)
+	h.apply(a)
+	if restored == 0 {
+		t.Fatal("no pruned file was restored")
+	}
+	h.checkMirror("col_text")
+	rows := h.checkChangelog("col_text", nil)
+	if len(rows) != 20+5+1 {
+		t.Errorf("changelog holds %d changes after the rewrite, want 26", len(rows))
+	}
 }
