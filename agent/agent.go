@@ -114,6 +114,7 @@ func (a *Agent) Open() error {
 		TablesDir:    a.cfg.Delta.TablesDir,
 		SourceTables: names,
 		AppIDPrefix:  appIDPrefix(a.cfg.Source.Slot),
+		Archive:      archiveOf(a.cfg),
 		Backlog:      backlog{a},
 		Logger:       a.log.With("component", "live"),
 	})
@@ -157,6 +158,10 @@ func (a *Agent) Open() error {
 		NoAdder:        a.tuningOff.Adder,
 		NoWriteback:    a.tuningOff.Writeback,
 		Logger:         a.log.With("component", "applier"),
+	}
+	appCfg.TableProperties = tableProperties(a.cfg)
+	if archiveOf(a.cfg) != "" {
+		appCfg.Restore = a.up.Restore
 	}
 	if a.cfg.HTTP.Listen != HTTPOff {
 		// The live view reads every transaction before the queue lets it

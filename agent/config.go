@@ -120,6 +120,12 @@ type DeltaConfig struct {
 	VacuumRetention time.Duration `yaml:"vacuum_retention"`
 	// VacuumInterval is how often the agent vacuums its tables (24h).
 	VacuumInterval time.Duration `yaml:"vacuum_interval"`
+	// LocalRetention, when set, bounds the local disk: after each vacuum
+	// the data files on the replica that neither the applier nor local
+	// time travel inside it reads are deleted locally, while the log and
+	// the replica keep them. Unset keeps every file vacuum keeps. It needs
+	// a replica.
+	LocalRetention time.Duration `yaml:"local_retention"`
 }
 
 // HTTPConfig configures the live view's HTTP server.
@@ -323,6 +329,9 @@ func (c *Config) validate(p *configParser) error {
 	}
 	if err := validateReplica(p, &c.Replica); err != nil {
 		return err
+	}
+	if c.Delta.LocalRetention > 0 && c.Replica.URL == "" {
+		return p.fieldErrorf(&c.Delta.LocalRetention, "needs a replica (set %s): the local files it deletes are kept only there", p.path(&c.Replica.URL))
 	}
 	if err := c.HTTP.validate(p); err != nil {
 		return err

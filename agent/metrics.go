@@ -56,7 +56,7 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 		deltaFilesRemoved: d("delta_files_removed_total", "Data files removed (rewritten or deleted) by Delta commits.", "table", "kind"),
 		vacuumRuns:        d("vacuum_runs_total", "Vacuums of the Delta tables (dry runs aside)."),
 		vacuumFailures:    d("vacuum_failures_total", "Vacuums that failed for at least one table."),
-		vacuumFiles:       d("vacuum_deleted_files_total", "Files deleted locally by vacuums: data files, and log files (commits and checkpoints) past the log retention.", "kind"),
+		vacuumFiles:       d("vacuum_deleted_files_total", "Files deleted locally by vacuums: data files, log files (commits and checkpoints) past the log retention, and data files pruned (kept on the replica, delta.local_retention).", "kind"),
 		vacuumBytes:       d("vacuum_deleted_bytes_total", "Bytes of the files deleted locally by vacuums."),
 		vacuumLast:        d("vacuum_last_success_timestamp_seconds", "When a vacuum last succeeded for every table (Unix time); absent before the first."),
 		applyFailing:      d("apply_failing", "1 while the applier cannot apply a table, or the queue at all: its changes stay queued."),
@@ -98,6 +98,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.vacuumFailures, float64(v.failures))
 	counter(c.vacuumFiles, float64(v.files), "data")
 	counter(c.vacuumFiles, float64(v.logFiles), "log")
+	counter(c.vacuumFiles, float64(v.pruned), "pruned")
 	counter(c.vacuumBytes, float64(v.bytes))
 	if !v.lastSuccess.IsZero() {
 		gauge(c.vacuumLast, float64(v.lastSuccess.UnixNano())/1e9)

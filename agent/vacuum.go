@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,16 +53,42 @@ type TableVacuum struct {
 	LogFiles int      `json:"log_files"`
 	Bytes    int64    `json:"bytes"`
 	Paths    []string `json:"paths,omitempty"`
-	Error    string   `json:"error,omitempty"`
+	// RemoteOnly counts the files pruned before (gone locally) that the
+	// replica deletes now that no version inside the retention needs them.
+	RemoteOnly int `json:"remote_only,omitempty"`
+	// Pruned are the data files deleted locally only, kept on the replica
+	// (delta.local_retention), and PrunedBytes their total size.
+	Pruned      int      `json:"pruned,omitempty"`
+	PrunedBytes int64    `json:"pruned_bytes,omitempty"`
+	PrunedPaths []string `json:"pruned_paths,omitempty"`
+	Error       string   `json:"error,omitempty"`
+}
+
+// vacuumSettings are the retentions a vacuum of every table applies.
+type vacuumSettings struct {
+	// retention is delta.vacuum_retention.
+	retention time.Duration
+	// localRetention is delta.local_retention: zero keeps every file
+	// vacuum keeps; otherwise, after the vacuum, the files on the replica
+	// that local readers no longer need are pruned (pruneTable).
+	localRetention time.Duration
+	dryRun         bool
+}
+
+// vacuumSettingsOf returns the settings of cfg.
+func vacuumSettingsOf(cfg *Config, dryRun bool) vacuumSettings {
+	return vacuumSettings{retention: cfg.Delta.VacuumRetention, localRetention: cfg.Delta.LocalRetention, dryRun: dryRun}
 }
 
 // vacuumTables vacuums every table under tablesDir with the given retention,
 // and expires its old log files.
 // With a replica (up not nil) a file is deleted only once every version that
 // needs it is on the replica, and the files deleted are recorded for the
-// replica to delete in turn. A failing table does not stop the others; the
-// errors are joined.
-func vacuumTables(ctx context.Context, tablesDir string, up *uploader.Uploader, retention time.Duration, dryRun bool) (*VacuumReport, error) {
+// replica to delete in turn; with a local retention the files on the
+// replica that local readers no longer need are then pruned. A failing
+// table does not stop the others; the errors are joined.
+func vacuumTables(ctx context.Context, tablesDir string, up *uploader.Uploader, set vacuumSettings) (*VacuumReport, error) {
+	retention, dryRun := set.retention, set.dryRun
 	tables, err := uploader.DirTables(tablesDir)(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("vacuum: %w", err)
@@ -72,13 +99,26 @@ func vacuumTables(ctx context.Context, tablesDir string, up *uploader.Uploader, 
 		opts := delta.VacuumOptions{Retention: retention, DryRun: dryRun}
 		if up != nil {
 			opts.KeepFrom, opts.BeforeDelete = up.VacuumOptions(t.Name)
+			if set.localRetention > 0 {
+				// Files pruned before: the replica deletes them once
+				// this retention would have.
+				opts.Absent = func(context.Context) ([]delta.VacuumFile, error) {
+					return up.AbsentFiles(t.Name, t.Path)
+				}
+			}
 		}
 		tbl := delta.New(t.Path)
 		res, err := tbl.Vacuum(ctx, opts)
 		tv := TableVacuum{Name: t.Name}
 		if res != nil {
-			tv.Version, tv.KeptFrom, tv.Files, tv.Bytes = res.Version, res.KeptFrom, len(res.Files), res.Bytes
+			tv.Version, tv.KeptFrom = res.Version, res.KeptFrom
 			for _, f := range res.Files {
+				if f.Absent {
+					tv.RemoteOnly++
+					continue
+				}
+				tv.Files++
+				tv.Bytes += f.Size
 				tv.Paths = append(tv.Paths, f.Path)
 			}
 		}
@@ -94,6 +134,9 @@ func vacuumTables(ctx context.Context, tablesDir string, up *uploader.Uploader, 
 				}
 			}
 		}
+		if err == nil && up != nil && set.localRetention > 0 {
+			err = pruneTable(ctx, tbl, t.Name, up, set, &tv)
+		}
 		if err != nil {
 			tv.Error = err.Error()
 			errs = append(errs, fmt.Errorf("table %s: %w", t.Name, err))
@@ -103,9 +146,37 @@ func vacuumTables(ctx context.Context, tablesDir string, up *uploader.Uploader, 
 	return rep, errors.Join(errs...)
 }
 
+// pruneTable deletes the local data files of table that are on the replica
+// and that local readers no longer need (delta.local_retention), and adds
+// them to tv. The log keeps naming them: the replica holds every version.
+//
+// A mirror keeps its latest version, whose files the applier reads back to
+// merge, and the versions inside the local retention, which the live view's
+// time travel reads. A changelog is only appended to: its files go once
+// written before the local retention, those of its latest version too, so
+// that its local size stays bounded. Only files recorded as uploaded are
+// deleted, so with the replica offline nothing new is.
+func pruneTable(ctx context.Context, tbl *delta.Table, table string, up *uploader.Uploader, set vacuumSettings, tv *TableVacuum) error {
+	res, err := tbl.Prune(ctx, delta.PruneOptions{
+		Retention:  set.localRetention,
+		KeepLatest: !strings.HasSuffix(table, store.ChangelogSuffix),
+		Archived: func(_ context.Context, path string) (bool, error) {
+			return up.Uploaded(table, path)
+		},
+		DryRun: set.dryRun,
+	})
+	if res != nil {
+		tv.Pruned, tv.PrunedBytes = len(res.Files), res.Bytes
+		for _, f := range res.Files {
+			tv.PrunedPaths = append(tv.PrunedPaths, f.Path)
+		}
+	}
+	return err
+}
+
 // Vacuum vacuums the running agent's tables now.
 func (a *Agent) Vacuum(ctx context.Context, dryRun bool) (*VacuumReport, error) {
-	rep, err := vacuumTables(ctx, a.cfg.Delta.TablesDir, a.up, a.cfg.Delta.VacuumRetention, dryRun)
+	rep, err := vacuumTables(ctx, a.cfg.Delta.TablesDir, a.up, vacuumSettingsOf(a.cfg, dryRun))
 	if rep != nil {
 		rep.Agent = true
 		a.logVacuum(rep)
@@ -131,8 +202,9 @@ type vacuumCounts struct {
 	// runs counts the vacuums, failures those that failed for at least
 	// one table.
 	runs, failures int64
-	// files, logFiles and bytes are what the vacuums deleted locally.
-	files, logFiles, bytes int64
+	// files, logFiles, pruned and bytes are what the vacuums deleted
+	// locally (pruned: data files kept on the replica).
+	files, logFiles, pruned, bytes int64
 	// lastSuccess is when a vacuum last succeeded for every table.
 	lastSuccess time.Time
 }
@@ -154,7 +226,8 @@ func (v *vacuumTotals) add(rep *VacuumReport, err error, now time.Time) {
 	for _, t := range rep.Tables {
 		v.n.files += int64(t.Files)
 		v.n.logFiles += int64(t.LogFiles)
-		v.n.bytes += t.Bytes
+		v.n.pruned += int64(t.Pruned)
+		v.n.bytes += t.Bytes + t.PrunedBytes
 	}
 }
 
@@ -167,9 +240,9 @@ func (v *vacuumTotals) counts() vacuumCounts {
 
 func (a *Agent) logVacuum(rep *VacuumReport) {
 	for _, t := range rep.Tables {
-		if t.Files > 0 || t.Error != "" {
+		if t.Files > 0 || t.Pruned > 0 || t.Error != "" {
 			a.log.Info("vacuum", "table", t.Name, "dry_run", rep.DryRun, "files", t.Files, "bytes", t.Bytes,
-				"kept_from_version", t.KeptFrom, "err", t.Error)
+				"pruned", t.Pruned, "pruned_bytes", t.PrunedBytes, "kept_from_version", t.KeptFrom, "err", t.Error)
 		}
 	}
 }
@@ -276,7 +349,7 @@ func RunVacuum(ctx context.Context, cfg *Config, dryRun bool, log *slog.Logger) 
 			return nil, err
 		}
 	}
-	rep, err := vacuumTables(ctx, cfg.Delta.TablesDir, up, cfg.Delta.VacuumRetention, dryRun)
+	rep, err := vacuumTables(ctx, cfg.Delta.TablesDir, up, vacuumSettingsOf(cfg, dryRun))
 	if rep != nil && up != nil && !dryRun {
 		n, rerr := up.DeleteRemote(ctx)
 		rep.RemoteDeleted = n
@@ -300,4 +373,29 @@ func openUploader(cfg *Config, db *store.DB, log *slog.Logger) (*uploader.Upload
 		return nil, fmt.Errorf("replica: %w", err)
 	}
 	return up, nil
+}
+
+// archiveOf returns where the tables' pruned data files are kept, the
+// replica's "<url>/<site>", or "" when nothing is pruned.
+func archiveOf(cfg *Config) string {
+	if cfg.Delta.LocalRetention <= 0 || cfg.Replica.URL == "" {
+		return ""
+	}
+	return cfg.Replica.Target()
+}
+
+// tableProperties returns the table properties the applier sets on every
+// table: with delta.local_retention, the replica is the archive that other
+// engines read and vacuum, so the tables carry the retentions the agent's
+// vacuum keeps (delta.vacuum_retention for removed files, the log's
+// retention as in vacuumTables), and their own VACUUM keeps the same
+// window. Without it nothing is set.
+func tableProperties(cfg *Config) map[string]string {
+	if archiveOf(cfg) == "" {
+		return nil
+	}
+	return map[string]string{
+		"delta.deletedFileRetentionDuration": delta.FormatInterval(cfg.Delta.VacuumRetention),
+		"delta.logRetentionDuration":         delta.FormatInterval(max(delta.DefaultLogRetention, cfg.Delta.VacuumRetention)),
+	}
 }

@@ -163,6 +163,21 @@ func parseInterval(s string) (time.Duration, error) {
 	return total, nil
 }
 
+// FormatInterval writes d in the interval syntax of the table properties
+// delta.deletedFileRetentionDuration and delta.logRetentionDuration, in
+// the largest unit that counts it whole, for example "interval 7 days".
+func FormatInterval(d time.Duration) string {
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{24 * time.Hour, "days"}, {time.Hour, "hours"}, {time.Minute, "minutes"}, {time.Second, "seconds"}, {time.Millisecond, "milliseconds"}} {
+		if d%u.d == 0 {
+			return fmt.Sprintf("interval %d %s", d/u.d, u.name)
+		}
+	}
+	return fmt.Sprintf("interval %d microseconds", d/time.Microsecond)
+}
+
 // LatestVersion returns the newest version of the table.
 func (t *Table) LatestVersion(ctx context.Context) (int64, error) {
 	l, err := listLog(ctx, t.logDir)

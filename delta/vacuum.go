@@ -41,6 +41,11 @@ type VacuumOptions struct {
 	BeforeDelete func(ctx context.Context, r *VacuumResult) error
 	// DryRun lists what would be deleted without deleting it.
 	DryRun bool
+	// Absent, when not nil, returns data files the table's log may name
+	// that are no longer on local disk (pruned, see Prune), with the time
+	// they count from. Vacuum lists those that it would delete were they
+	// there, marked Absent, so that BeforeDelete sees them too.
+	Absent func(ctx context.Context) ([]VacuumFile, error)
 }
 
 // VacuumFile is a data file that vacuum deleted or would delete.
@@ -49,6 +54,8 @@ type VacuumFile struct {
 	Path    string
 	Size    int64
 	ModTime time.Time
+	// Absent tells a file that was not on local disk (VacuumOptions.Absent).
+	Absent bool
 }
 
 // VacuumResult reports what Vacuum deleted, or would delete in a dry run.
@@ -214,6 +221,25 @@ func (t *Table) planVacuum(ctx context.Context, opts VacuumOptions) (*VacuumResu
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list files: %w", err)
+	}
+	if opts.Absent != nil {
+		absent, err := opts.Absent(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("absent files: %w", err)
+		}
+		for _, f := range absent {
+			p, err := ResolvePath(t.root, f.Path)
+			if err != nil {
+				return nil, err
+			}
+			if refs[p] || !f.ModTime.Before(cutoff) {
+				continue
+			}
+			f.Absent = true
+			res.Files = append(res.Files, f)
+			res.Bytes += f.Size
+		}
+		sort.Slice(res.Files, func(i, j int) bool { return res.Files[i].Path < res.Files[j].Path })
 	}
 	return res, nil
 }

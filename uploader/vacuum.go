@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -33,6 +34,43 @@ func (u *Uploader) VacuumOptions(table string) (keepFrom func(context.Context) (
 		return u.planRemoteDeletes(table, r)
 	}
 	return keepFrom, beforeDelete
+}
+
+// AbsentFiles returns the data files of table, whose local copy is in the
+// directory root, that are on the remote but no longer on local disk
+// (pruned) and not yet to be deleted there, each with its upload time as
+// its time: the files a local vacuum considers besides those on disk (see
+// delta.VacuumOptions.Absent), so that the remote keeps the vacuum's
+// retention for pruned files too.
+func (u *Uploader) AbsentFiles(table, root string) ([]delta.VacuumFile, error) {
+	var out []delta.VacuumFile
+	err := u.opts.DB.View(func(r *store.Reader) error {
+		pending := map[string]bool{}
+		if err := r.RemoteDeletes(u.opts.Target, table, func(d store.RemoteDelete) error {
+			pending[d.Path] = true
+			return nil
+		}); err != nil {
+			return err
+		}
+		return r.UploadedFiles(u.opts.Target, table, func(f store.UploadedFile) error {
+			if pending[f.Path] || strings.HasPrefix(f.Path, delta.LogDirName+"/") {
+				return nil
+			}
+			_, err := os.Lstat(filepath.Join(root, filepath.FromSlash(f.Path)))
+			if err == nil {
+				return nil
+			}
+			if !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("%w: %w", ErrLocal, err)
+			}
+			out = append(out, delta.VacuumFile{Path: f.Path, Size: f.Size, ModTime: f.UploadedAt})
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("uploader: absent files of %s: %w", table, err)
+	}
+	return out, nil
 }
 
 // planRemoteDeletes records the uploaded files among those a local vacuum
@@ -147,4 +185,35 @@ func (u *Uploader) deleteRemote(ctx context.Context, t Table) (int, error) {
 		u.log.Info("deleted vacuumed files from the replica", "table", t.Name, "files", n)
 	}
 	return n, nil
+}
+
+// Restore downloads the data file at path of table from the remote to dst,
+// which must not exist: a file pruned locally that a rewrite needs again.
+// It writes a temporary file beside dst and renames it once synced, so dst
+// is never half written.
+func (u *Uploader) Restore(ctx context.Context, table, path, dst string) error {
+	rc, err := u.client.GetObject(ctx, table+"/"+path)
+	if err != nil {
+		return fmt.Errorf("uploader: restore %s/%s: %w", table, path, err)
+	}
+	defer rc.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".restore-*")
+	if err != nil {
+		return fmt.Errorf("uploader: restore: %w: %w", ErrLocal, err)
+	}
+	defer os.Remove(tmp.Name()) // after the rename: nothing there
+	_, err = io.Copy(tmp, rc)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Link(tmp.Name(), dst)
+	}
+	if err != nil {
+		return fmt.Errorf("uploader: restore %s/%s: %w", table, path, err)
+	}
+	return nil
 }

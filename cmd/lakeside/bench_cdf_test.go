@@ -28,7 +28,7 @@ func TestBenchChangeDataFeed(t *testing.T) {
 			benchDeltaConfig, cdf, replicaDir)
 		e := newE2EWith(t, []string{"public.orders"}, cfg)
 		e.exec(benchOrdersDDL)
-		e.insertOrders(1, rows)
+		e.insertOrders(0, rows)
 		d := e.start()
 		waitState(t, e, d, "streaming")
 		e.waitApplied(d)

@@ -67,6 +67,15 @@ func (c *vacuumCommand) Run(ctx context.Context) error {
 				fmt.Fprintf(c.stdout, "  %s\n", p)
 			}
 		}
+		if t.Pruned > 0 {
+			fmt.Fprintf(c.stdout, "  pruned: %s %d files (%s) kept on the replica (delta.local_retention %s)\n",
+				verb, t.Pruned, agent.FormatBytes(t.PrunedBytes), cfg.Delta.LocalRetention)
+			if rep.DryRun {
+				for _, p := range t.PrunedPaths {
+					fmt.Fprintf(c.stdout, "  %s\n", p)
+				}
+			}
+		}
 		if t.Error != "" {
 			fmt.Fprintf(c.stdout, "  error: %s\n", t.Error)
 		}

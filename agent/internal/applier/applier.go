@@ -76,6 +76,15 @@ type Config struct {
 	// CheckpointInterval is the number of versions between checkpoints
 	// (default 10).
 	CheckpointInterval int64
+	// TableProperties are set in the configuration of every table: when it
+	// is created, and in the next commit of one that holds other values
+	// (for example the retentions remote engines' VACUUM should keep).
+	TableProperties map[string]string
+	// Restore, when set, brings a data file that is no longer on local
+	// disk (pruned: the replica keeps it) back to dst before a rewrite of
+	// every file of a changelog reads it; table is the directory name and
+	// path the file's path as the log names it.
+	Restore func(ctx context.Context, table, path, dst string) error
 	// Compression is delta.CompressionSnappy (default) or CompressionZstd.
 	Compression string
 	// PollInterval is how often the queue is looked at when Notify is not

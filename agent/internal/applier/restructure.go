@@ -2,7 +2,9 @@ package applier
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -284,6 +286,9 @@ func (c *changelog) evolve(ctx context.Context, a *Applier) error {
 	if err != nil {
 		return fmt.Errorf("changelog %s: %w", c.name, err)
 	}
+	if err := a.restore(ctx, c.deltaTable, snap); err != nil {
+		return err
+	}
 	// Every field of the new schema, by physical name, from old.
 	from := make([]int, len(c.schema.Fields))
 	for i, f := range c.schema.Fields {
@@ -459,6 +464,28 @@ func (a *Applier) evolveTo(ctx context.Context, rels map[store.RelationKey]*stor
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// restore brings back the data files of snap that are no longer on local
+// disk (pruned, see Config.Restore), so that a rewrite can read them.
+func (a *Applier) restore(ctx context.Context, dt *deltaTable, snap *delta.Snapshot) error {
+	if a.cfg.Restore == nil {
+		return nil
+	}
+	for _, add := range snap.Files() {
+		p, err := delta.ResolvePath(dt.t.Path(), add.Path)
+		if err != nil {
+			return fmt.Errorf("%s: %w", dt.name, err)
+		}
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err := a.cfg.Restore(ctx, dt.name, add.Path, p); err != nil {
+			return fmt.Errorf("%s: restore %s: %w", dt.name, add.Path, err)
+		}
+		a.log.Info("data file restored from the replica", "table", dt.name, "path", add.Path)
 	}
 	return nil
 }

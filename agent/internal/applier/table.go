@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
@@ -33,6 +35,10 @@ type deltaTable struct {
 	schema      *delta.StructType
 	meta        *delta.Metadata
 	schemaDirty bool
+	// props are Config.TableProperties the committed configuration does
+	// not hold yet; the next commit without a metaData of its own sets
+	// them.
+	props map[string]string
 	// protocol is the committed protocol, and epoch the columns.epoch
 	// the schema was laid out for.
 	protocol *delta.Protocol
@@ -97,6 +103,7 @@ func (a *Applier) openTable(ctx context.Context, name, kind string,
 		}
 		// Column mapping from the start (see schema.go).
 		conf[delta.ColumnMappingModeKey] = delta.ColumnMappingName
+		maps.Copy(conf, a.cfg.TableProperties)
 		info := &delta.CommitInfo{Operation: "CREATE TABLE", EngineInfo: a.cfg.EngineInfo}
 		if err := os.MkdirAll(path, 0o750); err != nil {
 			return nil, nil, fmt.Errorf("create %s: %w", name, err)
@@ -121,6 +128,14 @@ func (a *Applier) openTable(ctx context.Context, name, kind string,
 			return nil, nil, err
 		}
 	}
+	for k, v := range a.cfg.TableProperties {
+		if dt.meta.Configuration[k] != v {
+			if dt.props == nil {
+				dt.props = map[string]string{}
+			}
+			dt.props[k] = v
+		}
+	}
 	return dt, snap, nil
 }
 
@@ -138,9 +153,23 @@ type commitInfo struct {
 // CheckpointInterval versions.
 func (a *Applier) commit(ctx context.Context, dt *deltaTable, actions []delta.Action, ci commitInfo) error {
 	var md *delta.Metadata
-	if dt.schemaDirty {
+	props := dt.props
+	if slices.ContainsFunc(actions, func(a delta.Action) bool { _, ok := a.(*delta.Metadata); return ok }) {
+		props = nil // a commit holds one metaData: the next one sets them
+	}
+	if dt.schemaDirty || props != nil {
+		base := dt.meta
+		if props != nil {
+			c := *base
+			c.Configuration = maps.Clone(base.Configuration)
+			if c.Configuration == nil {
+				c.Configuration = map[string]string{}
+			}
+			maps.Copy(c.Configuration, props)
+			base = &c
+		}
 		var err error
-		if md, err = dt.meta.WithSchema(dt.schema); err != nil {
+		if md, err = base.WithSchema(dt.schema); err != nil {
 			return fmt.Errorf("commit %s: %w", dt.name, err)
 		}
 	}
@@ -173,6 +202,9 @@ func (a *Applier) commit(ctx context.Context, dt *deltaTable, actions []delta.Ac
 	dt.version, dt.applied = v, ci.last
 	if md != nil {
 		dt.meta, dt.schemaDirty = md, false
+		if props != nil {
+			dt.props = nil
+		}
 	}
 	if proto != nil {
 		dt.protocol = proto

@@ -298,7 +298,11 @@ func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) writeLookupError(w http.ResponseWriter, err error) {
+	var pruned *prunedError
 	switch {
+	case errors.As(err, &pruned):
+		// Gone for good here: the version lives on in the replica.
+		writeError(w, http.StatusGone, err.Error())
 	case errors.Is(err, errUnknownTable):
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, errNotCaptured):

@@ -49,7 +49,9 @@ type Hub struct {
 	db        *store.DB
 	log       *slog.Logger
 	tablesDir string
-	maxRows   int
+	// archive is HubConfig.Archive.
+	archive string
+	maxRows int
 	// defer, when set and true, spaces polls out to deferredPoll: while
 	// capture catches up with PostgreSQL, the view is not live anyway.
 	backlog Backlog
@@ -120,6 +122,11 @@ type HubConfig struct {
 	// Backlog says when the hub polls the queue only now and then; nil:
 	// never.
 	Backlog Backlog
+	// Archive, when not empty, is where the mirrors' data files pruned
+	// locally are kept (delta.local_retention): the replica's
+	// "<url>/<site>". A time travel that misses a data file then answers
+	// 410 Gone naming the file there.
+	Archive string
 	// Logger is slog.Default() when nil.
 	Logger *slog.Logger
 }
@@ -148,6 +155,7 @@ func NewHub(db *store.DB, cfg HubConfig) *Hub {
 		db:          db,
 		log:         log,
 		tablesDir:   cfg.TablesDir,
+		archive:     cfg.Archive,
 		backlog:     cfg.Backlog,
 		maxRows:     defaultMaxRows,
 		notify:      make(chan struct{}, 1),

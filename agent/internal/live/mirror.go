@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -38,6 +39,19 @@ var (
 	errNoMirror = errors.New("no Delta mirror of the table yet")
 	errBadKey   = errors.New("bad key")
 )
+
+// prunedError is a read of a mirror version whose data file was pruned
+// locally (delta.local_retention): the replica keeps it, at remote.
+type prunedError struct {
+	table   string
+	version int64
+	remote  string
+}
+
+func (e *prunedError) Error() string {
+	return fmt.Sprintf("version %d of %s is no longer kept locally (delta.local_retention); the replica holds it: %s",
+		e.version, e.table, e.remote)
+}
 
 // softDeleteColumn marks deleted rows in a mirror written with soft deletes.
 const softDeleteColumn = "_deleted"
@@ -161,7 +175,9 @@ func (mr *mirrorReads) page(id string, encode func() (encodedPage, error)) (enco
 // mirrorFile is a data file of a mirror snapshot with its key range (nil
 // when the file has no range tags: it is read for every page).
 type mirrorFile struct {
-	path           string
+	path string
+	// logPath is the file's path as the log names it.
+	logPath        string
 	size           int64
 	minKey, maxKey []byte
 }
@@ -173,6 +189,9 @@ type mirrorScan struct {
 	rel     *store.Relation
 	version int64
 	schema  *delta.StructType
+	// archive is where the table's pruned files are kept
+	// ("<url>/<site>/<dir>"), or empty when none are pruned.
+	archive string
 	// keyIdx are the schema fields of the row key, in order; with
 	// multiset the key is every data field.
 	keyIdx   []int
@@ -220,6 +239,9 @@ func (h *Hub) scanMirror(ctx context.Context, table string, at travelTo) (*mirro
 // the directory root, laid out per the table's schema version rel.
 func (h *Hub) newMirrorScan(root string, snap *delta.Snapshot, rel *store.Relation) (*mirrorScan, error) {
 	ms := &mirrorScan{reads: h.mirrorReads, types: h.types, rel: rel, version: snap.Version(), schema: snap.Schema(), deleted: -1}
+	if h.archive != "" {
+		ms.archive = h.archive + "/" + rel.DirName()
+	}
 	conf := snap.Metadata().Configuration
 	fieldIdx, physicalIdx := map[string]int{}, map[string]int{}
 	for i, f := range ms.schema.Fields {
@@ -263,7 +285,7 @@ func (h *Hub) newMirrorScan(root string, snap *delta.Snapshot, rel *store.Relati
 		if err != nil {
 			return nil, err
 		}
-		f := mirrorFile{path: path, size: add.Size}
+		f := mirrorFile{path: path, logPath: add.Path, size: add.Size}
 		minKey, errMin := hex.DecodeString(add.Tags[tagMirrorMinKey])
 		maxKey, errMax := hex.DecodeString(add.Tags[tagMirrorMaxKey])
 		if errMin == nil && errMax == nil && add.Tags[tagMirrorMaxKey] != "" {
@@ -324,6 +346,9 @@ type keyedRow struct {
 func (ms *mirrorScan) fileRows(ctx context.Context, f mirrorFile) ([]keyedRow, error) {
 	return ms.reads.rows(ctx, f.path+"\x00"+ms.keying, f.size, func(ctx context.Context) ([]keyedRow, error) {
 		rows, err := delta.ReadParquetFile(ctx, f.path, ms.schema)
+		if errors.Is(err, fs.ErrNotExist) && ms.archive != "" {
+			return nil, &prunedError{table: ms.rel.TableName(), version: ms.version, remote: ms.archive + "/" + f.logPath}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read %s at version %d: %w", ms.rel.TableName(), ms.version, err)
 		}
