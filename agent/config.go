@@ -174,7 +174,7 @@ type SourceConfig struct {
 	LogicalDecodingWorkMem int64 `yaml:"logical_decoding_work_mem" config:"decoding_work_mem"`
 	// BackfillChunkRows is the number of rows a backfill (the copy of a
 	// table configured after the first start, or resynced) reads and
-	// queues at a time, 4096 by default, at most MaxBackfillChunkRows:
+	// queues at a time, 16384 by default, at most MaxBackfillChunkRows:
 	// at most that many rows are held in memory.
 	BackfillChunkRows int `yaml:"backfill_chunk_rows"`
 	// BackfillRowsPerSecond bounds the rows a backfill copies per

@@ -94,5 +94,5 @@ func TestBenchBackfill(t *testing.T) {
 	fmt.Printf("BENCH delta freshness at 2k txn/s during a backfill: p50 %v, p99 %v, max %v (target p99 <= 1.5s); achieved %.0f txn/s for %.1f s, the backfill took %.2f s of it\n",
 		percentile(lat, 0.5).Round(time.Millisecond), percentile(lat, 0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond),
 		float64(sent)/took.Seconds(), took.Seconds(), during.Seconds())
-	fmt.Printf("  flush_interval 1s, backfill_chunk_rows 4096 (default), no rate limit; load %s\n", loadAvg())
+	fmt.Printf("  flush_interval 1s, backfill_chunk_rows 16384 (default), no rate limit; load %s\n", loadAvg())
 }

@@ -74,7 +74,7 @@ const (
 
 // DefaultBackfillChunkRows is the number of rows a backfill copies per
 // chunk when Config.BackfillChunkRows is zero.
-const DefaultBackfillChunkRows = 4096
+const DefaultBackfillChunkRows = 16384
 
 // maxTuplesPerPage is the most rows a heap page of 8 kB holds
 // (MaxHeapTuplesPerPage): a chunk of ctid ranges spans at most
