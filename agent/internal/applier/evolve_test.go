@@ -3,6 +3,7 @@ package applier
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -255,4 +256,37 @@ func (h *harness) waitVersionWith(table, column string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	h.t.Fatalf("no schema version of %s with column %s", table, column)
+}
+
+// TestIdleApplierLeavesAFailingTableToItsRetry fails a table's first
+// flush, lets the idle applier look for schema versions to apply while the
+// table waits for its retry, then retries: the retry applies every change
+// (a table the idle applier loaded would have been taken for one held out
+// of the flush, and its changes passed over).
+func TestIdleApplierLeavesAFailingTableToItsRetry(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, `CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL)`, "items")
+	a := h.applier()
+	failed := false
+	a.failpoint = func(point, table string) error {
+		if point == "after-commit" && table == "public.items_changes" && !failed {
+			failed = true
+			return errCrash
+		}
+		return nil
+	}
+	h.exec(`INSERT INTO items SELECT g, g FROM generate_series(1, 100) g`)
+	h.caughtUp()
+	var tableErrs tableErrors
+	if err := a.applyAll(ctx); !errors.As(err, &tableErrs) {
+		t.Fatalf("applyAll = %v, want the table's failure", err)
+	}
+	// Idle while the table waits for its retry.
+	if upTo, _, _, err := a.nextBatch(); err != nil || upTo != 0 {
+		t.Fatalf("nextBatch while the table waits = %s, %v; want nothing to apply", upTo, err)
+	}
+	a.evolveIdle(ctx)
+	time.Sleep(1100 * time.Millisecond) // the first retry's backoff
+	h.apply(a)
+	h.checkMirror("items")
 }

@@ -420,6 +420,11 @@ func (a *Applier) evolveIdle(ctx context.Context) {
 		if a.evolved[rel.Key] {
 			continue
 		}
+		if _, behind := a.behind[rel.TableName()]; behind {
+			// A failing table: its retry, a flush, evolves it; a
+			// table loaded here would be taken for the flush's.
+			continue
+		}
 		if err := a.evolveTo(ctx, rels, rel); err != nil {
 			a.log.Warn("apply a schema change", "table", rel.TableName(), "err", err)
 			a.reset()
@@ -436,7 +441,7 @@ func (a *Applier) evolveIdle(ctx context.Context) {
 // schema version rel, committing a schema that only changed in metaData
 // commits that keep the txn version.
 func (a *Applier) evolveTo(ctx context.Context, rels map[store.RelationKey]*store.Relation, rel *store.Relation) error {
-	if st := a.tables[rel.TableName()]; st == nil || st.held {
+	if st := a.tables[rel.TableName()]; st == nil {
 		if _, err := os.Stat(filepath.Join(a.cfg.TablesDir, rel.DirName(), "_delta_log")); err != nil {
 			return nil
 		}
@@ -447,9 +452,6 @@ func (a *Applier) evolveTo(ctx context.Context, rels map[store.RelationKey]*stor
 	a.read.target = rel.Key.LSN
 	defer func() { a.read.target = 0 }()
 	st := a.table(ctx, rels, rel)
-	if st.held {
-		return nil
-	}
 	if err := st.failed(); err != nil {
 		return err
 	}
