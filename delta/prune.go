@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 	"time"
 )
 
@@ -88,38 +87,7 @@ func (t *Table) planPrune(ctx context.Context, opts PruneOptions) (*VacuumResult
 		}
 		res.KeptFrom = from
 	}
-	partCols := latest.metadata.PartitionColumns
-	err = filepath.WalkDir(t.root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // removed while walking
-			}
-			return err
-		}
-		if p == t.root {
-			return nil
-		}
-		if hiddenName(d.Name(), partCols) {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if d.IsDir() || refs[p] {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil // removed while walking
-		}
-		if !info.Mode().IsRegular() || !info.ModTime().Before(cutoff) {
-			return nil
-		}
-		rel, err := filepath.Rel(t.root, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
+	err = t.eachUnreferenced(latest.metadata.PartitionColumns, refs, cutoff, func(rel string, info fs.FileInfo) error {
 		ok, err := opts.Archived(ctx, rel)
 		if err != nil {
 			return fmt.Errorf("archived %s: %w", rel, err)

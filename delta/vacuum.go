@@ -184,38 +184,8 @@ func (t *Table) planVacuum(ctx context.Context, opts VacuumOptions) (*VacuumResu
 		return nil, err
 	}
 	res := &VacuumResult{Version: latest.version, KeptFrom: keep, Cutoff: cutoff, DryRun: opts.DryRun}
-	partCols := latest.metadata.PartitionColumns
-	err = filepath.WalkDir(t.root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // removed while walking
-			}
-			return err
-		}
-		if p == t.root {
-			return nil
-		}
-		if hiddenName(d.Name(), partCols) {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if d.IsDir() || refs[p] {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil // removed while walking
-		}
-		if !info.Mode().IsRegular() || !info.ModTime().Before(cutoff) {
-			return nil
-		}
-		rel, err := filepath.Rel(t.root, p)
-		if err != nil {
-			return err
-		}
-		res.Files = append(res.Files, VacuumFile{Path: filepath.ToSlash(rel), Size: info.Size(), ModTime: info.ModTime()})
+	err = t.eachUnreferenced(latest.metadata.PartitionColumns, refs, cutoff, func(rel string, info fs.FileInfo) error {
+		res.Files = append(res.Files, VacuumFile{Path: rel, Size: info.Size(), ModTime: info.ModTime()})
 		res.Bytes += info.Size()
 		return nil
 	})
@@ -500,4 +470,43 @@ func hiddenName(name string, partitionColumns []string) bool {
 		}
 	}
 	return true
+}
+
+// eachUnreferenced calls fn with the slash-separated path below the table's
+// root and the file info of every regular file the table's data could be
+// (not hidden, see hiddenName) that refs does not hold and that was last
+// modified before cutoff: what vacuum and pruning may delete.
+func (t *Table) eachUnreferenced(partCols []string, refs map[string]bool, cutoff time.Time, fn func(rel string, info fs.FileInfo) error) error {
+	return filepath.WalkDir(t.root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while walking
+			}
+			return err
+		}
+		if p == t.root {
+			return nil
+		}
+		if hiddenName(d.Name(), partCols) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() || refs[p] {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil // removed while walking
+		}
+		if !info.Mode().IsRegular() || !info.ModTime().Before(cutoff) {
+			return nil
+		}
+		rel, err := filepath.Rel(t.root, p)
+		if err != nil {
+			return err
+		}
+		return fn(filepath.ToSlash(rel), info)
+	})
 }
