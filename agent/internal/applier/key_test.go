@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/lakeside/lakeside/delta"
@@ -119,4 +120,15 @@ func TestMultisetMirrorIsRekeyed(t *testing.T) {
 	}
 	h.checkMirror("f")
 	h.checkChangelog("f", nil)
+}
+
+// TestKeyConfIsJSON checks that lakeside.key reads back as written for
+// physical names of any bytes a PostgreSQL column name may hold (the names
+// of columns written before column mapping).
+func TestKeyConfIsJSON(t *testing.T) {
+	names := []string{"id", "a\x01b", "é\t\"q\"", `back\slash`}
+	var got []string
+	if err := json.Unmarshal([]byte(keyConf(names)), &got); err != nil || !slices.Equal(got, names) {
+		t.Fatalf("keyConf(%q) = %s, reads back as %q (%v)", names, keyConf(names), got, err)
+	}
 }

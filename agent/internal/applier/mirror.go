@@ -111,7 +111,7 @@ func (a *Applier) openMirror(ctx context.Context, name string, cols *columns, re
 		if key := cols.keyOf(rel); key == nil {
 			conf[confMultiset] = "true"
 		} else {
-			conf[confKey] = keyConf(cols, key)
+			conf[confKey] = keyConf(keyPhysical(cols, key))
 		}
 		return st, nil, conf
 	})
@@ -139,6 +139,15 @@ func (a *Applier) openMirror(ctx context.Context, name string, cols *columns, re
 	return m, nil
 }
 
+// keyPhysical returns the physical names of the data columns key.
+func keyPhysical(cols *columns, key []int) []string {
+	names := make([]string, len(key))
+	for i, j := range key {
+		names[i] = cols.cols[j].physical
+	}
+	return names
+}
+
 // mirrorSchema returns the mirror's schema: the live data columns, and
 // _deleted with soft delete.
 func mirrorSchema(cols *columns, soft bool) *delta.StructType {
@@ -149,14 +158,10 @@ func mirrorSchema(cols *columns, soft bool) *delta.StructType {
 	return st
 }
 
-// keyConf returns the table configuration lakeside.key of key, data
-// columns: the JSON list of their physical names.
-func keyConf(cols *columns, key []int) string {
-	names := make([]string, len(key))
-	for i, j := range key {
-		names[i] = cols.cols[j].physical
-	}
-	k, _ := json.Marshal(names)
+// keyConf returns the table configuration lakeside.key: the JSON list of
+// the key columns' physical names.
+func keyConf(physical []string) string {
+	k, _ := json.Marshal(physical)
 	return string(k)
 }
 

@@ -104,10 +104,7 @@ func (m *mirror) evolve(ctx context.Context, a *Applier, target *store.Relation)
 		why = append(why, "column added with a default")
 	}
 	key := m.cols.keyOf(target)
-	var keyNames []string
-	for _, j := range key {
-		keyNames = append(keyNames, m.cols.cols[j].physical)
-	}
+	keyNames := keyPhysical(m.cols, key)
 	multiset := key == nil
 	switch {
 	case multiset != m.multiset || !multiset && !slices.Equal(keyNames, m.keyNames):
@@ -234,7 +231,7 @@ func (m *mirror) rewrite(ctx context.Context, a *Applier, old *delta.StructType,
 		md.Configuration[confMultiset] = "true"
 	} else {
 		delete(md.Configuration, confMultiset)
-		md.Configuration[confKey] = keyConfNames(keyNames)
+		md.Configuration[confKey] = keyConf(keyNames)
 	}
 	m.meta, m.schemaDirty = &md, true
 	if err := a.commit(ctx, m.deltaTable, actions, commitInfo{operation: "REWRITE", first: m.applied, last: m.applied}); err != nil {
@@ -249,21 +246,6 @@ func (m *mirror) rewrite(ctx context.Context, a *Applier, old *delta.StructType,
 	}
 	a.log.Info("mirror rewritten", "table", m.name, "why", why, "rows", rows-dups)
 	return nil
-}
-
-// keyConfNames returns the table configuration lakeside.key of the key
-// columns' physical names.
-func keyConfNames(names []string) string {
-	var b strings.Builder
-	b.WriteByte('[')
-	for i, n := range names {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, "%q", n)
-	}
-	b.WriteByte(']')
-	return b.String()
 }
 
 // evolve lays the changelog out for the columns now, first rewriting its
