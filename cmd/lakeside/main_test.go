@@ -214,6 +214,31 @@ func (e *e2e) waitCaughtUp(d *daemon) {
 	e.t.Fatalf("agent did not reach %s in 3 minutes; log:\n%s", text, d.stderr)
 }
 
+// backfillRecord reads the stopped agent's record of the copy of a table
+// (by the name of its Delta tables), or nil.
+func (e *e2e) backfillRecord(table string) *store.Backfill {
+	e.t.Helper()
+	db, err := store.Open(e.stateDir, store.Options{ReadOnly: true})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer db.Close()
+	var rec *store.Backfill
+	err = db.View(func(r *store.Reader) error {
+		recs, err := r.Backfills()
+		for _, b := range recs {
+			if b.Table == table {
+				rec = b
+			}
+		}
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rec
+}
+
 // queue reads the stopped agent's queue.
 func (e *e2e) queue() ([]*store.Txn, map[store.RelationKey]*store.Relation, store.LSN) {
 	e.t.Helper()
