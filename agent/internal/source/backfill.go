@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/time/rate"
 
 	"github.com/lakeside/lakeside/agent/internal/typemap"
@@ -643,19 +642,6 @@ func (b *backfiller) keyColumns(ctx context.Context, rel *store.Relation) ([]key
 // its watermarks. It returns what the stream did with it and, once queued,
 // the progress recorded with it.
 func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfill, keys []keyColumn) (chunkResult, *store.Backfill, error) {
-	tx, err := b.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-	if err != nil {
-		return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	var snapText string
-	if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snapText); err != nil {
-		return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
-	}
-	snap, err := parseSnapshot(snapText)
-	if err != nil {
-		return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
-	}
 	rel, err := relationFromCatalog(ctx, b.conn, prog.OID, t, 0, b.types.Known)
 	if err != nil {
 		return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
@@ -687,7 +673,7 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 		var pages, leaves int64
 		// The pages of the table, or of its largest partition (a
 		// range of ctids selects rows in every partition).
-		err := tx.QueryRow(ctx, `SELECT coalesce(max(pg_relation_size(relid)), pg_relation_size($1)) / current_setting('block_size')::int,
+		err := b.conn.QueryRow(ctx, `SELECT coalesce(max(pg_relation_size(relid)), pg_relation_size($1)) / current_setting('block_size')::int,
 			       count(*) FROM pg_partition_tree($1) WHERE isleaf`, prog.OID).Scan(&pages, &leaves)
 		if err != nil {
 			return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
@@ -699,7 +685,7 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 		next.Done = int64(end) >= pages
 	}
 	b.chunk++
-	win := &chunkWindow{id: fmt.Sprintf("%s-%d", b.nonce, b.chunk), oid: prog.OID, rel: rel, snap: snap,
+	win := &chunkWindow{id: fmt.Sprintf("%s-%d", b.nonce, b.chunk), oid: prog.OID, rel: rel,
 		truncate: prog.Truncate, result: make(chan chunkResult, 1)}
 	h := b.s.handoff
 	h.mu.Lock()
@@ -712,17 +698,32 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 		}
 		h.mu.Unlock()
 	}()
-	if err := b.emit(ctx, tx, win, "low"); err != nil {
+	// The snapshot, then the low watermark, in one round trip: the
+	// chunk's transaction stays open for the COPY, and is committed with
+	// the high watermark (emitHigh).
+	committed := false
+	defer func() {
+		if !committed {
+			b.conn.PgConn().Exec(context.WithoutCancel(ctx), "ROLLBACK").Close()
+		}
+	}()
+	low, err := watermarkSQL(win, "low")
+	if err != nil {
 		return chunkResult{}, nil, err
+	}
+	snapText, err := b.firstValue(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT pg_current_snapshot()::text; "+low)
+	if err != nil {
+		return chunkResult{}, nil, fmt.Errorf("backfill %s: begin the chunk: %w", t, err)
+	}
+	snap, err := parseSnapshot(snapText)
+	if err != nil {
+		return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
 	}
 	if _, err := b.conn.PgConn().CopyTo(ctx, cr, "COPY ("+query+") TO STDOUT"); err != nil {
 		return chunkResult{}, nil, fmt.Errorf("backfill %s: copy: %w", t, err)
 	}
 	if len(cr.partial) > 0 {
 		return chunkResult{}, nil, fmt.Errorf("backfill %s: COPY ended inside a row", t)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
 	}
 	if b.s.failpoint != nil {
 		if err := b.s.failpoint("backfill-copied"); err != nil {
@@ -737,11 +738,12 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 		}
 	}
 	h.mu.Lock()
-	win.rows, win.keys, win.prog, win.ready = cr.rows, cr.keys, &next, true
+	win.snap, win.rows, win.keys, win.prog, win.ready = snap, cr.rows, cr.keys, &next, true
 	h.mu.Unlock()
 	if err := b.emitHigh(ctx, win); err != nil {
 		return chunkResult{}, nil, err
 	}
+	committed = true
 	select {
 	case res := <-win.result:
 		return res, &next, nil
@@ -750,39 +752,49 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 	}
 }
 
-// emit writes a watermark of the chunk into the WAL.
-func (b *backfiller) emit(ctx context.Context, q interface {
-	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-}, win *chunkWindow, mark string) error {
+// watermarkSQL returns the statement that writes a watermark of the chunk
+// into the WAL.
+func watermarkSQL(win *chunkWindow, mark string) (string, error) {
 	content, err := json.Marshal(watermark{ID: win.id, OID: win.oid, Mark: mark})
 	if err != nil {
-		return err
+		return "", err
 	}
-	if _, err := q.Exec(ctx, `SELECT pg_logical_emit_message(false, $1, $2)`, backfillPrefix, string(content)); err != nil {
-		return fmt.Errorf("backfill: write the %s watermark: %w", mark, err)
-	}
-	return nil
+	return "SELECT pg_logical_emit_message(false, " + quoteLiteral([]byte(backfillPrefix)) + ", " + quoteLiteral(content) + ")", nil
 }
 
-// emitHigh writes the high watermark of the chunk and flushes the WAL up
-// to it. A non-transactional message is decoded once the WAL holding it
-// is flushed, which nothing else may do for a while (up to
+// firstValue runs the statements of sql in one round trip (the simple
+// query protocol) and returns the text of the first value of the first
+// statement that returns rows.
+func (b *backfiller) firstValue(ctx context.Context, sql string) (string, error) {
+	results, err := b.conn.PgConn().Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return "", err
+	}
+	for _, r := range results {
+		if len(r.Rows) > 0 && len(r.Rows[0]) > 0 {
+			return string(r.Rows[0][0]), nil
+		}
+	}
+	return "", errors.New("no value returned")
+}
+
+// emitHigh commits the chunk's transaction and writes the high watermark
+// of the chunk, then flushes the WAL up to it, in one round trip. A
+// non-transactional message is decoded once the WAL holding it is
+// flushed, which nothing else may do for a while (up to
 // wal_writer_delay); a transaction with an xid flushes it at its commit
 // (locally: a synchronous standby, which the agent may itself be, is not
 // waited for). PostgreSQL 17's flush argument would do it without an xid.
 func (b *backfiller) emitHigh(ctx context.Context, win *chunkWindow) error {
-	return pgx.BeginFunc(ctx, b.conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = local`); err != nil {
-			return fmt.Errorf("backfill: %w", err)
-		}
-		if err := b.emit(ctx, tx, win, "high"); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
-			return fmt.Errorf("backfill: %w", err)
-		}
-		return nil
-	})
+	high, err := watermarkSQL(win, "high")
+	if err != nil {
+		return err
+	}
+	sql := "COMMIT; BEGIN; SET LOCAL synchronous_commit = local; " + high + "; SELECT pg_current_xact_id(); COMMIT"
+	if _, err := b.conn.PgConn().Exec(ctx, sql).ReadAll(); err != nil {
+		return fmt.Errorf("backfill: write the high watermark: %w", err)
+	}
+	return nil
 }
 
 // keysetQuery returns the query of the limit rows after the key after

@@ -367,6 +367,9 @@ func (st *stream) adoptTracking() {
 	if h.tracked != nil {
 		h.tracked <- st.received
 		h.tracked = nil
+		if st.acked < st.received {
+			st.ackAsk = st.received
+		}
 	}
 }
 

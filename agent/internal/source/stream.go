@@ -94,6 +94,10 @@ type stream struct {
 	deadlineSet   time.Time
 	acked         store.LSN
 	checkpointAsk store.LSN
+	// ackAsk, when set, is a position a backfill waits to see
+	// acknowledged (stream.adoptTracking): it is, as soon as it is
+	// durable.
+	ackAsk store.LSN
 }
 
 // run receives and handles messages until ctx is cancelled (then it shuts
@@ -161,6 +165,9 @@ func (st *stream) statusChore(ctx context.Context, interval time.Duration) error
 		// idle slot's confirmed position follows the server's WAL.
 		return st.sendStatus(ctx, true)
 	case sinceStatus >= interval || (durable != st.acked && sinceStatus >= ackEvery):
+		return st.sendStatus(ctx, false)
+	case st.ackAsk != 0 && durable >= st.ackAsk:
+		st.ackAsk = 0
 		return st.sendStatus(ctx, false)
 	}
 	return nil
