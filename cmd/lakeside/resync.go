@@ -19,8 +19,9 @@ type resyncCommand struct {
 	stdout     io.Writer
 	configPath string
 	table      string
-	// every is how often the progress is asked for.
-	every time.Duration
+	// poll is how often the progress is asked for, every how often a
+	// line of it is printed at most.
+	poll, every time.Duration
 }
 
 func (c *resyncCommand) ParseFlags(args []string) error {
@@ -39,6 +40,11 @@ func (c *resyncCommand) ParseFlags(args []string) error {
 	if c.every == 0 {
 		c.every = time.Second
 	}
+	if c.poll == 0 {
+		// The agent answers status over its socket in well under a
+		// millisecond: the command ends soon after the copy.
+		c.poll = 100 * time.Millisecond
+	}
 	return nil
 }
 
@@ -55,7 +61,7 @@ func (c *resyncCommand) Run(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(c.stdout, "resync of %s recorded: the table is truncated and copied again while changes stream\n", rep.Table)
-	last := ""
+	last, printed := "", time.Time{}
 	for {
 		st, err := agent.AskStatus(ctx, cfg.StateDir)
 		if err != nil {
@@ -65,18 +71,19 @@ func (c *resyncCommand) Run(ctx context.Context) error {
 			if b.Table != rep.Table || b.Since.Before(rep.Since) {
 				continue
 			}
-			if line := backfillLine(b); line != last {
+			done := b.State == agent.BackfillDone
+			if line := backfillLine(b); line != last && (done || time.Since(printed) >= c.every) {
 				fmt.Fprintln(c.stdout, line)
-				last = line
+				last, printed = line, time.Now()
 			}
-			if b.State == agent.BackfillDone {
+			if done {
 				return nil
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("stopped following the resync (it goes on in the agent; see lakeside status): %w", ctx.Err())
-		case <-time.After(c.every):
+		case <-time.After(c.poll):
 		}
 	}
 }
