@@ -12,8 +12,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeside/lakeside/agent/internal/source"
 	"github.com/lakeside/lakeside/uploader"
@@ -41,11 +44,46 @@ func CheckPostgres(ctx context.Context, cfg *Config) ([]Check, error) {
 			Fix: "check source.dsn, that the server runs, and pg_hba.conf"}}, nil
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	renamed, err := followRenames(ctx, conn, cfg, &scfg)
+	if err != nil {
+		return nil, err
+	}
 	checks, err := source.Preflight(ctx, conn, scfg)
 	if err != nil {
 		return nil, err
 	}
-	return append([]Check{{Name: "connect to PostgreSQL", OK: true}}, checks...), nil
+	return slices.Concat([]Check{{Name: "connect to PostgreSQL", OK: true}}, renamed, checks), nil
+}
+
+// followRenames puts, in place of each configured table that PostgreSQL
+// calls by another name now, the name it has: the agent follows a captured
+// table by its OID through renames, so the checks look at the table it
+// captures. It returns a passed check per such table. When there is no
+// state to say which tables are captured (the agent never ran), it
+// changes nothing.
+func followRenames(ctx context.Context, conn *pgx.Conn, cfg *Config, scfg *source.Config) ([]Check, error) {
+	st, err := ReadStatus(ctx, cfg)
+	if err != nil {
+		return nil, nil
+	}
+	scfg.Tables = slices.Clone(scfg.Tables)
+	var out []Check
+	for i, t := range scfg.Tables {
+		for _, c := range st.Captured {
+			if c.Table != t.String() || c.OID == 0 {
+				continue
+			}
+			now, exists, err := source.NameOf(ctx, conn, c.OID)
+			if err != nil {
+				return nil, fmt.Errorf("check: %w", err)
+			}
+			if exists && now != t {
+				scfg.Tables[i] = now
+				out = append(out, Check{Name: fmt.Sprintf("table %s is captured under the name it has now, %s (OID %d; update source.tables at leisure)", t, now, c.OID), OK: true})
+			}
+		}
+	}
+	return out, nil
 }
 
 // CheckStateDir checks that state_dir is writable and has room: at least

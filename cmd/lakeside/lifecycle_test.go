@@ -200,7 +200,19 @@ func TestDatabaseLifecycle(t *testing.T) {
 		e.stop(d)
 		d = e.start()
 		e.waitApplied(d)
+		// check looks at the table the agent captures, under the
+		// name it has now: asking the running agent, then reading
+		// the stopped agent's state.
+		checkFollows := func(when string) {
+			out, stderr, code := e.lakeside("check", "--config", e.configPath)
+			if code != 0 || !strings.Contains(out, "table public.renamed is captured under the name it has now, public.renamed2") ||
+				!strings.Contains(out, "✓ table public.renamed2 exists") {
+				t.Errorf("check %s: exit %d\n%s%s", when, code, out, stderr)
+			}
+		}
+		checkFollows("while the agent runs")
 		e.stop(d)
+		checkFollows("while the agent is stopped")
 		e.setSourceKey("tables", "["+strings.Replace(strings.Join(tables, ", "), "public.renamed", "public.renamed2", 1)+"]")
 		d = e.start()
 		e.exec(`UPDATE renamed2 SET v = 'restarted' WHERE id = 12`)

@@ -202,6 +202,12 @@ func oidOf(ctx context.Context, conn *pgx.Conn, t Table) (uint32, error) {
 // nameOf returns what PostgreSQL calls the table of an OID; exists is
 // false when there is none.
 func nameOf(ctx context.Context, conn *pgx.Conn, oid uint32) (t Table, exists bool, err error) {
+	return NameOf(ctx, conn, oid)
+}
+
+// NameOf returns what PostgreSQL calls the table oid now; exists is false
+// when no table has that OID.
+func NameOf(ctx context.Context, conn *pgx.Conn, oid uint32) (t Table, exists bool, err error) {
 	err = conn.QueryRow(ctx, `SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.oid = $1`, oid).Scan(&t.Schema, &t.Name)
 	if errors.Is(err, pgx.ErrNoRows) {
