@@ -129,6 +129,16 @@ type handoff struct {
 	tracked  chan store.LSN
 	// win is the chunk between its watermarks.
 	win *chunkWindow
+	// wake, set while a session streams, interrupts the stream's wait
+	// for its next message, so that it takes a request at once.
+	wake func()
+}
+
+// setWake sets (nil: clears) how to wake the stream.
+func (h *handoff) setWake(wake func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.wake = wake
 }
 
 // startTracking asks the stream to note the changes of table oid, and
@@ -139,6 +149,9 @@ func (h *handoff) startTracking(oid uint32, keyNames []string) <-chan store.LSN 
 	ch := make(chan store.LSN, 1)
 	h.track, h.keyNames, h.tracked = oid, keyNames, ch
 	h.trackGen++
+	if h.wake != nil {
+		h.wake()
+	}
 	return ch
 }
 
@@ -356,6 +369,10 @@ type backfiller struct {
 	limiter *rate.Limiter
 	// again is set when a resync asks for the table being copied.
 	again bool
+	// rel describes the table being copied as the last chunk read it,
+	// from the rows catalogQuery returned (catalog).
+	rel     *store.Relation
+	catalog [][][]byte
 }
 
 // errResyncAgain ends a copy that a resync of the same table replaces.
@@ -642,9 +659,20 @@ func (b *backfiller) keyColumns(ctx context.Context, rel *store.Relation) ([]key
 // its watermarks. It returns what the stream did with it and, once queued,
 // the progress recorded with it.
 func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfill, keys []keyColumn) (chunkResult, *store.Backfill, error) {
-	rel, err := relationFromCatalog(ctx, b.conn, prog.OID, t, 0, b.types.Known)
-	if err != nil {
-		return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
+	// The table's columns as the chunk before it read them; the chunk's
+	// first round trip reads them again, and a change is seen there.
+	// A chunk that truncates first reads them before: the stream
+	// queues the truncate with them at the low watermark.
+	rel := b.rel
+	if rel == nil || rel.Key.OID != prog.OID || prog.Truncate {
+		rows, err := catalogRows(ctx, b.conn, prog.OID)
+		if err != nil {
+			return chunkResult{}, nil, fmt.Errorf("backfill %s: describe the table: %w", t, err)
+		}
+		if rel, err = relationFromRows(ctx, b.conn, rows, prog.OID, t, 0, b.types.Known); err != nil {
+			return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
+		}
+		b.rel, b.catalog = rel, rows
 	}
 	rd := newRelationDecoder(b.types, rel)
 	cr := &chunkReader{rd: rd, texts: make([][]byte, len(rel.Columns))}
@@ -663,10 +691,12 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 			names[i] = k.name
 		}
 		if cr.keyPos = keyPositions(rel, names); cr.keyPos == nil {
-			return chunkResult{redo: "a key column is gone"}, nil, nil
+			// The copy starts again, and reads the key anew.
+			b.rel, b.catalog = nil, nil
+			return chunkResult{}, nil, fmt.Errorf("backfill %s: a key column is gone", t)
 		}
-		query, err = keysetQuery(from, keys, prog.After, limit)
-		if err != nil {
+		var err error
+		if query, err = keysetQuery(from, keys, prog.After, limit); err != nil {
 			return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
 		}
 	} else {
@@ -711,11 +741,20 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 	if err != nil {
 		return chunkResult{}, nil, err
 	}
-	snapText, err := b.firstValue(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT pg_current_snapshot()::text; "+low)
+	results, err := b.conn.PgConn().Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT pg_current_snapshot()::text; "+
+		catalogQuery(prog.OID)+"; "+low).ReadAll()
+	if err == nil && (len(results) != 4 || len(results[1].Rows) != 1 || len(results[1].Rows[0]) != 1) {
+		err = errors.New("unexpected results")
+	}
 	if err != nil {
 		return chunkResult{}, nil, fmt.Errorf("backfill %s: begin the chunk: %w", t, err)
 	}
-	snap, err := parseSnapshot(snapText)
+	if !sameCatalogRows(results[2].Rows, b.catalog) {
+		// Read by the columns they had: the next try reads them anew.
+		b.rel, b.catalog = nil, nil
+		return chunkResult{redo: "the table's columns changed"}, nil, nil
+	}
+	snap, err := parseSnapshot(string(results[1].Rows[0][0]))
 	if err != nil {
 		return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
 	}
@@ -760,22 +799,6 @@ func watermarkSQL(win *chunkWindow, mark string) (string, error) {
 		return "", err
 	}
 	return "SELECT pg_logical_emit_message(false, " + quoteLiteral([]byte(backfillPrefix)) + ", " + quoteLiteral(content) + ")", nil
-}
-
-// firstValue runs the statements of sql in one round trip (the simple
-// query protocol) and returns the text of the first value of the first
-// statement that returns rows.
-func (b *backfiller) firstValue(ctx context.Context, sql string) (string, error) {
-	results, err := b.conn.PgConn().Exec(ctx, sql).ReadAll()
-	if err != nil {
-		return "", err
-	}
-	for _, r := range results {
-		if len(r.Rows) > 0 && len(r.Rows[0]) > 0 {
-			return string(r.Rows[0][0]), nil
-		}
-	}
-	return "", errors.New("no value returned")
 }
 
 // emitHigh commits the chunk's transaction and writes the high watermark

@@ -535,3 +535,66 @@ func TestRecreatedTableIsTruncatedAndCopied(t *testing.T) {
 	}
 	sameRows(t, "public.b replayed after a restart", replayedRows(rep, "public.b"), h.rowsOf("b"))
 }
+
+// TestBackfillReadsTheColumnsAddedWhileItCopies adds a column to a table
+// while it is copied: the ALTER TABLE waits for the second chunk's
+// transaction and is done before the third chunk's COPY, so the chunks
+// from the fourth on copy the new column too, and the queue replays to the
+// table as PostgreSQL has it.
+func TestBackfillReadsTheColumnsAddedWhileItCopies(t *testing.T) {
+	h := newHarness(t)
+	h.exec(`CREATE TABLE a (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`)
+	h.cfg.Tables = []Table{{"public", "a"}}
+	h.start()
+	h.waitStreaming()
+	h.stop()
+
+	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
+		`INSERT INTO b SELECT g, g, 'seed' FROM generate_series(1, 5000) g`)
+	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "b"})
+	h.cfg.BackfillChunkRows = 1000
+	conn := pgtest.Conn(t, h.dsn)
+	calls := 0
+	altered := make(chan struct{})
+	h.failpoint = func(point string) error {
+		if point == "backfill-copied" {
+			switch calls++; calls {
+			case 2:
+				go func() {
+					defer close(altered)
+					if _, err := conn.Exec(context.Background(), `ALTER TABLE b ADD COLUMN extra int8 NOT NULL DEFAULT 7`); err != nil {
+						t.Error(err)
+					}
+				}()
+			case 4:
+				<-altered
+			}
+		}
+		return nil
+	}
+	h.start()
+	h.waitStreaming()
+	h.waitBackfilled("public.b")
+	h.waitCaughtUp()
+	txns, rels := h.txns()
+	h.stop()
+	for _, txn := range txns {
+		for _, c := range txn.Changes {
+			if c.Op != store.OpSnapshot || rels[c.Relation].Name != "b" {
+				continue
+			}
+			id, cols := c.New[0].Int, len(rels[c.Relation].Columns)
+			switch {
+			case id > 3000 && (cols != 4 || c.New[3].Int != 7):
+				t.Fatalf("row %d was copied after the column was added with %d columns (%v), want 4 ending in 7", id, cols, c.New)
+			case id <= 2000 && cols != 3:
+				t.Fatalf("row %d was copied before the column was added with %d columns", id, cols)
+			}
+		}
+	}
+	rep, err := replayWith(txns, rels, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameRows(t, "public.b replayed", replayedRows(rep, "public.b"), h.rowsOf("b"))
+}

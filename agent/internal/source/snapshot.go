@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,8 +25,19 @@ const snapshotChunk = 2048
 // nothing changed, and the catalog watcher describes a change of schema as
 // the stream would.
 func relationFromCatalog(ctx context.Context, conn *pgx.Conn, oid uint32, table string, at store.LSN, known func(uint32) bool) (*store.Relation, error) {
-	rows, err := conn.Query(ctx, `
-		SELECT n.nspname, c.relname, c.relreplident::text, a.attname, a.atttypid, a.atttypmod,
+	rows, err := catalogRows(ctx, conn, oid)
+	if err != nil {
+		return nil, fmt.Errorf("describe %s: %w", table, err)
+	}
+	return relationFromRows(ctx, conn, rows, oid, table, at, known)
+}
+
+// catalogQuery returns the query of the catalog rows that describe the
+// table oid, a row per published column in order, as text that
+// relationFromRows reads. The OID is a literal, so that the query can join
+// a list of statements sent at once (backfill.go).
+func catalogQuery(oid uint32) string {
+	return `SELECT n.nspname, c.relname, c.relreplident::text, a.attname, a.atttypid, a.atttypmod,
 		       CASE c.relreplident
 		         WHEN 'f' THEN true
 		         WHEN 'd' THEN a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
@@ -36,27 +49,64 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, oid uint32, table 
 		FROM pg_class c
 		JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
-		WHERE c.oid = $1
-		ORDER BY a.attnum`, oid)
+		WHERE c.oid = ` + strconv.FormatUint(uint64(oid), 10) + `
+		ORDER BY a.attnum`
+}
+
+// catalogRows runs catalogQuery.
+func catalogRows(ctx context.Context, conn *pgx.Conn, oid uint32) ([][][]byte, error) {
+	results, err := conn.PgConn().Exec(ctx, catalogQuery(oid)).ReadAll()
 	if err != nil {
-		return nil, fmt.Errorf("describe %s: %w", table, err)
+		return nil, err
 	}
+	return results[0].Rows, nil
+}
+
+// sameCatalogRows reports whether two results of catalogQuery are the same.
+func sameCatalogRows(a, b [][][]byte) bool {
+	return slices.EqualFunc(a, b, func(x, y [][]byte) bool {
+		return slices.EqualFunc(x, y, func(v, w []byte) bool { return (v == nil) == (w == nil) && bytes.Equal(v, w) })
+	})
+}
+
+// relationFromRows describes the table oid from the rows of catalogQuery
+// (see relationFromCatalog).
+func relationFromRows(ctx context.Context, conn *pgx.Conn, rows [][][]byte, oid uint32, table string, at store.LSN, known func(uint32) bool) (*store.Relation, error) {
 	rel := &store.Relation{Key: store.RelationKey{OID: oid, LSN: at}, Table: table}
-	for rows.Next() {
-		var col store.Column
-		var ident string
-		var missing *string
-		if err := rows.Scan(&rel.Schema, &rel.Name, &ident, &col.Name, &col.TypeOID, &col.TypeMod, &col.Key, &col.PrimaryKey, &col.Dims, &col.AttNum, &rel.FileNode, &missing); err != nil {
-			return nil, fmt.Errorf("describe %s: %w", table, err)
+	for _, row := range rows {
+		if len(row) != 12 {
+			return nil, fmt.Errorf("describe %s: catalog row of %d values, want 12", table, len(row))
 		}
-		if missing != nil {
-			col.HasMissing, col.Missing = true, *missing
+		col := store.Column{Name: string(row[3]), Key: string(row[6]) == "t", PrimaryKey: string(row[7]) == "t"}
+		typ, err := strconv.ParseUint(string(row[4]), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("describe %s: type of %s: %w", table, col.Name, err)
 		}
-		rel.ReplicaIdentity = ident[0]
+		mod, err := strconv.ParseInt(string(row[5]), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("describe %s: type modifier of %s: %w", table, col.Name, err)
+		}
+		dims, err := strconv.ParseInt(string(row[8]), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("describe %s: dimensions of %s: %w", table, col.Name, err)
+		}
+		num, err := strconv.ParseInt(string(row[9]), 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("describe %s: number of %s: %w", table, col.Name, err)
+		}
+		node, err := strconv.ParseUint(string(row[10]), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("describe %s: file node: %w", table, err)
+		}
+		col.TypeOID, col.TypeMod, col.Dims, col.AttNum = uint32(typ), int32(mod), int(dims), int(num)
+		if row[11] != nil {
+			col.HasMissing, col.Missing = true, string(row[11])
+		}
+		rel.Schema, rel.Name, rel.FileNode = string(row[0]), string(row[1]), uint32(node)
+		if len(row[2]) > 0 {
+			rel.ReplicaIdentity = row[2][0]
+		}
 		rel.Columns = append(rel.Columns, col)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("describe %s: %w", table, err)
 	}
 	if len(rel.Columns) == 0 {
 		return nil, fatalf("describe %s: table %d not found or has no columns", table, oid)

@@ -480,6 +480,10 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 		s.watch(wctx, captured)
 	}()
 	backfilled := make(chan error, 1)
+	// A read deadline in the past ends the stream's wait for a message
+	// (a timeout, which leaves the connection usable).
+	s.handoff.setWake(func() { repl.Conn().SetReadDeadline(time.Now()) })
+	defer s.handoff.setWake(nil)
 	go func() { backfilled <- s.runBackfills(wctx, tables) }()
 	err = st.run(ctx)
 	stopWatch()

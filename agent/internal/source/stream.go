@@ -115,10 +115,12 @@ func (st *stream) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return st.shutdown()
 			}
+			// Tracking first: a backfill that begins waits for the
+			// position it starts from to be acknowledged.
+			st.adoptTracking()
 			if err := st.statusChore(ctx, interval); err != nil {
 				return err
 			}
-			st.adoptTracking()
 			st.sampleServerWAL(ctx)
 			if paused, err := st.pause(ctx); err != nil {
 				return err
@@ -145,6 +147,9 @@ func (st *stream) run(ctx context.Context) error {
 		switch err := st.receive(ctx); {
 		case errors.Is(err, errReadTimeout):
 			sinceChores = choresEvery
+			// The deadline passed, or a backfill woke the stream
+			// (handoff.wake): the chores set a new one.
+			st.deadlineSet = time.Time{}
 		case errors.Is(err, errStopping):
 			return st.shutdown()
 		case err != nil:
