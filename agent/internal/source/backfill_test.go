@@ -85,6 +85,35 @@ func sameRows(t *testing.T, what string, got, want []string) {
 	t.Fatalf("%s: %d rows, PostgreSQL has %d: %s", what, len(got), len(want), strings.Join(diff, "; "))
 }
 
+// addTableB captures table a (id, v, note) from a first start, then
+// creates table b of the same columns with rows ids 1 to rows (v = id,
+// note 'seed') and adds it to the configured tables, to be copied by a
+// backfill at the next start.
+func (h *harness) addTableB(rows int) {
+	h.t.Helper()
+	h.exec(`CREATE TABLE a (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`)
+	h.cfg.Tables = []Table{{"public", "a"}}
+	h.start()
+	h.waitStreaming()
+	h.stop()
+	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
+		fmt.Sprintf(`INSERT INTO b SELECT g, g, 'seed' FROM generate_series(1, %d) g`, rows))
+	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "b"})
+}
+
+// copyAndStop starts the source, waits until table is copied and the
+// stream has caught up, stops it, and returns what it queued.
+func (h *harness) copyAndStop(table string) ([]*store.Txn, map[store.RelationKey]*store.Relation) {
+	h.t.Helper()
+	h.start()
+	h.waitStreaming()
+	h.waitBackfilled(table)
+	h.waitCaughtUp()
+	txns, rels := h.txns()
+	h.stop()
+	return txns, rels
+}
+
 // TestBackfillOfATableAddedLater adds a table with rows to the configured
 // tables after the first start, while a writer keeps inserting, updating
 // and deleting its rows and updating another table's: the copy is queued
@@ -204,15 +233,7 @@ func TestBackfillOfATableAddedLater(t *testing.T) {
 // chunk leaves both out, and the rows end as the stream has them.
 func TestBackfillChunkLeavesRowsChangedInItsWindow(t *testing.T) {
 	h := newHarness(t)
-	h.exec(`CREATE TABLE a (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`)
-	h.cfg.Tables = []Table{{"public", "a"}}
-	h.start()
-	h.waitStreaming()
-	h.stop()
-
-	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
-		`INSERT INTO b SELECT g, g, 'seed' FROM generate_series(1, 10) g`)
-	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "b"})
+	h.addTableB(10)
 	conn := pgtest.Conn(t, h.dsn)
 	var once sync.Once
 	h.failpoint = func(point string) error {
@@ -227,12 +248,7 @@ func TestBackfillChunkLeavesRowsChangedInItsWindow(t *testing.T) {
 		}
 		return nil
 	}
-	h.start()
-	h.waitStreaming()
-	h.waitBackfilled("public.b")
-	h.waitCaughtUp()
-	txns, rels := h.txns()
-	h.stop()
+	txns, rels := h.copyAndStop("public.b")
 	var copied []int64
 	for _, txn := range txns {
 		for _, c := range txn.Changes {
@@ -366,15 +382,7 @@ func TestBackfillWithoutKeyStartsOverWhenTheTableChanges(t *testing.T) {
 // the last chunk queued, and every row is copied once.
 func TestBackfillResumesAfterTheLastChunkQueued(t *testing.T) {
 	h := newHarness(t)
-	h.exec(`CREATE TABLE a (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`)
-	h.cfg.Tables = []Table{{"public", "a"}}
-	h.start()
-	h.waitStreaming()
-	h.stop()
-
-	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
-		`INSERT INTO b SELECT g, g, 'seed' FROM generate_series(1, 5000) g`)
-	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "b"})
+	h.addTableB(5000)
 	h.cfg.BackfillChunkRows = 400
 	stopped := make(chan struct{})
 	calls := 0
@@ -543,15 +551,7 @@ func TestRecreatedTableIsTruncatedAndCopied(t *testing.T) {
 // table as PostgreSQL has it.
 func TestBackfillReadsTheColumnsAddedWhileItCopies(t *testing.T) {
 	h := newHarness(t)
-	h.exec(`CREATE TABLE a (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`)
-	h.cfg.Tables = []Table{{"public", "a"}}
-	h.start()
-	h.waitStreaming()
-	h.stop()
-
-	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
-		`INSERT INTO b SELECT g, g, 'seed' FROM generate_series(1, 5000) g`)
-	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "b"})
+	h.addTableB(5000)
 	h.cfg.BackfillChunkRows = 1000
 	conn := pgtest.Conn(t, h.dsn)
 	calls := 0
@@ -572,12 +572,7 @@ func TestBackfillReadsTheColumnsAddedWhileItCopies(t *testing.T) {
 		}
 		return nil
 	}
-	h.start()
-	h.waitStreaming()
-	h.waitBackfilled("public.b")
-	h.waitCaughtUp()
-	txns, rels := h.txns()
-	h.stop()
+	txns, rels := h.copyAndStop("public.b")
 	for _, txn := range txns {
 		for _, c := range txn.Changes {
 			if c.Op != store.OpSnapshot || rels[c.Relation].Name != "b" {
