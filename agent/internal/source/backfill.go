@@ -98,7 +98,7 @@ type chunkWindow struct {
 	// their keys (none for ctid ranges), and the progress once queued.
 	ready bool
 	rows  []store.Change
-	keys  []string
+	keys  rowKeys
 	prog  *store.Backfill
 
 	// Set by the stream.
@@ -675,8 +675,8 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 		b.rel, b.catalog = rel, rows
 	}
 	rd := newRelationDecoder(b.types, rel)
-	cr := &chunkReader{rd: rd, texts: make([][]byte, len(rel.Columns))}
 	limit := b.s.chunkRows()
+	cr := newChunkReader(rd, limit)
 	next := *prog
 	next.After = nil
 	var query string
@@ -860,11 +860,40 @@ type chunkReader struct {
 	keyPos  []int
 	partial []byte
 	slab    valueSlab
+	lines   byteSlab
 	texts   [][]byte
 	rows    []store.Change
-	keys    []string
+	keys    rowKeys
 	last    [][]byte
-	buf     []byte
+}
+
+// rowKeys are the encoded keys of a chunk's rows, in one buffer.
+type rowKeys struct {
+	data []byte
+	ends []int
+}
+
+// add appends the key of the next row, which write appends to its
+// argument.
+func (k *rowKeys) add(write func([]byte) []byte) {
+	k.data = write(k.data)
+	k.ends = append(k.ends, len(k.data))
+}
+
+// at returns the key of row i.
+func (k *rowKeys) at(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = k.ends[i-1]
+	}
+	return k.data[start:k.ends[i]]
+}
+
+// newChunkReader returns a reader of a chunk of up to limit rows (a chunk
+// by ctid ranges may hold more).
+func newChunkReader(rd *relationDecoder, limit int) *chunkReader {
+	return &chunkReader{rd: rd, texts: make([][]byte, len(rd.cols)), rows: make([]store.Change, 0, limit),
+		keys: rowKeys{ends: make([]int, 0, limit)}}
 }
 
 func (c *chunkReader) Write(p []byte) (int, error) {
@@ -875,7 +904,7 @@ func (c *chunkReader) Write(p []byte) (int, error) {
 }
 
 func (c *chunkReader) row(line []byte) error {
-	vals, err := c.rd.decodeCopyRow(line, &c.slab, c.texts)
+	vals, err := c.rd.decodeCopyRow(line, &c.slab, &c.lines, c.texts)
 	if err != nil {
 		return err
 	}
@@ -883,17 +912,19 @@ func (c *chunkReader) row(line []byte) error {
 	if c.keyPos == nil {
 		return nil
 	}
-	c.buf = c.buf[:0]
-	last := make([][]byte, len(c.keyPos))
-	for i, p := range c.keyPos {
+	c.last = c.last[:0]
+	for _, p := range c.keyPos {
 		if c.texts[p] == nil {
 			return fmt.Errorf("copy %s: key column %s is null", c.rd.rel.QualifiedName(), c.rd.rel.Columns[p].Name)
 		}
-		c.buf = typemap.AppendValueKey(c.buf, &vals[p])
-		last[i] = c.texts[p]
+		c.last = append(c.last, c.texts[p])
 	}
-	c.keys = append(c.keys, string(c.buf))
-	c.last = last
+	c.keys.add(func(b []byte) []byte {
+		for _, p := range c.keyPos {
+			b = typemap.AppendValueKey(b, &vals[p])
+		}
+		return b
+	})
 	return nil
 }
 

@@ -456,7 +456,7 @@ func (st *stream) finishChunk(win *chunkWindow, high store.LSN) error {
 	}
 	changes := win.rows[:0]
 	for i, c := range win.rows {
-		if win.keys != nil && v.replaced[win.keys[i]] {
+		if len(win.keys.ends) > 0 && v.replaced[string(win.keys.at(i))] {
 			continue
 		}
 		c.Relation = key

@@ -27,6 +27,24 @@ func newRelationDecoder(types *typemap.Map, rel *store.Relation) *relationDecode
 // allocation serves thousands of rows instead of one per row.
 type valueSlab struct{ buf []store.Value }
 
+// byteSlab hands out copies of byte slices carved from larger
+// allocations, for rows read whole (COPY lines) whose values may keep what
+// they are decoded from.
+type byteSlab struct{ buf []byte }
+
+// byteSlabSize is the size of a byteSlab's allocations.
+const byteSlabSize = 64 << 10
+
+// clone returns a copy of b.
+func (s *byteSlab) clone(b []byte) []byte {
+	if cap(s.buf)-len(s.buf) < len(b) {
+		s.buf = make([]byte, 0, max(byteSlabSize, len(b)))
+	}
+	n := len(s.buf)
+	s.buf = append(s.buf, b...)
+	return s.buf[n:len(s.buf):len(s.buf)]
+}
+
 func (s *valueSlab) take(n int) []store.Value {
 	if len(s.buf) < n {
 		s.buf = make([]store.Value, max(n, 4096))

@@ -193,6 +193,7 @@ type copyReader struct {
 	log      *slog.Logger
 	partial  []byte
 	slab     valueSlab
+	lines    byteSlab
 	batch    []store.Change
 	rows     int64
 	estimate int64
@@ -232,7 +233,7 @@ func eachLine(partial *[]byte, p []byte, fn func(line []byte) error) error {
 
 // row decodes one line of COPY text format.
 func (c *copyReader) row(line []byte) error {
-	vals, err := c.rd.decodeCopyRow(line, &c.slab, nil)
+	vals, err := c.rd.decodeCopyRow(line, &c.slab, &c.lines, nil)
 	if err != nil {
 		return err
 	}
@@ -269,10 +270,10 @@ func (c *copyReader) flush() error {
 // decodeCopyRow decodes one line of COPY text format. When texts is not
 // nil, it receives the text of each column (unescaped; nil for NULL), which
 // shares the decoded values' memory.
-func (rd *relationDecoder) decodeCopyRow(line []byte, slab *valueSlab, texts [][]byte) ([]store.Value, error) {
+func (rd *relationDecoder) decodeCopyRow(line []byte, slab *valueSlab, lines *byteSlab, texts [][]byte) ([]store.Value, error) {
 	// The decoders may keep what they are given: give them a copy of the
 	// row, not the COPY buffer.
-	line = bytes.Clone(line)
+	line = lines.clone(line)
 	ncols := len(rd.cols)
 	vals := slab.take(ncols)
 	for i := 0; i < ncols; i++ {
