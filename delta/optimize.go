@@ -100,12 +100,20 @@ func (p *OptimizePlan) BinFiles() int {
 	return n
 }
 
-// PlanOptimize plans the compaction of the snapshot: runs of small files
-// that may be merged (see OptimizeOptions.Sequences) are packed, in their
-// order, into bins of at most TargetFileSize bytes (and MaxFileRows rows):
-// a bin closes when the next file does not fit, so every bin but the last
-// of a run holds at least half of a limit and is no longer small. Bins of
-// one file are left out. Files of different partitions are never merged.
+// PlanOptimize plans the compaction of the snapshot: small files that may
+// be merged are packed into bins of at most TargetFileSize bytes (and
+// MaxFileRows rows), in which no file is larger than twice the others
+// together, so that every rewrite of a row makes the file that holds it
+// at least half as large again, and a row is rewritten at most
+// log1.5(TargetFileSize / its first file's size) times. Without
+// OptimizeOptions.Sequences the small files of each partition are packed
+// smallest first: a file larger than twice the bin so far starts the next
+// bin, so the files such a plan leaves out of bins are each larger than
+// twice all the smaller ones together (at most log3(TargetFileSize / the
+// smallest) + 1 of them). With Sequences, bins take
+// consecutive files of a sequence, in its order, and a bin whose largest
+// file outweighs the others is split at it. Bins of one file are left
+// out; files of different partitions are never merged.
 func (s *Snapshot) PlanOptimize(opts OptimizeOptions) (*OptimizePlan, error) {
 	if opts.TargetFileSize <= 0 {
 		return nil, fmt.Errorf("plan optimize: target file size %d is not positive", opts.TargetFileSize)
@@ -117,26 +125,27 @@ func (s *Snapshot) PlanOptimize(opts OptimizeOptions) (*OptimizePlan, error) {
 			plan.SmallFiles++
 		}
 	}
-	var seqs [][]*Add
-	if opts.Sequences != nil {
-		seqs = opts.Sequences(files)
-	} else {
-		seqs = partitionSequences(files, opts)
+	if opts.Sequences == nil {
+		for _, seq := range partitionSequences(files, opts) {
+			plan.Bins = append(plan.Bins, packSmallestFirst(seq, opts)...)
+		}
+		return plan, nil
 	}
-	for _, seq := range seqs {
-		plan.Bins = append(plan.Bins, packBins(seq, opts)...)
+	for _, seq := range opts.Sequences(files) {
+		for _, b := range packBins(seq, opts) {
+			plan.Bins = append(plan.Bins, splitBin(b)...)
+		}
 	}
 	return plan, nil
 }
 
-// partitionSequences returns, per partition, its small files ordered by
-// modification time and path: the rows of a merged file stay in about
-// the order they were written.
+// partitionSequences returns, per partition, its small files that can be
+// read, smallest first (then oldest first).
 func partitionSequences(files []*Add, opts OptimizeOptions) [][]*Add {
 	byPart := map[string][]*Add{}
 	var keys []string
 	for _, f := range files {
-		if !opts.IsSmall(f) {
+		if !opts.IsSmall(f) || opts.Present != nil && !opts.Present(f) {
 			continue
 		}
 		k := partitionKey(f.PartitionValues)
@@ -150,10 +159,14 @@ func partitionSequences(files []*Add, opts OptimizeOptions) [][]*Add {
 	for _, k := range keys {
 		seq := byPart[k]
 		sort.SliceStable(seq, func(i, j int) bool {
-			if seq[i].ModificationTime != seq[j].ModificationTime {
-				return seq[i].ModificationTime < seq[j].ModificationTime
+			a, b := seq[i], seq[j]
+			if a.Size != b.Size {
+				return a.Size < b.Size
 			}
-			return seq[i].Path < seq[j].Path
+			if a.ModificationTime != b.ModificationTime {
+				return a.ModificationTime < b.ModificationTime
+			}
+			return a.Path < b.Path
 		})
 		out = append(out, seq)
 	}
@@ -180,39 +193,110 @@ func partitionKey(pv map[string]*string) string {
 	return string(b)
 }
 
-// packBins packs the consecutive small files of seq into bins.
-func packBins(seq []*Add, opts OptimizeOptions) []*OptimizeBin {
-	var out []*OptimizeBin
-	var cur *OptimizeBin
-	closeBin := func() {
-		if cur != nil && len(cur.Files) > 1 {
-			out = append(out, cur)
-		}
-		cur = nil
+// binBuilder collects bins of two files or more.
+type binBuilder struct {
+	opts OptimizeOptions
+	out  []*OptimizeBin
+	cur  *OptimizeBin
+}
+
+// close ends the current bin.
+func (bb *binBuilder) close() {
+	if bb.cur != nil && len(bb.cur.Files) > 1 {
+		bb.out = append(bb.out, bb.cur)
 	}
+	bb.cur = nil
+}
+
+// fits reports whether f can join the current bin within the limits.
+func (bb *binBuilder) fits(f *Add) bool {
+	c := bb.cur
+	if c == nil {
+		return true
+	}
+	rows := fileRows(f)
+	return partitionKey(c.PartitionValues) == partitionKey(f.PartitionValues) &&
+		c.Bytes+f.Size <= bb.opts.TargetFileSize &&
+		(bb.opts.MaxFileRows <= 0 || c.Rows >= 0 && rows >= 0 && c.Rows+rows <= bb.opts.MaxFileRows)
+}
+
+// add puts f in the current bin, starting one when there is none.
+func (bb *binBuilder) add(f *Add) {
+	if bb.cur == nil {
+		bb.cur = &OptimizeBin{PartitionValues: maps.Clone(f.PartitionValues)}
+	}
+	bb.cur.add(f)
+}
+
+// add puts f in the bin.
+func (b *OptimizeBin) add(f *Add) {
+	rows := fileRows(f)
+	b.Files = append(b.Files, f)
+	b.Bytes += f.Size
+	if rows < 0 || b.Rows < 0 {
+		b.Rows = -1
+	} else {
+		b.Rows += rows
+	}
+}
+
+// packSmallestFirst packs a partition's small files, smallest first: a
+// file larger than twice the bin so far, or one the bin has no room for,
+// starts the next bin.
+func packSmallestFirst(seq []*Add, opts OptimizeOptions) []*OptimizeBin {
+	bb := &binBuilder{opts: opts}
+	for _, f := range seq {
+		if bb.cur != nil && (f.Size > 2*bb.cur.Bytes || !bb.fits(f)) {
+			bb.close()
+		}
+		bb.add(f)
+	}
+	bb.close()
+	return bb.out
+}
+
+// packBins packs the consecutive small files of seq into bins, in order;
+// a file that is not small or cannot be read ends a bin.
+func packBins(seq []*Add, opts OptimizeOptions) []*OptimizeBin {
+	bb := &binBuilder{opts: opts}
 	for _, f := range seq {
 		if !opts.IsSmall(f) || opts.Present != nil && !opts.Present(f) {
-			closeBin()
+			bb.close()
 			continue
 		}
-		rows := fileRows(f)
-		if cur != nil && (partitionKey(cur.PartitionValues) != partitionKey(f.PartitionValues) ||
-			cur.Bytes+f.Size > opts.TargetFileSize ||
-			opts.MaxFileRows > 0 && cur.Rows+rows > opts.MaxFileRows) {
-			closeBin()
+		if !bb.fits(f) {
+			bb.close()
 		}
-		if cur == nil {
-			cur = &OptimizeBin{PartitionValues: maps.Clone(f.PartitionValues)}
-		}
-		cur.Files = append(cur.Files, f)
-		cur.Bytes += f.Size
-		if rows < 0 || cur.Rows < 0 {
-			cur.Rows = -1
-		} else {
-			cur.Rows += rows
+		bb.add(f)
+	}
+	bb.close()
+	return bb.out
+}
+
+// splitBin returns the bins of b's files in which no file is larger than
+// twice the others together: b itself, or, split at its largest file, the
+// bins of the files on either side.
+func splitBin(b *OptimizeBin) []*OptimizeBin {
+	if len(b.Files) < 2 {
+		return nil
+	}
+	big := 0
+	for i, f := range b.Files {
+		if f.Size > b.Files[big].Size {
+			big = i
 		}
 	}
-	closeBin()
+	if big := b.Files[big].Size; big <= 2*(b.Bytes-big) {
+		return []*OptimizeBin{b}
+	}
+	var out []*OptimizeBin
+	for _, part := range [][]*Add{b.Files[:big], b.Files[big+1:]} {
+		nb := &OptimizeBin{PartitionValues: b.PartitionValues}
+		for _, f := range part {
+			nb.add(f)
+		}
+		out = append(out, splitBin(nb)...)
+	}
 	return out
 }
 

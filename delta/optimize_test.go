@@ -224,6 +224,24 @@ func TestPlanOptimizeKeepsSequencesAndLimits(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("bins %v, want %v", got, want)
 	}
+
+	// A file larger than twice the others of its bin splits it.
+	seq = []*Add{file("x", 10, 1), file("y", 10, 1), file("huge", 300, 1), file("z", 100, 1), file("w", 60, 1)}
+	plan, err = snap.PlanOptimize(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = got[:0]
+	for _, b := range plan.Bins {
+		s := ""
+		for _, f := range b.Files {
+			s += f.Path
+		}
+		got = append(got, s)
+	}
+	if want := []string{"xy", "zw"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("bins %v, want %v", got, want)
+	}
 }
 
 // readFileIfExists reads a file, failing when it is gone.
