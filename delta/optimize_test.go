@@ -226,7 +226,7 @@ func TestPlanOptimizeKeepsSequencesAndLimits(t *testing.T) {
 	}
 
 	// A file larger than twice the others of its bin splits it.
-	seq = []*Add{file("x", 10, 1), file("y", 10, 1), file("huge", 300, 1), file("z", 100, 1), file("w", 60, 1)}
+	seq = []*Add{file("x", 10, 1), file("y", 10, 1), file("huge", 400, 1), file("z", 100, 1), file("w", 60, 1)}
 	plan, err = snap.PlanOptimize(opts)
 	if err != nil {
 		t.Fatal(err)
