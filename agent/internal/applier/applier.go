@@ -245,6 +245,9 @@ type Applier struct {
 	// backlog is set while the next batch starts in the backlog capture
 	// last caught up with (see FlushingBacklog).
 	backlog atomic.Bool
+	// compactions are compactions written and waiting for Run to commit
+	// them between two flushes (compact.go).
+	compactions chan *compactRequest
 
 	mu      sync.Mutex
 	status  map[string]TableStatus
@@ -323,15 +326,17 @@ func (f *flushStats) note(h *store.TxnHeader) {
 func New(cfg Config, db *store.DB) *Applier {
 	cfg.defaults()
 	return &Applier{
-		cfg:      cfg,
-		db:       db,
-		log:      cfg.Logger,
-		notify:   make(chan struct{}, 1),
-		tm:       typemap.New(),
-		status:   map[string]TableStatus{},
-		behind:   map[string]*behindTable{},
-		now:      time.Now,
-		arrivals: arrivals{epoch: time.Now()},
+		cfg:    cfg,
+		db:     db,
+		log:    cfg.Logger,
+		notify: make(chan struct{}, 1),
+		tm:     typemap.New(),
+
+		compactions: make(chan *compactRequest),
+		status:      map[string]TableStatus{},
+		behind:      map[string]*behindTable{},
+		now:         time.Now,
+		arrivals:    arrivals{epoch: time.Now()},
 
 		readAheadSlice: readAheadSlice,
 	}
@@ -417,6 +422,7 @@ func (a *Applier) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		a.serveCompactions(ctx)
 		// The arrivals are taken before the queue is read, so that a
 		// change the batch misses is recorded for the next one.
 		if t, ok := a.arrivals.take(); ok {
@@ -487,6 +493,8 @@ func (a *Applier) Run(ctx context.Context) error {
 			if backoff > 0 {
 				<-timer.C
 			}
+		case req := <-a.compactions:
+			req.done <- a.applyCompaction(ctx, req)
 		case <-timer.C:
 		}
 		timer.Stop()
