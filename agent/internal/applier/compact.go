@@ -71,7 +71,7 @@ type CompactOptions struct {
 // CompactReport is what a compaction of the tables did (or, in a dry run,
 // would do).
 type CompactReport struct {
-	DryRun bool            `json:"dry_run"`
+	DryRun bool           `json:"dry_run"`
 	Tables []TableCompact `json:"tables"`
 }
 
