@@ -153,6 +153,7 @@ func (a *Agent) Open() error {
 		SoftDelete:     a.cfg.Delta.SoftDelete,
 		ChangeDataFeed: a.cfg.Delta.ChangeDataFeed,
 		TargetFileRows: a.cfg.Delta.TargetFileRows,
+		Compaction:     a.cfg.Delta.Compaction,
 		RowGroupRows:   a.cfg.Delta.RowGroupRows,
 		AppIDPrefix:    appIDPrefix(a.cfg.Source.Slot),
 		EngineInfo:     "lakeside/" + a.version,

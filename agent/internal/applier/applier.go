@@ -62,6 +62,10 @@ type Config struct {
 	// TargetFileRows is the number of rows at which data files are split
 	// (default 100000).
 	TargetFileRows int64
+	// Compaction says that the tables' small files are merged by
+	// compaction (compact.go): keys above every key of a mirror then go
+	// to new files, and its last file is never rewritten to take them.
+	Compaction bool
 	// RowGroupRows is the most rows a row group of a data file holds
 	// (default delta.DefaultRowGroupRows). A file of more rows encodes its full
 	// row groups while it fills.

@@ -233,3 +233,77 @@ func TestCompactionRacesTheApplier(t *testing.T) {
 		}
 	}
 }
+
+// TestQuietInsertsWriteNewFilesThatCompactionMerges applies one insert
+// above every key per flush, as a quiet insert-only table does: with
+// Config.Compaction no flush removes (rewrites) a mirror file, the small
+// files are then merged into one by a compaction, and the rows stay.
+func TestQuietInsertsWriteNewFilesThatCompactionMerges(t *testing.T) {
+	rels := []*store.Relation{ordersRelation()}
+	db, dir := openRelations(t, rels...)
+	tablesDir := filepath.Join(dir, "tables")
+	q := &randomQueue{t: t, db: db}
+	ctx := context.Background()
+	a := New(Config{TablesDir: tablesDir, Compaction: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	if err := a.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const flushes = 12
+	for i := range int64(flushes) {
+		at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		err := db.Update(func(w *store.Writer) error {
+			q.lsn = max(q.lsn, 0x1000) + 0x100
+			return w.AppendTxn(&store.Txn{TxnHeader: store.TxnHeader{Xid: uint32(q.lsn), CommitLSN: q.lsn, EndLSN: q.lsn + 1, CommitTime: at},
+				Changes: []store.Change{{Op: store.OpInsert, Relation: rels[0].Key, New: ordersValues(i + 1)}}}, 0)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.applyAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(tablesDir, "public.orders")
+	tbl, err := delta.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest, err := tbl.LatestVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := int64(1); v <= latest; v++ {
+		acts, err := tbl.ReadCommit(ctx, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, act := range acts {
+			if r, ok := act.(*delta.Remove); ok {
+				t.Errorf("version %d rewrites %s for an insert above every key", v, r.Path)
+			}
+		}
+	}
+	if n := latestSnapshot(t, path).NumFiles(); n != flushes {
+		t.Fatalf("%d mirror files after %d flushes, want one each", n, flushes)
+	}
+	rep, err := Compact(ctx, CompactOptions{TablesDir: tablesDir, TargetFileSize: 1 << 20, TargetFileRows: a.cfg.TargetFileRows}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range rep.Tables {
+		if tc.FilesAfter != 1 || tc.FilesBefore != flushes {
+			t.Errorf("%s: %d files before, %d after; want %d and 1", tc.Name, tc.FilesBefore, tc.FilesAfter, flushes)
+		}
+	}
+	checkKeyRanges(t, path)
+	rows := readTable(t, path, "id")
+	if len(rows) != flushes {
+		t.Fatalf("%d rows after compaction, want %d", len(rows), flushes)
+	}
+	for i, r := range rows {
+		if r.get("id") != int64(i+1) {
+			t.Fatalf("row %d has id %v", i, r.get("id"))
+		}
+	}
+	checkSameRowsAround(t, path, optimizeVersions(t, path))
+}
