@@ -239,6 +239,7 @@ func compactTable(ctx context.Context, opts CompactOptions, committer compactCom
 			}
 			break
 		}
+		opts.Logger.Info("compacting", "table", name, "version", plan.Version, "bins", len(plan.Bins), "files", plan.BinFiles())
 		adds := make([]*delta.Add, 0, len(plan.Bins))
 		for _, b := range plan.Bins {
 			add, err := snap.RewriteBin(ctx, plan, b, delta.RewriteOptions{WriteOptions: opts.Write, Pace: opts.Pace})

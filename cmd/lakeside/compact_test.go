@@ -1,0 +1,337 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/internal/s3test"
+)
+
+// compactTargetSize and compactMinFiles are the compaction settings of the
+// accelerated runs: delta.target_file_size and delta.compact_min_files.
+const (
+	compactTargetSize = 1 << 20
+	compactMinFiles   = 8
+)
+
+// versionRows reads every row of a table version, each printed, sorted.
+func versionRows(t *testing.T, tbl *delta.Table, v int64) []string {
+	t.Helper()
+	ctx := context.Background()
+	snap, err := tbl.SnapshotAt(ctx, v)
+	if err != nil {
+		t.Fatalf("%s version %d: %v", tbl.Path(), v, err)
+	}
+	rows, err := snap.ReadRows(ctx)
+	if err != nil {
+		t.Fatalf("%s version %d does not read: %v", tbl.Path(), v, err)
+	}
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = fmt.Sprint(r)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkOptimizeVersions checks every OPTIMIZE version of tbl: its adds and
+// removes have dataChange false, it has no cdc action, and it reads the
+// rows of the version before it. It returns those versions.
+func checkOptimizeVersions(t *testing.T, tbl *delta.Table) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	latest, err := tbl.LatestVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int64
+	for v := int64(1); v <= latest; v++ {
+		acts, err := tbl.ReadCommit(ctx, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		optimize := slices.ContainsFunc(acts, func(a delta.Action) bool {
+			ci, ok := a.(*delta.CommitInfo)
+			return ok && ci.Operation == delta.OperationOptimize
+		})
+		if !optimize {
+			continue
+		}
+		out = append(out, v)
+		for _, a := range acts {
+			switch a := a.(type) {
+			case *delta.Add:
+				if a.DataChange {
+					t.Errorf("%s version %d: OPTIMIZE adds %s with dataChange true", tbl.Path(), v, a.Path)
+				}
+			case *delta.Remove:
+				if a.DataChange {
+					t.Errorf("%s version %d: OPTIMIZE removes %s with dataChange true", tbl.Path(), v, a.Path)
+				}
+			case *delta.AddCDC:
+				t.Errorf("%s version %d: OPTIMIZE writes change data %s", tbl.Path(), v, a.Path)
+			}
+		}
+		if before, after := versionRows(t, tbl, v-1), versionRows(t, tbl, v); !slices.Equal(before, after) {
+			t.Errorf("%s: OPTIMIZE version %d reads %d rows, version %d %d, or other rows", tbl.Path(), v, len(after), v-1, len(before))
+		}
+	}
+	return out
+}
+
+// smallFileBound is the bound of docs/architecture.md on the small files a
+// changelog partition holds after a compaction pass: fewer than
+// compact_min_files that bins could take, and the files no bin takes,
+// each more than twice the smaller ones together.
+func smallFileBound(smallest int64) int {
+	return compactMinFiles - 1 + int(math.Floor(math.Log(float64(compactTargetSize)/2/float64(max(smallest, 1)))/math.Log(3))) + 1
+}
+
+// checkSmallFiles checks the bound on the small files of a table's latest
+// version: the bins a plan makes take fewer than compact_min_files files,
+// and each changelog partition holds at most smallFileBound of them. It returns the files and the small ones.
+func checkSmallFiles(t *testing.T, tbl *delta.Table, targetRows int64) (files, small int) {
+	t.Helper()
+	snap, err := tbl.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := delta.OptimizeOptions{TargetFileSize: compactTargetSize}
+	mirror := !strings.HasSuffix(tbl.Path(), "_changes")
+	if mirror {
+		opts.MaxFileRows = targetRows
+	}
+	plan, err := snap.PlanOptimize(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.BinFiles() >= compactMinFiles {
+		t.Errorf("%s: %d small files could still be merged after a compaction pass, want fewer than %d", tbl.Path(), plan.BinFiles(), compactMinFiles)
+	}
+	groups := map[string][]int64{}
+	for _, f := range snap.Files() {
+		if !mirror && opts.IsSmall(f) {
+			k := fmt.Sprint(f.PartitionValues)
+			groups[k] = append(groups[k], f.Size)
+		}
+	}
+	for k, sizes := range groups {
+		if bound := smallFileBound(slices.Min(sizes)); len(sizes) > bound {
+			t.Errorf("%s: %d small files in %s, over the bound of %d", tbl.Path(), len(sizes), k, bound)
+		}
+	}
+	return plan.Files, plan.SmallFiles
+}
+
+// TestCompactionBoundsSmallFiles runs the real agent, with compaction and
+// the change data feed on, through some hundreds of flushes of a few
+// changes each (a 50 ms flush interval in place of 1 s) and a compaction
+// schedule of a second, replicating to a real S3 server: once the last
+// pass ran, the small files are within the bound of docs/architecture.md,
+// every OPTIMIZE version reads the rows of the version before it and
+// writes no change data, the mirror equals PostgreSQL row by row, and the
+// replica reads completely at every version sampled (each OPTIMIZE one and
+// the one before it among them) and equals PostgreSQL too.
+func TestCompactionBoundsSmallFiles(t *testing.T) {
+	ctx := context.Background()
+	s3 := s3test.Start(t)
+	bucket := s3.NewBucket()
+	const targetRows = 400
+	e := newE2EWith(t, []string{"public.stock"}, fmt.Sprintf(`delta:
+  flush_interval: 50ms
+  change_data_feed: true
+  target_file_rows: %d
+  compaction: true
+  target_file_size: %d
+  compact_interval: 1s
+  compact_min_files: %d
+  compact_bytes_per_second: 0
+replica:
+  url: s3://%s/lake
+  site: branch1
+  endpoint: %s
+  region: %s
+  access_key_id: %s
+  secret_access_key: %s
+  poll_interval: 200ms
+  max_backoff: 1s
+`, targetRows, compactTargetSize, compactMinFiles, bucket, s3.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey))
+	e.exec(`CREATE TABLE stock (id int8 PRIMARY KEY, qty int NOT NULL, note text)`,
+		`INSERT INTO stock SELECT g, 0, repeat('n', 50) FROM generate_series(1, 1000) g`)
+	d := e.start()
+	e.waitApplied(d)
+	rounds := 300
+	if testing.Short() {
+		rounds = 100
+	}
+	next := int64(1000)
+	for i := range rounds {
+		next++
+		e.exec(fmt.Sprintf(`BEGIN; INSERT INTO stock VALUES (%d, %d, 'new'); UPDATE stock SET qty = qty + 1 WHERE id = %d; COMMIT`,
+			next, i, 1+rand.Int64N(next)))
+		if i%9 == 0 {
+			e.exec(fmt.Sprintf(`DELETE FROM stock WHERE id = %d`, 1+rand.Int64N(next)))
+		}
+		time.Sleep(time.Duration(20+rand.IntN(40)) * time.Millisecond)
+	}
+	e.waitApplied(d)
+	time.Sleep(2500 * time.Millisecond) // a pass of the schedule after the last flush
+	e.waitRemote(d, "upload")
+	e.stop(d)
+
+	var optimizes int
+	for _, name := range []string{"public.stock", "public.stock_changes"} {
+		tbl := e.localTable(name)
+		latest, err := tbl.LatestVersion(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files, small := checkSmallFiles(t, tbl, targetRows)
+		vs := checkOptimizeVersions(t, tbl)
+		optimizes += len(vs)
+		t.Logf("%s: %d versions, %d OPTIMIZE; %d files, %d small", name, latest+1, len(vs), files, small)
+		if len(vs) == 0 {
+			t.Errorf("%s: no compaction in %d versions", name, latest+1)
+		}
+	}
+	e.compareMirror(t, "public.stock", `SELECT id, qty, note FROM stock`, "id", "qty", "note")
+
+	// The replica: every OPTIMIZE version, the one before it and every
+	// tenth version read completely, and the same rows as locally.
+	remote := &e2e{t: t, conn: e.conn, stateDir: t.TempDir()}
+	if err := s3.Download(ctx, bucket, "lake/branch1/", filepath.Join(remote.stateDir, "tables")); err != nil {
+		t.Fatal(err)
+	}
+	remote.compareMirror(t, "public.stock", `SELECT id, qty, note FROM stock`, "id", "qty", "note")
+	for _, name := range []string{"public.stock", "public.stock_changes"} {
+		local, rtbl := e.localTable(name), remote.localTable(name)
+		latest, err := local.LatestVersion(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs := checkOptimizeVersions(t, rtbl)
+		sample := map[int64]bool{latest: true}
+		for _, v := range vs {
+			sample[v], sample[v-1] = true, true
+		}
+		for v := int64(0); v <= latest; v += 10 {
+			sample[v] = true
+		}
+		for v := range sample {
+			if got, want := versionRows(t, rtbl, v), versionRows(t, local, v); !slices.Equal(got, want) {
+				t.Errorf("replica %s version %d reads %d rows, locally %d, or other rows", name, v, len(got), len(want))
+			}
+		}
+	}
+	if optimizes == 0 {
+		t.Fatal("no compaction ran")
+	}
+}
+
+// TestKillDuringCompaction kills the real agent with SIGKILL again and
+// again while it compacts slowly (a low delta.compact_bytes_per_second)
+// under the crash workload, then lets it drain: the changelogs hold every
+// committed change once, the mirrors equal PostgreSQL, every OPTIMIZE
+// version reads the rows of the version before it, and the files of the
+// compactions killed before their commit are orphans no version names,
+// which vacuum deletes once past the retention.
+func TestKillDuringCompaction(t *testing.T) {
+	e := newE2EWith(t, []string{"public.counter", "public.events", "public.balances"}, fmt.Sprintf(`delta:
+  flush_interval: 100ms
+  target_file_rows: 2000
+  compaction: true
+  target_file_size: %d
+  compact_interval: 300ms
+  compact_min_files: 4
+  compact_bytes_per_second: 256KiB
+`, compactTargetSize))
+	e.exec(crashSchema)
+	stop := make(chan struct{})
+	wait := crashWorkload(t, e.dsn, 2, stop)
+	kills, during := 0, 0
+	for kills < 8 {
+		d := e.start()
+		time.Sleep(time.Duration(1500+rand.IntN(1500)) * time.Millisecond)
+		if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-d.exited
+		if ws, ok := d.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("run %d: agent exited by itself before the kill; log:\n%s", kills, d.stderr)
+		}
+		kills++
+		log := d.log()
+		if i := strings.LastIndex(log, `msg=compacting`); i >= 0 && !strings.Contains(log[i:], "msg=compaction ") {
+			during++
+		}
+	}
+	d := e.start()
+	time.Sleep(time.Second)
+	close(stop)
+	if err := wait(); err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	e.waitApplied(d)
+	stdout, stderr, code := e.lakeside("compact", "--config", e.configPath, "--json")
+	var rep agent.CompactReport
+	if code != 0 || json.Unmarshal([]byte(stdout), &rep) != nil || !rep.Agent {
+		t.Fatalf("lakeside compact: exit %d, %s %s", code, stdout, stderr)
+	}
+	e.stop(d)
+	if during == 0 {
+		t.Fatalf("none of %d kills came during a compaction", kills)
+	}
+	e.checkCrashTables(t, kills)
+	var optimizes, orphans int
+	for _, name := range e.tableDirs() {
+		tbl := e.localTable(name)
+		optimizes += len(checkOptimizeVersions(t, tbl))
+		orphans += len(unreferencedFiles(t, tbl))
+	}
+	t.Logf("%d kills, %d during a compaction; %d OPTIMIZE versions; %d orphan data files left for vacuum", kills, during, optimizes, orphans)
+}
+
+// unreferencedFiles returns the data files of a table that no version
+// names: what a commit that never happened left.
+func unreferencedFiles(t *testing.T, tbl *delta.Table) []string {
+	t.Helper()
+	ctx := context.Background()
+	latest, err := tbl.LatestVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{}
+	for v := int64(0); v <= latest; v++ {
+		acts, err := tbl.ReadCommit(ctx, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range acts {
+			switch a := a.(type) {
+			case *delta.Add:
+				named[a.Path] = true
+			case *delta.AddCDC:
+				named[a.Path] = true
+			}
+		}
+	}
+	files, _ := dataFiles(t, tbl.Path())
+	var out []string
+	for _, f := range files {
+		if !named[f] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
