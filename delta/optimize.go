@@ -109,8 +109,8 @@ func (p *OptimizePlan) BinFiles() int {
 // OptimizeOptions.Sequences the small files of each partition are packed
 // smallest first: a file larger than twice the bin so far starts the next
 // bin, so the files such a plan leaves out of bins are each larger than
-// twice all the smaller ones together (at most log3(TargetFileSize / the
-// smallest) + 1 of them). With Sequences, bins take
+// twice the next smaller (at most log2(TargetFileSize / the smallest) of
+// them). With Sequences, bins take
 // consecutive files of a sequence, in its order, and a bin whose largest
 // file outweighs the others is split at it. Bins of one file are left
 // out; files of different partitions are never merged.

@@ -94,9 +94,9 @@ func checkOptimizeVersions(t *testing.T, tbl *delta.Table) []int64 {
 // smallFileBound is the bound of docs/architecture.md on the small files a
 // changelog partition holds after a compaction pass: fewer than
 // compact_min_files that bins could take, and the files no bin takes,
-// each more than twice the smaller ones together.
+// each more than twice the next smaller one.
 func smallFileBound(smallest int64) int {
-	return compactMinFiles - 1 + int(math.Floor(math.Log(float64(compactTargetSize)/2/float64(max(smallest, 1)))/math.Log(3))) + 1
+	return compactMinFiles - 1 + int(math.Floor(math.Log2(float64(compactTargetSize)/2/float64(max(smallest, 1))))) + 1
 }
 
 // checkSmallFiles checks the bound on the small files of a table's latest
@@ -255,15 +255,20 @@ func TestKillDuringCompaction(t *testing.T) {
   target_file_size: %d
   compact_interval: 300ms
   compact_min_files: 4
-  compact_bytes_per_second: 1MiB
+  compact_bytes_per_second: 256KiB
 `, compactTargetSize))
 	e.exec(crashSchema)
 	stop := make(chan struct{})
 	wait := crashWorkload(t, e.dsn, 1, stop)
 	kills, during := 0, 0
+	var lastLog string
 	for kills < 6 {
 		d := e.start()
-		time.Sleep(time.Duration(1500+rand.IntN(1500)) * time.Millisecond)
+		// Kill soon after a compaction starts, or after 15 s.
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && !strings.Contains(d.log(), "msg=compacting"); {
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond)
 		if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -273,6 +278,7 @@ func TestKillDuringCompaction(t *testing.T) {
 		}
 		kills++
 		log := d.log()
+		lastLog = log
 		if i := strings.LastIndex(log, `msg=compacting`); i >= 0 && !strings.Contains(log[i:], "msg=compaction ") {
 			during++
 		}
@@ -286,7 +292,7 @@ func TestKillDuringCompaction(t *testing.T) {
 	e.waitApplied(d)
 	e.stop(d)
 	if during == 0 {
-		t.Fatalf("none of %d kills came during a compaction", kills)
+		t.Fatalf("none of %d kills came during a compaction; the last run's log:\n%s", kills, lastLog)
 	}
 	e.checkCrashTables(t, kills)
 	var optimizes, orphans int
