@@ -172,9 +172,9 @@ replica:
 		`INSERT INTO stock SELECT g, 0, repeat('n', 50) FROM generate_series(1, 1000) g`)
 	d := e.start()
 	e.waitApplied(d)
-	rounds := 300
+	rounds := 200
 	if testing.Short() {
-		rounds = 100
+		rounds = 80
 	}
 	next := int64(1000)
 	for i := range rounds {

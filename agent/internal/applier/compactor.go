@@ -2,11 +2,17 @@ package applier
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
 )
+
+// compactNice is the nice value of the thread background passes run on:
+// the scheduler gives capture and the applier the CPU first.
+const compactNice = 10
 
 // CompactorConfig configures the background compaction of a running
 // applier's tables.
@@ -22,7 +28,7 @@ type CompactorConfig struct {
 }
 
 // Compactor compacts a running applier's tables in the background, on one
-// goroutine: every Interval, and as soon as a table has had
+// goroutine at low priority: every Interval, and as soon as a table has had
 // Options.MinFiles files added by the applier since its last pass (the
 // small-file threshold; Notify after each flush has it look). A table is
 // compacted when the bins planned take at least MinFiles files; the files
@@ -90,8 +96,14 @@ func (c *Compactor) Notify() {
 }
 
 // Run compacts until ctx ends, and returns nil then. A failed pass is
-// logged and tried again later.
+// logged and tried again later. Its passes run on a thread of their own at
+// a lower priority (nice compactNice), which ends with Run.
 func (c *Compactor) Run(ctx context.Context) error {
+	// Never unlocked: the thread, niced, ends with the goroutine.
+	runtime.LockOSThread()
+	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), compactNice); err != nil {
+		c.app.log.Debug("compaction runs at normal priority", "err", err)
+	}
 	timer := time.NewTimer(c.cfg.Interval)
 	defer timer.Stop()
 	for {
