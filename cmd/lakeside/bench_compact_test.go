@@ -35,7 +35,7 @@ func TestBenchQuietInserts(t *testing.T) {
 		e.waitRemote(d, "initial upload")
 		uploadedBefore := e.bytesUploaded()
 		from := map[string]int64{"public.orders": e.latestVersion("public.orders"), "public.orders_changes": e.latestVersion("public.orders_changes")}
-		for n := int64(rows); n < rows+inserts; n++ {
+		for n := int64(rows + 1); n <= rows+inserts; n++ {
 			v := e.latestVersion("public.orders")
 			e.exec(fmt.Sprintf(`INSERT INTO orders SELECT g, md5(g::text), (g %% 1000000) / 100.0,
 		timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second', g %% 3 = 0, (g %% 1000)::int4 FROM generate_series(%d, %d) g`, n, n))
