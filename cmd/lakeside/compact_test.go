@@ -142,8 +142,9 @@ func checkSmallFiles(t *testing.T, tbl *delta.Table, targetRows int64) (files, s
 // pass ran, the small files are within the bound of docs/architecture.md,
 // every OPTIMIZE version reads the rows of the version before it and
 // writes no change data, the mirror equals PostgreSQL row by row, and the
-// replica reads completely at every version sampled (each OPTIMIZE one and
-// the one before it among them) and equals PostgreSQL too.
+// replica reads completely at its latest versions in the middle of the run
+// and at every version sampled at the end (each OPTIMIZE one and the one
+// before it among them), and equals PostgreSQL too.
 func TestCompactionBoundsSmallFiles(t *testing.T) {
 	ctx := context.Background()
 	s3 := s3test.Start(t)
@@ -183,6 +184,11 @@ replica:
 			next, i, 1+rand.Int64N(next)))
 		if i%9 == 0 {
 			e.exec(fmt.Sprintf(`DELETE FROM stock WHERE id = %d`, 1+rand.Int64N(next)))
+		}
+		if i == rounds/2 {
+			// While the agent flushes and compacts, the replica's
+			// latest versions read completely.
+			checkRemoteReads(t, s3, bucket)
 		}
 		time.Sleep(time.Duration(20+rand.IntN(40)) * time.Millisecond)
 	}
@@ -302,6 +308,28 @@ func TestKillDuringCompaction(t *testing.T) {
 		orphans += len(unreferencedFiles(t, tbl))
 	}
 	t.Logf("%d kills, %d during a compaction; %d OPTIMIZE versions; %d orphan data files left for vacuum", kills, during, optimizes, orphans)
+}
+
+// checkRemoteReads downloads the replica as it is and reads the latest
+// version of each table there completely.
+func checkRemoteReads(t *testing.T, s3 *s3test.Server, bucket string) {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := s3.Download(ctx, bucket, "lake/branch1/", dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"public.stock", "public.stock_changes"} {
+		tbl, err := delta.Open(ctx, filepath.Join(dir, name))
+		if err != nil {
+			t.Fatalf("replica %s: %v", name, err)
+		}
+		latest, err := tbl.LatestVersion(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		versionRows(t, tbl, latest)
+	}
 }
 
 // unreferencedFiles returns the data files of a table that no version
