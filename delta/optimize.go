@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"sort"
 )
 
@@ -436,40 +437,25 @@ func OptimizeActions(bins []*OptimizeBin, adds []*Add, deletionMillis int64) []A
 	return acts
 }
 
-// CheckOptimize reports, with an error wrapping ErrOptimizeConflict,
-// whether a bin planned by plan can no longer be committed over the
-// snapshot: one of its files is no longer part of the table, or the
-// schema changed.
-func (s *Snapshot) CheckOptimize(plan *OptimizePlan, bin *OptimizeBin) error {
-	if s.metadata.SchemaString != plan.schemaString {
-		return fmt.Errorf("%w: the schema changed", ErrOptimizeConflict)
-	}
-	for _, f := range bin.Files {
-		if _, ok := s.files[fileKey(f.Path)]; !ok {
-			return fmt.Errorf("%w: %s was removed at a version after %d", ErrOptimizeConflict, f.Path, plan.Version)
-		}
-	}
-	return nil
-}
-
 // CommitOptimize commits bins, each rewritten as the add at the same index
 // (RewriteBin), over the latest version: a bin whose files are no longer
-// all part of the table (CheckOptimize) is dropped and its file deleted,
-// and when another writer commits the same version first, the check is
-// made again over the new latest version. info, when set, is merged into
-// the commitInfo (engine, extra fields). It returns the version committed
-// and the bins it holds; with none left nothing is committed and the
-// version is -1.
+// all part of the table is dropped and its file deleted, and when another
+// writer commits the same version first, the check is made again over the
+// new latest version. The check reads only the commits after the plan's
+// version (a remove of a bin's file, a new schema), not the whole
+// snapshot. info, when set, gives the commitInfo its engine and extra
+// fields. It returns the version committed and the bins it holds; with
+// none left nothing is committed and the version is -1.
 func (t *Table) CommitOptimize(ctx context.Context, plan *OptimizePlan, bins []*OptimizeBin, adds []*Add, info *CommitInfo) (int64, []*OptimizeBin, error) {
 	for attempt := 0; ; attempt++ {
-		snap, err := t.Snapshot(ctx)
+		latest, gone, schemaChanged, err := t.changesSince(ctx, plan)
 		if err != nil {
 			return -1, nil, fmt.Errorf("commit optimize: %w", err)
 		}
 		var keepBins []*OptimizeBin
 		var keepAdds []*Add
 		for i, b := range bins {
-			if err := snap.CheckOptimize(plan, b); err != nil {
+			if schemaChanged || slices.ContainsFunc(b.Files, func(f *Add) bool { return gone[fileKey(f.Path)] }) {
 				t.RemoveUncommitted(adds[i])
 				continue
 			}
@@ -485,7 +471,7 @@ func (t *Table) CommitOptimize(ctx context.Context, plan *OptimizePlan, bins []*
 			ci.EngineInfo = info.EngineInfo
 			ci.Extra = info.Extra
 		}
-		v, err := t.Commit(ctx, snap.Version(), acts)
+		v, err := t.Commit(ctx, latest, acts)
 		if errors.Is(err, ErrVersionExists) && attempt < 16 {
 			continue
 		}
@@ -497,4 +483,31 @@ func (t *Table) CommitOptimize(ctx context.Context, plan *OptimizePlan, bins []*
 		}
 		return v, bins, nil
 	}
+}
+
+// changesSince returns the latest version, the files the commits after
+// the plan's version removed (by fileKey), and whether one of them set
+// another schema.
+func (t *Table) changesSince(ctx context.Context, plan *OptimizePlan) (int64, map[string]bool, bool, error) {
+	latest, err := t.LatestVersion(ctx)
+	if err != nil {
+		return -1, nil, false, err
+	}
+	gone := map[string]bool{}
+	changed := false
+	for v := plan.Version + 1; v <= latest; v++ {
+		acts, err := t.ReadCommit(ctx, v)
+		if err != nil {
+			return -1, nil, false, err
+		}
+		for _, a := range acts {
+			switch a := a.(type) {
+			case *Remove:
+				gone[fileKey(a.Path)] = true
+			case *Metadata:
+				changed = changed || a.SchemaString != plan.schemaString
+			}
+		}
+	}
+	return latest, gone, changed, nil
 }

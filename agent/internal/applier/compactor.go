@@ -43,8 +43,6 @@ type Compactor struct {
 	mu sync.Mutex
 	// added holds each table's Applier.Tables FilesAdded at its last pass.
 	added map[string]int64
-	// passes counts the passes that committed something, for status.
-	passes int64
 }
 
 // NewCompactor returns a compactor of app's tables.
@@ -160,9 +158,6 @@ func (c *Compactor) pass(ctx context.Context, opts CompactOptions) (*CompactRepo
 	if rep != nil && !opts.DryRun {
 		for _, t := range rep.Tables {
 			c.added[t.Name] = before[t.Name]
-			if len(t.Versions) > 0 {
-				c.passes++
-			}
 		}
 	}
 	return rep, err
