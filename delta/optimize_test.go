@@ -246,3 +246,59 @@ func TestPlanOptimizeKeepsSequencesAndLimits(t *testing.T) {
 
 // readFileIfExists reads a file, failing when it is gone.
 func readFileIfExists(path string) ([]byte, error) { return os.ReadFile(path) }
+
+// TestVacuumAfterOptimize vacuums a compacted table: the small files the
+// OPTIMIZE version removed stay while a version inside the retention or
+// at or after KeepFrom (a replica still missing versions) needs them, and
+// are deleted after; the merged files stay, and the latest version reads
+// the same rows.
+func TestVacuumAfterOptimize(t *testing.T) {
+	ctx := context.Background()
+	tbl, _ := optimizeTable(t, 6)
+	snap, err := tbl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, want := readAt(t, tbl, snap.Version())
+	plan, err := snap.PlanOptimize(OptimizeOptions{TargetFileSize: 128 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var adds []*Add
+	for _, b := range plan.Bins {
+		add, err := snap.RewriteBin(ctx, plan, b, RewriteOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		adds = append(adds, add)
+	}
+	v, _, err := tbl.CommitOptimize(ctx, plan, plan.Bins, adds, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(48 * time.Hour)
+	keepFrom := func(v int64) func(context.Context) (int64, error) {
+		return func(context.Context) (int64, error) { return v, nil }
+	}
+	for _, opts := range []VacuumOptions{
+		{Retention: time.Hour}, // versions inside the retention need them
+		{Retention: time.Hour, Now: later, KeepFrom: keepFrom(v - 1)}, // the replica lacks the OPTIMIZE version
+	} {
+		res, err := tbl.Vacuum(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Files) != 0 {
+			t.Fatalf("vacuum %+v deleted %d files a version it keeps needs", opts, len(res.Files))
+		}
+	}
+	res, err := tbl.Vacuum(ctx, VacuumOptions{Retention: time.Hour, Now: later, KeepFrom: keepFrom(v + 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Files) != plan.BinFiles() {
+		t.Errorf("vacuum deleted %d files, want the %d the OPTIMIZE removed", len(res.Files), plan.BinFiles())
+	}
+	_, got := readAt(t, tbl, v)
+	rowstest.AssertSameRows(t, "after vacuum", got, want)
+}
