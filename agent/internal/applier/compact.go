@@ -240,36 +240,12 @@ func compactTable(ctx context.Context, opts CompactOptions, committer compactCom
 			break
 		}
 		opts.Logger.Info("compacting", "table", name, "version", plan.Version, "bins", len(plan.Bins), "files", plan.BinFiles())
-		adds := make([]*delta.Add, 0, len(plan.Bins))
-		for _, b := range plan.Bins {
-			add, err := snap.RewriteBin(ctx, plan, b, delta.RewriteOptions{WriteOptions: opts.Write, Pace: opts.Pace})
-			if err != nil {
-				for _, a := range adds {
-					t.RemoveUncommitted(a)
-				}
-				return tc, err
-			}
-			if tc.Kind == KindMirror {
-				tagMergedFile(add, b)
-			}
-			adds = append(adds, add)
-			tc.BytesRead += b.Bytes
-			tc.BytesWritten += add.Size
+		committed, err := writeAndCommit(ctx, opts, committer, name, t, snap, plan, &tc)
+		if err != nil {
+			return tc, err
 		}
-		req := &compactRequest{name: name, table: t, plan: plan, bins: plan.Bins, adds: adds,
-			info: &delta.CommitInfo{EngineInfo: opts.EngineInfo}, done: make(chan compactResult, 1)}
-		res := committer.commitCompaction(ctx, req)
-		if res.err != nil {
-			return tc, res.err
-		}
-		tc.Dropped += len(plan.Bins) - len(res.bins)
-		if res.version < 0 {
+		if !committed {
 			break
-		}
-		tc.Versions = append(tc.Versions, res.version)
-		tc.Bins += len(res.bins)
-		for _, b := range res.bins {
-			tc.BinFiles += len(b.Files)
 		}
 		after, err := t.Snapshot(ctx)
 		if err != nil {
@@ -284,6 +260,59 @@ func compactTable(ctx context.Context, opts CompactOptions, committer compactCom
 		}
 	}
 	return tc, nil
+}
+
+// writeAndCommit writes the bins of plan and has them committed, a
+// commit each time about TargetFileSize bytes are written, so that a
+// flush that rewrites a file meanwhile voids little, and adds what it did
+// to tc. It reports whether anything was committed.
+func writeAndCommit(ctx context.Context, opts CompactOptions, committer compactCommitter, name string,
+	t *delta.Table, snap *delta.Snapshot, plan *delta.OptimizePlan, tc *TableCompact) (bool, error) {
+	var bins []*delta.OptimizeBin
+	var adds []*delta.Add
+	var written int64
+	committed := false
+	commit := func() error {
+		req := &compactRequest{name: name, table: t, plan: plan, bins: bins, adds: adds,
+			info: &delta.CommitInfo{EngineInfo: opts.EngineInfo}, done: make(chan compactResult, 1)}
+		res := committer.commitCompaction(ctx, req)
+		if res.err != nil {
+			return res.err
+		}
+		tc.Dropped += len(bins) - len(res.bins)
+		if res.version >= 0 {
+			committed = true
+			tc.Versions = append(tc.Versions, res.version)
+			tc.Bins += len(res.bins)
+			for _, b := range res.bins {
+				tc.BinFiles += len(b.Files)
+			}
+		}
+		bins, adds, written = nil, nil, 0
+		return nil
+	}
+	for i, b := range plan.Bins {
+		add, err := snap.RewriteBin(ctx, plan, b, delta.RewriteOptions{WriteOptions: opts.Write, Pace: opts.Pace})
+		if err != nil {
+			for _, a := range adds {
+				t.RemoveUncommitted(a)
+			}
+			return committed, err
+		}
+		if tc.Kind == KindMirror {
+			tagMergedFile(add, b)
+		}
+		bins, adds = append(bins, b), append(adds, add)
+		written += add.Size
+		tc.BytesRead += b.Bytes
+		tc.BytesWritten += add.Size
+		if written >= opts.TargetFileSize || i == len(plan.Bins)-1 {
+			if err := commit(); err != nil {
+				return committed, err
+			}
+		}
+	}
+	return committed, nil
 }
 
 // optimizeOptions returns how the files of table t of kind are packed: a
