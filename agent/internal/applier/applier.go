@@ -330,18 +330,17 @@ func (f *flushStats) note(h *store.TxnHeader) {
 func New(cfg Config, db *store.DB) *Applier {
 	cfg.defaults()
 	return &Applier{
-		cfg:    cfg,
-		db:     db,
-		log:    cfg.Logger,
-		notify: make(chan struct{}, 1),
-		tm:     typemap.New(),
+		cfg:      cfg,
+		db:       db,
+		log:      cfg.Logger,
+		notify:   make(chan struct{}, 1),
+		tm:       typemap.New(),
+		status:   map[string]TableStatus{},
+		behind:   map[string]*behindTable{},
+		now:      time.Now,
+		arrivals: arrivals{epoch: time.Now()},
 
-		compactions: make(chan *compactRequest),
-		status:      map[string]TableStatus{},
-		behind:      map[string]*behindTable{},
-		now:         time.Now,
-		arrivals:    arrivals{epoch: time.Now()},
-
+		compactions:    make(chan *compactRequest),
 		readAheadSlice: readAheadSlice,
 	}
 }
@@ -499,6 +498,9 @@ func (a *Applier) Run(ctx context.Context) error {
 			}
 		case req := <-a.compactions:
 			req.done <- a.applyCompaction(ctx, req)
+			if backoff > 0 {
+				<-timer.C
+			}
 		case <-timer.C:
 		}
 		timer.Stop()
