@@ -47,6 +47,9 @@ type Agent struct {
 	metrics *prometheus.Registry
 	// vacuumed adds up the vacuums the agent ran (see Vacuum).
 	vacuumed vacuumTotals
+	// compactor compacts the tables: in the background with
+	// delta.compaction, and when asked (Compact).
+	compactor *applier.Compactor
 	// threads sets GOMAXPROCS by what capture does; nil leaves it alone.
 	threads *threads
 	// tuningOff names the stages' performance tricks turned off.
@@ -150,6 +153,7 @@ func (a *Agent) Open() error {
 		SoftDelete:     a.cfg.Delta.SoftDelete,
 		ChangeDataFeed: a.cfg.Delta.ChangeDataFeed,
 		TargetFileRows: a.cfg.Delta.TargetFileRows,
+		Compaction:     a.cfg.Delta.Compaction,
 		RowGroupRows:   a.cfg.Delta.RowGroupRows,
 		AppIDPrefix:    appIDPrefix(a.cfg.Source.Slot),
 		EngineInfo:     "lakeside/" + a.version,
@@ -173,8 +177,16 @@ func (a *Agent) Open() error {
 	if a.up != nil {
 		committed = append(committed, a.up)
 	}
+	if a.cfg.Delta.Compaction {
+		committed = append(committed, compactorNotifier{a})
+	}
 	appCfg.Committed = committed
 	a.app = applier.New(appCfg, db)
+	a.compactor = applier.NewCompactor(applier.CompactorConfig{
+		Options:        compactOptions(a.cfg, a.version, a.log.With("component", "compaction")),
+		Interval:       a.cfg.Delta.CompactInterval,
+		BytesPerSecond: a.cfg.Delta.CompactBytesPerSecond,
+	}, a.app)
 
 	srcCfg := a.cfg.sourceConfig(a.log.With("component", "source"))
 	srcCfg.PlainConnection = a.tuningOff.PollConn
@@ -212,6 +224,12 @@ func (ns notifiers) Notify() {
 		n.Notify()
 	}
 }
+
+// compactorNotifier tells the agent's compactor, made after the applier,
+// of the applier's commits (its small-file threshold).
+type compactorNotifier struct{ a *Agent }
+
+func (c compactorNotifier) Notify() { c.a.compactor.Notify() }
 
 // capture answers what the applier asks of capture (applier.Capture) from
 // the agent's source, which is made after the applier.
@@ -311,6 +329,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		start("live view", a.hub.Run)
 	}
 	start("vacuum", a.runVacuum)
+	if a.cfg.Delta.Compaction {
+		start("compaction", a.compactor.Run)
+	}
 	if a.up != nil {
 		start("uploader", a.up.Run)
 	}

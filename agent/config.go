@@ -40,8 +40,13 @@ const (
 	// delta.deletedFileRetentionDuration: seven days of time travel.
 	DefaultVacuumRetention = 7 * 24 * time.Hour
 	DefaultVacuumInterval  = 24 * time.Hour
-	DefaultHTTPListen      = "127.0.0.1:8080"
-	DefaultMaxClients      = 64
+	// DefaultTargetFileSize is the size of the files compaction writes.
+	DefaultTargetFileSize        = 128 << 20
+	DefaultCompactInterval       = 10 * time.Minute
+	DefaultCompactMinFiles       = 32
+	DefaultCompactBytesPerSecond = 64 << 20
+	DefaultHTTPListen            = "127.0.0.1:8080"
+	DefaultMaxClients            = 64
 )
 
 // Snapshot modes accepted in source.snapshot.
@@ -126,6 +131,21 @@ type DeltaConfig struct {
 	// the replica keep them. Unset keeps every file vacuum keeps. It needs
 	// a replica.
 	LocalRetention time.Duration `yaml:"local_retention"`
+	// Compaction merges the tables' small data files in the background
+	// (true by default); the mirror then writes its inserts above every
+	// key into new files rather than rewrite its last file.
+	Compaction bool `yaml:"compaction"`
+	// TargetFileSize is the size of the files compaction writes (128MiB).
+	TargetFileSize int64 `yaml:"target_file_size" config:"size"`
+	// CompactInterval is how often every table is looked at (10m).
+	CompactInterval time.Duration `yaml:"compact_interval"`
+	// CompactMinFiles is the small-file threshold: a table is compacted
+	// once its small files that can be merged are that many, and looked
+	// at once the applier added that many files to it (32).
+	CompactMinFiles int `yaml:"compact_min_files"`
+	// CompactBytesPerSecond bounds the disk bandwidth of compaction,
+	// bytes read and written (64MiB; 0 means no limit).
+	CompactBytesPerSecond int64 `yaml:"compact_bytes_per_second" config:"size"`
 }
 
 // HTTPConfig configures the live view's HTTP server.
@@ -307,6 +327,12 @@ func defaultConfig() Config {
 			RowGroupRows:    DefaultRowGroupRows,
 			VacuumRetention: DefaultVacuumRetention,
 			VacuumInterval:  DefaultVacuumInterval,
+
+			Compaction:            true,
+			TargetFileSize:        DefaultTargetFileSize,
+			CompactInterval:       DefaultCompactInterval,
+			CompactMinFiles:       DefaultCompactMinFiles,
+			CompactBytesPerSecond: DefaultCompactBytesPerSecond,
 		},
 		HTTP: HTTPConfig{Listen: DefaultHTTPListen, MaxClients: DefaultMaxClients},
 		Log:  LogConfig{Level: DefaultLogLevel, Format: DefaultLogFormat},

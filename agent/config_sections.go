@@ -18,6 +18,9 @@ const HTTPOff = "off"
 // minVacuumRetention is the shortest delta.vacuum_retention accepted.
 const minVacuumRetention = time.Hour
 
+// minTargetFileSize is the smallest delta.target_file_size accepted.
+const minTargetFileSize = 1 << 20
+
 // validate checks the delta section and fills its tables directory, by
 // default below the state directory stateDir.
 func (d *DeltaConfig) validate(p *configParser, stateDir *string) error {
@@ -30,6 +33,9 @@ func (d *DeltaConfig) validate(p *configParser, stateDir *string) error {
 	d.TablesDir = filepath.Clean(d.TablesDir)
 	if d.VacuumRetention < minVacuumRetention {
 		return p.fieldErrorf(&d.VacuumRetention, "%s is shorter than %s: readers and time travel need the files of recent versions", d.VacuumRetention, minVacuumRetention)
+	}
+	if d.TargetFileSize < minTargetFileSize {
+		return p.fieldErrorf(&d.TargetFileSize, "%d bytes is smaller than 1MiB: compaction writes files about that size (128MiB by default)", d.TargetFileSize)
 	}
 	return nil
 }

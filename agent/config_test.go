@@ -66,6 +66,7 @@ func badConfigs() []badConfig {
 		{"bad_vacuum_interval.bad.yml", []string{`bad_vacuum_interval.bad.yml:6: delta.vacuum_interval: "daily" is not a duration`}},
 		{"bad_soft_delete.bad.yml", []string{`bad_soft_delete.bad.yml:6: delta.soft_delete: "maybe" is not true or false`}},
 		{"bad_change_data_feed.bad.yml", []string{`bad_change_data_feed.bad.yml:6: delta.change_data_feed: "sometimes" is not true or false`}},
+		{"bad_target_file_size.bad.yml", []string{`bad_target_file_size.bad.yml:6: delta.target_file_size: 1000 bytes is smaller than 1MiB`}},
 		{"bad_row_group_rows.bad.yml", []string{`bad_row_group_rows.bad.yml:7: delta.row_group_rows: "0" is not a positive whole number`}},
 		{"backfill_chunk_rows_zero.bad.yml", []string{`backfill_chunk_rows_zero.bad.yml:4: source.backfill_chunk_rows: "0" is not a positive whole number`}},
 		{"backfill_chunk_rows_large.bad.yml", []string{`backfill_chunk_rows_large.bad.yml:4: source.backfill_chunk_rows: "2000000" is out of range`, "at most 1000000"}},
@@ -215,7 +216,8 @@ func goodConfigs() []goodConfig {
 			},
 			StateDir: "/var/lib/lakeside",
 			Delta: DeltaConfig{TablesDir: "/srv/delta", FlushInterval: 250 * time.Millisecond, FlushChanges: 5000, SoftDelete: true, ChangeDataFeed: true, TargetFileRows: 20000,
-				RowGroupRows: 5000, VacuumRetention: 72 * time.Hour, VacuumInterval: 6 * time.Hour},
+				RowGroupRows: 5000, VacuumRetention: 72 * time.Hour, VacuumInterval: 6 * time.Hour,
+				Compaction: false, TargetFileSize: 64 << 20, CompactInterval: 5 * time.Minute, CompactMinFiles: 8, CompactBytesPerSecond: 0},
 			Replica: uploader.Config{URL: "s3://branch-data/lakeside", Site: "branch7", Endpoint: "http://127.0.0.1:9000", Region: "eu-west-1",
 				AccessKeyID: "AKIA", SecretAccessKey: "test-secret", MaxBacklog: 2 << 30, MaxBytesPerSecond: 1000000,
 				PollInterval: 5 * time.Second, MaxBackoff: 2 * time.Minute, Concurrency: 2},
@@ -273,7 +275,7 @@ func goodConfigs() []goodConfig {
 			StateDir: "/var/lib/lakeside",
 			Delta: DeltaConfig{TablesDir: "/var/lib/lakeside", FlushInterval: DefaultFlushInterval, FlushChanges: DefaultFlushChanges,
 				TargetFileRows: DefaultTargetFileRows, RowGroupRows: DefaultRowGroupRows,
-				VacuumRetention: DefaultVacuumRetention, VacuumInterval: DefaultVacuumInterval},
+				VacuumRetention: DefaultVacuumRetention, VacuumInterval: DefaultVacuumInterval, Compaction: true, TargetFileSize: DefaultTargetFileSize, CompactInterval: DefaultCompactInterval, CompactMinFiles: DefaultCompactMinFiles, CompactBytesPerSecond: DefaultCompactBytesPerSecond},
 			Log: LogConfig{Level: "info", Format: "text"},
 		}},
 		{"replica_defaults.good.yml", Config{
@@ -296,7 +298,7 @@ func goodConfigs() []goodConfig {
 			StateDir: "/var/lib/lakeside",
 			Delta: DeltaConfig{TablesDir: "/var/lib/lakeside/tables", FlushInterval: DefaultFlushInterval, FlushChanges: DefaultFlushChanges,
 				TargetFileRows: DefaultTargetFileRows, RowGroupRows: DefaultRowGroupRows,
-				VacuumRetention: DefaultVacuumRetention, VacuumInterval: DefaultVacuumInterval, LocalRetention: 6 * time.Hour},
+				VacuumRetention: DefaultVacuumRetention, VacuumInterval: DefaultVacuumInterval, LocalRetention: 6 * time.Hour, Compaction: true, TargetFileSize: DefaultTargetFileSize, CompactInterval: DefaultCompactInterval, CompactMinFiles: DefaultCompactMinFiles, CompactBytesPerSecond: DefaultCompactBytesPerSecond},
 			Replica: uploader.Config{URL: "file:///srv/replica", Site: "branch7",
 				PollInterval: 10 * time.Second, MaxBackoff: time.Minute, Concurrency: 4},
 			Log: LogConfig{Level: "info", Format: "text"},
@@ -614,7 +616,7 @@ func withSectionDefaults(c Config) Config {
 	if c.Delta == (DeltaConfig{}) {
 		c.Delta = DeltaConfig{TablesDir: filepath.Join(c.StateDir, "tables"), FlushInterval: DefaultFlushInterval,
 			FlushChanges: DefaultFlushChanges, TargetFileRows: DefaultTargetFileRows, RowGroupRows: DefaultRowGroupRows,
-			VacuumRetention: DefaultVacuumRetention, VacuumInterval: DefaultVacuumInterval}
+			VacuumRetention: DefaultVacuumRetention, VacuumInterval: DefaultVacuumInterval, Compaction: true, TargetFileSize: DefaultTargetFileSize, CompactInterval: DefaultCompactInterval, CompactMinFiles: DefaultCompactMinFiles, CompactBytesPerSecond: DefaultCompactBytesPerSecond}
 	}
 	if reflect.DeepEqual(c.HTTP, HTTPConfig{}) {
 		c.HTTP = HTTPConfig{Listen: DefaultHTTPListen, MaxClients: DefaultMaxClients}

@@ -42,6 +42,7 @@ func listenControl(sock string) (net.Listener, error) {
 func (a *Agent) controlHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /vacuum", a.vacuumHandler)
+	mux.HandleFunc("POST /compact", a.compactHandler)
 	mux.HandleFunc("POST /resync", a.resyncHandler)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		st, err := a.Status()

@@ -49,6 +49,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		cmd = &statusCommand{stdout: stdout}
 	case "vacuum":
 		cmd = &vacuumCommand{stdout: stdout, stderr: stderr}
+	case "compact":
+		cmd = &compactCommand{stdout: stdout, stderr: stderr}
 	case "resync":
 		cmd = &resyncCommand{stdout: stdout}
 	case "demo":
@@ -86,6 +88,7 @@ Usage:
   lakeside check   --config FILE   check PostgreSQL, state_dir and the replica, and exit
   lakeside status  --config FILE   summarise capture, queue, tables and replica (--json)
   lakeside vacuum  --config FILE   delete data files past the retention (--dry-run, --json)
+  lakeside compact --config FILE   merge small data files now (--table T, --dry-run, --json)
   lakeside resync  --config FILE TABLE
                                    copy a table again (truncate, then its rows) while
                                    changes stream; prints the progress until done

@@ -18,7 +18,8 @@ import (
 // it, and each run appends the keys above its last one and below the next
 // run's first into files of its own. The files are split at TargetFileRows
 // rows like any other, and when the mirror's last file holds less than
-// half of that, the lowest run starts with its rows and replaces it. The
+// half of that, the lowest run starts with its rows and replaces it
+// (unless Config.Compaction merges small files instead). The
 // flush then has nothing of those rows to sort and merge. The first change
 // that does not fit (an update or delete, a key that is in no run's place,
 // a new column) ends the appender: its files are closed, and the flush's
@@ -164,7 +165,7 @@ func (m *mirror) startWriting(ctx context.Context, a *Applier, ahead int64) erro
 		run := &appendRun{w: &mergeWriter{m: m, a: a}, first: rows[0].key, last: slices.Clone(rows[len(rows)-1].key)}
 		run.w.expectRows = int64(len(rows)) + ahead/int64(len(starts)-1)
 		r.runs = append(r.runs, run)
-		if last := m.lastFile(); j == 0 && last != nil && last.rows < a.cfg.TargetFileRows/2 {
+		if last := m.lastFile(); j == 0 && last != nil && last.rows < a.cfg.TargetFileRows/2 && !a.cfg.Compaction {
 			r.replaced = last
 			base, err := m.readFile(ctx, last)
 			if err != nil {

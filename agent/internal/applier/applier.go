@@ -62,6 +62,10 @@ type Config struct {
 	// TargetFileRows is the number of rows at which data files are split
 	// (default 100000).
 	TargetFileRows int64
+	// Compaction says that the tables' small files are merged by
+	// compaction (compact.go): keys above every key of a mirror then go
+	// to new files, and its last file is never rewritten to take them.
+	Compaction bool
 	// RowGroupRows is the most rows a row group of a data file holds
 	// (default delta.DefaultRowGroupRows). A file of more rows encodes its full
 	// row groups while it fills.
@@ -245,6 +249,9 @@ type Applier struct {
 	// backlog is set while the next batch starts in the backlog capture
 	// last caught up with (see FlushingBacklog).
 	backlog atomic.Bool
+	// compactions are compactions written and waiting for Run to commit
+	// them between two flushes (compact.go).
+	compactions chan *compactRequest
 
 	mu      sync.Mutex
 	status  map[string]TableStatus
@@ -333,6 +340,7 @@ func New(cfg Config, db *store.DB) *Applier {
 		now:      time.Now,
 		arrivals: arrivals{epoch: time.Now()},
 
+		compactions:    make(chan *compactRequest),
 		readAheadSlice: readAheadSlice,
 	}
 }
@@ -417,6 +425,7 @@ func (a *Applier) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		a.serveCompactions(ctx)
 		// The arrivals are taken before the queue is read, so that a
 		// change the batch misses is recorded for the next one.
 		if t, ok := a.arrivals.take(); ok {
@@ -484,6 +493,11 @@ func (a *Applier) Run(ctx context.Context) error {
 			timer.Stop()
 			return nil
 		case <-a.notify:
+			if backoff > 0 {
+				<-timer.C
+			}
+		case req := <-a.compactions:
+			req.done <- a.applyCompaction(ctx, req)
 			if backoff > 0 {
 				<-timer.C
 			}

@@ -313,6 +313,10 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 		return w.close()
 	}
 	tailLimit := a.cfg.TargetFileRows / 2
+	if a.cfg.Compaction {
+		// New files; compaction merges them (see mirror.go).
+		tailLimit = 0
+	}
 	err = p.iterate(func(k []byte, e *entry) error {
 		if err := ctx.Err(); err != nil {
 			return err

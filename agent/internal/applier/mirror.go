@@ -25,7 +25,11 @@ import (
 // first file for keys below every range). Keys above the last file's range
 // go to the last file while it holds less than half of TargetFileRows rows,
 // and to new files otherwise, so an append-only workload neither rewrites
-// big files nor creates one file per key. Rewritten files are split at
+// big files nor creates one file per key. With Config.Compaction they
+// always go to new files: a quiet insert-only table then writes only its
+// new rows each flush, and compaction merges the small files they make
+// (compact.go), runs of files adjacent in key order, whose key ranges stay
+// disjoint. Rewritten files are split at
 // TargetFileRows rows, never inside a run of equal keys.
 //
 // Memory. A flush collects its changes, encoded, in a pending set
