@@ -63,7 +63,7 @@ func crashWorkload(t *testing.T, dsn string, writers int, stop <-chan struct{}) 
 					if err := tx.QueryRow(ctx, `UPDATE counter SET n = n + 1 WHERE id = 1 RETURNING n`).Scan(&n); err != nil {
 						return err
 					}
-					if _, err := tx.Exec(ctx, `INSERT INTO events SELECT $1 * 100000 + g, $1, repeat('x', g % 100) FROM generate_series(1, $2) g`, n, rows); err != nil {
+					if _, err := tx.Exec(ctx, `INSERT INTO events SELECT $1::int8 * 100000 + g, $1, repeat('x', g % 100) FROM generate_series(1, $2) g`, n, rows); err != nil {
 						return err
 					}
 					if _, err := tx.Exec(ctx, `UPDATE balances SET n = $1, amount = amount + 1 WHERE id = ANY($2)`, n, []int32{int32(1 + rand.IntN(1000)), int32(1 + rand.IntN(1000))}); err != nil {
