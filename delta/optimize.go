@@ -31,8 +31,8 @@ type OptimizeOptions struct {
 	// Sequences, when set, returns the files that may be merged with one
 	// another, as sequences: a bin takes consecutive small files of one
 	// sequence, in its order, which is the order their rows are written
-	// in; a file that is not small ends a bin. Without it every partition
-	// is one sequence of its small files, oldest first.
+	// in; a file that is not small ends a bin. Without it the small files
+	// of each partition are packed smallest first (PlanOptimize).
 	Sequences func(files []*Add) [][]*Add
 	// Present, when set, reports whether a file can be read locally; a
 	// file that cannot (pruned: kept elsewhere) ends a bin as a large
