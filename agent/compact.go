@@ -3,19 +3,15 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/lakeside/lakeside/agent/internal/applier"
 	"github.com/lakeside/lakeside/delta"
-	"github.com/lakeside/lakeside/store"
 	"github.com/lakeside/lakeside/uploader"
 )
 
@@ -138,29 +134,13 @@ func checkTableName(ctx context.Context, tablesDir, name string) error {
 // starts meanwhile, and commits to the tables itself, without the
 // bandwidth limit.
 func RunCompact(ctx context.Context, cfg *Config, table string, dryRun bool, version string, log *slog.Logger) (*CompactReport, error) {
-	sock := filepath.Join(cfg.StateDir, SocketName)
 	q := url.Values{"dry_run": {strconv.FormatBool(dryRun)}}
 	if table != "" {
 		q.Set("table", table)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://lakeside/compact?"+q.Encode(), nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := controlClient(sock, 0).Do(req)
-	if err == nil {
-		var rep CompactReport
-		if err := readReply(resp, "compaction report", &rep); err != nil {
-			return nil, err
-		}
-		return &rep, nil
-	}
-	db, err := store.Open(cfg.StateDir, store.Options{LockTimeout: 2 * time.Second})
-	if errors.Is(err, store.ErrLocked) {
-		return nil, fmt.Errorf("%w: it holds %s but nothing answers on %s; try again once it is up", ErrAgentNotAnswering, cfg.StateDir, sock)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open state: %w", err)
+	rep, db, err := askAgentOrOpen[CompactReport](ctx, cfg, "/compact?"+q.Encode(), "compaction report")
+	if rep != nil || err != nil {
+		return rep, err
 	}
 	defer db.Close()
 	if table != "" {
@@ -173,9 +153,9 @@ func RunCompact(ctx context.Context, cfg *Config, table string, dryRun bool, ver
 	if table != "" {
 		opts.Tables = []string{table}
 	}
-	rep, err := applier.Compact(ctx, opts, nil)
-	if rep == nil {
+	done, err := applier.Compact(ctx, opts, nil)
+	if done == nil {
 		return nil, err
 	}
-	return &CompactReport{DryRun: rep.DryRun, Tables: rep.Tables}, err
+	return &CompactReport{DryRun: done.DryRun, Tables: done.Tables}, err
 }

@@ -322,25 +322,9 @@ var ErrAgentNotAnswering = errors.New("the running agent does not answer")
 // replica what is already safe to delete there (an unreachable replica is
 // reported, not an error: the agent does it on its next run).
 func RunVacuum(ctx context.Context, cfg *Config, dryRun bool, log *slog.Logger) (*VacuumReport, error) {
-	sock := filepath.Join(cfg.StateDir, SocketName)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://lakeside/vacuum?dry_run="+strconv.FormatBool(dryRun), nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := controlClient(sock, 0).Do(req)
-	if err == nil {
-		var rep VacuumReport
-		if err := readReply(resp, "vacuum report", &rep); err != nil {
-			return nil, err
-		}
-		return &rep, nil
-	}
-	db, err := store.Open(cfg.StateDir, store.Options{LockTimeout: 2 * time.Second})
-	if errors.Is(err, store.ErrLocked) {
-		return nil, fmt.Errorf("%w: it holds %s but nothing answers on %s; try again once it is up", ErrAgentNotAnswering, cfg.StateDir, sock)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open state: %w", err)
+	rep, db, err := askAgentOrOpen[VacuumReport](ctx, cfg, "/vacuum?dry_run="+strconv.FormatBool(dryRun), "vacuum report")
+	if rep != nil || err != nil {
+		return rep, err
 	}
 	defer db.Close()
 	var up *uploader.Uploader
@@ -349,7 +333,7 @@ func RunVacuum(ctx context.Context, cfg *Config, dryRun bool, log *slog.Logger) 
 			return nil, err
 		}
 	}
-	rep, err := vacuumTables(ctx, cfg.Delta.TablesDir, up, vacuumSettingsOf(cfg, dryRun))
+	rep, err = vacuumTables(ctx, cfg.Delta.TablesDir, up, vacuumSettingsOf(cfg, dryRun))
 	if rep != nil && up != nil && !dryRun {
 		n, rerr := up.DeleteRemote(ctx)
 		rep.RemoteDeleted = n
@@ -398,4 +382,34 @@ func tableProperties(cfg *Config) map[string]string {
 		"delta.deletedFileRetentionDuration": delta.FormatInterval(cfg.Delta.VacuumRetention),
 		"delta.logRetentionDuration":         delta.FormatInterval(max(delta.DefaultLogRetention, cfg.Delta.VacuumRetention)),
 	}
+}
+
+// askAgentOrOpen asks the agent running on cfg.StateDir to do what path
+// names (a POST on its control socket, path with its query) and returns
+// its report, what being the report's name in errors. When no agent
+// answers, it opens the state file instead, for the caller to do the work
+// and close it; an agent that holds the file without answering is an
+// error (ErrAgentNotAnswering).
+func askAgentOrOpen[R any](ctx context.Context, cfg *Config, path, what string) (*R, *store.DB, error) {
+	sock := filepath.Join(cfg.StateDir, SocketName)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://lakeside"+path, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := controlClient(sock, 0).Do(req)
+	if err == nil {
+		var rep R
+		if err := readReply(resp, what, &rep); err != nil {
+			return nil, nil, err
+		}
+		return &rep, nil, nil
+	}
+	db, err := store.Open(cfg.StateDir, store.Options{LockTimeout: 2 * time.Second})
+	if errors.Is(err, store.ErrLocked) {
+		return nil, nil, fmt.Errorf("%w: it holds %s but nothing answers on %s; try again once it is up", ErrAgentNotAnswering, cfg.StateDir, sock)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("open state: %w", err)
+	}
+	return nil, db, nil
 }

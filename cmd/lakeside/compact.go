@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -48,17 +47,12 @@ func (c *compactCommand) Run(ctx context.Context) error {
 		return err
 	}
 	if c.json {
-		enc := json.NewEncoder(c.stdout)
-		enc.SetIndent("", "  ")
-		if jerr := enc.Encode(rep); jerr != nil {
+		if jerr := writeJSON(c.stdout, rep); jerr != nil {
 			return jerr
 		}
 		return err
 	}
-	by := "this command (no agent is running)"
-	if rep.Agent {
-		by = "the running agent"
-	}
+	by := doneBy(rep.Agent)
 	verb := "merged"
 	if rep.DryRun {
 		verb = "would merge"

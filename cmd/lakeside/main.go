@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -109,4 +110,20 @@ func newLogger(cfg *agent.Config, level slog.Leveler, w io.Writer) *slog.Logger 
 // configFlag registers --config on fs.
 func configFlag(fs *flag.FlagSet) *string {
 	return fs.String("config", agent.DefaultConfigPath, "configuration `file`")
+}
+
+// writeJSON writes v as indented JSON, the form of the commands' --json.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// doneBy says who did the work of a report: the running agent, or the
+// command itself.
+func doneBy(byAgent bool) string {
+	if byAgent {
+		return "the running agent"
+	}
+	return "this command (no agent is running)"
 }

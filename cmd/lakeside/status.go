@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -40,9 +39,7 @@ func (c *statusCommand) Run(ctx context.Context) error {
 		return err
 	}
 	if c.json {
-		enc := json.NewEncoder(c.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+		return writeJSON(c.stdout, st)
 	}
 	printStatus(c.stdout, st)
 	return nil

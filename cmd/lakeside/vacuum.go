@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -43,17 +42,12 @@ func (c *vacuumCommand) Run(ctx context.Context) error {
 		return err
 	}
 	if c.json {
-		enc := json.NewEncoder(c.stdout)
-		enc.SetIndent("", "  ")
-		if jerr := enc.Encode(rep); jerr != nil {
+		if jerr := writeJSON(c.stdout, rep); jerr != nil {
 			return jerr
 		}
 		return err
 	}
-	by := "this command (no agent is running)"
-	if rep.Agent {
-		by = "the running agent"
-	}
+	by := doneBy(rep.Agent)
 	verb := "deleted"
 	if rep.DryRun {
 		verb = "would delete"
