@@ -269,7 +269,8 @@ func TestBackfillChunkLeavesRowsChangedInItsWindow(t *testing.T) {
 }
 
 // TestResyncTruncatesAndCopiesAgain resyncs a captured table: the queue
-// holds a truncate of it, then its rows copied, and replays to the table.
+// holds a truncate of it (or more, see below), then its rows copied, and
+// replays to the table.
 func TestResyncTruncatesAndCopiesAgain(t *testing.T) {
 	h := newHarness(t)
 	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
@@ -307,7 +308,9 @@ func TestResyncTruncatesAndCopiesAgain(t *testing.T) {
 			}
 		}
 	}
-	if truncates != 1 || copied == 0 || int64(copied) != done.Rows || done.Reason != ReasonResync {
+	// A first chunk copied again (a transaction the copy missed committed
+	// just before its low watermark) queues its truncate again.
+	if truncates == 0 || copied == 0 || int64(copied) != done.Rows || done.Reason != ReasonResync {
 		t.Fatalf("after the resync the queue holds %d truncates and %d copied rows; status %+v", truncates, copied, done)
 	}
 	rep, err := replayWith(txns, rels, true)
