@@ -127,8 +127,10 @@ type handoff struct {
 	keyNames []string
 	trackGen uint64
 	tracked  chan store.LSN
-	// win is the chunk between its watermarks.
-	win *chunkWindow
+	// wins are the chunks between their watermarks, oldest first: a
+	// chunk's high watermark is written in the round trip that writes
+	// the next chunk's low watermark.
+	wins []*chunkWindow
 	// wake, set while a session streams, interrupts the stream's wait
 	// for its next message, so that it takes a request at once.
 	wake func()
@@ -159,8 +161,35 @@ func (h *handoff) startTracking(oid uint32, keyNames []string) <-chan store.LSN 
 func (h *handoff) stopTracking() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.track, h.keyNames, h.tracked, h.win = 0, nil, nil, nil
+	h.track, h.keyNames, h.tracked, h.wins = 0, nil, nil, nil
 	h.trackGen++
+}
+
+// open adds a chunk's window before its low watermark is written.
+func (h *handoff) open(win *chunkWindow) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.wins = append(h.wins, win)
+}
+
+// find returns the window of the watermark w, or nil.
+func (h *handoff) find(w watermark) *chunkWindow {
+	for _, win := range h.wins {
+		if win.id == w.ID && win.oid == w.OID {
+			return win
+		}
+	}
+	return nil
+}
+
+// withdraw removes a chunk's window unless the stream has taken it at its
+// high watermark, and reports whether it had.
+func (h *handoff) withdraw(win *chunkWindow) (taken bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := len(h.wins)
+	h.wins = slices.DeleteFunc(h.wins, func(w *chunkWindow) bool { return w == win })
+	return len(h.wins) == n
 }
 
 // BackfillStatus describes the copy of one table.
@@ -575,6 +604,16 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 	backoff := 100 * time.Millisecond
 	lastLog := time.Now()
 	var redone, replaced int64
+	// held is a chunk copied whose high watermark is not written yet;
+	// early says why the chunk after the last one queued is to be
+	// copied again, found before it was copied.
+	var held *copiedChunk
+	var early string
+	defer func() {
+		if held != nil {
+			b.drop(ctx, held)
+		}
+	}()
 	for {
 		select {
 		case req := <-b.s.resyncs:
@@ -584,9 +623,24 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 		if b.again {
 			return errResyncAgain
 		}
-		res, next, err := b.copyChunk(ctx, t, &prog, keys)
-		if err != nil {
-			return err
+		if held == nil && early == "" {
+			var err error
+			if held, early, err = b.copyChunk(ctx, t, &prog, keys, nil); err != nil {
+				return err
+			}
+		}
+		var res chunkResult
+		var next *store.Backfill
+		if early != "" {
+			res.redo, early = early, ""
+		} else {
+			c := held
+			held = nil
+			var err error
+			if res, held, early, err = b.handOver(ctx, t, c, keys); err != nil {
+				return err
+			}
+			next = c.next
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -655,10 +709,21 @@ func (b *backfiller) keyColumns(ctx context.Context, rel *store.Relation) ([]key
 	return keys, nil
 }
 
-// copyChunk copies the chunk after prog and hands it to the stream between
-// its watermarks. It returns what the stream did with it and, once queued,
-// the progress recorded with it.
-func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfill, keys []keyColumn) (chunkResult, *store.Backfill, error) {
+// copiedChunk is a chunk whose rows are copied and handed to the stream,
+// and whose transaction stays open until its high watermark is written.
+type copiedChunk struct {
+	win *chunkWindow
+	// next is the progress recorded once the chunk is queued.
+	next *store.Backfill
+}
+
+// copyChunk copies the chunk after prog, between its low watermark and
+// its transaction left open for the high one. With prev, prev's high
+// watermark is written in the same round trip as the chunk's low one. It
+// returns the chunk, or why it is to be copied again (the table's columns
+// changed), or an error; prev's high watermark is written in the first
+// two cases.
+func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfill, keys []keyColumn, prev *copiedChunk) (*copiedChunk, string, error) {
 	// The table's columns as the chunk before it read them; the chunk's
 	// first round trip reads them again, and a change is seen there.
 	// A chunk that truncates first reads them before: the stream
@@ -667,10 +732,10 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 	if rel == nil || rel.Key.OID != prog.OID || prog.Truncate {
 		rows, err := catalogRows(ctx, b.conn, prog.OID)
 		if err != nil {
-			return chunkResult{}, nil, fmt.Errorf("backfill %s: describe the table: %w", t, err)
+			return nil, "", fmt.Errorf("backfill %s: describe the table: %w", t, err)
 		}
 		if rel, err = relationFromRows(ctx, b.conn, rows, prog.OID, t, 0, b.types.Known); err != nil {
-			return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
+			return nil, "", fmt.Errorf("backfill %s: %w", t, err)
 		}
 		b.rel, b.catalog = rel, rows
 	}
@@ -693,11 +758,11 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 		if cr.keyPos = keyPositions(rel, names); cr.keyPos == nil {
 			// The copy starts again, and reads the key anew.
 			b.rel, b.catalog = nil, nil
-			return chunkResult{}, nil, fmt.Errorf("backfill %s: a key column is gone", t)
+			return nil, "", fmt.Errorf("backfill %s: a key column is gone", t)
 		}
 		var err error
 		if query, err = keysetQuery(from, keys, prog.After, limit); err != nil {
-			return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
+			return nil, "", fmt.Errorf("backfill %s: %w", t, err)
 		}
 	} else {
 		var pages, leaves int64
@@ -706,7 +771,7 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 		err := b.conn.QueryRow(ctx, `SELECT coalesce(max(pg_relation_size(relid)), pg_relation_size($1)) / current_setting('block_size')::int,
 			       count(*) FROM pg_partition_tree($1) WHERE isleaf`, prog.OID).Scan(&pages, &leaves)
 		if err != nil {
-			return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
+			return nil, "", fmt.Errorf("backfill %s: %w", t, err)
 		}
 		span := max(1, int64(limit)/(maxTuplesPerPage*max(1, leaves)))
 		end := prog.Page + uint64(span)
@@ -718,55 +783,59 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 	win := &chunkWindow{id: fmt.Sprintf("%s-%d", b.nonce, b.chunk), oid: prog.OID, rel: rel,
 		truncate: prog.Truncate, result: make(chan chunkResult, 1)}
 	h := b.s.handoff
-	h.mu.Lock()
-	h.win = win
-	h.mu.Unlock()
+	h.open(win)
+	// Until the chunk is handed over, its transaction is rolled back
+	// and its window withdrawn on the way out.
+	handed := false
 	defer func() {
-		h.mu.Lock()
-		if h.win == win {
-			h.win = nil
-		}
-		h.mu.Unlock()
-	}()
-	// The snapshot, then the low watermark, in one round trip: the
-	// chunk's transaction stays open for the COPY, and is committed with
-	// the high watermark (emitHigh).
-	committed := false
-	defer func() {
-		if !committed {
-			b.conn.PgConn().Exec(context.WithoutCancel(ctx), "ROLLBACK").Close()
+		if !handed {
+			b.drop(ctx, &copiedChunk{win: win})
 		}
 	}()
+	// prev's high watermark, the snapshot, the columns and the low
+	// watermark, in one round trip: the chunk's transaction stays open
+	// for the COPY, and is committed with its own high watermark.
+	sql, skip := "", 0
+	if prev != nil {
+		high, err := highSQL(prev.win)
+		if err != nil {
+			return nil, "", err
+		}
+		sql, skip = high+"; ", highStatements
+	}
 	low, err := watermarkSQL(win, "low")
 	if err != nil {
-		return chunkResult{}, nil, err
+		return nil, "", err
 	}
-	results, err := b.conn.PgConn().Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT pg_current_snapshot()::text; "+
-		catalogQuery(prog.OID)+"; "+low).ReadAll()
-	if err == nil && (len(results) != 4 || len(results[1].Rows) != 1 || len(results[1].Rows[0]) != 1) {
-		err = errors.New("unexpected results")
+	sql += "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT pg_current_snapshot()::text; " + catalogQuery(prog.OID) + "; " + low
+	results, err := b.conn.PgConn().Exec(ctx, sql).ReadAll()
+	if err == nil {
+		if len(results) != skip+4 || len(results[skip+1].Rows) != 1 || len(results[skip+1].Rows[0]) != 1 {
+			err = errors.New("unexpected results")
+		}
 	}
 	if err != nil {
-		return chunkResult{}, nil, fmt.Errorf("backfill %s: begin the chunk: %w", t, err)
+		return nil, "", fmt.Errorf("backfill %s: begin the chunk: %w", t, err)
 	}
+	results = results[skip:]
 	if !sameCatalogRows(results[2].Rows, b.catalog) {
 		// Read by the columns they had: the next try reads them anew.
 		b.rel, b.catalog = nil, nil
-		return chunkResult{redo: "the table's columns changed"}, nil, nil
+		return nil, "the table's columns changed", nil
 	}
 	snap, err := parseSnapshot(string(results[1].Rows[0][0]))
 	if err != nil {
-		return chunkResult{}, nil, fmt.Errorf("backfill %s: %w", t, err)
+		return nil, "", fmt.Errorf("backfill %s: %w", t, err)
 	}
 	if _, err := b.conn.PgConn().CopyTo(ctx, cr, "COPY ("+query+") TO STDOUT"); err != nil {
-		return chunkResult{}, nil, fmt.Errorf("backfill %s: copy: %w", t, err)
+		return nil, "", fmt.Errorf("backfill %s: copy: %w", t, err)
 	}
 	if len(cr.partial) > 0 {
-		return chunkResult{}, nil, fmt.Errorf("backfill %s: COPY ended inside a row", t)
+		return nil, "", fmt.Errorf("backfill %s: COPY ended inside a row", t)
 	}
 	if b.s.failpoint != nil {
 		if err := b.s.failpoint("backfill-copied"); err != nil {
-			return chunkResult{}, nil, err
+			return nil, "", err
 		}
 	}
 	if len(keys) > 0 {
@@ -779,16 +848,81 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 	h.mu.Lock()
 	win.snap, win.rows, win.keys, win.prog, win.ready = snap, cr.rows, cr.keys, &next, true
 	h.mu.Unlock()
-	if err := b.emitHigh(ctx, win); err != nil {
-		return chunkResult{}, nil, err
+	handed = true
+	return &copiedChunk{win: win, next: &next}, "", nil
+}
+
+// handOver writes c's high watermark and returns what the stream did with
+// the chunk. Unless c is the last chunk, or the copy is paced, the same
+// round trip begins the chunk after it, which is copied while the stream
+// handles c: handOver returns it once the stream has queued c (or why it
+// is to be copied again), and drops it otherwise.
+func (b *backfiller) handOver(ctx context.Context, t string, c *copiedChunk, keys []keyColumn) (chunkResult, *copiedChunk, string, error) {
+	var after *copiedChunk
+	var redo string
+	if c.next.Done || b.limiter != nil || b.rel == nil || b.rel.Key.OID != c.win.oid {
+		if err := b.emitHigh(ctx, c.win); err != nil {
+			return chunkResult{}, nil, "", b.settle(ctx, c, err)
+		}
+	} else {
+		prog := *c.next
+		prog.Truncate = false
+		var err error
+		if after, redo, err = b.copyChunk(ctx, t, &prog, keys, c); err != nil {
+			return chunkResult{}, nil, "", b.settle(ctx, c, err)
+		}
 	}
-	committed = true
+	var res chunkResult
 	select {
-	case res := <-win.result:
-		return res, &next, nil
+	case res = <-c.win.result:
 	case <-ctx.Done():
-		return chunkResult{}, nil, nil
+		b.drop(ctx, c)
+		if after != nil {
+			b.drop(ctx, after)
+		}
+		return chunkResult{}, nil, "", nil
 	}
+	if !res.queued {
+		if after != nil {
+			b.drop(ctx, after)
+		}
+		return res, nil, "", nil
+	}
+	if after != nil {
+		// Copied before the stream counted c's rows.
+		h := b.s.handoff
+		h.mu.Lock()
+		after.next.Rows, after.next.Chunks = c.next.Rows, c.next.Chunks
+		h.mu.Unlock()
+	}
+	return res, after, redo, nil
+}
+
+// drop ends a chunk that is not handed over: its transaction is rolled
+// back and its window withdrawn.
+func (b *backfiller) drop(ctx context.Context, c *copiedChunk) {
+	b.conn.PgConn().Exec(context.WithoutCancel(ctx), "ROLLBACK").Close()
+	b.s.handoff.withdraw(c.win)
+}
+
+// settle ends, after err, a chunk whose high watermark may have been
+// written. If the stream has taken it, its result is waited for, and a
+// chunk queued is made durable first, so that the copy resumes after it.
+func (b *backfiller) settle(ctx context.Context, c *copiedChunk, err error) error {
+	b.conn.PgConn().Exec(context.WithoutCancel(ctx), "ROLLBACK").Close()
+	if !b.s.handoff.withdraw(c.win) {
+		return err
+	}
+	select {
+	case res := <-c.win.result:
+		if res.queued {
+			if serr := b.s.writer.sync(ctx); serr != nil {
+				return serr
+			}
+		}
+	case <-ctx.Done():
+	}
+	return err
 }
 
 // watermarkSQL returns the statement that writes a watermark of the chunk
@@ -801,19 +935,31 @@ func watermarkSQL(win *chunkWindow, mark string) (string, error) {
 	return "SELECT pg_logical_emit_message(false, " + quoteLiteral([]byte(backfillPrefix)) + ", " + quoteLiteral(content) + ")", nil
 }
 
-// emitHigh commits the chunk's transaction and writes the high watermark
-// of the chunk, then flushes the WAL up to it, in one round trip. A
+// highStatements is the number of statements highSQL returns.
+const highStatements = 6
+
+// highSQL returns the statements that commit a chunk's transaction and
+// write its high watermark, then flush the WAL up to it. A
 // non-transactional message is decoded once the WAL holding it is
 // flushed, which nothing else may do for a while (up to
 // wal_writer_delay); a transaction with an xid flushes it at its commit
 // (locally: a synchronous standby, which the agent may itself be, is not
 // waited for). PostgreSQL 17's flush argument would do it without an xid.
-func (b *backfiller) emitHigh(ctx context.Context, win *chunkWindow) error {
+func highSQL(win *chunkWindow) (string, error) {
 	high, err := watermarkSQL(win, "high")
+	if err != nil {
+		return "", err
+	}
+	return "COMMIT; BEGIN; SET LOCAL synchronous_commit = local; " + high + "; SELECT pg_current_xact_id(); COMMIT", nil
+}
+
+// emitHigh writes the high watermark of the chunk (highSQL) in a round
+// trip of its own.
+func (b *backfiller) emitHigh(ctx context.Context, win *chunkWindow) error {
+	sql, err := highSQL(win)
 	if err != nil {
 		return err
 	}
-	sql := "COMMIT; BEGIN; SET LOCAL synchronous_commit = local; " + high + "; SELECT pg_current_xact_id(); COMMIT"
 	if _, err := b.conn.PgConn().Exec(ctx, sql).ReadAll(); err != nil {
 		return fmt.Errorf("backfill: write the high watermark: %w", err)
 	}

@@ -3,6 +3,7 @@ package source
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -383,10 +384,10 @@ func (st *stream) watermark(m *pglogrepl.LogicalDecodingMessage) error {
 	at := store.LSN(m.LSN)
 	h := st.s.handoff
 	h.mu.Lock()
-	win := h.win
-	if win == nil || win.id != w.ID || win.oid != w.OID {
+	win := h.find(w)
+	if win == nil {
 		h.mu.Unlock()
-		return nil // an earlier session's, read again
+		return nil // an earlier session's, read again, or withdrawn
 	}
 	if w.Mark == "low" {
 		win.low, win.lowSeen = at, true
@@ -399,7 +400,7 @@ func (st *stream) watermark(m *pglogrepl.LogicalDecodingMessage) error {
 		}
 		return nil
 	}
-	h.win = nil
+	h.wins = slices.DeleteFunc(h.wins, func(o *chunkWindow) bool { return o == win })
 	h.mu.Unlock()
 	return st.finishChunk(win, at)
 }
