@@ -358,15 +358,18 @@ func (s *Snapshot) RewriteBin(ctx context.Context, plan *OptimizePlan, bin *Opti
 				return fail(err)
 			}
 		}
-		rows, err := r.read(ctx, f.Path, f.PartitionValues)
+		// A batch at a time: a bin is up to the target file size,
+		// many times the memory the agent may take.
+		var read int64
+		err := r.readBatches(ctx, f.Path, f.PartitionValues, func(rows []Row) error {
+			read += int64(len(rows))
+			return w.Write(rows)
+		})
 		if err != nil {
 			return fail(err)
 		}
-		if n := fileRows(f); n >= 0 && int64(len(rows)) != n {
-			return fail(fmt.Errorf("%w: %s holds %d rows, its stats say %d", ErrInvalidValue, f.Path, len(rows), n))
-		}
-		if err := w.Write(rows); err != nil {
-			return fail(err)
+		if n := fileRows(f); n >= 0 && read != n {
+			return fail(fmt.Errorf("%w: %s holds %d rows, its stats say %d", ErrInvalidValue, f.Path, read, n))
 		}
 	}
 	if bin.Rows >= 0 && w.NumRows() != bin.Rows {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -301,4 +303,79 @@ func TestVacuumAfterOptimize(t *testing.T) {
 	}
 	_, got := readAt(t, tbl, v)
 	rowstest.AssertSameRows(t, "after vacuum", got, want)
+}
+
+// TestRewriteBinHoldsABatchNotAFile compacts two files of 300k rows and
+// samples the heap meanwhile: a rewrite holds a batch of rows at a time,
+// not a file's, whose rows take some 60 MiB as Go values.
+func TestRewriteBinHoldsABatchNotAFile(t *testing.T) {
+	ctx := context.Background()
+	schema := NewStructType(NewField("id", TypeLong, false), NewField("name", TypeString, true))
+	tbl, err := Create(ctx, t.TempDir(), schema, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const perFile = 300_000
+	for f := range 2 {
+		snap, err := tbl.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := make([]Row, perFile)
+		for i := range rows {
+			id := int64(f*perFile + i)
+			rows[i] = Row{id, fmt.Sprintf("%064d", id)}
+		}
+		add, err := snap.WriteFile(ctx, nil, rows, WriteOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tbl.Commit(ctx, snap.Version(), []Action{add}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap, err := tbl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := snap.PlanOptimize(OptimizeOptions{TargetFileSize: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Bins) != 1 || len(plan.Bins[0].Files) != 2 {
+		t.Fatalf("plan: %d bins, want one of the two files", len(plan.Bins))
+	}
+
+	defer debug.SetGCPercent(debug.SetGCPercent(10))
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	done := make(chan struct{})
+	peak := make(chan uint64)
+	go func() {
+		var most uint64
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-done:
+				peak <- most
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			runtime.ReadMemStats(&ms)
+			most = max(most, ms.HeapAlloc)
+		}
+	}()
+	add, err := snap.RewriteBin(ctx, plan, plan.Bins[0], RewriteOptions{})
+	close(done)
+	most := <-peak
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := fileRows(add); n != 2*perFile {
+		t.Fatalf("the rewritten file holds %d rows, want %d", n, 2*perFile)
+	}
+	if grew := int64(most) - int64(base.HeapAlloc); grew > 24<<20 {
+		t.Fatalf("the heap grew by %d MiB during the rewrite, want at most 24", grew>>20)
+	}
 }

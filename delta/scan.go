@@ -2,6 +2,7 @@ package delta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -90,9 +91,23 @@ func newFileReader(root string, schema *StructType, partitionColumns []string, e
 // read returns the rows of the file at logPath, in schema order followed
 // by the extra columns.
 func (r *fileReader) read(ctx context.Context, logPath string, partitionValues map[string]*string) ([]Row, error) {
-	path, err := ResolvePath(r.root, logPath)
+	rows := []Row{}
+	err := r.readBatches(ctx, logPath, partitionValues, func(batch []Row) error {
+		rows = append(rows, batch...)
+		return nil
+	})
 	if err != nil {
 		return nil, err
+	}
+	return rows, nil
+}
+
+// readBatches hands the rows of the file at logPath to fn as read returns
+// them, a batch at a time (parquet.ReadBatches), which fn may keep.
+func (r *fileReader) readBatches(ctx context.Context, logPath string, partitionValues map[string]*string, fn func([]Row) error) error {
+	path, err := ResolvePath(r.root, logPath)
+	if err != nil {
+		return err
 	}
 	pvals := make([]any, len(r.partIdx))
 	for j, idx := range r.partIdx {
@@ -107,24 +122,28 @@ func (r *fileReader) read(ctx context.Context, logPath string, partitionValues m
 		}
 		v, err := parsePartitionValue(f.Type, raw)
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", logPath, err)
+			return fmt.Errorf("read %s: %w", logPath, err)
 		}
 		pvals[j] = v
 	}
-	drows, err := parquet.ReadFile(ctx, path, r.data)
-	if err != nil {
-		return nil, fmt.Errorf("read data file %s: %w", logPath, err)
-	}
-	rows := make([]Row, len(drows))
-	for i, dr := range drows {
-		row := make(Row, r.width)
-		for j, idx := range r.dataIdx {
-			row[idx] = dr[j]
+	var fnErr error
+	err = parquet.ReadBatches(ctx, path, r.data, func(drows []Row) error {
+		rows := make([]Row, len(drows))
+		for i, dr := range drows {
+			row := make(Row, r.width)
+			for j, idx := range r.dataIdx {
+				row[idx] = dr[j]
+			}
+			for j, idx := range r.partIdx {
+				row[idx] = pvals[j]
+			}
+			rows[i] = row
 		}
-		for j, idx := range r.partIdx {
-			row[idx] = pvals[j]
-		}
-		rows[i] = row
+		fnErr = fn(rows)
+		return fnErr
+	})
+	if err != nil && (fnErr == nil || !errors.Is(err, fnErr)) {
+		return fmt.Errorf("read data file %s: %w", logPath, err)
 	}
-	return rows, nil
+	return err
 }

@@ -2,7 +2,9 @@ package parquet
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"os"
 	"strings"
@@ -23,20 +25,39 @@ import (
 // by that name exactly, any other by its name (exactly, else ignoring case).
 // Columns of st missing from the file read as null.
 func ReadFile(ctx context.Context, path string, st *types.StructType) ([]types.Row, error) {
+	rows := []types.Row{}
+	err := ReadBatches(ctx, path, st, func(batch []types.Row) error {
+		rows = append(rows, batch...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
+// BatchRows is the most rows ReadBatches hands over at once.
+const BatchRows = 16 * 1024
+
+// ReadBatches reads a Parquet file as ReadFile does, and hands its rows to
+// fn in order, at most BatchRows at a time, which fn may keep. The memory
+// it holds is a batch's, whatever the file's size.
+func ReadBatches(ctx context.Context, path string, st *types.StructType, fn func([]types.Row) error) error {
 	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("read parquet: %w", err)
+		return fmt.Errorf("read parquet: %w", err)
 	}
 	pr, err := file.OpenParquetFile(path, false)
 	if err != nil {
-		return nil, fmt.Errorf("read parquet %s: %w", path, err)
+		return fmt.Errorf("read parquet %s: %w", path, err)
 	}
 	defer pr.Close()
-	numRows := pr.NumRows()
-	rows := make([]types.Row, numRows)
-	for i := range rows {
-		rows[i] = make(types.Row, len(st.Fields))
+	newRows := func(n int) []types.Row {
+		rows := make([]types.Row, n)
+		for i := range rows {
+			rows[i] = make(types.Row, len(st.Fields))
+		}
+		return rows
 	}
-
 	psch := pr.MetaData().Schema
 	var leaves []int
 	for i := 0; i < psch.NumColumns(); i++ {
@@ -44,42 +65,58 @@ func ReadFile(ctx context.Context, path string, st *types.StructType) ([]types.R
 			leaves = append(leaves, i)
 		}
 	}
-	if len(leaves) == 0 || numRows == 0 {
-		return rows, nil
-	}
-	rgs := make([]int, pr.NumRowGroups())
-	for i := range rgs {
-		rgs[i] = i
-	}
-	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: 64 * 1024}, memory.DefaultAllocator)
-	if err != nil {
-		return nil, fmt.Errorf("read parquet %s: %w", path, err)
-	}
-	tbl, err := fr.ReadRowGroups(ctx, leaves, rgs)
-	if err != nil {
-		return nil, fmt.Errorf("read parquet %s: %w", path, err)
-	}
-	defer tbl.Release()
-	for c := 0; c < int(tbl.NumCols()); c++ {
-		col := tbl.Column(c)
-		f, idx := matchField(st, col.Name())
-		if idx < 0 {
-			continue
-		}
-		conv, err := makeConverter(f.Type, col.DataType())
-		if err != nil {
-			return nil, fmt.Errorf("read parquet %s: column %q: %w", path, f.Name, err)
-		}
-		r := 0
-		for _, chunk := range col.Data().Chunks() {
-			get := conv(chunk)
-			for i := 0; i < chunk.Len(); i++ {
-				rows[r][idx] = get(i)
-				r++
+	if len(leaves) == 0 {
+		// No column of st is in the file: its rows are all null.
+		for left := pr.NumRows(); left > 0; left -= BatchRows {
+			if err := fn(newRows(int(min(left, BatchRows)))); err != nil {
+				return err
 			}
 		}
+		return nil
 	}
-	return rows, nil
+	if pr.NumRows() == 0 {
+		return nil
+	}
+	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: BatchRows}, memory.DefaultAllocator)
+	if err != nil {
+		return fmt.Errorf("read parquet %s: %w", path, err)
+	}
+	rr, err := fr.GetRecordReader(ctx, leaves, nil)
+	if err != nil {
+		return fmt.Errorf("read parquet %s: %w", path, err)
+	}
+	defer rr.Release()
+	convs := make([]converter, len(rr.Schema().Fields()))
+	idxs := make([]int, len(convs))
+	for c, af := range rr.Schema().Fields() {
+		f, idx := matchField(st, af.Name)
+		if idxs[c] = idx; idx < 0 {
+			continue
+		}
+		if convs[c], err = makeConverter(f.Type, af.Type); err != nil {
+			return fmt.Errorf("read parquet %s: column %q: %w", path, f.Name, err)
+		}
+	}
+	for rr.Next() {
+		rec := rr.RecordBatch()
+		rows := newRows(int(rec.NumRows()))
+		for c, conv := range convs {
+			if conv == nil {
+				continue
+			}
+			get, idx := conv(rec.Column(c)), idxs[c]
+			for i := range rows {
+				rows[i][idx] = get(i)
+			}
+		}
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read parquet %s: %w", path, err)
+	}
+	return nil
 }
 
 // matchField finds the field of st whose column in a file is named name:
