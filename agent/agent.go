@@ -186,6 +186,7 @@ func (a *Agent) Open() error {
 		Options:        compactOptions(a.cfg, a.version, a.log.With("component", "compaction")),
 		Interval:       a.cfg.Delta.CompactInterval,
 		BytesPerSecond: a.cfg.Delta.CompactBytesPerSecond,
+		Hold:           a.copying,
 	}, a.app)
 
 	srcCfg := a.cfg.sourceConfig(a.log.With("component", "source"))
@@ -223,6 +224,21 @@ func (ns notifiers) Notify() {
 	for _, n := range ns {
 		n.Notify()
 	}
+}
+
+// copying reports whether the Delta table in directory dir belongs to a
+// source table being copied (a backfill): background compaction leaves
+// it until the copy is done.
+func (a *Agent) copying(dir string) bool {
+	if a.src == nil {
+		return false
+	}
+	for _, b := range a.src.Backfills() {
+		if mirror, ok := store.CapturedDirName(b.Table); ok && b.Running && (dir == mirror || dir == mirror+store.ChangelogSuffix) {
+			return true
+		}
+	}
+	return false
 }
 
 // compactorNotifier tells the agent's compactor, made after the applier,

@@ -134,10 +134,21 @@ func (r *Relation) TableName() string {
 // DirName returns the name of the directory of the table's Delta mirror;
 // its changelog's is DirName() + ChangelogSuffix. See TableDirName.
 func (r *Relation) DirName() string {
-	if schema, name, ok := strings.Cut(r.Table, "."); ok {
-		return TableDirName(schema, name)
+	if dir, ok := CapturedDirName(r.Table); ok {
+		return dir
 	}
 	return TableDirName(r.Schema, r.Name)
+}
+
+// CapturedDirName returns the name of the directory of the Delta mirror
+// of the table captured as table ("schema.table", as Relation.Table); ok
+// is false when table has no schema.
+func CapturedDirName(table string) (dir string, ok bool) {
+	schema, name, ok := strings.Cut(table, ".")
+	if !ok {
+		return "", false
+	}
+	return TableDirName(schema, name), true
 }
 
 // ChangelogSuffix ends the directory name of a table's changelog.

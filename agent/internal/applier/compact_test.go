@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -306,4 +307,100 @@ func TestQuietInsertsWriteNewFilesThatCompactionMerges(t *testing.T) {
 		}
 	}
 	checkSameRowsAround(t, path, optimizeVersions(t, path))
+}
+
+// TestCompactorHoldsATableBeingCopied runs background compaction while
+// one source table is held (Hold, as while it is copied): the other's
+// small files are merged, the held table's are not until it is let go.
+func TestCompactorHoldsATableBeingCopied(t *testing.T) {
+	rels, q, tablesDir := newStress(t, 40)
+	models := [2]*stressModel{newStressModel(rels[0], q.rng, 1), newStressModel(rels[1], q.rng, 1)}
+	var c *Compactor
+	var held, all atomic.Bool
+	held.Store(true)
+	a := New(Config{TablesDir: tablesDir, FlushInterval: 10 * time.Millisecond, PollInterval: 2 * time.Millisecond,
+		TargetFileRows: 400, Compaction: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Committed: notifyFunc(func() { c.Notify() })}, q.db)
+	c = NewCompactor(CompactorConfig{
+		Options: CompactOptions{TargetFileSize: 4 << 20, MinFiles: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		// Passes come from the applier's commits only.
+		Interval: time.Hour,
+		Hold: func(table string) bool {
+			return all.Load() || held.Load() && (table == "public.orders" || table == "public.orders"+store.ChangelogSuffix)
+		},
+	}, a)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	applied, compacted := make(chan error, 1), make(chan error, 1)
+	go func() { applied <- a.Run(ctx) }()
+	go func() { compacted <- c.Run(ctx) }()
+	flushes := func(n int) {
+		for range n {
+			for _, m := range models {
+				q.append(1, m.insert)
+			}
+			a.Notify()
+			for deadline := time.Now().Add(time.Minute); a.Applied() <= q.lsn; time.Sleep(2 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("applied %s, queued up to %s", a.Applied(), q.lsn+1)
+				}
+			}
+		}
+	}
+	optimized := func(table string) int { return len(optimizeVersions(t, filepath.Join(tablesDir, table))) }
+	waitOptimized := func(table string) {
+		for deadline := time.Now().Add(time.Minute); optimized(table) == 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s was not compacted", table)
+			}
+		}
+	}
+	flushes(12)
+	waitOptimized("public.returns")
+	waitOptimized("public.returns" + store.ChangelogSuffix)
+	for _, table := range []string{"public.orders", "public.orders" + store.ChangelogSuffix} {
+		if n := optimized(table); n != 0 {
+			t.Fatalf("%s, held, was compacted (%d OPTIMIZE versions)", table, n)
+		}
+	}
+	held.Store(false)
+	flushes(1)
+	waitOptimized("public.orders")
+	waitOptimized("public.orders" + store.ChangelogSuffix)
+
+	// A table held while a pass compacts it: the bins written are
+	// committed, the others left.
+	all.Store(true)
+	flushes(16)
+	table := "public.returns" + store.ChangelogSuffix
+	opts := CompactOptions{TablesDir: tablesDir, Tables: []string{table}, TargetFileSize: 16 << 10, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	dry := opts
+	dry.DryRun = true
+	plan, err := Compact(ctx, dry, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Tables[0].Bins < 2 {
+		t.Fatalf("%d bins planned, want 2 or more", plan.Tables[0].Bins)
+	}
+	calls := 0
+	opts.Skip = func(string) bool {
+		calls++ // the listing, then before each bin
+		return calls > 2
+	}
+	rep, err := Compact(ctx, opts, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.Tables[0].Bins; got != 1 {
+		t.Fatalf("%d bins compacted of %d, want the one written before the table was held", got, plan.Tables[0].Bins)
+	}
+	cancel()
+	for _, ch := range []chan error{applied, compacted} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	models[0].check(t, tablesDir, "public.orders")
+	models[1].check(t, tablesDir, "public.returns")
 }

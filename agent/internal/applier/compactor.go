@@ -25,6 +25,11 @@ type CompactorConfig struct {
 	// BytesPerSecond bounds the bytes compaction reads and writes per
 	// second (no limit when zero).
 	BytesPerSecond int64
+	// Hold, when set, reports whether background passes leave a table
+	// (a directory name) alone for now: the tables of a source table
+	// being copied, whose copy adds files a pass after it merges at
+	// once, and which has the CPU meanwhile. Compact is not held.
+	Hold func(table string) bool
 }
 
 // Compactor compacts a running applier's tables in the background, on one
@@ -117,7 +122,7 @@ func (c *Compactor) Run(ctx context.Context) error {
 			timer.Reset(c.cfg.Interval)
 		}
 		opts := c.cfg.Options
-		opts.Tables = tables
+		opts.Tables, opts.Skip = tables, c.cfg.Hold
 		if _, err := c.pass(ctx, opts); err != nil && ctx.Err() == nil {
 			c.app.log.Warn("compaction failed; trying again later", "err", err)
 		}
@@ -131,6 +136,9 @@ func (c *Compactor) due() []string {
 	defer c.mu.Unlock()
 	var out []string
 	for _, st := range c.app.Tables() {
+		if c.cfg.Hold != nil && c.cfg.Hold(st.Name) {
+			continue
+		}
 		if st.FilesAdded-c.added[st.Name] >= int64(max(c.cfg.Options.MinFiles, 1)) {
 			out = append(out, st.Name)
 		}
@@ -142,7 +150,7 @@ func (c *Compactor) due() []string {
 // whatever the threshold: `lakeside compact` through the control socket.
 func (c *Compactor) Compact(ctx context.Context, tables []string, dryRun bool) (*CompactReport, error) {
 	opts := c.cfg.Options
-	opts.Tables, opts.DryRun, opts.MinFiles = tables, dryRun, 0
+	opts.Tables, opts.DryRun, opts.MinFiles, opts.Skip = tables, dryRun, 0, nil
 	return c.pass(ctx, opts)
 }
 
