@@ -46,7 +46,8 @@ type CompactOptions struct {
 	// Tables, when set, are the only tables (directory names) looked at.
 	Tables []string
 	// Skip, when set, leaves out the tables (directory names) for which
-	// it returns true.
+	// it returns true; a pass over a table stops at the next file it
+	// would read once Skip returns true for it.
 	Skip func(table string) bool
 	// TargetFileSize is the size of the files compaction writes (bytes).
 	TargetFileSize int64
@@ -265,6 +266,10 @@ func compactTable(ctx context.Context, opts CompactOptions, committer compactCom
 	return tc, nil
 }
 
+// errLeftAlone stops a pass over a table that CompactOptions.Skip leaves
+// alone meanwhile.
+var errLeftAlone = errors.New("table left alone")
+
 // writeAndCommit writes the bins of plan and has them committed, a
 // commit each time about TargetFileSize bytes are written, so that a
 // flush that rewrites a file meanwhile voids little, and adds what it did
@@ -294,10 +299,24 @@ func writeAndCommit(ctx context.Context, opts CompactOptions, committer compactC
 		bins, adds, written = nil, nil, 0
 		return nil
 	}
+	pace := opts.Pace
+	if opts.Skip != nil {
+		// Looked at before each file of a bin is read.
+		pace = func(ctx context.Context, n int64) error {
+			if opts.Skip(name) {
+				return errLeftAlone
+			}
+			if opts.Pace != nil {
+				return opts.Pace(ctx, n)
+			}
+			return nil
+		}
+	}
 	for i, b := range plan.Bins {
-		if opts.Skip != nil && opts.Skip(name) {
-			// Left alone meanwhile: the bins written are committed,
-			// the others wait for a later pass.
+		add, err := snap.RewriteBin(ctx, plan, b, delta.RewriteOptions{WriteOptions: opts.Write, Pace: pace})
+		if errors.Is(err, errLeftAlone) {
+			// The bins written are committed, the others wait for
+			// a later pass.
 			if len(bins) > 0 {
 				if err := commit(); err != nil {
 					return committed, err
@@ -305,7 +324,6 @@ func writeAndCommit(ctx context.Context, opts CompactOptions, committer compactC
 			}
 			return committed, nil
 		}
-		add, err := snap.RewriteBin(ctx, plan, b, delta.RewriteOptions{WriteOptions: opts.Write, Pace: opts.Pace})
 		if err != nil {
 			for _, a := range adds {
 				t.RemoveUncommitted(a)
