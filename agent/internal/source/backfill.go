@@ -101,10 +101,11 @@ type chunkWindow struct {
 	keys  rowKeys
 	prog  *store.Backfill
 
-	// Set by the stream.
-	low                store.LSN
-	lowSeen, truncated bool
-	result             chan chunkResult
+	// Set by the stream: where the low watermark is, and the truncate
+	// of a chunk that truncates first.
+	low, truncAt store.LSN
+	lowSeen      bool
+	result       chan chunkResult
 }
 
 // chunkResult is what the stream did with a chunk.

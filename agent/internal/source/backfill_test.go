@@ -308,9 +308,7 @@ func TestResyncTruncatesAndCopiesAgain(t *testing.T) {
 			}
 		}
 	}
-	// A first chunk copied again (a transaction the copy missed committed
-	// just before its low watermark) queues its truncate again.
-	if truncates == 0 || copied == 0 || int64(copied) != done.Rows || done.Reason != ReasonResync {
+	if truncates != 1 || copied == 0 || int64(copied) != done.Rows || done.Reason != ReasonResync {
 		t.Fatalf("after the resync the queue holds %d truncates and %d copied rows; status %+v", truncates, copied, done)
 	}
 	rep, err := replayWith(txns, rels, true)
@@ -589,6 +587,67 @@ func TestBackfillReadsTheColumnsAddedWhileItCopies(t *testing.T) {
 				t.Fatalf("row %d was copied before the column was added with %d columns", id, cols)
 			}
 		}
+	}
+	rep, err := replayWith(txns, rels, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameRows(t, "public.b replayed", replayedRows(rep, "public.b"), h.rowsOf("b"))
+}
+
+// TestResyncTruncatesOnceWhenItsFirstChunkIsCopiedAgain makes the first
+// chunk of a resync be copied again (a transaction of more keys than the
+// stream tracks commits inside its window): the truncate queued at its
+// first low watermark stands for the copy, and none is queued again.
+func TestResyncTruncatesOnceWhenItsFirstChunkIsCopiedAgain(t *testing.T) {
+	h := newHarness(t)
+	rows := maxTrackedKeys + 4000
+	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
+		fmt.Sprintf(`INSERT INTO b SELECT g, g, 'seed' FROM generate_series(1, %d) g`, rows))
+	h.cfg.Tables = []Table{{"public", "b"}}
+	h.cfg.BackfillChunkRows = 8000
+	h.start()
+	h.waitStreaming()
+	h.waitCaughtUp()
+	txns, _ := h.txns()
+	before := len(txns)
+	h.stop()
+
+	conn := pgtest.Conn(t, h.dsn)
+	copies := 0
+	h.failpoint = func(point string) error {
+		if point != "backfill-copied" {
+			return nil
+		}
+		if copies++; copies == 1 {
+			if _, err := conn.Exec(context.Background(), `UPDATE b SET v = v + 1`); err != nil {
+				t.Error(err)
+			}
+		}
+		return nil
+	}
+	h.start()
+	h.waitStreaming()
+	if err := h.src.Resync(context.Background(), "public.b", ReasonResync); err != nil {
+		t.Fatal(err)
+	}
+	done := h.waitBackfilled("public.b")
+	h.waitCaughtUp()
+	txns, rels := h.txns()
+	h.stop()
+	if int64(copies) <= done.Chunks {
+		t.Fatalf("%d chunks copied for %d queued: the first chunk was not copied again", copies, done.Chunks)
+	}
+	truncates := 0
+	for _, txn := range txns[before:] {
+		for _, c := range txn.Changes {
+			if c.Op == store.OpTruncate {
+				truncates++
+			}
+		}
+	}
+	if truncates != 1 {
+		t.Fatalf("the resync queued %d truncates, want 1", truncates)
 	}
 	rep, err := replayWith(txns, rels, true)
 	if err != nil {

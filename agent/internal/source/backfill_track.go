@@ -124,8 +124,10 @@ type tracker struct {
 	keys      int
 	buf       []byte
 	// runLow is the low watermark of the last chunk that truncated the
-	// table first: where a copy by ctid ranges began.
-	runLow store.LSN
+	// table first: where a copy by ctid ranges began. truncLow is that
+	// of the copy's truncate while no chunk is queued after it: a first
+	// chunk copied again uses it rather than queue another truncate.
+	runLow, truncLow store.LSN
 	// Past maxTrackedKeys committed transactions, the others are folded
 	// into one of unknown keys: the latest xid (overXid) and commit
 	// (overCommit) of them, which a snapshot sees all of once its xmin
@@ -271,7 +273,8 @@ type verdict struct {
 // judge decides about a chunk whose copy saw snap, whose low watermark is
 // at low (runLow: the low watermark of the first chunk of a run of a
 // table copied by ctid ranges), and which truncates the table first when
-// truncate is set. Then it forgets the transactions every later copy sees.
+// truncAt, the position of the truncate, is set. Then it forgets the
+// transactions every later copy sees.
 //
 // A change replaces the copy of its row when its transaction committed
 // after the low watermark, or is one the copy does not see (it committed
@@ -279,7 +282,7 @@ type verdict struct {
 // its commit record is in the WAL before it leaves the running
 // transactions, and a synchronous standby holds it longer). Both are
 // queued before the chunk, at their commits.
-func (t *tracker) judge(snap pgSnapshot, low, runLow store.LSN, truncate bool) verdict {
+func (t *tracker) judge(snap pgSnapshot, low, runLow, truncAt store.LSN) verdict {
 	v := verdict{replaced: map[string]bool{}}
 	if t.over {
 		seen := snap.seesAllUpTo(t.overXid)
@@ -304,7 +307,7 @@ func (t *tracker) judge(snap pgSnapshot, low, runLow store.LSN, truncate bool) v
 				v.restart = fmt.Sprintf("transaction %d changed the table while it was copied", e.xid)
 			}
 		case visible && e.commit < low:
-		case truncate && e.commit < low:
+		case truncAt > 0 && e.commit < truncAt:
 			v.redo = fmt.Sprintf("transaction %d, committed before the truncate but not seen by the copy, changed rows", e.xid)
 		case e.unknown:
 			v.redo = fmt.Sprintf("transaction %d changed rows whose keys are not known (more than %d tracked, a truncate, or changes before the copy began)", e.xid, maxTrackedKeys)
@@ -393,9 +396,6 @@ func (st *stream) watermark(m *pglogrepl.LogicalDecodingMessage) error {
 		win.low, win.lowSeen = at, true
 		h.mu.Unlock()
 		if win.truncate {
-			if st.trk != nil && st.trk.oid == win.oid {
-				st.trk.runLow = at
-			}
 			return st.queueBackfillTruncate(win, at)
 		}
 		return nil
@@ -408,6 +408,13 @@ func (st *stream) watermark(m *pglogrepl.LogicalDecodingMessage) error {
 // queueBackfillTruncate queues a truncate of the table just after the low
 // watermark of a chunk that starts by truncating it.
 func (st *stream) queueBackfillTruncate(win *chunkWindow, low store.LSN) error {
+	tracked := st.trk != nil && st.trk.oid == win.oid
+	if tracked && st.trk.truncLow != 0 {
+		// The first chunk copied again: the copy's truncate is
+		// queued, and nothing of the copy after it.
+		win.truncAt = st.trk.truncLow
+		return nil
+	}
 	key, err := st.backfillRelation(win.rel)
 	if err != nil {
 		return err
@@ -416,7 +423,10 @@ func (st *stream) queueBackfillTruncate(win *chunkWindow, low store.LSN) error {
 		win.lowSeen = false // the high watermark redoes the chunk
 		return nil
 	}
-	win.truncated = true
+	win.truncAt = low
+	if tracked {
+		st.trk.runLow, st.trk.truncLow = low, low
+	}
 	st.lastQueued = low + 1
 	txn := &store.Txn{TxnHeader: store.TxnHeader{CommitLSN: low, EndLSN: low + 1, CommitTime: time.Now()},
 		Changes: []store.Change{{Op: store.OpTruncate, Relation: key}}}
@@ -430,7 +440,7 @@ func (st *stream) queueBackfillTruncate(win *chunkWindow, low store.LSN) error {
 func (st *stream) finishChunk(win *chunkWindow, high store.LSN) error {
 	res := chunkResult{}
 	defer func() { win.result <- res }()
-	if !win.ready || !win.lowSeen || (win.truncate && !win.truncated) {
+	if !win.ready || !win.lowSeen || (win.truncate && win.truncAt == 0) {
 		res.redo = "the chunk's watermarks came out of order"
 		return nil
 	}
@@ -438,7 +448,7 @@ func (st *stream) finishChunk(win *chunkWindow, high store.LSN) error {
 		res.redo = "changes of the table were not tracked"
 		return nil
 	}
-	v := st.trk.judge(win.snap, win.low, st.trk.runLow, win.truncate)
+	v := st.trk.judge(win.snap, win.low, st.trk.runLow, win.truncAt)
 	switch {
 	case v.restart != "":
 		res.restart = v.restart
@@ -471,6 +481,7 @@ func (st *stream) finishChunk(win *chunkWindow, high store.LSN) error {
 		win.prog.Finished = time.Now().UTC()
 	}
 	res.queued, res.rows = true, len(changes)
+	st.trk.truncLow = 0
 	if len(changes) == 0 || high+1 <= st.lastQueued {
 		return st.s.writer.send(writeOp{kind: opBackfill, backfills: []*store.Backfill{win.prog}})
 	}

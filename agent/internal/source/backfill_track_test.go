@@ -75,7 +75,7 @@ func TestTrackerJudgesAChunk(t *testing.T) {
 	tr.abort(120, 121)
 	tr.commit(120, 1600)
 	tr.note(rels, 130, 130, upd(6)) // still running at the high watermark
-	v := tr.judge(snap, low, 0, false)
+	v := tr.judge(snap, low, 0, 0)
 	if v.redo != "" || v.restart != "" {
 		t.Fatalf("verdict %+v", v)
 	}
@@ -105,7 +105,7 @@ func TestTrackerJudgesAChunk(t *testing.T) {
 		tr := newTracker(7, []string{"id"})
 		prepare(tr)
 		tr.commit(120, 1500)
-		if v := tr.judge(snap, low, 0, false); v.redo == "" {
+		if v := tr.judge(snap, low, 0, 0); v.redo == "" {
 			t.Errorf("%s: the chunk is not copied again", name)
 		}
 		if n := tr.committed[0].n; tr.keys != n {
@@ -117,19 +117,19 @@ func TestTrackerJudgesAChunk(t *testing.T) {
 	tr = newTracker(7, []string{"id"})
 	tr.note(rels, 105, 105, upd(2))
 	tr.commit(105, 600)
-	if v := tr.judge(snap, low, low, true); v.redo == "" {
+	if v := tr.judge(snap, low, low, low); v.redo == "" {
 		t.Error("a change before the truncate, not seen by the copy, does not make it copy again")
 	}
 	// Without a key, any change after the copy began starts it over.
 	tr = newTracker(7, nil)
 	tr.note(rels, 101, 101, upd(1))
 	tr.commit(101, 500)
-	if v := tr.judge(snap, low, low, true); v.restart != "" {
+	if v := tr.judge(snap, low, low, low); v.restart != "" {
 		t.Errorf("a change the copy sees, before it began: %+v", v)
 	}
 	tr.note(rels, 102, 102, upd(1))
 	tr.commit(102, 1500)
-	if v := tr.judge(snap, low, low, true); v.restart == "" {
+	if v := tr.judge(snap, low, low, low); v.restart == "" {
 		t.Error("a change after the copy began does not start it over")
 	}
 	// Past maxTrackedKeys transactions, the rest are one of unknown keys.
@@ -142,7 +142,7 @@ func TestTrackerJudgesAChunk(t *testing.T) {
 		t.Fatalf("%d transactions kept, folded %v", len(tr.committed), tr.over)
 	}
 	late, _ := parseSnapshot("100000:100001:")
-	if v := tr.judge(late, low, 0, false); v.redo != "" || tr.over || len(tr.committed) != 0 || tr.keys != 0 {
+	if v := tr.judge(late, low, 0, 0); v.redo != "" || tr.over || len(tr.committed) != 0 || tr.keys != 0 {
 		t.Errorf("a snapshot that sees every one of them: verdict %+v, folded %v, %d kept, %d keys", v, tr.over, len(tr.committed), tr.keys)
 	}
 }
