@@ -538,3 +538,48 @@ func controlHTTPClient(sock string) *http.Client {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
 }
+
+// TestCompactionWaitsForACopy resyncs a table at a paced rate while the
+// agent flushes every 50 ms: no background pass compacts its two tables
+// while it is copied, and one merges the copy's files after it.
+func TestCompactionWaitsForACopy(t *testing.T) {
+	e := newE2EWith(t, []string{"public.stock"}, `delta:
+  flush_interval: 50ms
+  compaction: true
+  compact_interval: 1s
+  compact_min_files: 4
+  compact_bytes_per_second: 0
+`)
+	e.setSourceKey("backfill_chunk_rows", "200")
+	e.setSourceKey("backfill_rows_per_second", "2000")
+	e.exec(`CREATE TABLE stock (id int8 PRIMARY KEY, qty int NOT NULL)`,
+		`INSERT INTO stock SELECT g, 0 FROM generate_series(1, 6000) g`)
+	d := e.start()
+	e.waitApplied(d)
+	if out, errOut, code := e.lakeside("resync", "--config", e.configPath, "public.stock"); code != 0 {
+		t.Fatalf("resync exited %d: %s%s", code, out, errOut)
+	}
+	e.waitApplied(d)
+	time.Sleep(2500 * time.Millisecond) // a pass of the schedule after the copy
+	e.stop(d)
+
+	copying, during, after := false, 0, 0
+	for _, line := range strings.Split(d.log(), "\n") {
+		switch {
+		case strings.Contains(line, `msg="backfill started"`) && strings.Contains(line, "reason=resync"):
+			copying = true
+		case strings.Contains(line, `msg="backfill done"`) && strings.Contains(line, "reason=resync"):
+			copying = false
+		case strings.Contains(line, "msg=compacting") && strings.Contains(line, "table=public.stock"):
+			if copying {
+				during++
+			} else {
+				after++
+			}
+		}
+	}
+	if during > 0 || after == 0 {
+		t.Fatalf("%d compaction passes while the table was copied (want none), %d after it (want some); log:\n%s", during, after, d.log())
+	}
+	e.compareMirror(t, "public.stock", `SELECT id, qty FROM stock`, "id", "qty")
+}
