@@ -25,8 +25,10 @@ type Backfill struct {
 	Reason string
 	// After holds the text form of the key columns of the last row
 	// queued, in key order; nil before the first chunk. A table copied
-	// by ctid ranges has none.
+	// by ctid ranges has none. Key names those columns (nil in a record
+	// written before it was kept).
 	After [][]byte
+	Key   []string
 	// Page is where the next chunk of a table copied by ctid ranges
 	// starts.
 	Page uint64
@@ -111,7 +113,16 @@ func encodeBackfill(bf *Backfill) []byte {
 	if bf.Truncate {
 		flags |= 2
 	}
+	if bf.Key != nil {
+		flags |= 4
+	}
 	e.byte1(flags)
+	if bf.Key != nil {
+		e.uvarint(uint64(len(bf.Key)))
+		for _, k := range bf.Key {
+			e.str(k)
+		}
+	}
 	return e.finish()
 }
 
@@ -137,8 +148,19 @@ func decodeBackfill(data []byte) (*Backfill, error) {
 	bf.Finished = fromMicros(d.varint())
 	flags := d.byte1()
 	bf.Done, bf.Truncate = flags&1 != 0, flags&2 != 0
-	if d.err == nil && flags&^3 != 0 {
+	if d.err == nil && flags&^7 != 0 {
 		d.err = fmt.Errorf("%w: unknown backfill flags %#x", ErrCorrupt, flags)
+	}
+	if flags&4 != 0 && d.err == nil {
+		// Each name takes at least its length byte.
+		if n := d.uvarint(); n > uint64(len(d.buf)) {
+			d.fail("length")
+		} else {
+			bf.Key = make([]string, n)
+			for i := range bf.Key {
+				bf.Key[i] = d.str()
+			}
+		}
 	}
 	if err := d.done(); err != nil {
 		return nil, fmt.Errorf("decode backfill: %w", err)

@@ -12,7 +12,8 @@ import (
 func sampleBackfills() []*Backfill {
 	return []*Backfill{
 		{OID: 16384, Table: "public.items", Reason: "added", After: [][]byte{[]byte("42"), []byte("it's"), {}},
-			Rows: 4096, Chunks: 1, Started: time.UnixMicro(1700000000123456).UTC()},
+			Key: []string{"id", "name", ""}, Rows: 4096, Chunks: 1, Started: time.UnixMicro(1700000000123456).UTC()},
+		{OID: 16385, Table: "public.old", Reason: "added", After: [][]byte{[]byte("7")}, Rows: 1, Chunks: 1},
 		{OID: 1, Table: "s.t", Reason: "initial snapshot", Done: true, Rows: 7,
 			Started: time.UnixMicro(1).UTC(), Finished: time.UnixMicro(2).UTC()},
 		{OID: 4294967295, Table: "s.keyless", Reason: "resync", Page: 1 << 40, Truncate: true},
@@ -54,7 +55,7 @@ func TestBackfillRoundTrip(t *testing.T) {
 	if err := db.Update(func(w *Writer) error { return w.DeleteBackfill(1) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.View(func(r *Reader) (err error) { got, err = r.Backfills(); return err }); err != nil || len(got) != 2 || got[1] != nil {
+	if err := db.View(func(r *Reader) (err error) { got, err = r.Backfills(); return err }); err != nil || len(got) != 3 || got[1] != nil {
 		t.Fatalf("after a delete: %v (err %v)", got, err)
 	}
 	var marked bool

@@ -571,10 +571,16 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 		names[i] = k.name
 	}
 	prog := *rec
-	if len(keys) == 0 && (prog.Chunks > 0 || !prog.Truncate) {
+	switch {
+	case len(keys) == 0 && (prog.Chunks > 0 || !prog.Truncate):
 		// Without a key the rows queued cannot be told from those
 		// changed meanwhile: the copy starts over, after a truncate.
 		prog.Page, prog.Rows, prog.Chunks, prog.Truncate = 0, 0, 0, true
+	case prog.After != nil && prog.Key != nil && !slices.Equal(prog.Key, names):
+		// The last key queued is a value of another key: where the
+		// copy stopped is not known by the new one.
+		log.Warn("backfill starts over: the table's key changed", "was", prog.Key, "now", names)
+		prog.After, prog.Key, prog.Rows, prog.Chunks, prog.Truncate = nil, nil, 0, 0, true
 	}
 	from := time.Now()
 	tracked := b.s.handoff.startTracking(rec.OID, names)
@@ -694,21 +700,35 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 // replica identity index), with their types; none for a table without
 // either, copied by ctid ranges.
 func (b *backfiller) keyColumns(ctx context.Context, rel *store.Relation) ([]keyColumn, error) {
-	if rel.Multiset() {
-		return nil, nil
-	}
 	var keys []keyColumn
-	for _, i := range rel.KeyColumns() {
+	for _, name := range keyNames(rel) {
 		var typ string
 		err := b.conn.QueryRow(ctx, `SELECT format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid = $1 AND attname = $2`,
-			rel.Key.OID, rel.Columns[i].Name).Scan(&typ)
+			rel.Key.OID, name).Scan(&typ)
 		if err != nil {
-			return nil, fmt.Errorf("read the type of %s: %w", rel.Columns[i].Name, err)
+			return nil, fmt.Errorf("read the type of %s: %w", name, err)
 		}
-		keys = append(keys, keyColumn{name: rel.Columns[i].Name, typ: typ})
+		keys = append(keys, keyColumn{name: name, typ: typ})
 	}
 	return keys, nil
 }
+
+// keyNames returns the names of the columns a table's rows are paged by
+// (see keyColumns), none for a table copied by ctid ranges.
+func keyNames(rel *store.Relation) []string {
+	if rel.Multiset() {
+		return nil
+	}
+	var names []string
+	for _, i := range rel.KeyColumns() {
+		names = append(names, rel.Columns[i].Name)
+	}
+	return names
+}
+
+// errKeyChanged ends a copy paged by a key the table no longer has: it
+// starts over, by the new one.
+var errKeyChanged = errors.New("the table's key changed")
 
 // copiedChunk is a chunk whose rows are copied and handed to the stream,
 // and whose transaction stays open until its high watermark is written.
@@ -756,11 +776,12 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 		for i, k := range keys {
 			names[i] = k.name
 		}
-		if cr.keyPos = keyPositions(rel, names); cr.keyPos == nil {
+		if cr.keyPos = keyPositions(rel, names); cr.keyPos == nil || !slices.Equal(keyNames(rel), names) {
 			// The copy starts again, and reads the key anew.
 			b.rel, b.catalog = nil, nil
-			return nil, "", fmt.Errorf("backfill %s: a key column is gone", t)
+			return nil, "", fmt.Errorf("backfill %s: %w (paged by %s, now %s)", t, errKeyChanged, strings.Join(names, ", "), strings.Join(keyNames(rel), ", "))
 		}
+		next.Key = names
 		var err error
 		if query, err = keysetQuery(from, keys, prog.After, limit); err != nil {
 			return nil, "", fmt.Errorf("backfill %s: %w", t, err)

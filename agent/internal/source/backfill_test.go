@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	bolt "go.etcd.io/bbolt"
@@ -648,6 +649,83 @@ func TestResyncTruncatesOnceWhenItsFirstChunkIsCopiedAgain(t *testing.T) {
 	}
 	if truncates != 1 {
 		t.Fatalf("the resync queued %d truncates, want 1", truncates)
+	}
+	rep, err := replayWith(txns, rels, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameRows(t, "public.b replayed", replayedRows(rep, "public.b"), h.rowsOf("b"))
+}
+
+// TestBackfillStartsOverWhenTheKeyChanges stops a resync after its first
+// chunks and replaces the table's primary key meanwhile: the last key
+// recorded is a value of the old key, so the copy starts over by the new
+// one, after a truncate, rather than page the new key from it (the new
+// key's order is the old one's reversed: every row would be passed over).
+func TestBackfillStartsOverWhenTheKeyChanges(t *testing.T) {
+	h := newHarness(t)
+	const rows = 20000
+	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text NOT NULL)`,
+		fmt.Sprintf(`INSERT INTO b SELECT g, g, lpad((100000 - g)::text, 6, '0') FROM generate_series(1, %d) g`, rows))
+	h.cfg.Tables = []Table{{"public", "b"}}
+	h.cfg.BackfillChunkRows = 2000
+	h.start()
+	h.waitStreaming()
+	h.waitCaughtUp()
+	h.stop()
+
+	copies := 0
+	held := make(chan struct{})
+	h.failpoint = func(point string) error {
+		if point != "backfill-copied" {
+			return nil
+		}
+		if copies++; copies == 3 {
+			close(held)
+		}
+		if copies >= 3 {
+			return errors.New("held for the test")
+		}
+		return nil
+	}
+	h.start()
+	h.waitStreaming()
+	if err := h.src.Resync(context.Background(), "public.b", ReasonResync); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-time.After(time.Minute):
+		t.Fatal("the resync did not copy three chunks in a minute")
+	}
+	// Held from the third chunk on: the record is the one a stop leaves.
+	var rec *store.Backfill
+	if err := h.db.View(func(r *store.Reader) error {
+		recs, err := r.Backfills()
+		for _, b := range recs {
+			if b.Table == "public.b" {
+				rec = b
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if rec == nil || rec.Done || rec.After == nil || !slices.Equal(rec.Key, []string{"id"}) {
+		t.Fatalf("the resync's record after its first chunks: %+v", rec)
+	}
+	h.stop()
+
+	h.exec(`ALTER TABLE b DROP CONSTRAINT b_pkey, ADD PRIMARY KEY (note)`, `UPDATE b SET v = v + 1 WHERE id % 100 = 0`)
+	h.failpoint = nil
+	h.start()
+	h.waitStreaming()
+	done := h.waitBackfilled("public.b")
+	h.waitCaughtUp()
+	txns, rels := h.txns()
+	h.stop()
+	if done.Rows != rows {
+		t.Fatalf("the copy queued %d rows, the table holds %d", done.Rows, rows)
 	}
 	rep, err := replayWith(txns, rels, true)
 	if err != nil {
