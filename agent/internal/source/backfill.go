@@ -605,8 +605,10 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 	if len(keys) == 0 {
 		how = "by ctid ranges (no primary key or replica identity index)"
 	}
-	log.Info("backfill started", "reason", prog.Reason, "rows_queued", prog.Rows, "chunk_rows", b.s.chunkRows(), "order", how)
+	// Running before the log says so, done after: what the log shows
+	// between the two lines saw the copy running.
 	b.s.noteBackfill(&prog, true)
+	log.Info("backfill started", "reason", prog.Reason, "rows_queued", prog.Rows, "chunk_rows", b.s.chunkRows(), "order", how)
 	b.again = false
 	backoff := 100 * time.Millisecond
 	lastLog := time.Now()
@@ -672,7 +674,6 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 		backoff = 100 * time.Millisecond
 		prog = *next
 		replaced += int64(res.replaced)
-		b.s.noteBackfill(&prog, true)
 		if prog.Done {
 			// The next table is chosen from the state file: it
 			// must record this one done first.
@@ -681,8 +682,10 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 			}
 			log.Info("backfill done", "reason", prog.Reason, "rows", prog.Rows, "chunks", prog.Chunks,
 				"rows_left_to_changes", replaced, "chunks_copied_again", redone, "seconds", time.Since(from).Round(time.Millisecond).Seconds())
+			b.s.noteBackfill(&prog, true)
 			return nil
 		}
+		b.s.noteBackfill(&prog, true)
 		if time.Since(lastLog) >= backfillLogEvery {
 			lastLog = time.Now()
 			log.Info("backfill progress", "rows", prog.Rows, "chunks", prog.Chunks, "rows_left_to_changes", replaced, "chunks_copied_again", redone)
