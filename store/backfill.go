@@ -25,8 +25,9 @@ type Backfill struct {
 	Reason string
 	// After holds the text form of the key columns of the last row
 	// queued, in key order; nil before the first chunk. A table copied
-	// by ctid ranges has none. Key names those columns (nil in a record
-	// written before it was kept).
+	// by ctid ranges has none. Key names those columns while the copy
+	// is not done (nil in a record written before it was kept); a done
+	// record is written without it, which older versions read.
 	After [][]byte
 	Key   []string
 	// Page is where the next chunk of a table copied by ctid ranges
@@ -113,11 +114,12 @@ func encodeBackfill(bf *Backfill) []byte {
 	if bf.Truncate {
 		flags |= 2
 	}
-	if bf.Key != nil {
+	key := bf.Key != nil && !bf.Done
+	if key {
 		flags |= 4
 	}
 	e.byte1(flags)
-	if bf.Key != nil {
+	if key {
 		e.uvarint(uint64(len(bf.Key)))
 		for _, k := range bf.Key {
 			e.str(k)

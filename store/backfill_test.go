@@ -139,3 +139,21 @@ func TestSnapshotOpRoundTrip(t *testing.T) {
 		t.Fatalf("an operation past OpSnapshot: err = %v", err)
 	}
 }
+
+// TestDoneBackfillIsWrittenWithoutItsKey checks that a done record leaves
+// out the key's names (flag 4), so that a version that does not know them
+// reads it: the names only serve to resume a copy.
+func TestDoneBackfillIsWrittenWithoutItsKey(t *testing.T) {
+	bf := &Backfill{OID: 7, Table: "s.t", Reason: "resync", After: [][]byte{[]byte("9")}, Key: []string{"id"}, Done: true}
+	data := encodeBackfill(bf)
+	if flags := data[len(data)-5]; flags != 1 { // before the checksum
+		t.Fatalf("a done record ends with flags %#x, want 0x1 (done, no key names)", flags)
+	}
+	got, err := decodeBackfill(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Key != nil || !got.Done || string(got.After[0]) != "9" {
+		t.Fatalf("read back %+v", got)
+	}
+}
