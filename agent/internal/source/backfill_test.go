@@ -548,14 +548,14 @@ func TestRecreatedTableIsTruncatedAndCopied(t *testing.T) {
 
 // TestBackfillReadsTheColumnsAddedWhileItCopies adds a column to a table
 // while it is copied: the ALTER TABLE waits for the second chunk's
-// transaction and is done before the third chunk's COPY, so the chunks
-// from the fourth on copy the new column too, and the queue replays to the
-// table as PostgreSQL has it.
+// transaction (it is waiting before that one commits) and is done before
+// the third chunk's COPY, so the chunks from the fourth on copy the new
+// column too, and the queue replays to the table as PostgreSQL has it.
 func TestBackfillReadsTheColumnsAddedWhileItCopies(t *testing.T) {
 	h := newHarness(t)
 	h.addTableB(5000)
 	h.cfg.BackfillChunkRows = 1000
-	conn := pgtest.Conn(t, h.dsn)
+	conn, probe := pgtest.Conn(t, h.dsn), pgtest.Conn(t, h.dsn)
 	calls := 0
 	altered := make(chan struct{})
 	h.failpoint = func(point string) error {
@@ -568,6 +568,19 @@ func TestBackfillReadsTheColumnsAddedWhileItCopies(t *testing.T) {
 						t.Error(err)
 					}
 				}()
+				// Queued for the table's lock ahead of the next
+				// chunk's COPY.
+				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+					var waiting int
+					if err := probe.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+						WHERE wait_event_type = 'Lock' AND query LIKE 'ALTER TABLE b %'`).Scan(&waiting); err != nil {
+						t.Error(err)
+						break
+					}
+					if waiting > 0 || time.Now().After(deadline) {
+						break
+					}
+				}
 			case 4:
 				<-altered
 			}
