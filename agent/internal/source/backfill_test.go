@@ -66,6 +66,17 @@ func replayedRows(rep replica, table string) []string {
 	return out
 }
 
+// checkReplayed fails the test unless the queue replays public.b to the
+// rows PostgreSQL has (lenient: see replayWith).
+func (h *harness) checkReplayed(txns []*store.Txn, rels map[store.RelationKey]*store.Relation, lenient bool) {
+	h.t.Helper()
+	rep, err := replayWith(txns, rels, lenient)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	sameRows(h.t, "public.b replayed", replayedRows(rep, "public.b"), h.rowsOf("b"))
+}
+
 // sameRows fails the test when two sorted row lists differ.
 func sameRows(t *testing.T, what string, got, want []string) {
 	t.Helper()
@@ -106,13 +117,20 @@ func (h *harness) addTableB(rows int) {
 // stream has caught up, stops it, and returns what it queued.
 func (h *harness) copyAndStop(table string) ([]*store.Txn, map[store.RelationKey]*store.Relation) {
 	h.t.Helper()
+	txns, rels, _ := h.copyAndStopStatus(table)
+	return txns, rels
+}
+
+// copyAndStopStatus is copyAndStop, which also returns the copy's status.
+func (h *harness) copyAndStopStatus(table string) ([]*store.Txn, map[store.RelationKey]*store.Relation, BackfillStatus) {
+	h.t.Helper()
 	h.start()
 	h.waitStreaming()
-	h.waitBackfilled(table)
+	done := h.waitBackfilled(table)
 	h.waitCaughtUp()
 	txns, rels := h.txns()
 	h.stop()
-	return txns, rels
+	return txns, rels, done
 }
 
 // TestBackfillOfATableAddedLater adds a table with rows to the configured
@@ -262,11 +280,7 @@ func TestBackfillChunkLeavesRowsChangedInItsWindow(t *testing.T) {
 	if want := []int64{1, 2, 4, 6, 7, 8, 9, 10}; !slices.Equal(copied, want) {
 		t.Fatalf("the chunk holds ids %v, want %v: rows changed in its window are the stream's", copied, want)
 	}
-	rep, err := replayWith(txns, rels, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameRows(t, "public.b replayed", replayedRows(rep, "public.b"), h.rowsOf("b"))
+	h.checkReplayed(txns, rels, true)
 }
 
 // TestResyncTruncatesAndCopiesAgain resyncs a captured table: the queue
@@ -312,11 +326,7 @@ func TestResyncTruncatesAndCopiesAgain(t *testing.T) {
 	if truncates != 1 || copied == 0 || int64(copied) != done.Rows || done.Reason != ReasonResync {
 		t.Fatalf("after the resync the queue holds %d truncates and %d copied rows; status %+v", truncates, copied, done)
 	}
-	rep, err := replayWith(txns, rels, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameRows(t, "public.b replayed", replayedRows(rep, "public.b"), h.rowsOf("b"))
+	h.checkReplayed(txns, rels, true)
 }
 
 // TestBackfillWithoutKeyStartsOverWhenTheTableChanges copies a table
@@ -420,12 +430,7 @@ func TestBackfillResumesAfterTheLastChunkQueued(t *testing.T) {
 	})
 	h.stop()
 	h.failpoint = nil
-	h.start()
-	h.waitStreaming()
-	done := h.waitBackfilled("public.b")
-	h.waitCaughtUp()
-	txns, rels := h.txns()
-	h.stop()
+	txns, rels, done := h.copyAndStopStatus("public.b")
 	perKey := map[int64]int{}
 	for _, txn := range txns {
 		for _, c := range txn.Changes {
@@ -442,11 +447,7 @@ func TestBackfillResumesAfterTheLastChunkQueued(t *testing.T) {
 	if done.Rows != 5000 || done.Chunks != 13 {
 		t.Errorf("status %+v, want 5000 rows in 13 chunks", done)
 	}
-	rep, err := replayWith(txns, rels, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameRows(t, "public.b replayed", replayedRows(rep, "public.b"), h.rowsOf("b"))
+	h.checkReplayed(txns, rels, false)
 }
 
 // TestOlderStateCountsTheSnapshotsTablesAsCopied starts on a state file
@@ -602,11 +603,7 @@ func TestBackfillReadsTheColumnsAddedWhileItCopies(t *testing.T) {
 			}
 		}
 	}
-	rep, err := replayWith(txns, rels, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameRows(t, "public.b replayed", replayedRows(rep, "public.b"), h.rowsOf("b"))
+	h.checkReplayed(txns, rels, true)
 }
 
 // TestResyncTruncatesOnceWhenItsFirstChunkIsCopiedAgain makes the first
@@ -663,11 +660,7 @@ func TestResyncTruncatesOnceWhenItsFirstChunkIsCopiedAgain(t *testing.T) {
 	if truncates != 1 {
 		t.Fatalf("the resync queued %d truncates, want 1", truncates)
 	}
-	rep, err := replayWith(txns, rels, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameRows(t, "public.b replayed", replayedRows(rep, "public.b"), h.rowsOf("b"))
+	h.checkReplayed(txns, rels, true)
 }
 
 // TestBackfillStartsOverWhenTheKeyChanges stops a resync after its first
@@ -730,18 +723,9 @@ func TestBackfillStartsOverWhenTheKeyChanges(t *testing.T) {
 
 	h.exec(`ALTER TABLE b DROP CONSTRAINT b_pkey, ADD PRIMARY KEY (note)`, `UPDATE b SET v = v + 1 WHERE id % 100 = 0`)
 	h.failpoint = nil
-	h.start()
-	h.waitStreaming()
-	done := h.waitBackfilled("public.b")
-	h.waitCaughtUp()
-	txns, rels := h.txns()
-	h.stop()
+	txns, rels, done := h.copyAndStopStatus("public.b")
 	if done.Rows != rows {
 		t.Fatalf("the copy queued %d rows, the table holds %d", done.Rows, rows)
 	}
-	rep, err := replayWith(txns, rels, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameRows(t, "public.b replayed", replayedRows(rep, "public.b"), h.rowsOf("b"))
+	h.checkReplayed(txns, rels, true)
 }
