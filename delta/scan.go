@@ -2,7 +2,6 @@ package delta
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -142,8 +141,11 @@ func (r *fileReader) readBatches(ctx context.Context, logPath string, partitionV
 		fnErr = fn(rows)
 		return fnErr
 	})
-	if err != nil && (fnErr == nil || !errors.Is(err, fnErr)) {
+	if fnErr != nil {
+		return fnErr
+	}
+	if err != nil {
 		return fmt.Errorf("read data file %s: %w", logPath, err)
 	}
-	return err
+	return nil
 }

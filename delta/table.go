@@ -2,6 +2,7 @@ package delta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -76,6 +77,29 @@ func Open(ctx context.Context, path string, opts ...Option) (*Table, error) {
 		return nil, fmt.Errorf("open %s: %w: empty %s", path, ErrNotATable, LogDirName)
 	}
 	return t, nil
+}
+
+// TableDirs returns the names of the subdirectories of root that hold a
+// Delta log, sorted; none when root does not exist. Names starting with
+// "." are passed over.
+func TableDirs(root string) ([]string, error) {
+	entries, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list tables: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(root, e.Name(), LogDirName)); err == nil && fi.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
 }
 
 // Path returns the absolute path of the table root.

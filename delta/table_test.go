@@ -379,3 +379,24 @@ func TestTxnRetention(t *testing.T) {
 		t.Error("txn without lastUpdated missing")
 	}
 }
+
+// TestTableDirs lists the table directories of a root: those holding a
+// Delta log, sorted, not a hidden one, a plain directory or a file.
+func TestTableDirs(t *testing.T) {
+	root := t.TempDir()
+	for _, dir := range []string{"s.b/" + LogDirName, "s.a/" + LogDirName, ".hidden/" + LogDirName, "plain"} {
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := TableDirs(root)
+	if err != nil || len(got) != 2 || got[0] != "s.a" || got[1] != "s.b" {
+		t.Fatalf("TableDirs = %v, %v; want [s.a s.b]", got, err)
+	}
+	if got, err := TableDirs(filepath.Join(root, "missing")); err != nil || got != nil {
+		t.Fatalf("TableDirs of a missing root = %v, %v; want none", got, err)
+	}
+}

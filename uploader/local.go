@@ -32,22 +32,13 @@ type Table struct {
 // subdirectory (the applier's <state_dir>/tables/<name>/ layout).
 func DirTables(root string) func(ctx context.Context) ([]Table, error) {
 	return func(ctx context.Context) ([]Table, error) {
-		entries, err := os.ReadDir(root)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
+		names, err := delta.TableDirs(root)
 		if err != nil {
-			return nil, fmt.Errorf("list tables: %w", err)
+			return nil, err
 		}
 		var tables []Table
-		for _, e := range entries {
-			if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
-				continue
-			}
-			p := filepath.Join(root, e.Name())
-			if fi, err := os.Stat(filepath.Join(p, delta.LogDirName)); err == nil && fi.IsDir() {
-				tables = append(tables, Table{Name: e.Name(), Path: p})
-			}
+		for _, name := range names {
+			tables = append(tables, Table{Name: name, Path: filepath.Join(root, name)})
 		}
 		return tables, nil
 	}

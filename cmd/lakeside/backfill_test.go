@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -193,13 +192,7 @@ func TestKillDuringBackfill(t *testing.T) {
 	for kills < 8 {
 		d = e.start()
 		time.Sleep(time.Duration(1200+rand.IntN(2000)) * time.Millisecond)
-		if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		<-d.exited
-		if ws, ok := d.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
-			t.Fatalf("run %d: agent exited by itself before the kill; log:\n%s", kills, d.stderr)
-		}
+		e.sigkill(d, kills)
 		kills++
 		if strings.Contains(d.log(), "msg=\"backfill started\"") {
 			during++

@@ -27,13 +27,7 @@ func TestBenchChangeDataFeed(t *testing.T) {
 		cfg := fmt.Sprintf("%s  change_data_feed: %v\nreplica:\n  url: file://%s\n  site: bench\n  poll_interval: 200ms\n",
 			benchDeltaConfig, cdf, replicaDir)
 		e := newE2EWith(t, []string{"public.orders"}, cfg)
-		e.exec(benchOrdersDDL)
-		e.insertOrders(0, rows)
-		d := e.start()
-		waitState(t, e, d, "streaming")
-		e.waitApplied(d)
-		e.waitRemote(d, "initial upload")
-		uploadedBefore := e.bytesUploaded()
+		d, uploadedBefore := e.startOrdersUploaded(rows)
 		from := e.latestVersion("public.orders")
 
 		rng := rand.New(rand.NewPCG(3, 4))
@@ -108,4 +102,18 @@ func (e *e2e) bytesUploaded() int64 {
 		e.t.Fatal("no upload status")
 	}
 	return st.Upload.BytesUploaded
+}
+
+// startOrdersUploaded creates the orders table with rows rows, starts the
+// agent, and waits until they are in the Delta tables and on the replica;
+// it returns the agent and the bytes uploaded so far.
+func (e *e2e) startOrdersUploaded(rows int64) (*daemon, int64) {
+	e.t.Helper()
+	e.exec(benchOrdersDDL)
+	e.insertOrders(0, rows)
+	d := e.start()
+	waitState(e.t, e, d, "streaming")
+	e.waitApplied(d)
+	e.waitRemote(d, "initial upload")
+	return d, e.bytesUploaded()
 }

@@ -27,13 +27,7 @@ func TestBenchQuietInserts(t *testing.T) {
 		cfg := fmt.Sprintf("delta:\n  flush_interval: 200ms\n  compaction: %v\n  compact_interval: 2s\n  compact_min_files: 16\n"+
 			"replica:\n  url: file://%s\n  site: bench\n  poll_interval: 200ms\n", compaction, replicaDir)
 		e := newE2EWith(t, []string{"public.orders"}, cfg)
-		e.exec(benchOrdersDDL)
-		e.insertOrders(0, rows)
-		d := e.start()
-		waitState(t, e, d, "streaming")
-		e.waitApplied(d)
-		e.waitRemote(d, "initial upload")
-		uploadedBefore := e.bytesUploaded()
+		d, uploadedBefore := e.startOrdersUploaded(rows)
 		from := map[string]int64{"public.orders": e.latestVersion("public.orders"), "public.orders_changes": e.latestVersion("public.orders_changes")}
 		for n := int64(rows + 1); n <= rows+inserts; n++ {
 			v := e.latestVersion("public.orders")

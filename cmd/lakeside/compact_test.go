@@ -11,12 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lakeside/lakeside/agent"
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/internal/deltatest"
 	"github.com/lakeside/lakeside/internal/s3test"
 )
 
@@ -53,42 +53,7 @@ func versionRows(t *testing.T, tbl *delta.Table, v int64) []string {
 // it removes, in the same partitions). It returns those versions.
 func checkOptimizeVersions(t *testing.T, tbl *delta.Table) []int64 {
 	t.Helper()
-	ctx := context.Background()
-	latest, err := tbl.LatestVersion(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int64
-	for v := int64(1); v <= latest; v++ {
-		acts, err := tbl.ReadCommit(ctx, v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		optimize := slices.ContainsFunc(acts, func(a delta.Action) bool {
-			ci, ok := a.(*delta.CommitInfo)
-			return ok && ci.Operation == delta.OperationOptimize
-		})
-		if !optimize {
-			continue
-		}
-		out = append(out, v)
-		for _, a := range acts {
-			switch a := a.(type) {
-			case *delta.Add:
-				if a.DataChange {
-					t.Errorf("%s version %d: OPTIMIZE adds %s with dataChange true", tbl.Path(), v, a.Path)
-				}
-			case *delta.Remove:
-				if a.DataChange {
-					t.Errorf("%s version %d: OPTIMIZE removes %s with dataChange true", tbl.Path(), v, a.Path)
-				}
-			case *delta.AddCDC:
-				t.Errorf("%s version %d: OPTIMIZE writes change data %s", tbl.Path(), v, a.Path)
-			}
-		}
-		checkSameFileRows(t, tbl, v, acts)
-	}
-	return out
+	return deltatest.OptimizeVersions(t, tbl, func(v int64, acts []delta.Action) { checkSameFileRows(t, tbl, v, acts) })
 }
 
 // smallFileBound is the bound of docs/architecture.md on the small files a
@@ -159,16 +124,7 @@ func TestCompactionBoundsSmallFiles(t *testing.T) {
   compact_interval: 1s
   compact_min_files: %d
   compact_bytes_per_second: 0
-replica:
-  url: s3://%s/lake
-  site: branch1
-  endpoint: %s
-  region: %s
-  access_key_id: %s
-  secret_access_key: %s
-  poll_interval: 200ms
-  max_backoff: 1s
-`, targetRows, compactTargetSize, compactMinFiles, bucket, s3.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey))
+`, targetRows, compactTargetSize, compactMinFiles)+replicaSection(s3, bucket, "  poll_interval: 200ms\n  max_backoff: 1s\n"))
 	e.exec(`CREATE TABLE stock (id int8 PRIMARY KEY, qty int NOT NULL, note text)`,
 		`INSERT INTO stock SELECT g, 0, repeat('n', 50) FROM generate_series(1, 1000) g`)
 	d := e.start()
@@ -283,13 +239,7 @@ func TestKillDuringCompaction(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond)
-		if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		<-d.exited
-		if ws, ok := d.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
-			t.Fatalf("run %d: agent exited by itself before the kill; log:\n%s", kills, d.stderr)
-		}
+		e.sigkill(d, kills)
 		kills++
 		log := d.log()
 		lastLog = log

@@ -106,13 +106,7 @@ func TestCrashSafety(t *testing.T) {
 	for i := 0; i < kills; i++ {
 		d := e.start()
 		time.Sleep(time.Duration(200+rand.IntN(1300)) * time.Millisecond)
-		if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		<-d.exited
-		if ws, ok := d.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
-			t.Fatalf("run %d: agent exited by itself before the kill; log:\n%s", i, d.stderr)
-		}
+		e.sigkill(d, i)
 	}
 	d := e.start()
 	time.Sleep(time.Second)

@@ -156,6 +156,19 @@ func (d *daemon) kill() {
 	}
 }
 
+// sigkill kills the agent with SIGKILL and fails the test unless the kill
+// is what ended it (run numbers the start, for the message).
+func (e *e2e) sigkill(d *daemon, run int) {
+	e.t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		e.t.Fatal(err)
+	}
+	<-d.exited
+	if ws, ok := d.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+		e.t.Fatalf("run %d: agent exited by itself before the kill; log:\n%s", run, d.stderr)
+	}
+}
+
 // stop sends SIGTERM and returns how long the agent took to exit.
 func (e *e2e) stop(d *daemon) time.Duration {
 	e.t.Helper()

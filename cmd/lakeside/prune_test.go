@@ -37,18 +37,9 @@ func TestLocalPruningBoundsDiskAndTheReplicaKeepsEverything(t *testing.T) {
 	e := newE2EWith(t, []string{"public.stock"}, fmt.Sprintf(`delta:
   flush_interval: 100ms
   local_retention: %s
-replica:
-  url: s3://%s/lake
-  site: branch1
-  endpoint: %s
-  region: %s
-  access_key_id: %s
-  secret_access_key: %s
-  poll_interval: 200ms
-  max_backoff: 1s
 http:
   listen: %s
-`, pruneRetention, bucket, s3.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey, addr))
+`, pruneRetention, addr)+replicaSection(s3, bucket, "  poll_interval: 200ms\n  max_backoff: 1s\n"))
 	e.exec(`CREATE TABLE stock (id int8 PRIMARY KEY, qty int NOT NULL, note text)`,
 		`INSERT INTO stock SELECT g, 0, repeat('n', 100) FROM generate_series(1, 500) g`)
 	d := e.start()

@@ -15,6 +15,13 @@ import (
 	"github.com/lakeside/lakeside/internal/s3test"
 )
 
+// replicaSection returns the agent's replica section for bucket on the S3
+// server s3 (site branch1), followed by extra, its further keys.
+func replicaSection(s3 *s3test.Server, bucket, extra string) string {
+	return fmt.Sprintf("replica:\n  url: s3://%s/lake\n  site: branch1\n  endpoint: %s\n  region: %s\n  access_key_id: %s\n  secret_access_key: %s\n%s",
+		bucket, s3.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey, extra)
+}
+
 // TestReplicaOutageBackpressureAndCatchUp runs the real agent against a
 // real S3 server on loopback: the server goes away under load, the local
 // backlog reaches its budget and capture pauses (PostgreSQL keeps the WAL),
@@ -23,17 +30,7 @@ import (
 func TestReplicaOutageBackpressureAndCatchUp(t *testing.T) {
 	s3 := s3test.Start(t)
 	bucket := s3.NewBucket()
-	e := newE2EWith(t, []string{"public.stock"}, fmt.Sprintf(`replica:
-  url: s3://%s/lake
-  site: branch1
-  endpoint: %s
-  region: %s
-  access_key_id: %s
-  secret_access_key: %s
-  max_backlog: 256KiB
-  poll_interval: 200ms
-  max_backoff: 1s
-`, bucket, s3.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey))
+	e := newE2EWith(t, []string{"public.stock"}, replicaSection(s3, bucket, "  max_backlog: 256KiB\n  poll_interval: 200ms\n  max_backoff: 1s\n"))
 	e.exec(`CREATE TABLE stock (id int8 PRIMARY KEY, qty int NOT NULL, note text)`,
 		`INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 1000) g`)
 	d := e.start()

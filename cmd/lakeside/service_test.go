@@ -253,14 +253,7 @@ func TestJSONLogsKeepSecrets(t *testing.T) {
 http:
   listen: %s
   token: %s
-replica:
-  url: s3://%s/lake
-  site: branch1
-  endpoint: %s
-  region: %s
-  access_key_id: %s
-  secret_access_key: %s
-`, addr, token, bucket, s3.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey))
+`, addr, token)+replicaSection(s3, bucket, ""))
 	e.exec(`CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL)`)
 	cfg, err := os.ReadFile(e.configPath)
 	if err != nil {

@@ -177,26 +177,17 @@ func Compact(ctx context.Context, opts CompactOptions, app *Applier) (*CompactRe
 // compactTables returns the names of the tables to compact, sorted: the
 // directories of opts.TablesDir that hold a Delta log, or opts.Tables.
 func compactTables(opts CompactOptions) ([]string, error) {
-	entries, err := os.ReadDir(opts.TablesDir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	all, err := delta.TableDirs(opts.TablesDir)
 	if err != nil {
 		return nil, fmt.Errorf("compact: %w", err)
 	}
 	var names []string
-	for _, e := range entries {
-		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+	for _, name := range all {
+		if len(opts.Tables) > 0 && !slices.Contains(opts.Tables, name) || opts.Skip != nil && opts.Skip(name) {
 			continue
 		}
-		if len(opts.Tables) > 0 && !slices.Contains(opts.Tables, e.Name()) || opts.Skip != nil && opts.Skip(e.Name()) {
-			continue
-		}
-		if fi, err := os.Stat(filepath.Join(opts.TablesDir, e.Name(), delta.LogDirName)); err == nil && fi.IsDir() {
-			names = append(names, e.Name())
-		}
+		names = append(names, name)
 	}
-	sort.Strings(names)
 	return names, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/internal/deltatest"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -36,45 +37,14 @@ func (b *lockedBuffer) String() string {
 }
 
 // optimizeVersions returns the versions of the table at path whose
-// commitInfo says OPTIMIZE.
+// commitInfo says OPTIMIZE, checked as deltatest.OptimizeVersions does.
 func optimizeVersions(t *testing.T, path string) []int64 {
 	t.Helper()
-	ctx := context.Background()
-	tbl, err := delta.Open(ctx, path)
+	tbl, err := delta.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	latest, err := tbl.LatestVersion(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int64
-	for v := int64(1); v <= latest; v++ {
-		acts, err := tbl.ReadCommit(ctx, v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, a := range acts {
-			if ci, ok := a.(*delta.CommitInfo); ok && ci.Operation == delta.OperationOptimize {
-				out = append(out, v)
-				for _, b := range acts {
-					switch b := b.(type) {
-					case *delta.Add:
-						if b.DataChange {
-							t.Errorf("%s version %d: add %s with dataChange true", path, v, b.Path)
-						}
-					case *delta.Remove:
-						if b.DataChange {
-							t.Errorf("%s version %d: remove %s with dataChange true", path, v, b.Path)
-						}
-					case *delta.AddCDC:
-						t.Errorf("%s version %d: OPTIMIZE with a cdc action", path, v)
-					}
-				}
-			}
-		}
-	}
-	return out
+	return deltatest.OptimizeVersions(t, tbl, nil)
 }
 
 // checkSameRowsAround checks that each version of vs reads the same rows

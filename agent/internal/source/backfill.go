@@ -183,14 +183,13 @@ func (h *handoff) find(w watermark) *chunkWindow {
 	return nil
 }
 
-// withdraw removes a chunk's window unless the stream has taken it at its
-// high watermark, and reports whether it had.
-func (h *handoff) withdraw(win *chunkWindow) (taken bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+// remove removes a chunk's window, under mu, and reports whether it was
+// there: the stream takes a window at its high watermark, the backfiller
+// withdraws one it gives up.
+func (h *handoff) remove(win *chunkWindow) bool {
 	n := len(h.wins)
 	h.wins = slices.DeleteFunc(h.wins, func(w *chunkWindow) bool { return w == win })
-	return len(h.wins) == n
+	return len(h.wins) < n
 }
 
 // BackfillStatus describes the copy of one table.
@@ -885,7 +884,7 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 func (b *backfiller) handOver(ctx context.Context, t string, c *copiedChunk, keys []keyColumn) (chunkResult, *copiedChunk, string, error) {
 	var after *copiedChunk
 	var redo string
-	if c.next.Done || b.limiter != nil || b.rel == nil || b.rel.Key.OID != c.win.oid {
+	if c.next.Done || b.limiter != nil {
 		if err := b.emitHigh(ctx, c.win); err != nil {
 			return chunkResult{}, nil, "", b.settle(ctx, c, err)
 		}
@@ -924,18 +923,21 @@ func (b *backfiller) handOver(ctx context.Context, t string, c *copiedChunk, key
 }
 
 // drop ends a chunk that is not handed over: its transaction is rolled
-// back and its window withdrawn.
-func (b *backfiller) drop(ctx context.Context, c *copiedChunk) {
+// back and its window withdrawn. It reports whether the stream had taken
+// the window already (its high watermark was written).
+func (b *backfiller) drop(ctx context.Context, c *copiedChunk) (taken bool) {
 	b.conn.PgConn().Exec(context.WithoutCancel(ctx), "ROLLBACK").Close()
-	b.s.handoff.withdraw(c.win)
+	h := b.s.handoff
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.remove(c.win)
 }
 
 // settle ends, after err, a chunk whose high watermark may have been
 // written. If the stream has taken it, its result is waited for, and a
 // chunk queued is made durable first, so that the copy resumes after it.
 func (b *backfiller) settle(ctx context.Context, c *copiedChunk, err error) error {
-	b.conn.PgConn().Exec(context.WithoutCancel(ctx), "ROLLBACK").Close()
-	if !b.s.handoff.withdraw(c.win) {
+	if !b.drop(ctx, c) {
 		return err
 	}
 	select {

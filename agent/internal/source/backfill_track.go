@@ -3,7 +3,6 @@ package source
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -400,7 +399,7 @@ func (st *stream) watermark(m *pglogrepl.LogicalDecodingMessage) error {
 		}
 		return nil
 	}
-	h.wins = slices.DeleteFunc(h.wins, func(o *chunkWindow) bool { return o == win })
+	h.remove(win)
 	h.mu.Unlock()
 	return st.finishChunk(win, at)
 }
