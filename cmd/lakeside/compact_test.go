@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -221,15 +222,20 @@ func TestKillDuringCompaction(t *testing.T) {
 `, compactTargetSize))
 	e.exec(crashSchema)
 	stop := make(chan struct{})
-	wait := crashWorkload(t, e.dsn, 1, stop)
+	// The workload pauses while the agent is down: a start that catches
+	// up a backlog holds its flushes back (up to a minute), and so its
+	// compactions, and every run would grow the backlog of the next.
+	var gate sync.RWMutex
+	wait := gatedCrashWorkload(t, e.dsn, 1, stop, &gate)
 	kills, during := 0, 0
 	var lastLog string
-	// Six kills, and up to two more until one came during a compaction:
-	// a start that first catches up a backlog may not compact before its
-	// kill, the more so on a loaded machine; those two wait longer.
-	// (More runs grow the backlog the last start must apply.)
+	// Six kills, and up to two more until one came during a compaction;
+	// those two wait longer, as on a loaded machine.
 	for kills < 6 || during == 0 && kills < 8 {
 		d := e.start()
+		if kills > 0 {
+			gate.Unlock()
+		}
 		// Kill soon after a compaction starts, or after 15 s (60 s).
 		wait := 15 * time.Second
 		if kills >= 6 {
@@ -239,6 +245,7 @@ func TestKillDuringCompaction(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond)
+		gate.Lock()
 		e.sigkill(d, kills)
 		kills++
 		log := d.log()
@@ -248,6 +255,7 @@ func TestKillDuringCompaction(t *testing.T) {
 		}
 	}
 	d := e.start()
+	gate.Unlock()
 	time.Sleep(time.Second)
 	close(stop)
 	if err := wait(); err != nil {

@@ -36,6 +36,12 @@ INSERT INTO balances SELECT g, 0, 0 FROM generate_series(1, 1000) g;
 // events (the large ones are streamed by PostgreSQL) and update balances;
 // one in eight rolls back.
 func crashWorkload(t *testing.T, dsn string, writers int, stop <-chan struct{}) (wait func() error) {
+	return gatedCrashWorkload(t, dsn, writers, stop, nil)
+}
+
+// gatedCrashWorkload is crashWorkload whose transactions, with gate, each
+// hold its read lock: a test that write-locks it pauses the workload.
+func gatedCrashWorkload(t *testing.T, dsn string, writers int, stop <-chan struct{}, gate *sync.RWMutex) (wait func() error) {
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := 0; w < writers; w++ {
@@ -58,6 +64,9 @@ func crashWorkload(t *testing.T, dsn string, writers int, stop <-chan struct{}) 
 					rows = 500
 				}
 				rollback := rand.IntN(8) == 0
+				if gate != nil {
+					gate.RLock()
+				}
 				err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 					var n int64
 					if err := tx.QueryRow(ctx, `UPDATE counter SET n = n + 1 WHERE id = 1 RETURNING n`).Scan(&n); err != nil {
@@ -74,6 +83,9 @@ func crashWorkload(t *testing.T, dsn string, writers int, stop <-chan struct{}) 
 					}
 					return nil
 				})
+				if gate != nil {
+					gate.RUnlock()
+				}
 				if err != nil && err != errRollback {
 					errs <- err
 					return
