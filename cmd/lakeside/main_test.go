@@ -361,29 +361,39 @@ func (e *e2e) deltaRows(table string) []map[string]any {
 
 // readDelta is deltaRows returning its error.
 func (e *e2e) readDelta(table string) ([]map[string]any, error) {
+	var out []map[string]any
+	err := e.scanDelta(table, func(row map[string]any) { out = append(out, row) })
+	return out, err
+}
+
+// scanDelta calls fn with each row of the latest version of a local Delta
+// table, as a map keyed by column name, reading one data file at a time:
+// a check that only counts rows holds no more than a file of them.
+func (e *e2e) scanDelta(table string, fn func(row map[string]any)) error {
 	ctx := context.Background()
 	tbl, err := delta.Open(ctx, filepath.Join(e.stateDir, "tables", table))
 	if err != nil {
-		return nil, fmt.Errorf("open Delta table %s: %w", table, err)
+		return fmt.Errorf("open Delta table %s: %w", table, err)
 	}
 	snap, err := tbl.Snapshot(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot %s: %w", table, err)
-	}
-	rows, err := snap.ReadRows(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", table, err)
+		return fmt.Errorf("snapshot %s: %w", table, err)
 	}
 	names := snap.Schema().FieldNames()
-	out := make([]map[string]any, len(rows))
-	for i, r := range rows {
-		m := make(map[string]any, len(names))
-		for j, n := range names {
-			m[n] = r[j]
+	err = snap.ScanFiles(ctx, func(_ *delta.Add, rows []delta.Row) error {
+		for _, r := range rows {
+			m := make(map[string]any, len(names))
+			for j, n := range names {
+				m[n] = r[j]
+			}
+			fn(m)
 		}
-		out[i] = m
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read %s: %w", table, err)
 	}
-	return out, nil
+	return nil
 }
 
 // waitApplied waits until everything captured so far is in the Delta
