@@ -123,6 +123,9 @@ func (c *Compactor) Run(ctx context.Context) error {
 		}
 		opts := c.cfg.Options
 		opts.Tables, opts.Skip = tables, c.cfg.Hold
+		// The data files are encoded on this thread too, at its
+		// priority.
+		opts.Write.Inline = true
 		if _, err := c.pass(ctx, opts); err != nil && ctx.Err() == nil {
 			c.app.log.Warn("compaction failed; trying again later", "err", err)
 		}

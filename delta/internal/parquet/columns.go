@@ -25,6 +25,9 @@ type columnarWriter struct {
 	// expectRows is how many rows the caller expects (at most maxRows),
 	// or zero (see WriteOptions.ExpectedRows).
 	expectRows int
+	// inline encodes row groups on the caller's goroutine (see
+	// WriteOptions.Inline).
+	inline bool
 	// filling holds the rows of the row group being written.
 	filling *rowGroupColumns
 	// encoding are the row groups being encoded, oldest first; free the
@@ -217,6 +220,10 @@ func (c *columnarWriter) encode(more bool) error {
 	}
 	job := &encodeJob{g: g, committed: make(chan struct{})}
 	c.encoding = append(c.encoding, job)
+	if c.inline {
+		job.run(prev, c.stats)
+		return c.waitOldest()
+	}
 	go job.run(prev, c.stats)
 	return nil
 }

@@ -257,45 +257,53 @@ func checkChunkBounds(t *testing.T, what string, stats metadata.TypedStatistics,
 // in uneven Write calls over several row groups, and checks that arrow-go
 // reads back every value and null, that each row group has the right rows
 // and null counts, and that the Delta stats are those of the values one by
-// one.
+// one; with row groups encoded on goroutines of their own and inline.
 func TestColumnarWriteReadBack(t *testing.T) {
-	ctx := context.Background()
 	st := flatTypesSchema()
 	var rows []types.Row
 	for i := range 2500 {
 		rows = append(rows, flatTypesRow(t, i))
 	}
 	want := normalizedRows(t, st, rows)
-	for _, rg := range []int{2500, 1111, 333, 7} {
-		t.Run(fmt.Sprintf("row groups of %d", rg), func(t *testing.T) {
-			dir := t.TempDir()
-			w, err := newDataWriter(dir, st, nil, WriteOptions{RowGroupRows: int64(rg)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, n := 0, 1; i < len(rows); i, n = i+n, n*3%101+1 {
-				if err := w.Write(rows[i:min(i+n, len(rows))]); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if w.NumRows() != int64(len(rows)) {
-				t.Errorf("NumRows %d, want %d", w.NumRows(), len(rows))
-			}
-			add, err := w.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(dir, add.Path)
-			got, err := ReadFile(ctx, path, st)
-			if err != nil {
-				t.Fatal(err)
-			}
-			assertSameRowsInOrder(t, "read back", got, want)
-			checkRowGroups(t, path, st, want, rg)
-			if ref := referenceStats(t, st, rows); add.Stats != ref {
-				t.Errorf("stats\n got: %s\nwant: %s", add.Stats, ref)
-			}
-		})
+	for _, inline := range []bool{false, true} {
+		for _, rg := range []int{2500, 1111, 333, 7} {
+			t.Run(fmt.Sprintf("row groups of %d, inline %t", rg, inline), func(t *testing.T) {
+				writeReadBack(t, st, rows, want, WriteOptions{RowGroupRows: int64(rg), Inline: inline})
+			})
+		}
+	}
+}
+
+// writeReadBack writes rows in uneven Write calls with opts and checks
+// what TestColumnarWriteReadBack says.
+func writeReadBack(t *testing.T, st *types.StructType, rows, want []types.Row, opts WriteOptions) {
+	t.Helper()
+	dir := t.TempDir()
+	w, err := newDataWriter(dir, st, nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := 0, 1; i < len(rows); i, n = i+n, n*3%101+1 {
+		if err := w.Write(rows[i:min(i+n, len(rows))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.NumRows() != int64(len(rows)) {
+		t.Errorf("NumRows %d, want %d", w.NumRows(), len(rows))
+	}
+	add, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, add.Path)
+	got, err := ReadFile(context.Background(), path, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSameRowsInOrder(t, "read back", got, want)
+	checkRowGroups(t, path, st, want, int(opts.RowGroupRows))
+	if ref := referenceStats(t, st, rows); add.Stats != ref {
+		t.Errorf("stats\n got: %s\nwant: %s", add.Stats, ref)
 	}
 }
 

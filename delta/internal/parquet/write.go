@@ -71,6 +71,10 @@ type WriteOptions struct {
 	// copies the columns several times over. It is a hint: more rows or
 	// fewer may be written.
 	ExpectedRows int64
+	// Inline encodes each full row group on the goroutine that writes
+	// the rows, not on goroutines of its own: for a writer whose CPU
+	// must stay on its thread, as a compaction at low priority's does.
+	Inline bool
 }
 
 // Writer writes one Parquet file with parquet-go and computes the Delta
@@ -78,7 +82,8 @@ type WriteOptions struct {
 // schema, of which the file stores the fields the writer was made for: the
 // values of the others are not looked at. Full row groups are encoded on
 // other goroutines while the next rows come, so a writer holds the values of
-// up to three row groups in memory. A Writer is not safe for concurrent use.
+// up to three row groups in memory (two with WriteOptions.Inline). A Writer
+// is not safe for concurrent use.
 type Writer struct {
 	path    string
 	file    *os.File
@@ -170,6 +175,7 @@ func (w *Writer) Create(path string) error {
 	w.stats = newStatsCollector(w.data)
 	w.columns = newColumnarWriter(w.writer, w.data, w.stats, w.rg, w.opts.Buffers, w.key)
 	w.columns.expectRows = int(min(w.opts.ExpectedRows, w.rg))
+	w.columns.inline = w.opts.Inline
 	return nil
 }
 
