@@ -1,0 +1,153 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lakeside/lakeside/internal/pgtest"
+	"github.com/lakeside/lakeside/store"
+)
+
+// TestBackfillOfAPartitionedTable adds a partitioned table to the
+// configured tables while a writer inserts, updates and deletes its rows
+// and moves rows from one partition to another: the copy pages the root by
+// its key across the partitions, and the queue replays to the rows
+// PostgreSQL has, under the root's name.
+func TestBackfillOfAPartitionedTable(t *testing.T) {
+	h := newHarness(t)
+	h.exec(`CREATE TABLE a (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`)
+	h.cfg.Tables = []Table{{"public", "a"}}
+	h.start()
+	h.waitStreaming()
+	h.stop()
+
+	h.exec(`CREATE TABLE pb (id int8 PRIMARY KEY, v int8 NOT NULL, note text) PARTITION BY RANGE (id)`,
+		`CREATE TABLE pb_low PARTITION OF pb FOR VALUES FROM (MINVALUE) TO (3000)`,
+		`CREATE TABLE pb_mid PARTITION OF pb FOR VALUES FROM (3000) TO (6000)`,
+		`CREATE TABLE pb_high PARTITION OF pb FOR VALUES FROM (6000) TO (MAXVALUE)`,
+		`INSERT INTO pb SELECT g, g, 'seed' FROM generate_series(1, 9000) g`)
+	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "pb"})
+	h.cfg.BackfillChunkRows = 500
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var werr error
+	conn := pgtest.Conn(t, h.dsn)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ctx := context.Background()
+		next := int64(9001)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				var err error
+				switch r := rand.IntN(10); {
+				case r < 3:
+					_, err = tx.Exec(ctx, `INSERT INTO pb VALUES ($1, $1, 'new')`, next)
+					next++
+				case r < 6:
+					_, err = tx.Exec(ctx, `UPDATE pb SET v = v + 1, note = 'changed' WHERE id = $1`, 1+rand.Int64N(next))
+				case r < 8:
+					// From one partition to another: a delete and an
+					// insert in the stream.
+					_, err = tx.Exec(ctx, `UPDATE pb SET id = $2, note = 'moved' WHERE id = $1`, 1+rand.Int64N(6000), next)
+					next++
+				default:
+					_, err = tx.Exec(ctx, `DELETE FROM pb WHERE id = $1`, 1+rand.Int64N(next))
+				}
+				return err
+			})
+			if err != nil {
+				werr = err
+				return
+			}
+		}
+	}()
+	h.start()
+	h.waitStreaming()
+	done := h.waitBackfilled("public.pb")
+	close(stop)
+	wg.Wait()
+	if werr != nil {
+		t.Fatalf("writer: %v", werr)
+	}
+	h.waitCaughtUp()
+	txns, rels := h.txns()
+	h.stop()
+	rep, err := replayWith(txns, rels, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameRows(t, "public.pb replayed", replayedRows(rep, "public.pb"), h.rowsOf("pb"))
+	for _, rel := range rels {
+		if rel.Name != "a" && rel.Name != "pb" {
+			t.Errorf("the queue holds a schema version of %s.%s: a partition is captured as its own table", rel.Schema, rel.Name)
+		}
+	}
+	if done.Chunks < 18 {
+		t.Errorf("the copy took %d chunks of 500 rows, want 18 or more for 9000 rows", done.Chunks)
+	}
+	t.Logf("%d rows copied in %d chunks", done.Rows, done.Chunks)
+}
+
+// TestBackfillOfAPartitionedTableWithoutKey copies a partitioned table
+// with no key by ctid ranges, which select rows in every partition at
+// once: partitions of unlike sizes, one empty, are each copied whole and
+// once.
+func TestBackfillOfAPartitionedTableWithoutKey(t *testing.T) {
+	h := newHarness(t)
+	h.exec(`CREATE TABLE a (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`)
+	h.cfg.Tables = []Table{{"public", "a"}}
+	h.start()
+	h.waitStreaming()
+	h.stop()
+
+	h.exec(`CREATE TABLE pbag (id int8, v int8, note text) PARTITION BY LIST ((id % 4))`,
+		`CREATE TABLE pbag_0 PARTITION OF pbag FOR VALUES IN (0)`,
+		`CREATE TABLE pbag_1 PARTITION OF pbag FOR VALUES IN (1)`,
+		`CREATE TABLE pbag_2 PARTITION OF pbag FOR VALUES IN (2)`,
+		`CREATE TABLE pbag_3 PARTITION OF pbag FOR VALUES IN (3)`)
+	for _, p := range []string{"pbag", "pbag_0", "pbag_1", "pbag_2", "pbag_3"} {
+		h.exec(fmt.Sprintf(`ALTER TABLE %s REPLICA IDENTITY FULL`, p))
+	}
+	// Partition 0 many pages, 1 a few rows, 2 none, 3 some pages; rows
+	// repeat.
+	h.exec(`INSERT INTO pbag SELECT (g % 700) * 4, g, 'dup' FROM generate_series(1, 6000) g`,
+		`INSERT INTO pbag SELECT g * 4 + 1, g, 'few' FROM generate_series(1, 5) g`,
+		`INSERT INTO pbag SELECT g * 4 + 3, g % 10, repeat('x', 200) FROM generate_series(1, 1500) g`)
+	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "pbag"})
+	h.cfg.BackfillChunkRows = 1000
+	txns, rels, done := h.copyAndStopStatus("public.pbag")
+	var got []string
+	for _, txn := range txns {
+		for _, c := range txn.Changes {
+			if rels[c.Relation].Name != "pbag" {
+				continue
+			}
+			switch c.Op {
+			case store.OpTruncate:
+				got = nil
+			case store.OpSnapshot:
+				got = append(got, fmt.Sprintf("%d|%d|%s", c.New[0].Int, c.New[1].Int, c.New[2].Bytes))
+			default:
+				t.Fatalf("unexpected %s", c.Op)
+			}
+		}
+	}
+	slices.Sort(got)
+	sameRows(t, "public.pbag replayed", got, h.rowsOf("pbag"))
+	if done.Chunks < 2 {
+		t.Errorf("the copy took %d chunk, want several", done.Chunks)
+	}
+	t.Logf("%d rows copied in %d chunks", done.Rows, done.Chunks)
+}
