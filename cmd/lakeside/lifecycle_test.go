@@ -34,6 +34,10 @@ const lifecycleTables = `
 	ALTER TABLE no_key REPLICA IDENTITY FULL;
 	CREATE TABLE late (id int4 PRIMARY KEY, v text);
 	CREATE TABLE steady (id int8 PRIMARY KEY, n int8);
+	CREATE TABLE parted (id int4 PRIMARY KEY, v text) PARTITION BY RANGE (id);
+	CREATE TABLE parted_low PARTITION OF parted FOR VALUES FROM (MINVALUE) TO (100);
+	CREATE TABLE parted_mid PARTITION OF parted FOR VALUES FROM (100) TO (200);
+	INSERT INTO parted SELECT g, 'v' || g FROM generate_series(1, 199) g;
 	INSERT INTO add_default SELECT g, 'v' || g FROM generate_series(1, 200) g;
 	INSERT INTO add_volatile SELECT g, 'v' || g FROM generate_series(1, 200) g;
 	INSERT INTO key_type SELECT g, 'v' || g FROM generate_series(1, 200) g;
@@ -53,7 +57,7 @@ const lifecycleTables = `
 // table kept flowing.
 func TestDatabaseLifecycle(t *testing.T) {
 	tables := []string{"public.add_default", "public.add_volatile", "public.key_type", "public.col_type", "public.col_using", "public.col_rename",
-		"public.new_key", "public.renamed", "public.recreated", "public.no_key", "public.steady"}
+		"public.new_key", "public.renamed", "public.recreated", "public.no_key", "public.parted", "public.steady"}
 	e := newE2E(t, tables)
 	e.exec(lifecycleTables, `INSERT INTO steady VALUES (1, 0)`)
 	d := e.start()
@@ -149,6 +153,18 @@ func TestDatabaseLifecycle(t *testing.T) {
 			`DELETE FROM no_key WHERE ctid = (SELECT min(ctid) FROM no_key WHERE who = 'w3')`,
 			`UPDATE no_key SET extra = 5 WHERE who = 'w4'`},
 			"no_key", `SELECT who, extra FROM no_key`, []string{"who", "extra"}},
+		{"partition attached with rows", []string{
+			`CREATE TABLE parted_high (LIKE parted INCLUDING ALL)`,
+			`INSERT INTO parted_high SELECT g, 'h' || g FROM generate_series(200, 299) g`,
+			`ALTER TABLE parted ATTACH PARTITION parted_high FOR VALUES FROM (200) TO (MAXVALUE)`},
+			"parted", `SELECT id, v FROM parted`, []string{"id", "v"}},
+		{"partition detached", []string{
+			`ALTER TABLE parted DETACH PARTITION parted_low`,
+			`UPDATE parted SET v = 'after' WHERE id IN (150, 250)`},
+			"parted", `SELECT id, v FROM parted`, []string{"id", "v"}},
+		{"partition dropped", []string{
+			`DROP TABLE parted_mid`},
+			"parted", `SELECT id, v FROM parted`, []string{"id", "v"}},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
@@ -188,7 +204,7 @@ func TestDatabaseLifecycle(t *testing.T) {
 
 	t.Run("log and status say what happened", func(t *testing.T) {
 		log := d.log()
-		for _, want := range []string{"column type changed", "mirror rewritten", "column renamed"} {
+		for _, want := range []string{"column type changed", "mirror rewritten", "column renamed", "the partitions of a captured table changed"} {
 			if !strings.Contains(log, want) {
 				t.Errorf("the log does not say %q", want)
 			}

@@ -9,9 +9,10 @@ import (
 // the snapshot and changed in every partition (a row moved across
 // partitions too), land in one pair of Delta tables named after the root,
 // and a partition attached later is captured through it. A partition
-// detached is captured no more (its rows stay in the mirror: PostgreSQL
-// publishes no row change for a detach), and a TRUNCATE of the table
-// empties the mirror.
+// detached is captured no more (the applier alone keeps its rows in the
+// mirror: PostgreSQL publishes no row change for a detach, and the
+// source's catalog watcher, not run here, has the table copied again), and
+// a TRUNCATE of the table empties the mirror.
 func TestPartitionedTable(t *testing.T) {
 	h := newHarness(t, `
 		CREATE TABLE meas (id int, at date, v int, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);

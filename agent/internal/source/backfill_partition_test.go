@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -150,4 +151,80 @@ func TestBackfillOfAPartitionedTableWithoutKey(t *testing.T) {
 		t.Errorf("the copy took %d chunk, want several", done.Chunks)
 	}
 	t.Logf("%d rows copied in %d chunks", done.Rows, done.Chunks)
+}
+
+// waitCopied waits until the source reports a copy of table for reason
+// that began after since and is done.
+func (h *harness) waitCopied(table, reason string, since time.Time) BackfillStatus {
+	h.t.Helper()
+	var got BackfillStatus
+	h.waitFor(reason+" copy of "+table, func(*store.Reader) bool {
+		for _, b := range h.src.Backfills() {
+			if b.Table == table && b.Reason == reason && b.Done && b.Since.After(since) {
+				got = b
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// TestPartitionChangesCopyTheTableAgain changes the partitions of a
+// captured partitioned table, for which PostgreSQL sends no row change: a
+// partition attached empty is left to the stream; one attached with rows
+// has the table copied again over what is queued; one detached, and one
+// dropped, have it truncated and copied again. After each step the queue
+// replays to the rows PostgreSQL's table has.
+func TestPartitionChangesCopyTheTableAgain(t *testing.T) {
+	h := newHarness(t)
+	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text) PARTITION BY RANGE (id)`,
+		`CREATE TABLE b_low PARTITION OF b FOR VALUES FROM (MINVALUE) TO (1000)`,
+		`CREATE TABLE b_mid PARTITION OF b FOR VALUES FROM (1000) TO (2000)`,
+		`INSERT INTO b SELECT g, g, 'seed' FROM generate_series(1, 1999) g`)
+	h.cfg.Tables = []Table{{"public", "b"}}
+	h.cfg.WatchInterval = 100 * time.Millisecond
+	h.start()
+	h.waitStreaming()
+	check := func(step string) {
+		t.Helper()
+		h.waitCaughtUp()
+		txns, rels := h.txns()
+		rep, err := replayWith(txns, rels, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameRows(t, "public.b replayed "+step, replayedRows(rep, "public.b"), h.rowsOf("b"))
+	}
+
+	// Empty, then filled through the stream: no copy.
+	h.exec(`CREATE TABLE b_empty PARTITION OF b FOR VALUES FROM (2000) TO (3000)`)
+	h.waitFor("the empty partition noticed", func(*store.Reader) bool {
+		return slices.ContainsFunc(h.src.Tables(), func(s TableStatus) bool { return s.Event == "partition attached empty" })
+	})
+	h.exec(`INSERT INTO b SELECT g, g, 'streamed' FROM generate_series(2000, 2099) g`)
+	check("after an empty partition was attached and filled")
+	for _, b := range h.src.Backfills() {
+		if b.Reason == ReasonPartitionAttached {
+			t.Fatalf("an empty partition attached had the table copied: %+v", b)
+		}
+	}
+
+	since := time.Now()
+	h.exec(`CREATE TABLE b_high (LIKE b INCLUDING ALL)`,
+		`INSERT INTO b_high SELECT g, g, 'attached' FROM generate_series(3000, 3499) g`,
+		`ALTER TABLE b ATTACH PARTITION b_high FOR VALUES FROM (3000) TO (MAXVALUE)`)
+	h.waitCopied("public.b", ReasonPartitionAttached, since)
+	check("after a partition with rows was attached")
+
+	since = time.Now()
+	h.exec(`ALTER TABLE b DETACH PARTITION b_mid`)
+	h.waitCopied("public.b", ReasonPartitionDetached, since)
+	check("after a partition was detached")
+
+	since = time.Now()
+	h.exec(`DROP TABLE b_low`)
+	h.waitCopied("public.b", ReasonPartitionDetached, since)
+	check("after a partition was dropped")
+	h.stop()
 }

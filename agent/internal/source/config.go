@@ -98,6 +98,15 @@ const ReasonRecreated = "recreated"
 // volatile default): PostgreSQL sent no change for its rows.
 const ReasonRewritten = "rewritten"
 
+// ReasonPartitionAttached and ReasonPartitionDetached are the reasons of
+// the copy of a partitioned table a partition was attached to with rows,
+// or detached or dropped from: PostgreSQL sent no change for the
+// partition's rows.
+const (
+	ReasonPartitionAttached = "partition attached"
+	ReasonPartitionDetached = "partition detached"
+)
+
 // sessionParams are set on every connection so that the text form of values
 // is the one the decoders expect, whatever the server's defaults.
 var sessionParams = map[string]string{

@@ -467,6 +467,12 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	// Know how far behind the server this session starts before saying
 	// it streams: later stages hold back while capture catches up.
 	st.sampleServerWAL(ctx)
+	// The partitions as the stream starts: the watcher acts on what
+	// changes from here.
+	leaves, err := partitionLeaves(ctx, conn, captured)
+	if err != nil {
+		return err
+	}
 	s.setState("streaming")
 	s.update(func(st *Status) { st.LastError = "" })
 	onStreaming()
@@ -477,7 +483,7 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		s.watch(wctx, captured)
+		s.watch(wctx, captured, leaves)
 	}()
 	backfilled := make(chan error, 1)
 	// A read deadline in the past ends the stream's wait for a message

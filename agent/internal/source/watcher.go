@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,13 +56,19 @@ type watched struct {
 	announcedFor uint32
 	// logged is the condition last logged, so that each is logged once.
 	logged string
+	// leaves are the OIDs of the partitions of a partitioned table as
+	// last seen (leavesOf, while it was captured as oid).
+	leaves   string
+	leavesOf uint32
 }
 
-// watch runs the catalog watcher until ctx ends.
-func (s *Source) watch(ctx context.Context, captured []*capturedTable) {
+// watch runs the catalog watcher until ctx ends; leaves are the captured
+// tables' partitions as the session began (partitionLeaves).
+func (s *Source) watch(ctx context.Context, captured []*capturedTable, leaves map[uint32]string) {
 	w := &watcher{s: s, types: typemap.New(), asked: map[string]bool{}}
 	for _, c := range captured {
-		w.tables = append(w.tables, &watched{configured: c.configured, identity: c.identity, oid: c.oid, name: c.current})
+		w.tables = append(w.tables, &watched{configured: c.configured, identity: c.identity, oid: c.oid, name: c.current,
+			leaves: leaves[c.oid], leavesOf: c.oid})
 	}
 	defer func() {
 		if w.conn != nil {
@@ -135,14 +143,16 @@ func (w *watcher) tick(ctx context.Context) error {
 
 // look is what the catalog says of a captured table: the OID its
 // configured name finds (0 for none), whether its OID exists and under
-// what name, and a description of its columns (pg_attribute: number,
-// name, type, type modifier, dropped, missing value, generated), primary
-// key and replica identity.
+// what name, a description of its columns (pg_attribute: number, name,
+// type, type modifier, dropped, missing value, generated), primary key and
+// replica identity, and the OIDs of its partitions that hold rows (none
+// for a table that is not partitioned), sorted.
 type look struct {
 	nameOID uint32
 	exists  bool
 	name    Table
 	desc    string
+	leaves  string
 }
 
 func (w *watcher) look(ctx context.Context, schemas, names []string, oids []int64) ([]look, error) {
@@ -155,7 +165,8 @@ func (w *watcher) look(ctx context.Context, schemas, names []string, oids []int6
 		                                   a.attisdropped || ':' || a.atthasmissing || ':' || a.attgenerated::text, ',' ORDER BY a.attnum)
 		                 FROM pg_attribute a WHERE a.attrelid = r.oid AND a.attnum > 0), '') || '|' ||
 		       coalesce((SELECT i.indkey::text FROM pg_index i WHERE i.indrelid = r.oid AND i.indisprimary), '') || '|' ||
-		       coalesce((SELECT string_agg(i.indkey::text, ';') FROM pg_index i WHERE i.indrelid = r.oid AND i.indisreplident), '')
+		       coalesce((SELECT string_agg(i.indkey::text, ';') FROM pg_index i WHERE i.indrelid = r.oid AND i.indisreplident), ''),
+		       `+leavesSQL("r.oid")+`
 		FROM unnest($1::text[], $2::text[], $3::int8[]) WITH ORDINALITY AS t(schema, name, oid, i)
 		LEFT JOIN pg_class r ON r.oid = t.oid::oid
 		LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace
@@ -167,7 +178,7 @@ func (w *watcher) look(ctx context.Context, schemas, names []string, oids []int6
 	for rows.Next() {
 		var l look
 		var nameOID int64
-		if err := rows.Scan(&nameOID, &l.exists, &l.name.Schema, &l.name.Name, &l.desc); err != nil {
+		if err := rows.Scan(&nameOID, &l.exists, &l.name.Schema, &l.name.Name, &l.desc, &l.leaves); err != nil {
 			return nil, fmt.Errorf("look at the captured tables: %w", err)
 		}
 		l.nameOID = uint32(nameOID)
@@ -205,6 +216,9 @@ func (w *watcher) check(ctx context.Context, t *watched, l look) error {
 					"table", t.configured.String(), "oid", l.nameOID, "captured_oid", t.oid, "captured_as", l.name.String())
 			})
 		}
+		if err := w.partitions(ctx, t, l.leaves); err != nil {
+			return err
+		}
 		if t.seenOID == t.oid && t.seen == l.desc {
 			return nil
 		}
@@ -233,6 +247,116 @@ func (w *watcher) check(ctx context.Context, t *watched, l look) error {
 		})
 	}
 	return nil
+}
+
+// partitions acts on the partitions of a captured partitioned table,
+// leaves as look found them: PostgreSQL sends no row change when a
+// partition is attached, detached or dropped, so its rows would be
+// missing from the copy, or kept there, with nothing said. A partition
+// detached or dropped has the table copied again from a truncate
+// (ReasonPartitionDetached); one attached that holds rows has the table
+// copied again over what its Delta tables hold (ReasonPartitionAttached),
+// and an empty one needs nothing: its rows come through the stream. What
+// changes while capture is stopped is not seen (see docs/architecture.md).
+func (w *watcher) partitions(ctx context.Context, t *watched, leaves string) error {
+	if t.leavesOf != t.oid {
+		t.leaves, t.leavesOf = leaves, t.oid
+		return nil
+	}
+	if leaves == t.leaves {
+		return nil
+	}
+	was, now := strings.Split(t.leaves, ","), strings.Split(leaves, ",")
+	var added, removed []string
+	for _, o := range now {
+		if o != "" && !slices.Contains(was, o) {
+			added = append(added, o)
+		}
+	}
+	for _, o := range was {
+		if o != "" && !slices.Contains(now, o) {
+			removed = append(removed, o)
+		}
+	}
+	req := resyncRequest{table: t.identity, truncate: true, reason: ReasonPartitionDetached}
+	if len(removed) == 0 {
+		rows, err := w.partitionRows(ctx, added)
+		if err != nil {
+			return fmt.Errorf("look at the partitions of %s: %w", t.configured, err)
+		}
+		req = resyncRequest{table: t.identity, oid: t.oid, reason: ReasonPartitionAttached}
+		if !rows {
+			w.s.log.Info("a partition of a captured table was attached empty; its rows come through the stream",
+				"table", t.configured.String(), "oid", t.oid, "partitions", strings.Join(added, ","))
+			w.s.noteTable(t.identity, func(s *TableStatus) {
+				s.Event, s.EventTime = "partition attached empty", time.Now()
+			})
+			t.leaves = leaves
+			return nil
+		}
+	}
+	if err := w.s.request(ctx, req); err != nil {
+		return fmt.Errorf("copy %s again after its partitions changed: %w", t.configured, err)
+	}
+	w.s.log.Warn("the partitions of a captured table changed, which PostgreSQL sends no row change for; the table's rows are copied again",
+		"table", t.configured.String(), "oid", t.oid, "attached", strings.Join(added, ","), "detached_or_dropped", strings.Join(removed, ","),
+		"reason", req.reason, "truncate_first", req.truncate)
+	w.s.noteTable(t.identity, func(s *TableStatus) {
+		s.Event, s.EventTime = req.reason+"; copied again", time.Now()
+	})
+	t.leaves = leaves
+	return nil
+}
+
+// leavesSQL returns an expression that lists the partitions that hold the
+// rows of the table oid, an SQL expression (none for a table that is not
+// partitioned), sorted, as look compares them.
+func leavesSQL(oid string) string {
+	return `coalesce((SELECT string_agg(p.relid::oid::int8::text, ',' ORDER BY p.relid::oid::int8)
+		FROM pg_partition_tree(` + oid + `) p WHERE p.isleaf AND p.relid <> ` + oid + `), '')`
+}
+
+// partitionLeaves returns the partitions of the captured tables by OID,
+// as look gives them.
+func partitionLeaves(ctx context.Context, conn *pgx.Conn, captured []*capturedTable) (map[uint32]string, error) {
+	out := map[uint32]string{}
+	for _, c := range captured {
+		var leaves string
+		if err := conn.QueryRow(ctx, "SELECT "+leavesSQL("$1::oid"), int64(c.oid)).Scan(&leaves); err != nil {
+			return nil, fmt.Errorf("read the partitions of %s: %w", c.configured, err)
+		}
+		out[c.oid] = leaves
+	}
+	return out, nil
+}
+
+// partitionRows reports whether any of the partitions oids (as text)
+// holds a row. A partition dropped meanwhile holds none.
+func (w *watcher) partitionRows(ctx context.Context, oids []string) (bool, error) {
+	tx, err := w.conn.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+watchLockTimeout+"'"); err != nil {
+		return false, err
+	}
+	for _, o := range oids {
+		var name string
+		err := tx.QueryRow(ctx, `SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c
+			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::oid`, o).Scan(&name)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		var rows bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+name+")").Scan(&rows); err != nil || rows {
+			return rows, err
+		}
+	}
+	return false, nil
 }
 
 // logOnce calls log unless the table's condition is what was logged last.
