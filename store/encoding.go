@@ -31,6 +31,9 @@ const (
 	recordInlineTxn byte = 'T'
 	// recordBackfill is a table's backfill progress (see Backfill).
 	recordBackfill byte = 'B'
+	// recordPartitions is a partitioned table's leaf partitions (see
+	// Writer.PutPartitions).
+	recordPartitions byte = 'P'
 )
 
 // encoder appends to a byte slice.

@@ -116,9 +116,11 @@ func (w *Writer) ClearSlotState() error {
 	if err := w.raiseMetaLSN(keyGeneration, "queue generation", LSN(gen+1)); err != nil {
 		return err
 	}
-	if w.tx.Bucket(bucketBackfill) != nil {
-		if err := w.tx.DeleteBucket(bucketBackfill); err != nil {
-			return fmt.Errorf("clear %s: %w", bucketBackfill, err)
+	for _, name := range [][]byte{bucketBackfill, bucketPartitions} {
+		if w.tx.Bucket(name) != nil {
+			if err := w.tx.DeleteBucket(name); err != nil {
+				return fmt.Errorf("clear %s: %w", name, err)
+			}
 		}
 	}
 	for _, name := range [][]byte{bucketQueue, bucketSpool, bucketRelations} {

@@ -174,8 +174,9 @@ func (h *harness) waitCopied(table, reason string, since time.Time) BackfillStat
 // captured partitioned table, for which PostgreSQL sends no row change: a
 // partition attached empty is left to the stream; one attached with rows
 // has the table copied again over what is queued; one detached, and one
-// dropped, have it truncated and copied again. After each step the queue
-// replays to the rows PostgreSQL's table has.
+// dropped, have it truncated and copied again; and so do the same changes
+// made while capture is stopped, at the next start. After each step the
+// queue replays to the rows PostgreSQL's table has.
 func TestPartitionChangesCopyTheTableAgain(t *testing.T) {
 	h := newHarness(t)
 	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text) PARTITION BY RANGE (id)`,
@@ -226,5 +227,23 @@ func TestPartitionChangesCopyTheTableAgain(t *testing.T) {
 	h.exec(`DROP TABLE b_low`)
 	h.waitCopied("public.b", ReasonPartitionDetached, since)
 	check("after a partition was dropped")
+
+	// While capture is stopped: the state file's partitions tell.
+	h.stop()
+	h.exec(`CREATE TABLE b_more (LIKE b INCLUDING ALL)`,
+		`INSERT INTO b_more SELECT g, g, 'while stopped' FROM generate_series(1, 99) g`,
+		`ALTER TABLE b ATTACH PARTITION b_more FOR VALUES FROM (MINVALUE) TO (100)`)
+	since = time.Now()
+	h.start()
+	h.waitStreaming()
+	h.waitCopied("public.b", ReasonPartitionAttached, since)
+	check("after a partition was attached while capture was stopped")
+	h.stop()
+	h.exec(`ALTER TABLE b DETACH PARTITION b_empty`)
+	since = time.Now()
+	h.start()
+	h.waitStreaming()
+	h.waitCopied("public.b", ReasonPartitionDetached, since)
+	check("after a partition was detached while capture was stopped")
 	h.stop()
 }

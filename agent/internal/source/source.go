@@ -467,9 +467,9 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	// Know how far behind the server this session starts before saying
 	// it streams: later stages hold back while capture catches up.
 	st.sampleServerWAL(ctx)
-	// The partitions as the stream starts: the watcher acts on what
-	// changes from here.
-	leaves, err := partitionLeaves(ctx, conn, captured)
+	// The partitions the watcher acts on the changes of: as recorded,
+	// or for a table with no record, as the stream starts.
+	leaves, err := s.seedPartitions(ctx, conn, captured)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,14 +56,15 @@ type watched struct {
 	// logged is the condition last logged, so that each is logged once.
 	logged string
 	// leaves are the OIDs of the partitions of a partitioned table as
-	// last seen (leavesOf, while it was captured as oid).
-	leaves   string
+	// capture last acted on them (leavesOf, while it was captured as
+	// oid), sorted.
+	leaves   []uint32
 	leavesOf uint32
 }
 
 // watch runs the catalog watcher until ctx ends; leaves are the captured
-// tables' partitions as the session began (partitionLeaves).
-func (s *Source) watch(ctx context.Context, captured []*capturedTable, leaves map[uint32]string) {
+// tables' partitions as capture last acted on them (seedPartitions).
+func (s *Source) watch(ctx context.Context, captured []*capturedTable, leaves map[uint32][]uint32) {
 	w := &watcher{s: s, types: typemap.New(), asked: map[string]bool{}}
 	for _, c := range captured {
 		w.tables = append(w.tables, &watched{configured: c.configured, identity: c.identity, oid: c.oid, name: c.current,
@@ -152,7 +152,7 @@ type look struct {
 	exists  bool
 	name    Table
 	desc    string
-	leaves  string
+	leaves  []uint32
 }
 
 func (w *watcher) look(ctx context.Context, schemas, names []string, oids []int64) ([]look, error) {
@@ -178,9 +178,11 @@ func (w *watcher) look(ctx context.Context, schemas, names []string, oids []int6
 	for rows.Next() {
 		var l look
 		var nameOID int64
-		if err := rows.Scan(&nameOID, &l.exists, &l.name.Schema, &l.name.Name, &l.desc, &l.leaves); err != nil {
+		var leaves []int64
+		if err := rows.Scan(&nameOID, &l.exists, &l.name.Schema, &l.name.Name, &l.desc, &leaves); err != nil {
 			return nil, fmt.Errorf("look at the captured tables: %w", err)
 		}
+		l.leaves = toOIDs(leaves)
 		l.nameOID = uint32(nameOID)
 		out = append(out, l)
 	}
@@ -256,25 +258,26 @@ func (w *watcher) check(ctx context.Context, t *watched, l look) error {
 // detached or dropped has the table copied again from a truncate
 // (ReasonPartitionDetached); one attached that holds rows has the table
 // copied again over what its Delta tables hold (ReasonPartitionAttached),
-// and an empty one needs nothing: its rows come through the stream. What
-// changes while capture is stopped is not seen (see docs/architecture.md).
-func (w *watcher) partitions(ctx context.Context, t *watched, leaves string) error {
+// and an empty one needs nothing: its rows come through the stream. The
+// partitions acted on are recorded in the state file, so that a change
+// made while capture is stopped is acted on at the next start.
+func (w *watcher) partitions(ctx context.Context, t *watched, leaves []uint32) error {
 	if t.leavesOf != t.oid {
-		t.leaves, t.leavesOf = leaves, t.oid
+		// A new generation: its partitions are its own.
+		t.leavesOf = t.oid
+		return w.recordPartitions(t, leaves)
+	}
+	if slices.Equal(leaves, t.leaves) {
 		return nil
 	}
-	if leaves == t.leaves {
-		return nil
-	}
-	was, now := strings.Split(t.leaves, ","), strings.Split(leaves, ",")
-	var added, removed []string
-	for _, o := range now {
-		if o != "" && !slices.Contains(was, o) {
+	var added, removed []uint32
+	for _, o := range leaves {
+		if !slices.Contains(t.leaves, o) {
 			added = append(added, o)
 		}
 	}
-	for _, o := range was {
-		if o != "" && !slices.Contains(now, o) {
+	for _, o := range t.leaves {
+		if !slices.Contains(leaves, o) {
 			removed = append(removed, o)
 		}
 	}
@@ -284,55 +287,84 @@ func (w *watcher) partitions(ctx context.Context, t *watched, leaves string) err
 		if err != nil {
 			return fmt.Errorf("look at the partitions of %s: %w", t.configured, err)
 		}
-		req = resyncRequest{table: t.identity, oid: t.oid, reason: ReasonPartitionAttached}
 		if !rows {
 			w.s.log.Info("a partition of a captured table was attached empty; its rows come through the stream",
-				"table", t.configured.String(), "oid", t.oid, "partitions", strings.Join(added, ","))
+				"table", t.configured.String(), "oid", t.oid, "partitions", fmt.Sprint(added))
 			w.s.noteTable(t.identity, func(s *TableStatus) {
 				s.Event, s.EventTime = "partition attached empty", time.Now()
 			})
-			t.leaves = leaves
-			return nil
+			return w.recordPartitions(t, leaves)
 		}
+		req = resyncRequest{table: t.identity, oid: t.oid, reason: ReasonPartitionAttached}
 	}
 	if err := w.s.request(ctx, req); err != nil {
 		return fmt.Errorf("copy %s again after its partitions changed: %w", t.configured, err)
 	}
 	w.s.log.Warn("the partitions of a captured table changed, which PostgreSQL sends no row change for; the table's rows are copied again",
-		"table", t.configured.String(), "oid", t.oid, "attached", strings.Join(added, ","), "detached_or_dropped", strings.Join(removed, ","),
+		"table", t.configured.String(), "oid", t.oid, "attached", fmt.Sprint(added), "detached_or_dropped", fmt.Sprint(removed),
 		"reason", req.reason, "truncate_first", req.truncate)
 	w.s.noteTable(t.identity, func(s *TableStatus) {
 		s.Event, s.EventTime = req.reason+"; copied again", time.Now()
 	})
+	return w.recordPartitions(t, leaves)
+}
+
+// recordPartitions records leaves as the partitions t's copy follows, in
+// the watcher and the state file.
+func (w *watcher) recordPartitions(t *watched, leaves []uint32) error {
 	t.leaves = leaves
-	return nil
+	return w.s.writer.send(writeOp{kind: opPartitions, partitions: map[uint32][]uint32{t.oid: leaves}})
 }
 
-// leavesSQL returns an expression that lists the partitions that hold the
-// rows of the table oid, an SQL expression (none for a table that is not
-// partitioned), sorted, as look compares them.
+// leavesSQL returns an expression whose value lists the partitions that
+// hold the rows of the table oid, an SQL expression (none for a table
+// that is not partitioned), as an int8 array, sorted.
 func leavesSQL(oid string) string {
-	return `coalesce((SELECT string_agg(p.relid::oid::int8::text, ',' ORDER BY p.relid::oid::int8)
-		FROM pg_partition_tree(` + oid + `) p WHERE p.isleaf AND p.relid <> ` + oid + `), '')`
+	return `coalesce((SELECT array_agg(p.relid::oid::int8 ORDER BY p.relid::oid::int8)
+		FROM pg_partition_tree(` + oid + `) p WHERE p.isleaf AND p.relid <> ` + oid + `), '{}')`
 }
 
-// partitionLeaves returns the partitions of the captured tables by OID,
-// as look gives them.
-func partitionLeaves(ctx context.Context, conn *pgx.Conn, captured []*capturedTable) (map[uint32]string, error) {
-	out := map[uint32]string{}
+// toOIDs converts OIDs read as int8 to uint32; nil for none.
+func toOIDs(in []int64) []uint32 {
+	var out []uint32
+	for _, o := range in {
+		out = append(out, uint32(o))
+	}
+	return out
+}
+
+// seedPartitions returns the partitions of the captured tables that the
+// watcher starts from: those the state file records, or, for a table with
+// no record, those it has now, which are then recorded.
+func (s *Source) seedPartitions(ctx context.Context, conn *pgx.Conn, captured []*capturedTable) (map[uint32][]uint32, error) {
+	var recorded map[uint32][]uint32
+	if err := s.db.View(func(r *store.Reader) (err error) { recorded, err = r.Partitions(); return err }); err != nil {
+		return nil, fmt.Errorf("read partitions: %w", err)
+	}
+	out, fresh := map[uint32][]uint32{}, map[uint32][]uint32{}
 	for _, c := range captured {
-		var leaves string
+		if leaves, ok := recorded[c.oid]; ok {
+			out[c.oid] = leaves
+			continue
+		}
+		var leaves []int64
 		if err := conn.QueryRow(ctx, "SELECT "+leavesSQL("$1::oid"), int64(c.oid)).Scan(&leaves); err != nil {
 			return nil, fmt.Errorf("read the partitions of %s: %w", c.configured, err)
 		}
-		out[c.oid] = leaves
+		if out[c.oid] = toOIDs(leaves); out[c.oid] != nil {
+			fresh[c.oid] = out[c.oid]
+		}
+	}
+	if len(fresh) > 0 {
+		if err := s.writer.send(writeOp{kind: opPartitions, partitions: fresh}); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
 
-// partitionRows reports whether any of the partitions oids (as text)
-// holds a row. A partition dropped meanwhile holds none.
-func (w *watcher) partitionRows(ctx context.Context, oids []string) (bool, error) {
+// partitionRows reports whether any of the partitions holds a row. A partition dropped meanwhile holds none.
+func (w *watcher) partitionRows(ctx context.Context, partitions []uint32) (bool, error) {
 	tx, err := w.conn.Begin(ctx)
 	if err != nil {
 		return false, err
@@ -341,10 +373,10 @@ func (w *watcher) partitionRows(ctx context.Context, oids []string) (bool, error
 	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+watchLockTimeout+"'"); err != nil {
 		return false, err
 	}
-	for _, o := range oids {
+	for _, o := range partitions {
 		var name string
 		err := tx.QueryRow(ctx, `SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c
-			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::oid`, o).Scan(&name)
+			JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::oid`, int64(o)).Scan(&name)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}

@@ -37,6 +37,8 @@ const (
 	opBackfillAsked
 	// opBackfill only records backfills (writeOp.backfills, forget).
 	opBackfill
+	// opPartitions records the partitions of tables (partitions).
+	opPartitions
 )
 
 // writeOp is one change to the state file, applied in order by the writer.
@@ -64,6 +66,9 @@ type writeOp struct {
 	backfills  []*store.Backfill
 	forget     []uint32
 	markCopies bool
+	// partitions are the leaf partitions an opPartitions records, by
+	// table OID.
+	partitions map[uint32][]uint32
 	done       chan error
 	weight     int64
 }
@@ -501,6 +506,13 @@ func applyKind(tx *store.Writer, op *writeOp) error {
 		return op.gen.record(tx)
 	case opBackfillAsked:
 		return op.gen.asked(tx)
+	case opPartitions:
+		for oid, leaves := range op.partitions {
+			if err := tx.PutPartitions(oid, leaves); err != nil {
+				return err
+			}
+		}
+		return nil
 	case opCheckpoint, opSync, opBackfill:
 		return nil
 	}
