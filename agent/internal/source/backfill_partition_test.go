@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lakeside/lakeside/internal/pgtest"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -22,11 +20,7 @@ import (
 // PostgreSQL has, under the root's name.
 func TestBackfillOfAPartitionedTable(t *testing.T) {
 	h := newHarness(t)
-	h.exec(`CREATE TABLE a (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`)
-	h.cfg.Tables = []Table{{"public", "a"}}
-	h.start()
-	h.waitStreaming()
-	h.stop()
+	h.captureA()
 
 	h.exec(`CREATE TABLE pb (id int8 PRIMARY KEY, v int8 NOT NULL, note text) PARTITION BY RANGE (id)`,
 		`CREATE TABLE pb_low PARTITION OF pb FOR VALUES FROM (MINVALUE) TO (3000)`,
@@ -35,56 +29,25 @@ func TestBackfillOfAPartitionedTable(t *testing.T) {
 		`INSERT INTO pb SELECT g, g, 'seed' FROM generate_series(1, 9000) g`)
 	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "pb"})
 	h.cfg.BackfillChunkRows = 500
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var werr error
-	conn := pgtest.Conn(t, h.dsn)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		ctx := context.Background()
-		next := int64(9001)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-				var err error
-				switch r := rand.IntN(10); {
-				case r < 3:
-					_, err = tx.Exec(ctx, `INSERT INTO pb VALUES ($1, $1, 'new')`, next)
-					next++
-				case r < 6:
-					_, err = tx.Exec(ctx, `UPDATE pb SET v = v + 1, note = 'changed' WHERE id = $1`, 1+rand.Int64N(next))
-				case r < 8:
-					// From one partition to another: a delete and an
-					// insert in the stream.
-					_, err = tx.Exec(ctx, `UPDATE pb SET id = $2, note = 'moved' WHERE id = $1`, 1+rand.Int64N(6000), next)
-					next++
-				default:
-					_, err = tx.Exec(ctx, `DELETE FROM pb WHERE id = $1`, 1+rand.Int64N(next))
-				}
-				return err
-			})
-			if err != nil {
-				werr = err
-				return
-			}
+	next := int64(9001)
+	txns, rels, done, _ := h.copyWhileWriting("public.pb", func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		switch r := rand.IntN(10); {
+		case r < 3:
+			_, err = tx.Exec(ctx, `INSERT INTO pb VALUES ($1, $1, 'new')`, next)
+			next++
+		case r < 6:
+			_, err = tx.Exec(ctx, `UPDATE pb SET v = v + 1, note = 'changed' WHERE id = $1`, 1+rand.Int64N(next))
+		case r < 8:
+			// From one partition to another: a delete and an
+			// insert in the stream.
+			_, err = tx.Exec(ctx, `UPDATE pb SET id = $2, note = 'moved' WHERE id = $1`, 1+rand.Int64N(6000), next)
+			next++
+		default:
+			_, err = tx.Exec(ctx, `DELETE FROM pb WHERE id = $1`, 1+rand.Int64N(next))
 		}
-	}()
-	h.start()
-	h.waitStreaming()
-	done := h.waitBackfilled("public.pb")
-	close(stop)
-	wg.Wait()
-	if werr != nil {
-		t.Fatalf("writer: %v", werr)
-	}
-	h.waitCaughtUp()
-	txns, rels := h.txns()
-	h.stop()
+		return err
+	})
 	rep, err := replayWith(txns, rels, true)
 	if err != nil {
 		t.Fatal(err)
@@ -107,11 +70,7 @@ func TestBackfillOfAPartitionedTable(t *testing.T) {
 // once.
 func TestBackfillOfAPartitionedTableWithoutKey(t *testing.T) {
 	h := newHarness(t)
-	h.exec(`CREATE TABLE a (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`)
-	h.cfg.Tables = []Table{{"public", "a"}}
-	h.start()
-	h.waitStreaming()
-	h.stop()
+	h.captureA()
 
 	h.exec(`CREATE TABLE pbag (id int8, v int8, note text) PARTITION BY LIST ((id % 4))`,
 		`CREATE TABLE pbag_0 PARTITION OF pbag FOR VALUES IN (0)`,
@@ -129,23 +88,7 @@ func TestBackfillOfAPartitionedTableWithoutKey(t *testing.T) {
 	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "pbag"})
 	h.cfg.BackfillChunkRows = 1000
 	txns, rels, done := h.copyAndStopStatus("public.pbag")
-	var got []string
-	for _, txn := range txns {
-		for _, c := range txn.Changes {
-			if rels[c.Relation].Name != "pbag" {
-				continue
-			}
-			switch c.Op {
-			case store.OpTruncate:
-				got = nil
-			case store.OpSnapshot:
-				got = append(got, fmt.Sprintf("%d|%d|%s", c.New[0].Int, c.New[1].Int, c.New[2].Bytes))
-			default:
-				t.Fatalf("unexpected %s", c.Op)
-			}
-		}
-	}
-	slices.Sort(got)
+	got, _ := replayMultiset(t, txns, rels, "pbag")
 	sameRows(t, "public.pbag replayed", got, h.rowsOf("pbag"))
 	if done.Chunks < 2 {
 		t.Errorf("the copy took %d chunk, want several", done.Chunks)
@@ -230,20 +173,19 @@ func TestPartitionChangesCopyTheTableAgain(t *testing.T) {
 
 	// While capture is stopped: the state file's partitions tell.
 	h.stop()
-	h.exec(`CREATE TABLE b_more (LIKE b INCLUDING ALL)`,
+	whileStopped := func(step, reason string, sqls ...string) {
+		t.Helper()
+		h.exec(sqls...)
+		since := time.Now()
+		h.start()
+		h.waitStreaming()
+		h.waitCopied("public.b", reason, since)
+		check(step + " while capture was stopped")
+		h.stop()
+	}
+	whileStopped("after a partition was attached", ReasonPartitionAttached,
+		`CREATE TABLE b_more (LIKE b INCLUDING ALL)`,
 		`INSERT INTO b_more SELECT g, g, 'while stopped' FROM generate_series(1, 99) g`,
 		`ALTER TABLE b ATTACH PARTITION b_more FOR VALUES FROM (MINVALUE) TO (100)`)
-	since = time.Now()
-	h.start()
-	h.waitStreaming()
-	h.waitCopied("public.b", ReasonPartitionAttached, since)
-	check("after a partition was attached while capture was stopped")
-	h.stop()
-	h.exec(`ALTER TABLE b DETACH PARTITION b_empty`)
-	since = time.Now()
-	h.start()
-	h.waitStreaming()
-	h.waitCopied("public.b", ReasonPartitionDetached, since)
-	check("after a partition was detached while capture was stopped")
-	h.stop()
+	whileStopped("after a partition was detached", ReasonPartitionDetached, `ALTER TABLE b DETACH PARTITION b_empty`)
 }

@@ -103,14 +103,62 @@ func sameRows(t *testing.T, what string, got, want []string) {
 // backfill at the next start.
 func (h *harness) addTableB(rows int) {
 	h.t.Helper()
-	h.exec(`CREATE TABLE a (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`)
+	h.captureA()
+	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
+		fmt.Sprintf(`INSERT INTO b SELECT g, g, 'seed' FROM generate_series(1, %d) g`, rows))
+	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "b"})
+}
+
+// captureA creates table a (id, v, note), runs sqls, and captures it from
+// a first start: a table configured after that is copied by a backfill.
+func (h *harness) captureA(sqls ...string) {
+	h.t.Helper()
+	h.exec(append([]string{`CREATE TABLE a (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`}, sqls...)...)
 	h.cfg.Tables = []Table{{"public", "a"}}
 	h.start()
 	h.waitStreaming()
 	h.stop()
-	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
-		fmt.Sprintf(`INSERT INTO b SELECT g, g, 'seed' FROM generate_series(1, %d) g`, rows))
-	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "b"})
+}
+
+// copyWhileWriting starts the source and, on a connection of its own,
+// runs txn in one transaction after another until table is copied; then
+// it waits until the stream has caught up, stops the source, and returns
+// what it queued, the copy's status and how many of txn committed.
+func (h *harness) copyWhileWriting(table string, txn func(ctx context.Context, tx pgx.Tx) error) ([]*store.Txn, map[store.RelationKey]*store.Relation, BackfillStatus, int) {
+	h.t.Helper()
+	conn := pgtest.Conn(h.t, h.dsn)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var committed int
+	var err error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ctx := context.Background()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return txn(ctx, tx) }); err != nil {
+				return
+			}
+			committed++
+		}
+	}()
+	h.start()
+	h.waitStreaming()
+	done := h.waitBackfilled(table)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		h.t.Fatalf("writer: %v", err)
+	}
+	h.waitCaughtUp()
+	txns, rels := h.txns()
+	h.stop()
+	return txns, rels, done, committed
 }
 
 // copyAndStop starts the source, waits until table is copied and the
@@ -140,72 +188,33 @@ func (h *harness) copyAndStopStatus(table string) ([]*store.Txn, map[store.Relat
 // the chunks, and the queue replays to both tables as PostgreSQL has them.
 func TestBackfillOfATableAddedLater(t *testing.T) {
 	h := newHarness(t)
-	h.exec(`CREATE TABLE a (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
-		`INSERT INTO a SELECT g, 0, 'a' FROM generate_series(1, 100) g`)
-	h.cfg.Tables = []Table{{"public", "a"}}
-	h.start()
-	h.waitStreaming()
-	h.stop()
-
+	h.captureA(`INSERT INTO a SELECT g, 0, 'a' FROM generate_series(1, 100) g`)
 	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
 		`INSERT INTO b SELECT g, g, 'seed' FROM generate_series(1, 30000) g`)
 	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "b"})
 	h.cfg.BackfillChunkRows = 1000
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var werr error
-	var committed int
-	conn := pgtest.Conn(t, h.dsn)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		ctx := context.Background()
-		next := int64(30001)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, `UPDATE a SET v = v + 1 WHERE id = $1`, 1+rand.Int64N(100)); err != nil {
-					return err
-				}
-				for range 1 + rand.IntN(5) {
-					var err error
-					switch r := rand.IntN(10); {
-					case r < 3:
-						_, err = tx.Exec(ctx, `INSERT INTO b VALUES ($1, $1, 'new')`, next)
-						next++
-					case r < 8:
-						_, err = tx.Exec(ctx, `UPDATE b SET v = v + 1, note = 'changed' WHERE id = $1`, 1+rand.Int64N(next))
-					default:
-						_, err = tx.Exec(ctx, `DELETE FROM b WHERE id = $1`, 1+rand.Int64N(next))
-					}
-					if err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				werr = err
-				return
-			}
-			committed++
+	next := int64(30001)
+	txns, rels, done, committed := h.copyWhileWriting("public.b", func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE a SET v = v + 1 WHERE id = $1`, 1+rand.Int64N(100)); err != nil {
+			return err
 		}
-	}()
-	h.start()
-	h.waitStreaming()
-	done := h.waitBackfilled("public.b")
-	close(stop)
-	wg.Wait()
-	if werr != nil {
-		t.Fatalf("writer: %v", werr)
-	}
-	h.waitCaughtUp()
-	txns, rels := h.txns()
-	h.stop()
+		for range 1 + rand.IntN(5) {
+			var err error
+			switch r := rand.IntN(10); {
+			case r < 3:
+				_, err = tx.Exec(ctx, `INSERT INTO b VALUES ($1, $1, 'new')`, next)
+				next++
+			case r < 8:
+				_, err = tx.Exec(ctx, `UPDATE b SET v = v + 1, note = 'changed' WHERE id = $1`, 1+rand.Int64N(next))
+			default:
+				_, err = tx.Exec(ctx, `DELETE FROM b WHERE id = $1`, 1+rand.Int64N(next))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 
 	rep, err := replayWith(txns, rels, true)
 	if err != nil {
@@ -335,11 +344,7 @@ func TestResyncTruncatesAndCopiesAgain(t *testing.T) {
 // so that no row is counted twice.
 func TestBackfillWithoutKeyStartsOverWhenTheTableChanges(t *testing.T) {
 	h := newHarness(t)
-	h.exec(`CREATE TABLE a (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`)
-	h.cfg.Tables = []Table{{"public", "a"}}
-	h.start()
-	h.waitStreaming()
-	h.stop()
+	h.captureA()
 
 	h.exec(`CREATE TABLE bag (id int8, v int8, note text)`, `ALTER TABLE bag REPLICA IDENTITY FULL`,
 		`INSERT INTO bag SELECT g % 500, g % 500, 'dup' FROM generate_series(1, 3000) g`)
@@ -363,30 +368,37 @@ func TestBackfillWithoutKeyStartsOverWhenTheTableChanges(t *testing.T) {
 	h.waitCaughtUp()
 	txns, rels := h.txns()
 	h.stop()
-	// Replayed as a multiset.
-	var got []string
-	truncates := 0
-	for _, txn := range txns {
-		for _, c := range txn.Changes {
-			if rels[c.Relation].Name != "bag" {
-				continue
-			}
-			switch c.Op {
-			case store.OpTruncate:
-				got = nil
-				truncates++
-			case store.OpInsert, store.OpSnapshot:
-				got = append(got, fmt.Sprintf("%d|%d|%s", c.New[0].Int, c.New[1].Int, c.New[2].Bytes))
-			default:
-				t.Fatalf("unexpected %s", c.Op)
-			}
-		}
-	}
-	slices.Sort(got)
+	got, truncates := replayMultiset(t, txns, rels, "bag")
 	if truncates < 2 {
 		t.Fatalf("the copy started %d times, want it to start over after the insert", truncates)
 	}
 	sameRows(t, "public.bag replayed", got, h.rowsOf("bag"))
+}
+
+// replayMultiset replays the queued truncates, inserts and snapshot rows
+// of a table of (id, v, note) without a key, name, as a multiset of rows
+// as rowsOf gives them, and counts the truncates; any other change fails
+// the test.
+func replayMultiset(t *testing.T, txns []*store.Txn, rels map[store.RelationKey]*store.Relation, name string) (rows []string, truncates int) {
+	t.Helper()
+	for _, txn := range txns {
+		for _, c := range txn.Changes {
+			if rels[c.Relation].Name != name {
+				continue
+			}
+			switch c.Op {
+			case store.OpTruncate:
+				rows = nil
+				truncates++
+			case store.OpInsert, store.OpSnapshot:
+				rows = append(rows, fmt.Sprintf("%d|%d|%s", c.New[0].Int, c.New[1].Int, c.New[2].Bytes))
+			default:
+				t.Fatalf("%s: unexpected %s", name, c.Op)
+			}
+		}
+	}
+	slices.Sort(rows)
+	return rows, truncates
 }
 
 // TestBackfillResumesAfterTheLastChunkQueued stops the source when a chunk
