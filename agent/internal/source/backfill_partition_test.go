@@ -189,3 +189,38 @@ func TestPartitionChangesCopyTheTableAgain(t *testing.T) {
 		`ALTER TABLE b ATTACH PARTITION b_more FOR VALUES FROM (MINVALUE) TO (100)`)
 	whileStopped("after a partition was detached", ReasonPartitionDetached, `ALTER TABLE b DETACH PARTITION b_empty`)
 }
+
+// TestPartitionAttachedDuringACopyStartsItOver attaches a partition with
+// rows below the keys a running copy of the table has passed: the copy
+// starts over from a truncate, and the queue replays to PostgreSQL's rows.
+func TestPartitionAttachedDuringACopyStartsItOver(t *testing.T) {
+	h := newHarness(t)
+	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text) PARTITION BY RANGE (id)`,
+		`CREATE TABLE b_rest PARTITION OF b FOR VALUES FROM (1000) TO (MAXVALUE)`,
+		`INSERT INTO b SELECT g, g, 'seed' FROM generate_series(1000, 5999) g`)
+	h.cfg.Tables = []Table{{"public", "b"}}
+	h.cfg.WatchInterval = 100 * time.Millisecond
+	h.cfg.BackfillChunkRows = 100
+	h.cfg.BackfillRowsPerSecond = 1000
+	h.start()
+	h.waitStreaming()
+	since := time.Now()
+	if err := h.src.Resync(context.Background(), "public.b", ReasonResync); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the resync under way", func(*store.Reader) bool {
+		return slices.ContainsFunc(h.src.Backfills(), func(b BackfillStatus) bool { return b.Reason == ReasonResync && b.Rows > 0 })
+	})
+	h.exec(`CREATE TABLE b_low (LIKE b INCLUDING ALL)`,
+		`INSERT INTO b_low SELECT g, g, 'attached' FROM generate_series(1, 999) g`,
+		`ALTER TABLE b ATTACH PARTITION b_low FOR VALUES FROM (MINVALUE) TO (1000)`)
+	h.waitCopied("public.b", ReasonPartitionAttached, since)
+	h.waitCaughtUp()
+	txns, rels := h.txns()
+	h.stop()
+	rep, err := replayWith(txns, rels, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameRows(t, "public.b replayed", replayedRows(rep, "public.b"), h.rowsOf("b"))
+}

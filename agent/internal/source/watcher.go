@@ -258,7 +258,8 @@ func (w *watcher) check(ctx context.Context, t *watched, l look) error {
 // detached or dropped has the table copied again from a truncate
 // (ReasonPartitionDetached); one attached that holds rows has the table
 // copied again over what its Delta tables hold (ReasonPartitionAttached),
-// and an empty one needs nothing: its rows come through the stream. The
+// from a truncate if a copy of it is under way, which may have passed the
+// partition's keys; and an empty one needs nothing: its rows come through the stream. The
 // partitions acted on are recorded in the state file, so that a change
 // made while capture is stopped is acted on at the next start.
 func (w *watcher) partitions(ctx context.Context, t *watched, leaves []uint32) error {
@@ -296,6 +297,9 @@ func (w *watcher) partitions(ctx context.Context, t *watched, leaves []uint32) e
 			return w.recordPartitions(t, leaves)
 		}
 		req = resyncRequest{table: t.identity, oid: t.oid, reason: ReasonPartitionAttached}
+		// A copy under way may have passed the new partition's keys:
+		// the table is copied from a truncate instead.
+		req.truncate = slices.ContainsFunc(w.s.Backfills(), func(b BackfillStatus) bool { return b.Table == t.identity && !b.Done })
 	}
 	if err := w.s.request(ctx, req); err != nil {
 		return fmt.Errorf("copy %s again after its partitions changed: %w", t.configured, err)
