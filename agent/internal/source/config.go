@@ -60,7 +60,8 @@ type Config struct {
 	Backpressure Backpressure
 	// WatchInterval is how often the catalog watcher looks at the
 	// captured tables in PostgreSQL's catalog (see watcher.go); zero means
-	// DefaultWatchInterval.
+	// DefaultWatchInterval. Negative runs no watcher, for tests that count
+	// what the stream records by itself.
 	WatchInterval time.Duration
 	// Backfill, when set, is asked to copy the rows a captured table holds
 	// into the queue, because capture missed them: table is the name the

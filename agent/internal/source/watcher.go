@@ -65,6 +65,9 @@ type watched struct {
 // watch runs the catalog watcher until ctx ends; leaves are the captured
 // tables' partitions as capture last acted on them (seedPartitions).
 func (s *Source) watch(ctx context.Context, captured []*capturedTable, leaves map[uint32][]uint32) {
+	if s.cfg.WatchInterval < 0 {
+		return
+	}
 	w := &watcher{s: s, types: typemap.New(), asked: map[string]bool{}}
 	for _, c := range captured {
 		w.tables = append(w.tables, &watched{configured: c.configured, identity: c.identity, oid: c.oid, name: c.current,
