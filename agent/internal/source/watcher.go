@@ -259,12 +259,13 @@ func (w *watcher) check(ctx context.Context, t *watched, l look) error {
 // partition is attached, detached or dropped, so its rows would be
 // missing from the copy, or kept there, with nothing said. A partition
 // detached or dropped has the table copied again from a truncate
-// (ReasonPartitionDetached); one attached that holds rows has the table
+// (ReasonPartitionDetached). One attached that holds rows has the table
 // copied again over what its Delta tables hold (ReasonPartitionAttached),
-// from a truncate if a copy of it is under way, which may have passed the
-// partition's keys; and an empty one needs nothing: its rows come through the stream. The
-// partitions acted on are recorded in the state file, so that a change
-// made while capture is stopped is acted on at the next start.
+// or from a truncate if a copy of it is under way, which may have passed
+// the partition's keys. An empty one needs nothing: its rows come through
+// the stream. The partitions acted on are recorded in the state file, so
+// that a change made while capture is stopped is acted on at the next
+// start.
 func (w *watcher) partitions(ctx context.Context, t *watched, leaves []uint32) error {
 	if t.leavesOf != t.oid {
 		// A new generation: its partitions are its own.
