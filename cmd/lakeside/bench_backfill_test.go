@@ -3,12 +3,16 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -79,7 +83,9 @@ func TestBenchBackfill(t *testing.T) {
 			}
 		}
 		began := time.Now()
+		agentBefore, pgBefore := processCPU(t, d.cmd.Process.Pid), commandCPU(t, "postgres")
 		alone = resync(size.table)
+		agentCPU, pgCPU := processCPU(t, d.cmd.Process.Pid)-agentBefore, commandCPU(t, "postgres")-pgBefore
 		e.waitApplied(d)
 		applied := time.Since(began)
 		if got := e.deltaRowCount("public." + size.table); got != int64(size.rows) {
@@ -87,6 +93,11 @@ func TestBenchBackfill(t *testing.T) {
 		}
 		fmt.Printf("BENCH backfill, %d rows: %.2f s, COPY TO STDOUT %.2f s: ratio %.2f (target >= 0.5); %.0f rows/s, in the mirror after %.2f s\n",
 			size.rows, alone.Seconds(), baseline.Seconds(), baseline.Seconds()/alone.Seconds(), float64(size.rows)/alone.Seconds(), applied.Seconds())
+		// What the copy cost, and the ratio the cores allow: the copy
+		// takes at least its CPU time over the machine's cores.
+		floor := (agentCPU + pgCPU).Seconds() / float64(runtime.NumCPU())
+		fmt.Printf("  during the copy: agent %.2f CPU-s, PostgreSQL %.2f CPU-s; on %d cores at least %.2f s, a ratio of %.2f at most\n",
+			agentCPU.Seconds(), pgCPU.Seconds(), runtime.NumCPU(), floor, baseline.Seconds()/floor)
 	}
 
 	// Freshness of ticks while big is copied again.
@@ -126,6 +137,49 @@ func TestBenchBackfill(t *testing.T) {
 		percentile(lat, 0.5).Round(time.Millisecond), percentile(lat, 0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond),
 		float64(sent)/took.Seconds(), took.Seconds(), during.Seconds())
 	fmt.Printf("  flush_interval 1s, backfill_chunk_rows 16384 (default), no rate limit; load %s\n", loadAvg())
+}
+
+// processCPU returns the CPU time the process pid has spent, from /proc
+// (in clock ticks of 10 ms).
+func processCPU(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return statCPU(stat)
+}
+
+// commandCPU returns the CPU time spent so far by the running processes
+// whose command is name.
+func commandCPU(t *testing.T, name string) time.Duration {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum time.Duration
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm")); err != nil || strings.TrimSpace(string(comm)) != name {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
+			sum += statCPU(stat)
+		}
+	}
+	return sum
+}
+
+// statCPU returns utime plus stime of a /proc stat file (fields 14 and 15,
+// counted from the state, field 3, after the command's parenthesis).
+func statCPU(stat []byte) time.Duration {
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	u, _ := strconv.ParseInt(f[14-3], 10, 64)
+	s, _ := strconv.ParseInt(f[15-3], 10, 64)
+	return time.Duration(u+s) * 10 * time.Millisecond
 }
 
 // deltaRowCount returns the rows of a local Delta table's latest version,
