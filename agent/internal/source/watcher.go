@@ -148,8 +148,8 @@ func (w *watcher) tick(ctx context.Context) error {
 // configured name finds (0 for none), whether its OID exists and under
 // what name, a description of its columns (pg_attribute: number, name,
 // type, type modifier, dropped, missing value, generated), primary key and
-// replica identity, and the OIDs of its partitions that hold rows (none
-// for a table that is not partitioned), sorted.
+// replica identity, and the OIDs of its leaf partitions (none for a table
+// that is not partitioned), sorted.
 type look struct {
 	nameOID uint32
 	exists  bool
@@ -324,9 +324,9 @@ func (w *watcher) recordPartitions(t *watched, leaves []uint32) error {
 	return w.s.writer.send(writeOp{kind: opPartitions, partitions: map[uint32][]uint32{t.oid: leaves}})
 }
 
-// leavesSQL returns an expression whose value lists the partitions that
-// hold the rows of the table oid, an SQL expression (none for a table
-// that is not partitioned), as an int8 array, sorted.
+// leavesSQL returns an expression whose value lists the leaf partitions
+// of the table oid, an SQL expression (none for a table that is not
+// partitioned), as an int8 array, sorted.
 func leavesSQL(oid string) string {
 	return `coalesce((SELECT array_agg(p.relid::oid::int8 ORDER BY p.relid::oid::int8)
 		FROM pg_partition_tree(` + oid + `) p WHERE p.isleaf AND p.relid <> ` + oid + `), '{}')`
@@ -371,7 +371,8 @@ func (s *Source) seedPartitions(ctx context.Context, conn *pgx.Conn, captured []
 	return out, nil
 }
 
-// partitionRows reports whether any of the partitions holds a row. A partition dropped meanwhile holds none.
+// partitionRows reports whether any of the partitions holds a row. A
+// partition dropped meanwhile holds none.
 func (w *watcher) partitionRows(ctx context.Context, partitions []uint32) (bool, error) {
 	tx, err := w.conn.Begin(ctx)
 	if err != nil {
