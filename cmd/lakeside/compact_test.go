@@ -222,35 +222,39 @@ func TestKillDuringCompaction(t *testing.T) {
 `, compactTargetSize))
 	e.exec(crashSchema)
 	stop := make(chan struct{})
-	// The workload pauses while the agent is down: a start that catches
-	// up a backlog holds its flushes back (up to a minute), and so its
-	// compactions, and every run would grow the backlog of the next.
+	// The workload pauses while the agent is down, and between its
+	// transactions: capture that falls behind PostgreSQL by more than a
+	// megabyte holds its flushes back (up to a minute), and so the
+	// compactions, and on a loaded machine every run would grow the
+	// backlog of the next.
 	var gate sync.RWMutex
-	wait := gatedCrashWorkload(t, e.dsn, 1, stop, &gate)
+	wait := gatedCrashWorkload(t, e.dsn, 1, 20*time.Millisecond, stop, &gate)
 	kills, during := 0, 0
 	var lastLog string
-	// Six kills, and up to two more until one came during a compaction;
-	// those two wait longer, as on a loaded machine.
+	// Six kills, and up to two more until one came during a compaction.
 	for kills < 6 || during == 0 && kills < 8 {
 		d := e.start()
 		if kills > 0 {
 			gate.Unlock()
 		}
-		// Kill soon after a compaction starts, or after 15 s (60 s).
-		wait := 15 * time.Second
+		// Run for 1 to 3 s, then kill soon after a compaction is seen
+		// under way, or after 20 s (90 s for the last two, longer than
+		// flushes are held back).
+		time.Sleep(time.Second + time.Duration(rand.IntN(2000))*time.Millisecond)
+		wait := 20 * time.Second
 		if kills >= 6 {
-			wait = time.Minute
+			wait = 90 * time.Second
 		}
-		for deadline := time.Now().Add(wait); time.Now().Before(deadline) && !strings.Contains(d.log(), "msg=compacting"); {
-			time.Sleep(20 * time.Millisecond)
+		for deadline := time.Now().Add(wait); time.Now().Before(deadline) && !compacting(d.log()); {
+			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond)
+		time.Sleep(time.Duration(rand.IntN(200)) * time.Millisecond)
 		gate.Lock()
 		e.sigkill(d, kills)
 		kills++
 		log := d.log()
 		lastLog = log
-		if i := strings.LastIndex(log, `msg=compacting`); i >= 0 && !strings.Contains(log[i:], "msg=compaction ") {
+		if compacting(log) {
 			during++
 		}
 	}
@@ -274,6 +278,13 @@ func TestKillDuringCompaction(t *testing.T) {
 		orphans += len(unreferencedFiles(t, tbl))
 	}
 	t.Logf("%d kills, %d during a compaction; %d OPTIMIZE versions; %d orphan data files left for vacuum", kills, during, optimizes, orphans)
+}
+
+// compacting reports whether an agent's log shows a compaction under way:
+// a pass that began and has not ended.
+func compacting(log string) bool {
+	i := strings.LastIndex(log, "msg=compacting")
+	return i >= 0 && !strings.Contains(log[i:], "msg=compaction ")
 }
 
 // checkRemoteReads downloads the replica as it is and reads the latest

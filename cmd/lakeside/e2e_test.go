@@ -36,12 +36,13 @@ INSERT INTO balances SELECT g, 0, 0 FROM generate_series(1, 1000) g;
 // events (the large ones are streamed by PostgreSQL) and update balances;
 // one in eight rolls back.
 func crashWorkload(t *testing.T, dsn string, writers int, stop <-chan struct{}) (wait func() error) {
-	return gatedCrashWorkload(t, dsn, writers, stop, nil)
+	return gatedCrashWorkload(t, dsn, writers, 0, stop, nil)
 }
 
-// gatedCrashWorkload is crashWorkload whose transactions, with gate, each
-// hold its read lock: a test that write-locks it pauses the workload.
-func gatedCrashWorkload(t *testing.T, dsn string, writers int, stop <-chan struct{}, gate *sync.RWMutex) (wait func() error) {
+// gatedCrashWorkload is crashWorkload whose writers each pause for pause
+// between transactions, and whose transactions, with gate, each hold its
+// read lock: a test that write-locks it pauses the workload.
+func gatedCrashWorkload(t *testing.T, dsn string, writers int, pause time.Duration, stop <-chan struct{}, gate *sync.RWMutex) (wait func() error) {
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := 0; w < writers; w++ {
@@ -54,7 +55,7 @@ func gatedCrashWorkload(t *testing.T, dsn string, writers int, stop <-chan struc
 				select {
 				case <-stop:
 					return
-				default:
+				case <-time.After(pause):
 				}
 				rows := 1 + rand.IntN(10)
 				switch rand.IntN(40) {
