@@ -30,8 +30,11 @@ func TestSchemaChangesFollowTheTable(t *testing.T) {
 		CREATE TABLE new_key (id int4 PRIMARY KEY, code text NOT NULL, v int4);
 		CREATE TABLE no_key (who text, what int4);
 		ALTER TABLE no_key REPLICA IDENTITY FULL;
-		CREATE TABLE readded (id int4 PRIMARY KEY, c text);`,
-		"add_default", "key_type", "col_type", "col_text", "renamed", "new_key", "no_key", "readded")
+		CREATE TABLE readded (id int4 PRIMARY KEY, c text);
+		CREATE TABLE key_renamed (id int4 PRIMARY KEY, v text);
+		CREATE TABLE index_identity (id int4 PRIMARY KEY, code text NOT NULL, v int4);
+		CREATE UNIQUE INDEX index_identity_code ON index_identity (code);`,
+		"add_default", "key_type", "col_type", "col_text", "renamed", "new_key", "no_key", "readded", "key_renamed", "index_identity")
 	a := h.applier()
 	h.exec(`INSERT INTO add_default SELECT g, 'v' || g FROM generate_series(1, 50) g`,
 		`INSERT INTO key_type SELECT g, 'v' || g FROM generate_series(1, 50) g`,
@@ -40,7 +43,9 @@ func TestSchemaChangesFollowTheTable(t *testing.T) {
 		`INSERT INTO renamed SELECT g, 'c' || g, g FROM generate_series(1, 50) g`,
 		`INSERT INTO new_key SELECT g, 'k' || g, g FROM generate_series(1, 50) g`,
 		`INSERT INTO no_key SELECT 'w' || (g % 5), g % 3 FROM generate_series(1, 30) g`,
-		`INSERT INTO readded SELECT g, 'old' || g FROM generate_series(1, 10) g`)
+		`INSERT INTO readded SELECT g, 'old' || g FROM generate_series(1, 10) g`,
+		`INSERT INTO key_renamed SELECT g, 'v' || g FROM generate_series(1, 50) g`,
+		`INSERT INTO index_identity SELECT g, 'k' || g, g FROM generate_series(1, 50) g`)
 	h.apply(a)
 
 	columnsOf := func(table string) []string {
@@ -103,6 +108,20 @@ func TestSchemaChangesFollowTheTable(t *testing.T) {
 			`ALTER TABLE readded ADD COLUMN c int`,
 			`INSERT INTO readded VALUES (100, 100)`,
 			`UPDATE readded SET c = id WHERE id <= 3`}},
+		{"key column renamed", "key_renamed", []string{
+			`UPDATE key_renamed SET v = 'before' WHERE id = 2`,
+			`ALTER TABLE key_renamed RENAME COLUMN id TO kid`,
+			`UPDATE key_renamed SET v = 'after' WHERE kid IN (2, 3)`,
+			`DELETE FROM key_renamed WHERE kid = 4`,
+			`UPDATE key_renamed SET kid = 1000 WHERE kid = 5`,
+			`INSERT INTO key_renamed VALUES (2000, 'new')`}},
+		{"replica identity moved to a unique index", "index_identity", []string{
+			`ALTER TABLE index_identity REPLICA IDENTITY USING INDEX index_identity_code`,
+			`UPDATE index_identity SET v = -v WHERE code IN ('k1', 'k2')`,
+			`DELETE FROM index_identity WHERE code = 'k3'`,
+			`UPDATE index_identity SET code = 'k3' WHERE code = 'k4'`,
+			`UPDATE index_identity SET id = 700 WHERE code = 'k8'`,
+			`INSERT INTO index_identity VALUES (800, 'k800', 0)`}},
 		{"column type change to text", "col_text", []string{
 			`ALTER TABLE col_text ALTER COLUMN c TYPE text`,
 			`UPDATE col_text SET c = 'x' || c WHERE id <= 2`,

@@ -61,42 +61,55 @@ func (h *harness) capturedAs(table string, oids ...uint32) int {
 }
 
 // TestRenamedTableKeepsItsIdentity renames a captured table while the
-// source runs: its changes go on into the same Delta tables (its schema
-// versions keep the name it was first captured as), and the source starts
-// again cleanly both with the old name in source.tables and with the new.
+// source runs, or moves it to another schema: its changes go on into the
+// same Delta tables (its schema versions keep the name it was first
+// captured as), and the source starts again cleanly both with the old name
+// in source.tables and with the new.
 func TestRenamedTableKeepsItsIdentity(t *testing.T) {
-	h := streamingItems(t)
-	oid := h.oid("items")
-	h.xid(`INSERT INTO items VALUES (1, 1, 'a')`)
-	h.exec(`ALTER TABLE items RENAME TO goods`)
-	h.waitXid(h.xid(`INSERT INTO goods VALUES (2, 2, 'b')`))
-	if err := h.stop(); err != nil {
-		t.Fatal(err)
-	}
+	for _, c := range []struct {
+		name, ddl string
+		now       Table
+	}{
+		{"renamed", `ALTER TABLE items RENAME TO goods`, Table{"public", "goods"}},
+		{"moved to another schema", `CREATE SCHEMA archive; ALTER TABLE items SET SCHEMA archive`, Table{"archive", "items"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := streamingItems(t)
+			oid := h.oid("items")
+			now := c.now.Quoted()
+			h.xid(`INSERT INTO items VALUES (1, 1, 'a')`)
+			h.exec(c.ddl)
+			h.waitXid(h.xid(`INSERT INTO ` + now + ` VALUES (2, 2, 'b')`))
+			if err := h.stop(); err != nil {
+				t.Fatal(err)
+			}
 
-	// The old name: it is the renamed table.
-	h.start()
-	h.waitStreaming()
-	h.waitXid(h.xid(`INSERT INTO goods VALUES (3, 3, 'c')`))
-	if err := h.stop(); err != nil {
-		t.Fatal(err)
-	}
+			// The old name: it is the renamed table.
+			h.start()
+			h.waitStreaming()
+			h.waitXid(h.xid(`INSERT INTO ` + now + ` VALUES (3, 3, 'c')`))
+			if err := h.stop(); err != nil {
+				t.Fatal(err)
+			}
 
-	// The new name: it is the table captured as public.items.
-	h.cfg.Tables = []Table{{"public", "goods"}}
-	h.start()
-	h.waitStreaming()
-	h.waitXid(h.xid(`INSERT INTO goods VALUES (4, 4, 'd')`))
-	if n := h.capturedAs("public.items", oid); n != 4 {
-		t.Errorf("%d changes of the table queued, want 4", n)
-	}
-	ids := h.identities()
-	if len(ids) != 1 || ids[0].Table != "public.items" || len(ids[0].Generations) != 1 || ids[0].Current().OID != oid {
-		t.Errorf("identities = %+v, want public.items of OID %d alone", ids, oid)
-	}
-	st := h.src.Tables()
-	if len(st) != 1 || st[0].Table != "public.items" || st[0].Configured != "public.goods" || st[0].PostgresName != "public.goods" {
-		t.Errorf("Tables() = %+v", st)
+			// The new name: it is the table captured as public.items.
+			h.cfg.Tables = []Table{c.now}
+			h.start()
+			h.waitStreaming()
+			h.waitXid(h.xid(`INSERT INTO ` + now + ` VALUES (4, 4, 'd')`))
+			if n := h.capturedAs("public.items", oid); n != 4 {
+				t.Errorf("%d changes of the table queued, want 4", n)
+			}
+			ids := h.identities()
+			if len(ids) != 1 || ids[0].Table != "public.items" || len(ids[0].Generations) != 1 || ids[0].Current().OID != oid {
+				t.Errorf("identities = %+v, want public.items of OID %d alone", ids, oid)
+			}
+			st := h.src.Tables()
+			want := c.now.Schema + "." + c.now.Name
+			if len(st) != 1 || st[0].Table != "public.items" || st[0].Configured != want || st[0].PostgresName != want {
+				t.Errorf("Tables() = %+v", st)
+			}
+		})
 	}
 }
 
