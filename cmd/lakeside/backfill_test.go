@@ -289,3 +289,53 @@ func TestResyncCommand(t *testing.T) {
 	}
 	e.compareMirror(t, "public.a", `SELECT id, n FROM a`, "id", "n")
 }
+
+// TestTableChangedWhileItIsCopied renames a table, moves it to another
+// schema, or drops and creates it again with other rows, while a paced
+// resync copies it and a writer changes it: the copy follows the table (or
+// gives way to a copy of the new one), and the mirror ends equal to it.
+func TestTableChangedWhileItIsCopied(t *testing.T) {
+	for _, c := range []struct {
+		name, now string
+		ddl       []string
+	}{
+		{"renamed", "stock2", []string{`ALTER TABLE stock RENAME TO stock2`}},
+		{"moved to another schema", "archive.stock", []string{`CREATE SCHEMA archive`, `ALTER TABLE stock SET SCHEMA archive`}},
+		{"dropped and created again", "stock", []string{`DROP TABLE stock`, `CREATE TABLE stock (id int8 PRIMARY KEY, qty int NOT NULL)`,
+			`INSERT INTO stock SELECT g, g FROM generate_series(15001, 18000) g`}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newE2E(t, []string{"public.stock"})
+			e.setSourceKey("backfill_chunk_rows", "500")
+			e.setSourceKey("backfill_rows_per_second", "5000")
+			e.exec(`CREATE TABLE stock (id int8 PRIMARY KEY, qty int NOT NULL)`,
+				`INSERT INTO stock SELECT g, 0 FROM generate_series(1, 20000) g`)
+			d := e.start()
+			e.waitApplied(d)
+			type result struct {
+				out, errOut string
+				code        int
+			}
+			done := make(chan result, 1)
+			go func() {
+				out, errOut, code := e.lakeside("resync", "--config", e.configPath, "public.stock")
+				done <- result{out, errOut, code}
+			}()
+			time.Sleep(1500 * time.Millisecond) // of the copy's 4 s
+			e.exec(c.ddl...)
+			e.exec(`UPDATE `+c.now+` SET qty = -qty - 1 WHERE id % 7 = 0`,
+				`DELETE FROM `+c.now+` WHERE id % 11 = 0`,
+				`INSERT INTO `+c.now+` VALUES (100000, 1)`)
+			r := <-done
+			if r.code != 0 {
+				t.Fatalf("resync exited %d\n%s%s", r.code, r.out, r.errOut)
+			}
+			t.Logf("resync:\n%s", r.out)
+			e.exec(`UPDATE ` + c.now + ` SET qty = 0 WHERE id = 100000`)
+			e.eventually(t, "the mirror equals the table", func() error {
+				return e.mirrorDiff("public.stock", `SELECT id, qty FROM `+c.now, "id", "qty")
+			})
+			e.stop(d)
+		})
+	}
+}
