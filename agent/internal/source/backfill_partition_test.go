@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -188,6 +189,24 @@ func TestPartitionChangesCopyTheTableAgain(t *testing.T) {
 		`INSERT INTO b_more SELECT g, g, 'while stopped' FROM generate_series(1, 99) g`,
 		`ALTER TABLE b ATTACH PARTITION b_more FOR VALUES FROM (MINVALUE) TO (100)`)
 	whileStopped("after a partition was detached", ReasonPartitionDetached, `ALTER TABLE b DETACH PARTITION b_empty`)
+
+	// Dropped and created again with other partitions: the state file
+	// records the new table's partitions, and the dropped table's go.
+	h.exec(`DROP TABLE b`,
+		`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text) PARTITION BY RANGE (id)`,
+		`CREATE TABLE b_all PARTITION OF b FOR VALUES FROM (MINVALUE) TO (MAXVALUE)`,
+		`INSERT INTO b SELECT g, g, 'new table' FROM generate_series(1, 500) g`)
+	since = time.Now()
+	h.start()
+	h.waitStreaming()
+	h.waitCopied("public.b", ReasonRecreated, since)
+	check("after the table was created again while capture was stopped")
+	want := map[uint32][]uint32{h.oid("b"): {h.oid("b_all")}}
+	h.waitFor(fmt.Sprintf("the partitions recorded to be %v", want), func(r *store.Reader) bool {
+		got, err := r.Partitions()
+		return err == nil && maps.EqualFunc(got, want, slices.Equal)
+	})
+	h.stop()
 }
 
 // TestPartitionAttachedDuringACopyStartsItOver attaches a partition with

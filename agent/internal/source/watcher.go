@@ -268,9 +268,11 @@ func (w *watcher) check(ctx context.Context, t *watched, l look) error {
 // start.
 func (w *watcher) partitions(ctx context.Context, t *watched, leaves []uint32) error {
 	if t.leavesOf != t.oid {
-		// A new generation: its partitions are its own.
-		t.leavesOf = t.oid
-		return w.recordPartitions(t, leaves)
+		// A new generation: its partitions are its own, and the
+		// record of the dropped table's goes.
+		old := t.leavesOf
+		t.leavesOf, t.leaves = t.oid, leaves
+		return w.s.writer.send(writeOp{kind: opPartitions, partitions: map[uint32][]uint32{old: nil, t.oid: leaves}})
 	}
 	if slices.Equal(leaves, t.leaves) {
 		return nil
