@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -306,12 +307,7 @@ func TestTableChangedWhileItIsCopied(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newE2E(t, []string{"public.stock"})
-			e.setSourceKey("backfill_chunk_rows", "500")
-			e.setSourceKey("backfill_rows_per_second", "5000")
-			e.exec(`CREATE TABLE stock (id int8 PRIMARY KEY, qty int NOT NULL)`,
-				`INSERT INTO stock SELECT g, 0 FROM generate_series(1, 20000) g`)
-			d := e.start()
-			e.waitApplied(d)
+			d := e.startPacedStock(20000, 500, 5000)
 			type result struct {
 				out, errOut string
 				code        int
@@ -338,4 +334,18 @@ func TestTableChangedWhileItIsCopied(t *testing.T) {
 			e.stop(d)
 		})
 	}
+}
+
+// startPacedStock creates the table stock (id, qty) with rows rows, has
+// the agent copy tables in chunks of chunk rows, at most rate a second,
+// starts it, and waits until the table's snapshot is applied.
+func (e *e2e) startPacedStock(rows, chunk, rate int) *daemon {
+	e.t.Helper()
+	e.setSourceKey("backfill_chunk_rows", strconv.Itoa(chunk))
+	e.setSourceKey("backfill_rows_per_second", strconv.Itoa(rate))
+	e.exec(`CREATE TABLE stock (id int8 PRIMARY KEY, qty int NOT NULL)`,
+		fmt.Sprintf(`INSERT INTO stock SELECT g, 0 FROM generate_series(1, %d) g`, rows))
+	d := e.start()
+	e.waitApplied(d)
+	return d
 }

@@ -524,12 +524,7 @@ func TestCompactionWaitsForACopy(t *testing.T) {
   compact_min_files: 4
   compact_bytes_per_second: 0
 `)
-	e.setSourceKey("backfill_chunk_rows", "200")
-	e.setSourceKey("backfill_rows_per_second", "2000")
-	e.exec(`CREATE TABLE stock (id int8 PRIMARY KEY, qty int NOT NULL)`,
-		`INSERT INTO stock SELECT g, 0 FROM generate_series(1, 6000) g`)
-	d := e.start()
-	e.waitApplied(d)
+	d := e.startPacedStock(6000, 200, 2000)
 	if out, errOut, code := e.lakeside("resync", "--config", e.configPath, "public.stock"); code != 0 {
 		t.Fatalf("resync exited %d: %s%s", code, out, errOut)
 	}
