@@ -268,11 +268,8 @@ func (w *watcher) check(ctx context.Context, t *watched, l look) error {
 // start.
 func (w *watcher) partitions(ctx context.Context, t *watched, leaves []uint32) error {
 	if t.leavesOf != t.oid {
-		// A new generation: its partitions are its own, and the
-		// record of the dropped table's goes.
-		old := t.leavesOf
-		t.leavesOf, t.leaves = t.oid, leaves
-		return w.s.writer.send(writeOp{kind: opPartitions, partitions: map[uint32][]uint32{old: nil, t.oid: leaves}})
+		// A new generation: its partitions are its own.
+		return w.recordPartitions(t, leaves)
 	}
 	if slices.Equal(leaves, t.leaves) {
 		return nil
@@ -320,10 +317,16 @@ func (w *watcher) partitions(ctx context.Context, t *watched, leaves []uint32) e
 }
 
 // recordPartitions records leaves as the partitions t's copy follows, in
-// the watcher and the state file.
+// the watcher and the state file, in place of the record of the generation
+// before t's, if any.
 func (w *watcher) recordPartitions(t *watched, leaves []uint32) error {
+	rec := map[uint32][]uint32{t.oid: leaves}
+	if t.leavesOf != t.oid {
+		rec[t.leavesOf] = nil
+		t.leavesOf = t.oid
+	}
 	t.leaves = leaves
-	return w.s.writer.send(writeOp{kind: opPartitions, partitions: map[uint32][]uint32{t.oid: leaves}})
+	return w.s.writer.send(writeOp{kind: opPartitions, partitions: rec})
 }
 
 // leavesSQL returns an expression whose value lists the leaf partitions
