@@ -191,6 +191,7 @@ func (a *Agent) Open() error {
 
 	srcCfg := a.cfg.sourceConfig(a.log.With("component", "source"))
 	srcCfg.PlainConnection = a.tuningOff.PollConn
+	srcCfg.FreshChunkMemory = a.tuningOff.ChunkMemory
 	srcCfg.Durable = notifiers{a.hub, a.app}
 	srcCfg.Backpressure = backpressure{a}
 	if a.threads != nil {

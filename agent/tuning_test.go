@@ -10,8 +10,9 @@ func TestParseTuningOff(t *testing.T) {
 		"":                   {},
 		"gc, adder":          {GC: true, Adder: true},
 		"pollconn,readahead": {PollConn: true, ReadAhead: true},
+		"chunkmemory":        {ChunkMemory: true},
 		"threads,writeback":  {Threads: true, Writeback: true},
-		"all":                {GC: true, Threads: true, PollConn: true, ReadAhead: true, Adder: true, Writeback: true},
+		"all":                {GC: true, Threads: true, PollConn: true, ChunkMemory: true, ReadAhead: true, Adder: true, Writeback: true},
 	} {
 		got, err := ParseTuningOff(in)
 		if err != nil || got != want {

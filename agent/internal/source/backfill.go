@@ -100,6 +100,9 @@ type chunkWindow struct {
 	rows  []store.Change
 	keys  rowKeys
 	prog  *store.Backfill
+	// recycle, if set, gives the memory of rows and keys back once the
+	// chunk is durable (tuning_chunk_memory.go).
+	recycle func()
 
 	// Set by the stream: where the low watermark is, and the truncate
 	// of a chunk that truncates first.
@@ -402,6 +405,9 @@ type backfiller struct {
 	// from the rows catalogQuery returned (catalog).
 	rel     *store.Relation
 	catalog [][][]byte
+	// chunks holds the memory of the copy's durable chunks, for the
+	// next ones (tuning_chunk_memory.go).
+	chunks *chunkPool
 }
 
 // errResyncAgain ends a copy that a resync of the same table replaces.
@@ -609,6 +615,7 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 	b.s.noteBackfill(&prog, true)
 	log.Info("backfill started", "reason", prog.Reason, "rows_queued", prog.Rows, "chunk_rows", b.s.chunkRows(), "order", how)
 	b.again = false
+	b.chunks = new(chunkPool)
 	backoff := 100 * time.Millisecond
 	lastLog := time.Now()
 	var redone, replaced int64
@@ -764,7 +771,8 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 	}
 	rd := newRelationDecoder(b.types, rel)
 	limit := b.s.chunkRows()
-	cr := newChunkReader(rd, limit)
+	mem := b.memory()
+	cr := newChunkReader(rd, limit, mem)
 	next := *prog
 	next.After = nil
 	var query string
@@ -863,14 +871,16 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 		}
 	}
 	if len(keys) > 0 {
-		next.After = cr.last
+		next.After = cr.lastKey()
 		next.Done = len(cr.rows) < limit
 		if next.After == nil {
 			next.After = prog.After
 		}
 	}
+	mem.keep(cr)
 	h.mu.Lock()
 	win.snap, win.rows, win.keys, win.prog, win.ready = snap, cr.rows, cr.keys, &next, true
+	win.recycle = b.recycler(mem)
 	h.mu.Unlock()
 	handed = true
 	return &copiedChunk{win: win, next: &next}, "", nil
@@ -1063,10 +1073,23 @@ func (k *rowKeys) at(i int) []byte {
 }
 
 // newChunkReader returns a reader of a chunk of up to limit rows (a chunk
-// by ctid ranges may hold more).
-func newChunkReader(rd *relationDecoder, limit int) *chunkReader {
-	return &chunkReader{rd: rd, texts: make([][]byte, len(rd.cols)), rows: make([]store.Change, 0, limit),
-		keys: rowKeys{ends: make([]int, 0, limit)}}
+// by ctid ranges may hold more) that decodes them into mem.
+func newChunkReader(rd *relationDecoder, limit int, mem *chunkMemory) *chunkReader {
+	slab, lines := mem.take(limit)
+	return &chunkReader{rd: rd, texts: make([][]byte, len(rd.cols)), slab: slab, lines: lines, rows: mem.rows, keys: mem.keys}
+}
+
+// lastKey returns the text of the last row's key, in memory of its own:
+// the progress keeps it after the chunk's memory is used again.
+func (c *chunkReader) lastKey() [][]byte {
+	if c.last == nil {
+		return nil
+	}
+	key := make([][]byte, len(c.last))
+	for i, text := range c.last {
+		key[i] = bytes.Clone(text)
+	}
+	return key
 }
 
 func (c *chunkReader) Write(p []byte) (int, error) {

@@ -482,12 +482,12 @@ func (st *stream) finishChunk(win *chunkWindow, high store.LSN) error {
 	res.queued, res.rows = true, len(changes)
 	st.trk.truncLow = 0
 	if len(changes) == 0 || high+1 <= st.lastQueued {
-		return st.s.writer.send(writeOp{kind: opBackfill, backfills: []*store.Backfill{win.prog}})
+		return st.s.writer.send(writeOp{kind: opBackfill, backfills: []*store.Backfill{win.prog}, recycle: win.recycle})
 	}
 	st.lastQueued = high + 1
 	st.s.txnsQueued.Add(1)
 	txn := &store.Txn{TxnHeader: store.TxnHeader{CommitLSN: high, EndLSN: high + 1, CommitTime: time.Now()}, Changes: changes}
-	return st.s.writer.send(writeOp{kind: opAppendTxn, txn: txn, backfills: []*store.Backfill{win.prog}})
+	return st.s.writer.send(writeOp{kind: opAppendTxn, txn: txn, backfills: []*store.Backfill{win.prog}, recycle: win.recycle})
 }
 
 // backfillRelation returns the schema version of the table a chunk's rows

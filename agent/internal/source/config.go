@@ -79,6 +79,10 @@ type Config struct {
 	// connection is then an ordinary one, watched by Go's network poller,
 	// instead of a pollConn (tuning_pollconn.go).
 	PlainConnection bool
+	// FreshChunkMemory turns a performance trick off: each backfill
+	// chunk is then decoded into new memory, instead of the memory of a
+	// chunk before it that is durable (tuning_chunk_memory.go).
+	FreshChunkMemory bool
 	// Logger receives state changes; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -24,13 +24,20 @@ func newRelationDecoder(types *typemap.Map, rel *store.Relation) *relationDecode
 }
 
 // valueSlab hands out value slices carved from larger allocations: one
-// allocation serves thousands of rows instead of one per row.
-type valueSlab struct{ buf []store.Value }
+// allocation serves thousands of rows instead of one per row. size counts
+// the values it handed out.
+type valueSlab struct {
+	buf  []store.Value
+	size int
+}
 
 // byteSlab hands out copies of byte slices carved from larger
 // allocations, for rows read whole (COPY lines) whose values may keep what
-// they are decoded from.
-type byteSlab struct{ buf []byte }
+// they are decoded from. size counts the bytes it handed out.
+type byteSlab struct {
+	buf  []byte
+	size int
+}
 
 // byteSlabSize is the size of a byteSlab's allocations.
 const byteSlabSize = 64 << 10
@@ -42,6 +49,7 @@ func (s *byteSlab) clone(b []byte) []byte {
 	}
 	n := len(s.buf)
 	s.buf = append(s.buf, b...)
+	s.size += len(b)
 	return s.buf[n:len(s.buf):len(s.buf)]
 }
 
@@ -51,6 +59,7 @@ func (s *valueSlab) take(n int) []store.Value {
 	}
 	v := s.buf[:n:n]
 	s.buf = s.buf[n:]
+	s.size += n
 	return v
 }
 

@@ -10,7 +10,9 @@ import (
 
 // BenchmarkBackfillChunkDecode decodes a backfill chunk of 16384 rows of
 // COPY text (the columns of the orders table of the end-to-end benches),
-// as chunkReader receives them from PostgreSQL.
+// as chunkReader receives them from PostgreSQL: into new memory for each
+// chunk (fresh), and into the memory of the chunk before it, as a backfill
+// does once that chunk is durable (recycled, tuning_chunk_memory.go).
 func BenchmarkBackfillChunkDecode(b *testing.B) {
 	const rows = 16384
 	rel := &store.Relation{Key: store.RelationKey{OID: 1}, Schema: "public", Name: "orders", Columns: []store.Column{
@@ -27,20 +29,37 @@ func BenchmarkBackfillChunkDecode(b *testing.B) {
 			i, i*7919, i/100, i%100, i/3600%24, i/60%60, i%60, "tf"[i%2], i%1000)
 	}
 	rd := newRelationDecoder(typemap.New(), rel)
-	b.SetBytes(int64(len(text)))
-	b.ReportAllocs()
-	for b.Loop() {
-		cr := newChunkReader(rd, rows)
-		cr.keyPos = []int{0}
-		// As the rows arrive: a CopyData message each.
-		for line := range splitLines(text) {
-			if _, err := cr.Write(line); err != nil {
-				b.Fatal(err)
+	for _, recycled := range []bool{false, true} {
+		name := "fresh"
+		if recycled {
+			name = "recycled"
+		}
+		b.Run(name, func(b *testing.B) {
+			var pool chunkPool
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			for b.Loop() {
+				mem := new(chunkMemory)
+				if recycled {
+					mem = pool.get()
+				}
+				cr := newChunkReader(rd, rows, mem)
+				cr.keyPos = []int{0}
+				// As the rows arrive: a CopyData message each.
+				for line := range splitLines(text) {
+					if _, err := cr.Write(line); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if len(cr.rows) != rows {
+					b.Fatalf("%d rows decoded, want %d", len(cr.rows), rows)
+				}
+				mem.keep(cr)
+				if recycled {
+					pool.put(mem)
+				}
 			}
-		}
-		if len(cr.rows) != rows {
-			b.Fatalf("%d rows decoded, want %d", len(cr.rows), rows)
-		}
+		})
 	}
 }
 

@@ -289,7 +289,10 @@ func (rd *relationDecoder) decodeCopyRow(line []byte, slab *valueSlab, lines *by
 			if texts != nil {
 				texts[i] = nil
 			}
-			continue // NULL
+			// The slab's memory may hold a value of an earlier chunk
+			// (tuning_chunk_memory.go).
+			vals[i] = store.Value{}
+			continue
 		}
 		text := unescapeCopy(field)
 		if texts != nil {

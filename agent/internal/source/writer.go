@@ -70,7 +70,10 @@ type writeOp struct {
 	// table OID.
 	partitions map[uint32][]uint32
 	done       chan error
-	weight     int64
+	// recycle, if set, is called once the operation is durable: the
+	// memory of its changes may then be used again.
+	recycle func()
+	weight  int64
 }
 
 // Limits of the writer: how many changes may wait in memory for the writer,
@@ -318,6 +321,9 @@ func (w *queueWriter) commit(open *openTxn) bool {
 	for _, op := range open.ops {
 		if op.done != nil {
 			op.done <- nil
+		}
+		if op.recycle != nil {
+			op.recycle()
 		}
 	}
 	w.mu.Lock()

@@ -1,0 +1,109 @@
+package source
+
+import (
+	"sync"
+
+	"github.com/lakeside/lakeside/store"
+)
+
+// A backfill decodes each chunk into the memory of a chunk before it: its
+// values, the copies of its COPY lines that the values point into, its
+// changes and its keys. Once the queue writer has made a chunk durable,
+// nothing reads that memory again (writeOp.recycle), and it goes back to
+// the copy's chunkPool. New memory would be cleared, then scanned and
+// collected by the garbage collector for every chunk: a chunk's values
+// alone are chunk rows times columns times 64 bytes.
+//
+// A performance trick, measured by BenchmarkBackfillChunkDecode (its fresh
+// and recycled cases) and make bench's TestBenchBackfill; switched off by
+// Config.FreshChunkMemory (LAKESIDE_TUNING_OFF=chunkmemory for the agent),
+// which decodes every chunk into new memory.
+
+// chunkMemory is the memory one chunk's rows are decoded into.
+type chunkMemory struct {
+	values []store.Value
+	lines  []byte
+	rows   []store.Change
+	keys   rowKeys
+	// valueCount and lineBytes are how many values and bytes of lines
+	// the last chunk took: the next chunk's blocks are made that large,
+	// so that a chunk like it fits.
+	valueCount, lineBytes int
+}
+
+// chunkPool holds the memory of a copy's chunks that are durable. Its zero
+// value is an empty pool; it is safe for concurrent use (the backfiller
+// takes, the queue writer gives back).
+type chunkPool struct {
+	mu   sync.Mutex
+	free []*chunkMemory
+}
+
+// maxFreeChunks is how many chunks' memory a pool keeps: the chunks of a
+// copy follow one another, so that one or two are free at a time, and more
+// would only hold memory the garbage collector could return.
+const maxFreeChunks = 2
+
+// get returns the memory of a durable chunk, or new memory.
+func (p *chunkPool) get() *chunkMemory {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.free); n > 0 {
+		m := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		return m
+	}
+	return new(chunkMemory)
+}
+
+// put gives back the memory of a chunk that nothing reads any more.
+func (p *chunkPool) put(m *chunkMemory) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) < maxFreeChunks {
+		p.free = append(p.free, m)
+	}
+}
+
+// take readies m for a chunk of up to rows rows, and returns its slabs.
+func (m *chunkMemory) take(rows int) (valueSlab, byteSlab) {
+	if cap(m.values) < m.valueCount {
+		m.values = make([]store.Value, m.valueCount)
+	}
+	if cap(m.lines) < m.lineBytes {
+		m.lines = make([]byte, 0, m.lineBytes)
+	}
+	if cap(m.rows) < rows {
+		m.rows = make([]store.Change, 0, rows)
+	}
+	if cap(m.keys.ends) < rows {
+		m.keys.ends = make([]int, 0, rows)
+	}
+	m.rows, m.keys.data, m.keys.ends = m.rows[:0], m.keys.data[:0], m.keys.ends[:0]
+	return valueSlab{buf: m.values[:cap(m.values)]}, byteSlab{buf: m.lines[:0]}
+}
+
+// keep records in m what the chunk read into it grew to, for the next
+// chunk that takes it.
+func (m *chunkMemory) keep(c *chunkReader) {
+	m.rows, m.keys, m.valueCount, m.lineBytes = c.rows, c.keys, c.slab.size, c.lines.size
+}
+
+// memory returns the memory the next chunk of the copy is decoded into.
+func (b *backfiller) memory() *chunkMemory {
+	if b.s.cfg.FreshChunkMemory || b.chunks == nil {
+		return new(chunkMemory)
+	}
+	return b.chunks.get()
+}
+
+// recycler returns what gives mem back to the copy's pool once its chunk
+// is durable, or nil when the trick is off.
+func (b *backfiller) recycler(mem *chunkMemory) func() {
+	if b.s.cfg.FreshChunkMemory || b.chunks == nil {
+		return nil
+	}
+	pool := b.chunks
+	return func() { pool.put(mem) }
+}
