@@ -100,8 +100,9 @@ type chunkWindow struct {
 	rows  []store.Change
 	keys  rowKeys
 	prog  *store.Backfill
-	// recycle, if set, gives the memory of rows and keys back once the
-	// chunk is durable (tuning_chunk_memory.go).
+	// recycle, if set, gives the chunk's memory (rows, keys and what
+	// they point into) back once the chunk is durable
+	// (tuning_chunk_memory.go).
 	recycle func()
 
 	// Set by the stream: where the low watermark is, and the truncate
@@ -406,7 +407,8 @@ type backfiller struct {
 	rel     *store.Relation
 	catalog [][][]byte
 	// chunks holds the memory of the copy's durable chunks, for the
-	// next ones (tuning_chunk_memory.go).
+	// next ones; nil with Config.FreshChunkMemory
+	// (tuning_chunk_memory.go).
 	chunks *chunkPool
 }
 
@@ -615,7 +617,12 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 	b.s.noteBackfill(&prog, true)
 	log.Info("backfill started", "reason", prog.Reason, "rows_queued", prog.Rows, "chunk_rows", b.s.chunkRows(), "order", how)
 	b.again = false
-	b.chunks = new(chunkPool)
+	// A pool of the copy's own: what the writer gives back after the
+	// copy ends is left to the garbage collector.
+	b.chunks = nil
+	if !b.s.cfg.FreshChunkMemory {
+		b.chunks = newChunkPool()
+	}
 	backoff := 100 * time.Millisecond
 	lastLog := time.Now()
 	var redone, replaced int64

@@ -35,7 +35,7 @@ func BenchmarkBackfillChunkDecode(b *testing.B) {
 			name = "recycled"
 		}
 		b.Run(name, func(b *testing.B) {
-			var pool chunkPool
+			pool := newChunkPool()
 			b.SetBytes(int64(len(text)))
 			b.ReportAllocs()
 			for b.Loop() {

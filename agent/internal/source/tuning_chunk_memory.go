@@ -1,10 +1,6 @@
 package source
 
-import (
-	"sync"
-
-	"github.com/lakeside/lakeside/store"
-)
+import "github.com/lakeside/lakeside/store"
 
 // A backfill decodes each chunk into the memory of a chunk before it: its
 // values, the copies of its COPY lines that the values point into, its
@@ -31,38 +27,36 @@ type chunkMemory struct {
 	valueCount, lineBytes int
 }
 
-// chunkPool holds the memory of a copy's chunks that are durable. Its zero
-// value is an empty pool; it is safe for concurrent use (the backfiller
-// takes, the queue writer gives back).
-type chunkPool struct {
-	mu   sync.Mutex
-	free []*chunkMemory
-}
+// chunkPool holds the memory of a copy's durable chunks, at most
+// maxFreeChunks of them. The backfiller takes, the queue writer gives
+// back.
+type chunkPool struct{ free chan *chunkMemory }
 
 // maxFreeChunks is how many chunks' memory a pool keeps: the chunks of a
 // copy follow one another, so that one or two are free at a time, and more
 // would only hold memory the garbage collector could return.
 const maxFreeChunks = 2
 
-// get returns the memory of a durable chunk, or new memory.
-func (p *chunkPool) get() *chunkMemory {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if n := len(p.free); n > 0 {
-		m := p.free[n-1]
-		p.free[n-1] = nil
-		p.free = p.free[:n-1]
-		return m
-	}
-	return new(chunkMemory)
+func newChunkPool() *chunkPool {
+	return &chunkPool{free: make(chan *chunkMemory, maxFreeChunks)}
 }
 
-// put gives back the memory of a chunk that nothing reads any more.
+// get returns the memory of a durable chunk, or new memory.
+func (p *chunkPool) get() *chunkMemory {
+	select {
+	case m := <-p.free:
+		return m
+	default:
+		return new(chunkMemory)
+	}
+}
+
+// put gives back the memory of a chunk that nothing reads any more; a
+// full pool leaves it to the garbage collector.
 func (p *chunkPool) put(m *chunkMemory) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.free) < maxFreeChunks {
-		p.free = append(p.free, m)
+	select {
+	case p.free <- m:
+	default:
 	}
 }
 
@@ -92,7 +86,7 @@ func (m *chunkMemory) keep(c *chunkReader) {
 
 // memory returns the memory the next chunk of the copy is decoded into.
 func (b *backfiller) memory() *chunkMemory {
-	if b.s.cfg.FreshChunkMemory || b.chunks == nil {
+	if b.chunks == nil {
 		return new(chunkMemory)
 	}
 	return b.chunks.get()
@@ -101,7 +95,7 @@ func (b *backfiller) memory() *chunkMemory {
 // recycler returns what gives mem back to the copy's pool once its chunk
 // is durable, or nil when the trick is off.
 func (b *backfiller) recycler(mem *chunkMemory) func() {
-	if b.s.cfg.FreshChunkMemory || b.chunks == nil {
+	if b.chunks == nil {
 		return nil
 	}
 	pool := b.chunks

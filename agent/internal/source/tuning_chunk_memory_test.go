@@ -24,7 +24,7 @@ func TestChunkMemoryIsReusedSafely(t *testing.T) {
 		{Name: "note", TypeOID: 25, TypeMod: -1},
 	}}
 	rd := newRelationDecoder(typemap.New(), rel)
-	var pool chunkPool
+	pool := newChunkPool()
 	decode := func(lines ...string) (*chunkReader, *chunkMemory) {
 		t.Helper()
 		mem := pool.get()
