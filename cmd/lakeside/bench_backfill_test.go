@@ -84,10 +84,12 @@ func TestBenchBackfill(t *testing.T) {
 		}
 		began := time.Now()
 		agentBefore, pgBefore := processCPU(t, d.cmd.Process.Pid), commandCPU(t, "postgres")
+		wroteBefore := processWritten(t, d.cmd.Process.Pid)
 		alone = resync(size.table)
 		agentCPU, pgCPU := processCPU(t, d.cmd.Process.Pid)-agentBefore, commandCPU(t, "postgres")-pgBefore
 		e.waitApplied(d)
 		applied := time.Since(began)
+		wrote := processWritten(t, d.cmd.Process.Pid) - wroteBefore
 		if got := e.deltaRowCount("public." + size.table); got != int64(size.rows) {
 			t.Fatalf("the mirror holds %d rows after the resync, want %d", got, size.rows)
 		}
@@ -98,6 +100,8 @@ func TestBenchBackfill(t *testing.T) {
 		floor := (agentCPU + pgCPU).Seconds() / float64(runtime.NumCPU())
 		fmt.Printf("  during the copy: agent %.2f CPU-s, PostgreSQL %.2f CPU-s; on %d cores at least %.2f s, a ratio of %.2f at most\n",
 			agentCPU.Seconds(), pgCPU.Seconds(), runtime.NumCPU(), floor, baseline.Seconds()/floor)
+		fmt.Printf("  the agent wrote %.0f MB until the copy was in the mirror (queue, Delta tables), %.0f bytes a row\n",
+			float64(wrote)/1e6, float64(wrote)/float64(size.rows))
 	}
 
 	// Freshness of ticks while big is copied again.
@@ -148,6 +152,28 @@ func processCPU(t *testing.T, pid int) time.Duration {
 		t.Fatal(err)
 	}
 	return statCPU(stat)
+}
+
+// processWritten returns the bytes the process pid has handed to write
+// calls so far (wchar in /proc/pid/io), whether or not they reached the
+// disk yet.
+func processWritten(t *testing.T, pid int) int64 {
+	t.Helper()
+	io, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(io)) {
+		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no wchar in /proc/%d/io", pid)
+	return 0
 }
 
 // commandCPU returns the CPU time spent so far by the running processes
