@@ -15,7 +15,8 @@ import (
 // encoder, in delta/internal/parquet.
 type (
 	// WriteOptions configure a data file writer. The zero value writes
-	// snappy files with row groups of DefaultRowGroupRows rows.
+	// snappy files with row groups of DefaultRowGroupRows rows, or of
+	// fewer rows whose strings and binaries reach DefaultRowGroupBytes.
 	WriteOptions = parquet.WriteOptions
 	// RowBuilder appends one row to a DataWriter value by value, each in
 	// the physical form its column stores, without boxing any value in an
@@ -36,6 +37,10 @@ const (
 
 // DefaultRowGroupRows is the default maximum number of rows in a row group.
 const DefaultRowGroupRows = parquet.DefaultRowGroupRows
+
+// DefaultRowGroupBytes is the default most bytes of string and binary
+// values in a row group.
+const DefaultRowGroupBytes = parquet.DefaultRowGroupBytes
 
 // StringStatsPrefixLength is the number of characters kept of string values
 // in minValues and maxValues, as Spark does.

@@ -49,7 +49,7 @@ func (w *Writer) Row() *RowBuilder {
 	}
 	g := c.filling
 	if g.rows == g.capRows {
-		g.grow(c.maxRows, c.expectRows)
+		g.grow(c.maxRows, c.expectRows, c.maxBytes)
 	}
 	b.g = g
 	if w.fieldCols == nil {
@@ -308,7 +308,7 @@ func (b *RowBuilder) End() error {
 	g.rows++
 	c := b.w.columns
 	c.stats.numRecords++
-	if g.rows >= c.maxRows {
+	if c.full(g) {
 		return c.flush()
 	}
 	return nil

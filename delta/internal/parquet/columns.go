@@ -22,6 +22,9 @@ type columnarWriter struct {
 	schema  *types.StructType
 	stats   *statsCollector
 	maxRows int
+	// maxBytes is the most bytes of byte array values a row group holds
+	// (see WriteOptions.RowGroupBytes).
+	maxBytes int
 	// expectRows is how many rows the caller expects (at most maxRows),
 	// or zero (see WriteOptions.ExpectedRows).
 	expectRows int
@@ -135,11 +138,15 @@ const minGrowRows = 1024
 // their room for byte array values in proportion. (Appending would grow
 // large slices by a quarter at a time, allocating and copying them several
 // times over.) Once the columns hold minGrowRows rows, it makes room for
-// expect rows at once, when more are expected.
-func (g *rowGroupColumns) grow(maxRows, expect int) {
+// expect rows at once, when more are expected. It makes room for no more
+// rows than rows like those in hold in maxBytes of byte array values.
+func (g *rowGroupColumns) grow(maxRows, expect, maxBytes int) {
 	rows := min(max(2*g.capRows, minGrowRows), maxRows)
 	if g.capRows >= minGrowRows {
 		rows = max(rows, min(expect, maxRows))
+	}
+	if perRow := g.dataBytes() / max(g.rows, 1); perRow > 0 {
+		rows = max(g.rows+1, min(rows, maxBytes/perRow+1))
 	}
 	for _, col := range g.cols {
 		dataBytes := 0
@@ -162,7 +169,7 @@ func (c *columnarWriter) writeRow(r types.Row, idx []int) error {
 	}
 	g := c.filling
 	if g.rows == g.capRows {
-		g.grow(c.maxRows, c.expectRows)
+		g.grow(c.maxRows, c.expectRows, c.maxBytes)
 	}
 	for i, col := range g.cols {
 		if err := col.add(r[idx[col.pos]]); err != nil {
@@ -180,10 +187,26 @@ func (c *columnarWriter) writeRow(r types.Row, idx []int) error {
 	}
 	g.rows++
 	c.stats.numRecords++
-	if g.rows >= c.maxRows {
+	if c.full(g) {
 		return c.flush()
 	}
 	return nil
+}
+
+// full reports whether the row group g takes no more rows: it has maxRows
+// rows, or maxBytes bytes of byte array values.
+func (c *columnarWriter) full(g *rowGroupColumns) bool {
+	return g.rows >= c.maxRows || g.dataBytes() >= c.maxBytes
+}
+
+// dataBytes returns the bytes of the byte array values of the row group's
+// flat columns.
+func (g *rowGroupColumns) dataBytes() int {
+	n := 0
+	for _, col := range g.cols {
+		n += len(col.data)
+	}
+	return n
 }
 
 // flush starts encoding the rows written since the last flush, once fewer

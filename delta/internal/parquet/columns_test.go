@@ -656,3 +656,55 @@ func TestFlatColumnKeepsNullsFromTheFirst(t *testing.T) {
 	add(int64(7), int64(8))
 	check("reused once emptied")
 }
+
+// TestRowGroupsEndAtTheirBytes writes rows of wide strings, by Write and by
+// RowBuilder: each row group ends with the row that brings its string
+// bytes to RowGroupBytes, long before RowGroupRows, and the columns never
+// make room for much more than that, even when many rows are expected.
+func TestRowGroupsEndAtTheirBytes(t *testing.T) {
+	const budget = 64 << 10
+	st := types.NewStructType(types.NewField("id", types.TypeLong, false), types.NewField("doc", types.TypeString, true))
+	for _, tc := range []struct{ wide, written int }{{10_000, 200}, {50, 4000}} {
+		perGroup := (budget + tc.wide - 1) / tc.wide
+		var want []types.Row
+		for i := range int64(tc.written) {
+			want = append(want, types.Row{i, strings.Repeat(string(rune('a'+i%26)), tc.wide)})
+		}
+		for _, byBuilder := range []bool{false, true} {
+			t.Run(fmt.Sprintf("wide=%d/builder=%v", tc.wide, byBuilder), func(t *testing.T) {
+				dir := t.TempDir()
+				w, err := newDataWriter(dir, st, nil, WriteOptions{RowGroupRows: 1 << 20, RowGroupBytes: budget, ExpectedRows: 1 << 20})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range want {
+					if byBuilder {
+						b := w.Row()
+						b.Int(0, r[0].(int64))
+						b.Bytes(1, []byte(r[1].(string)))
+						err = b.End()
+					} else {
+						err = w.Write([]types.Row{r})
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					if g := w.columns.filling; g != nil && cap(g.cols[1].data) > 2*budget {
+						t.Fatalf("after row %d the row group has room for %d bytes of strings, want at most %d", r[0], cap(g.cols[1].data), 2*budget)
+					}
+				}
+				add, err := w.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				path := filepath.Join(dir, add.Path)
+				got, err := ReadFile(context.Background(), path, st)
+				if err != nil {
+					t.Fatal(err)
+				}
+				assertSameRowsInOrder(t, "read back", got, want)
+				checkRowGroups(t, path, st, want, perGroup)
+			})
+		}
+	}
+}

@@ -46,6 +46,12 @@ func (c *snappyCodec) Encode(dst, src []byte) ([]byte, error) {
 // choice against larger and smaller row groups.
 const DefaultRowGroupRows = 32768
 
+// DefaultRowGroupBytes is the default most bytes of string and binary
+// values a row group holds: a row group of wide rows (documents, images)
+// ends before DefaultRowGroupRows, so that the rows a writer holds in
+// memory stay within a few times this size however wide they are.
+const DefaultRowGroupBytes = 16 << 20
+
 // WriteOptions configure a data file writer. The zero value writes snappy
 // files with row groups of DefaultRowGroupRows rows.
 type WriteOptions struct {
@@ -53,6 +59,10 @@ type WriteOptions struct {
 	Compression string
 	// RowGroupRows is the maximum number of rows per row group.
 	RowGroupRows int64
+	// RowGroupBytes is the most bytes of string and binary values of
+	// flat columns a row group holds (zero: DefaultRowGroupBytes); the
+	// row that reaches it is the row group's last.
+	RowGroupBytes int64
 	// CreatedBy names the writer in the Parquet footer, such as
 	// "lakeside version 1.2.0".
 	CreatedBy string
@@ -174,6 +184,10 @@ func (w *Writer) Create(path string) error {
 	w.writer = parquet.NewGenericWriter[any](out, w.options...)
 	w.stats = newStatsCollector(w.data)
 	w.columns = newColumnarWriter(w.writer, w.data, w.stats, w.rg, w.opts.Buffers, w.key)
+	w.columns.maxBytes = int(w.opts.RowGroupBytes)
+	if w.columns.maxBytes <= 0 {
+		w.columns.maxBytes = DefaultRowGroupBytes
+	}
 	w.columns.expectRows = int(min(w.opts.ExpectedRows, w.rg))
 	w.columns.inline = w.opts.Inline
 	return nil
