@@ -195,7 +195,8 @@ type SourceConfig struct {
 	// BackfillChunkRows is the number of rows a backfill (the copy of a
 	// table configured after the first start, or resynced) reads and
 	// queues at a time, 16384 by default, at most MaxBackfillChunkRows:
-	// at most that many rows are held in memory.
+	// at most that many rows are held in memory, fewer when they are wide
+	// (a chunk holds about 16 MiB of rows).
 	BackfillChunkRows int `yaml:"backfill_chunk_rows"`
 	// BackfillRowsPerSecond bounds the rows a backfill copies per
 	// second; zero (the default) is no bound.

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/time/rate"
@@ -74,6 +75,17 @@ const (
 // DefaultBackfillChunkRows is the number of rows a backfill copies per
 // chunk when Config.BackfillChunkRows is zero.
 const DefaultBackfillChunkRows = 16384
+
+// maxChunkBytes is the most memory a chunk's decoded rows take (values,
+// the COPY text they point into, changes and keys): a chunk of wide rows
+// holds fewer rows than configured. A chunk paged by key ends with the row
+// that reaches it, the rest of its COPY being read and dropped, and the
+// chunks after it read as many rows as the last one's take that much.
+const maxChunkBytes = 16 << 20
+
+// firstChunkRows is the most rows the first chunk of a copy reads, before
+// a chunk tells how much memory the table's rows take.
+const firstChunkRows = 1024
 
 // maxTuplesPerPage is the most rows a heap page of 8 kB holds
 // (MaxHeapTuplesPerPage): a chunk of ctid ranges spans at most
@@ -410,6 +422,11 @@ type backfiller struct {
 	// next ones; nil with Config.FreshChunkMemory
 	// (tuning_chunk_memory.go).
 	chunks *chunkPool
+	// rowBytes is the memory a row of the copy took in its last chunk
+	// (zero before the first); narrow is set once the log said that the
+	// copy's chunks hold fewer rows than configured.
+	rowBytes int
+	narrow   bool
 }
 
 // errResyncAgain ends a copy that a resync of the same table replaces.
@@ -623,6 +640,7 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 	if !b.s.cfg.FreshChunkMemory {
 		b.chunks = newChunkPool()
 	}
+	b.rowBytes, b.narrow = 0, false
 	backoff := 100 * time.Millisecond
 	lastLog := time.Now()
 	var redone, replaced int64
@@ -777,7 +795,7 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 		b.rel, b.catalog = rel, rows
 	}
 	rd := newRelationDecoder(b.types, rel)
-	limit := b.s.chunkRows()
+	limit := b.chunkLimit()
 	mem := b.memory()
 	cr := newChunkReader(rd, limit, mem)
 	next := *prog
@@ -799,6 +817,7 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 			return nil, "", fmt.Errorf("backfill %s: %w (paged by %s, now %s)", t, errKeyChanged, strings.Join(names, ", "), strings.Join(keyNames(rel), ", "))
 		}
 		next.Key = names
+		cr.maxBytes = maxChunkBytes
 		var err error
 		if query, err = keysetQuery(from, keys, prog.After, limit); err != nil {
 			return nil, "", fmt.Errorf("backfill %s: %w", t, err)
@@ -879,11 +898,12 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 	}
 	if len(keys) > 0 {
 		next.After = cr.lastKey()
-		next.Done = len(cr.rows) < limit
+		next.Done = len(cr.rows) < limit && cr.dropped == 0
 		if next.After == nil {
 			next.After = prog.After
 		}
 	}
+	b.noteRowBytes(cr, t)
 	mem.keep(cr)
 	h.mu.Lock()
 	win.snap, win.rows, win.keys, win.prog, win.ready = snap, cr.rows, cr.keys, &next, true
@@ -1055,6 +1075,12 @@ type chunkReader struct {
 	rows    []store.Change
 	keys    rowKeys
 	last    [][]byte
+	// maxBytes, when set, is the memory at which the chunk is full: the
+	// rows after the one that reaches it are dropped, and counted in
+	// dropped (see maxChunkBytes).
+	maxBytes int
+	full     bool
+	dropped  int
 }
 
 // rowKeys are the encoded keys of a chunk's rows, in one buffer.
@@ -1107,6 +1133,10 @@ func (c *chunkReader) Write(p []byte) (int, error) {
 }
 
 func (c *chunkReader) row(line []byte) error {
+	if c.full {
+		c.dropped++
+		return nil
+	}
 	vals, err := c.rd.decodeCopyRow(line, &c.slab, &c.lines, c.texts)
 	if err != nil {
 		return err
@@ -1128,7 +1158,40 @@ func (c *chunkReader) row(line []byte) error {
 		}
 		return b
 	})
+	c.full = c.maxBytes > 0 && c.memory() >= c.maxBytes
 	return nil
+}
+
+// memory returns the memory the chunk's rows take: their values, the
+// copies of the COPY lines the values point into, their changes and keys.
+func (c *chunkReader) memory() int {
+	return c.slab.size*int(unsafe.Sizeof(store.Value{})) + c.lines.size + len(c.rows)*int(unsafe.Sizeof(store.Change{})) + len(c.keys.data)
+}
+
+// chunkLimit returns how many rows the next chunk of the copy reads: the
+// configured chunk rows, fewer when rows like the last chunk's would take
+// more than maxChunkBytes, and at most firstChunkRows before a chunk tells.
+func (b *backfiller) chunkLimit() int {
+	rows := b.s.chunkRows()
+	if b.rowBytes == 0 {
+		return min(rows, firstChunkRows)
+	}
+	return max(1, min(rows, maxChunkBytes/b.rowBytes))
+}
+
+// noteRowBytes takes the memory a row of the chunk cr read took, for the
+// next chunk's limit, and logs it the first time the copy's chunks hold
+// fewer rows than configured because of it.
+func (b *backfiller) noteRowBytes(cr *chunkReader, table string) {
+	if len(cr.rows) == 0 {
+		return
+	}
+	b.rowBytes = max(1, cr.memory()/len(cr.rows))
+	if rows := b.chunkLimit(); rows < b.s.chunkRows() && !b.narrow {
+		b.narrow = true
+		b.log.Info("backfill chunks hold fewer rows than configured: the rows are wide", "table", table,
+			"chunk_rows", rows, "bytes_per_row", b.rowBytes, "chunk_bytes", maxChunkBytes)
+	}
 }
 
 // chunkRows is the number of rows a backfill copies per chunk.

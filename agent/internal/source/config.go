@@ -37,7 +37,7 @@ type Config struct {
 	Snapshot bool
 	// BackfillChunkRows is the number of rows a backfill copies per
 	// chunk (zero: DefaultBackfillChunkRows); at most that many are held
-	// in memory.
+	// in memory, fewer when they are wide (see maxChunkBytes).
 	BackfillChunkRows int
 	// BackfillRowsPerSecond, when not zero, bounds the rows a backfill
 	// copies per second.

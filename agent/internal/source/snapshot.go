@@ -16,8 +16,12 @@ import (
 	"github.com/lakeside/lakeside/store"
 )
 
-// snapshotChunk is the number of rows spooled per write during the snapshot.
-const snapshotChunk = 2048
+// snapshotChunk is the number of rows spooled per write during the snapshot;
+// a write of wide rows holds fewer, up to snapshotChunkBytes of COPY text.
+const (
+	snapshotChunk      = 2048
+	snapshotChunkBytes = 4 << 20
+)
 
 // relationFromCatalog describes the published columns of the table oid
 // the way a pgoutput Relation message does, as captured as table, so that
@@ -188,17 +192,19 @@ func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName 
 // copyReader receives COPY text output, decodes complete rows, and spools
 // them in chunks. It logs progress every few seconds.
 type copyReader struct {
-	src      *Source
-	rd       *relationDecoder
-	log      *slog.Logger
-	partial  []byte
-	slab     valueSlab
-	lines    byteSlab
-	batch    []store.Change
-	rows     int64
-	estimate int64
-	started  time.Time
-	lastLog  time.Time
+	src     *Source
+	rd      *relationDecoder
+	log     *slog.Logger
+	partial []byte
+	slab    valueSlab
+	lines   byteSlab
+	batch   []store.Change
+	// batchBytes is the COPY text of the rows in batch.
+	batchBytes int
+	rows       int64
+	estimate   int64
+	started    time.Time
+	lastLog    time.Time
 }
 
 func (c *copyReader) Write(p []byte) (int, error) {
@@ -238,9 +244,10 @@ func (c *copyReader) row(line []byte) error {
 		return err
 	}
 	c.batch = append(c.batch, store.Change{Op: store.OpSnapshot, Relation: c.rd.rel.Key, New: vals})
+	c.batchBytes += len(line)
 	c.rows++
 	c.src.changesReceived.Add(1)
-	if len(c.batch) >= snapshotChunk {
+	if len(c.batch) >= snapshotChunk || c.batchBytes >= snapshotChunkBytes {
 		return c.flush()
 	}
 	return nil
@@ -252,7 +259,7 @@ func (c *copyReader) flush() error {
 		if err := c.src.writer.send(writeOp{kind: opSpoolAppend, spool: store.SnapshotSpool, changes: c.batch}); err != nil {
 			return err
 		}
-		c.batch = nil
+		c.batch, c.batchBytes = nil, 0
 	}
 	if time.Since(c.lastLog) >= 5*time.Second {
 		c.lastLog = time.Now()

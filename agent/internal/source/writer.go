@@ -76,12 +76,50 @@ type writeOp struct {
 	weight  int64
 }
 
-// Limits of the writer: how many changes may wait in memory for the writer,
-// and how many operations one bbolt transaction takes at most.
+// Limits of the writer: how much weight of changes may wait in memory for
+// the writer (see opWeight), and how many operations one bbolt transaction
+// takes at most.
 const (
-	maxPendingChanges = 64 * 1024
-	maxBatchOps       = 8192
+	maxPendingWeight = 64 * 1024
+	maxBatchOps      = 8192
 )
+
+// weightBytes is the bytes of values that weigh as much as a change: a
+// change weighs one, and one more for each weightBytes of its values, so
+// that the writer's limits hold fewer changes of wide rows (64 MiB of
+// values at most wait in memory, and an open transaction is committed once
+// it holds half of that).
+const weightBytes = 1024
+
+// opWeight returns the weight of op's changes, and one for op itself.
+func opWeight(op *writeOp) int64 {
+	w := 1 + changesWeight(op.changes)
+	if op.txn != nil {
+		w += changesWeight(op.txn.Changes)
+	}
+	return w
+}
+
+// changesWeight returns the weight of changes (see weightBytes).
+func changesWeight(changes []store.Change) int64 {
+	n := 0
+	for i := range changes {
+		n += valuesBytes(changes[i].New) + valuesBytes(changes[i].Old)
+	}
+	return int64(len(changes) + n/weightBytes)
+}
+
+// valuesBytes returns the bytes that values and their elements hold.
+func valuesBytes(values []store.Value) int {
+	n := 0
+	for i := range values {
+		n += len(values[i].Bytes)
+		if len(values[i].Elems) > 0 {
+			n += valuesBytes(values[i].Elems)
+		}
+	}
+	return n
+}
 
 // queueWriter applies writeOps to the state file from one goroutine, many per
 // bbolt transaction (group commit), and publishes the durable checkpoint.
@@ -139,12 +177,9 @@ func (w *queueWriter) Durable() store.LSN { return store.LSN(w.durable.Load()) }
 // send queues an operation, waiting while too many changes are in memory.
 // It fails only when the writer has failed.
 func (w *queueWriter) send(op writeOp) error {
-	op.weight = int64(len(op.changes)) + 1
-	if op.txn != nil {
-		op.weight += int64(len(op.txn.Changes))
-	}
+	op.weight = opWeight(&op)
 	w.mu.Lock()
-	for w.err == nil && w.pending > 0 && w.pending+op.weight > maxPendingChanges {
+	for w.err == nil && w.pending > 0 && w.pending+op.weight > maxPendingWeight {
 		w.cond.Wait()
 	}
 	if err := w.err; err != nil {
@@ -240,10 +275,10 @@ func (w *queueWriter) run() {
 	}
 }
 
-// maxOpenWeight is how many changes an open transaction takes before it is
-// committed, whatever the time: half of what may wait in memory, so that
-// capture goes on reading while the writer commits.
-const maxOpenWeight = maxPendingChanges / 2
+// maxOpenWeight is the weight of changes an open transaction takes before
+// it is committed, whatever the time: half of what may wait in memory, so
+// that capture goes on reading while the writer commits.
+const maxOpenWeight = maxPendingWeight / 2
 
 // catchUpCommitEvery is the least time between two commits while capture
 // drains a backlog.
