@@ -50,7 +50,7 @@ const DefaultRowGroupRows = 32768
 // values a row group holds: a row group of wide rows (documents, images)
 // ends before DefaultRowGroupRows, so that the rows a writer holds in
 // memory stay within a few times this size however wide they are.
-const DefaultRowGroupBytes = 16 << 20
+const DefaultRowGroupBytes = 8 << 20
 
 // WriteOptions configure a data file writer. The zero value writes snappy
 // files with row groups of DefaultRowGroupRows rows.
