@@ -634,11 +634,13 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 	b.s.noteBackfill(&prog, true)
 	log.Info("backfill started", "reason", prog.Reason, "rows_queued", prog.Rows, "chunk_rows", b.s.chunkRows(), "order", how)
 	b.again = false
-	// A pool of the copy's own: what the writer gives back after the
-	// copy ends is left to the garbage collector.
+	// A pool of the copy's own, let go when the copy ends: what it holds,
+	// and what the writer gives back after, is left to the garbage
+	// collector.
 	b.chunks = nil
 	if !b.s.cfg.FreshChunkMemory {
 		b.chunks = newChunkPool()
+		defer func() { b.chunks = nil }()
 	}
 	b.rowBytes, b.narrow = 0, false
 	backoff := 100 * time.Millisecond
