@@ -306,31 +306,13 @@ func TestLargeTransactionMemory(t *testing.T) {
 	e.exec(`CREATE TABLE big (id int8 PRIMARY KEY, label text NOT NULL, qty int NOT NULL)`)
 	d := e.start()
 	waitState(t, e, d, "streaming")
-	// Sample the agent's memory while it works: anonymous memory is what
-	// it allocates; file-backed pages are the state file mapped by bbolt,
-	// which the kernel can reclaim at will.
-	var peakAnon, peakFile int64
-	stopSampling := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			if anon, file, err := rss(d.cmd.Process.Pid); err == nil {
-				peakAnon, peakFile = max(peakAnon, anon), max(peakFile, file)
-			}
-			select {
-			case <-stopSampling:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
+	mem := sampleMemory(d.cmd.Process.Pid, "")
 	start := time.Now()
 	e.exec(`INSERT INTO big SELECT g, md5(g::text), g % 1000 FROM generate_series(1, 2000000) g`)
 	e.waitApplied(d)
 	elapsed := time.Since(start)
-	close(stopSampling)
-	<-sampled
+	anon, file := mem.stop()
+	peakAnon, peakFile := anon[""], file[""]
 	hwm, err := peakRSS(d.cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
@@ -368,44 +350,19 @@ func TestWideRowsMemory(t *testing.T) {
 		`ALTER TABLE wide ALTER doc SET STORAGE EXTERNAL`,
 		`INSERT INTO wide SELECT g, `+doc+` FROM generate_series(1, 6000) g`)
 	d := e.start()
-	var mu sync.Mutex
-	peaks := map[string]int64{}
-	phase := "initial snapshot"
-	stopSampling := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			if anon, _, err := rss(d.cmd.Process.Pid); err == nil {
-				mu.Lock()
-				peaks[phase] = max(peaks[phase], anon)
-				mu.Unlock()
-			}
-			select {
-			case <-stopSampling:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
-	setPhase := func(p string) {
-		mu.Lock()
-		phase = p
-		mu.Unlock()
-	}
+	mem := sampleMemory(d.cmd.Process.Pid, "initial snapshot")
 	// Streaming follows the snapshot's copy into the queue.
 	waitState(t, e, d, "streaming")
 	e.waitApplied(d)
-	setPhase("a streamed transaction")
+	mem.setPhase("a streamed transaction")
 	e.exec(`INSERT INTO wide SELECT g, ` + doc + ` FROM generate_series(6001, 8000) g`)
 	e.waitApplied(d)
-	setPhase("resync")
+	mem.setPhase("resync")
 	if out, errOut, code := e.lakeside("resync", "--config", e.configPath, "public.wide"); code != 0 {
 		t.Fatalf("resync exited %d: %s%s", code, out, errOut)
 	}
 	e.waitApplied(d)
-	close(stopSampling)
-	<-sampled
+	peaks, _ := mem.stop()
 	e.stop(d)
 
 	want := map[int64]string{}
@@ -435,6 +392,53 @@ func TestWideRowsMemory(t *testing.T) {
 			t.Errorf("%s: peak anonymous RSS %.0f MB, want under %d MB for a table of 400 MB", p, float64(peaks[p])/(1<<20), bound>>20)
 		}
 	}
+}
+
+// memorySampler samples a process's memory every 20 ms while a test works,
+// keeping the peaks of each of the test's phases. Anonymous memory is what
+// the process allocates; file-backed pages are the state file mapped by
+// bbolt, which the kernel can reclaim at will.
+type memorySampler struct {
+	mu         sync.Mutex
+	phase      string
+	anon, file map[string]int64
+	done, quit chan struct{}
+}
+
+// sampleMemory starts sampling the memory of process pid, in phase.
+func sampleMemory(pid int, phase string) *memorySampler {
+	m := &memorySampler{phase: phase, anon: map[string]int64{}, file: map[string]int64{}, done: make(chan struct{}), quit: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		for {
+			if anon, file, err := rss(pid); err == nil {
+				m.mu.Lock()
+				m.anon[m.phase], m.file[m.phase] = max(m.anon[m.phase], anon), max(m.file[m.phase], file)
+				m.mu.Unlock()
+			}
+			select {
+			case <-m.quit:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return m
+}
+
+// setPhase counts the samples from now on in phase.
+func (m *memorySampler) setPhase(phase string) {
+	m.mu.Lock()
+	m.phase = phase
+	m.mu.Unlock()
+}
+
+// stop stops sampling and returns the peaks of anonymous and file-backed
+// memory, by phase.
+func (m *memorySampler) stop() (anon, file map[string]int64) {
+	close(m.quit)
+	<-m.done
+	return m.anon, m.file
 }
 
 func waitState(t *testing.T, e *e2e, d *daemon, state string) {

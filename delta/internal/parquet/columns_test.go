@@ -291,6 +291,16 @@ func writeReadBack(t *testing.T, st *types.StructType, rows, want []types.Row, o
 	if w.NumRows() != int64(len(rows)) {
 		t.Errorf("NumRows %d, want %d", w.NumRows(), len(rows))
 	}
+	add := closeReadBack(t, w, dir, st, want, int(opts.RowGroupRows))
+	if ref := referenceStats(t, st, rows); add.Stats != ref {
+		t.Errorf("stats\n got: %s\nwant: %s", add.Stats, ref)
+	}
+}
+
+// closeReadBack closes w, writing into dir, and checks that the file reads
+// back as want, in row groups of rowGroupRows rows (see checkRowGroups).
+func closeReadBack(t *testing.T, w *testWriter, dir string, st *types.StructType, want []types.Row, rowGroupRows int) *testAdd {
+	t.Helper()
 	add, err := w.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -301,10 +311,8 @@ func writeReadBack(t *testing.T, st *types.StructType, rows, want []types.Row, o
 		t.Fatal(err)
 	}
 	assertSameRowsInOrder(t, "read back", got, want)
-	checkRowGroups(t, path, st, want, int(opts.RowGroupRows))
-	if ref := referenceStats(t, st, rows); add.Stats != ref {
-		t.Errorf("stats\n got: %s\nwant: %s", add.Stats, ref)
-	}
+	checkRowGroups(t, path, st, want, rowGroupRows)
+	return add
 }
 
 // TestColumnarStatsEdgeCases checks the Delta stats of columns whose bounds
@@ -693,17 +701,7 @@ func TestRowGroupsEndAtTheirBytes(t *testing.T) {
 						t.Fatalf("after row %d the row group has room for %d bytes of strings, want at most %d", r[0], cap(g.cols[1].data), 2*budget)
 					}
 				}
-				add, err := w.Close()
-				if err != nil {
-					t.Fatal(err)
-				}
-				path := filepath.Join(dir, add.Path)
-				got, err := ReadFile(context.Background(), path, st)
-				if err != nil {
-					t.Fatal(err)
-				}
-				assertSameRowsInOrder(t, "read back", got, want)
-				checkRowGroups(t, path, st, want, perGroup)
+				closeReadBack(t, w, dir, st, want, perGroup)
 			})
 		}
 	}
