@@ -337,14 +337,16 @@ func TestLargeTransactionMemory(t *testing.T) {
 
 // TestWideRowsMemory copies, streams and resyncs a table of 51 kB rows
 // (8000 of them, 400 MB of text that neither PostgreSQL's TOAST nor snappy
-// compresses): the agent's memory stays a fraction of the table's, as its
-// row groups, copy chunks, snapshot writes and queue writer are bounded by
-// bytes as well as rows, and the mirror holds every row as PostgreSQL does.
+// compresses), with the live view on as the packaged configuration has it:
+// the agent's memory stays a fraction of the table's, as its row groups,
+// copy chunks, snapshot writes, queue writer and the live view's rows and
+// retained transactions are bounded by bytes as well as rows, and the
+// mirror holds every row as PostgreSQL does.
 func TestWideRowsMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("wide rows memory test skipped in -short mode")
 	}
-	e := newE2E(t, []string{"public.wide"})
+	e := newE2EWith(t, []string{"public.wide"}, "http:\n  listen: "+freeAddr(t)+"\n")
 	const doc = `(SELECT string_agg(md5(g::text || '.' || i::text), '') FROM generate_series(1, 1600) i)`
 	e.exec(`CREATE TABLE wide (id int8 PRIMARY KEY, doc text NOT NULL)`,
 		`ALTER TABLE wide ALTER doc SET STORAGE EXTERNAL`,

@@ -17,10 +17,12 @@ import (
 	"github.com/lakeside/lakeside/store"
 )
 
-// Retention of the hub: how many recent transactions a reconnecting client
-// can resume from, and how many changes one message carries at most.
+// Retention of the hub: how many recent transactions, and bytes of their
+// changes, a reconnecting client can resume from, and how many changes one
+// message carries at most.
 const (
 	defaultRetainTxns   = 100000
+	defaultRetainBytes  = 64 << 20
 	maxChangesPerSend   = 5000
 	maxBytesPerSend     = 1 << 20
 	defaultPollInterval = 200 * time.Millisecond
@@ -36,9 +38,11 @@ const (
 	// after its offset applies them without streaming them, and then has
 	// its clients refetch (see poll).
 	defaultFarBehind = 20000
-	// defaultMaxRows bounds the rows of one table the hub keeps in memory;
-	// a larger table is served from its Delta mirror.
-	defaultMaxRows = 50000
+	// defaultMaxRows bounds the rows of one table the hub keeps in memory,
+	// and defaultMaxTableBytes the bytes of their JSON values (wide rows:
+	// documents, images); a larger table is served from its Delta mirror.
+	defaultMaxRows       = 50000
+	defaultMaxTableBytes = 32 << 20
 )
 
 // Hub follows the queue: it applies each durable transaction to its copy of
@@ -52,6 +56,8 @@ type Hub struct {
 	// archive is HubConfig.Archive.
 	archive string
 	maxRows int
+	// maxBytes bounds the bytes of one table's rows (tableState.bytes).
+	maxBytes int
 	// defer, when set and true, spaces polls out to deferredPoll: while
 	// capture catches up with PostgreSQL, the view is not live anyway.
 	backlog Backlog
@@ -74,8 +80,11 @@ type Hub struct {
 	// retainedSince is the offset after which every transaction is retained.
 	retainedSince store.LSN
 	retain        int
-	farBehind     int64
-	subs          map[*subscriber]struct{}
+	// retainBytes bounds retainedBytes, the size of the retained
+	// transactions' changes.
+	retainBytes, retainedBytes int
+	farBehind                  int64
+	subs                       map[*subscriber]struct{}
 	// clients is len(subs), kept apart so that Clients (the agent's
 	// status), like Offset (the applier's trimming), never waits for mu,
 	// which poll holds while it applies a transaction: about half a second
@@ -103,6 +112,8 @@ type retainedTxn struct {
 	commitTime time.Time
 	changes    []Change
 	refetch    bool
+	// bytes is its size once retained (see size).
+	bytes int
 }
 
 // HubConfig configures a Hub.
@@ -158,6 +169,7 @@ func NewHub(db *store.DB, cfg HubConfig) *Hub {
 		archive:     cfg.Archive,
 		backlog:     cfg.Backlog,
 		maxRows:     defaultMaxRows,
+		maxBytes:    defaultMaxTableBytes,
 		notify:      make(chan struct{}, 1),
 		types:       typemap.New(),
 		mirrorReads: newMirrorReads(),
@@ -165,6 +177,7 @@ func NewHub(db *store.DB, cfg HubConfig) *Hub {
 		configured:  configured,
 		rels:        map[store.RelationKey]*store.Relation{},
 		retain:      defaultRetainTxns,
+		retainBytes: defaultRetainBytes,
 		farBehind:   defaultFarBehind,
 		subs:        map[*subscriber]struct{}{},
 
@@ -349,7 +362,7 @@ func (h *Hub) applyLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool, tx
 				continue // the rows loaded from the mirror hold it
 			}
 			out, ok := t.apply(rel, ch, !huge)
-			if !t.overflow && len(t.rows) > h.maxRows {
+			if !t.overflow && h.tooBig(t) {
 				h.overflowLocked(t)
 			}
 			if ok && !huge {
@@ -362,11 +375,18 @@ func (h *Hub) applyLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool, tx
 	return size, err
 }
 
+// tooBig reports whether a table has more rows, or bytes of rows, than the
+// hub keeps in memory.
+func (h *Hub) tooBig(t *tableState) bool {
+	return len(t.rows) > h.maxRows || t.bytes > h.maxBytes
+}
+
 // overflowLocked stops keeping a table's rows: it has too many, and is
 // served from its Delta mirror from now on. h.mu is held.
 func (h *Hub) overflowLocked(t *tableState) {
-	t.overflow, t.rows = true, nil
-	h.log.Warn("live view: table has too many rows to keep in memory; serving it from its Delta mirror", "table", t.name, "max_rows", h.maxRows)
+	h.log.Warn("live view: table has too many rows to keep in memory; serving it from its Delta mirror", "table", t.name,
+		"max_rows", h.maxRows, "max_bytes", h.maxBytes, "rows", len(t.rows), "bytes", t.bytes)
+	t.overflow, t.rows, t.bytes = true, nil, 0
 }
 
 // errApplyChanges ends passOverLocked's scan: the transaction has a change
@@ -491,7 +511,7 @@ func (h *Hub) resetLocked(epoch string) {
 	h.setOffsetLocked(0)
 	h.tables = map[string]*tableState{}
 	h.rels = map[store.RelationKey]*store.Relation{}
-	h.retained, h.retainedSince = nil, 0
+	h.retained, h.retainedSince, h.retainedBytes = nil, 0, 0
 	h.snapshots, h.snapshotsAt = nil, ""
 	for s := range h.subs {
 		s.refetch("the agent's state was reset")
@@ -501,12 +521,29 @@ func (h *Hub) resetLocked(epoch string) {
 // publishLocked retains transactions and sends each subscriber the changes
 // of its tables, as one message.
 func (h *Hub) publishLocked(batch []retainedTxn) {
+	for i := range batch {
+		batch[i].bytes = batch[i].size()
+		h.retainedBytes += batch[i].bytes
+	}
 	h.retained = append(h.retained, batch...)
-	// Drop the oldest in steps of a quarter of the retention, so that
-	// trimming costs nothing per transaction.
+	// Drop the oldest in steps of a quarter of the retention (of its
+	// transactions or its bytes), so that trimming costs nothing per
+	// transaction.
+	drop, bytes := 0, h.retainedBytes
 	if over := len(h.retained) - h.retain; over > h.retain/4 {
-		h.retainedSince = h.retained[over-1].lsn
-		h.retained = append([]retainedTxn(nil), h.retained[over:]...)
+		for _, txn := range h.retained[:over] {
+			bytes -= txn.bytes
+		}
+		drop = over
+	}
+	if h.retainedBytes > h.retainBytes {
+		for ; bytes > h.retainBytes*3/4 && drop < len(h.retained); drop++ {
+			bytes -= h.retained[drop].bytes
+		}
+	}
+	if drop > 0 {
+		h.retainedSince, h.retainedBytes = h.retained[drop-1].lsn, bytes
+		h.retained = append([]retainedTxn(nil), h.retained[drop:]...)
 	}
 	offset := h.offsetString(batch[len(batch)-1].lsn)
 	if batch[0].refetch {

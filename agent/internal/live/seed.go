@@ -108,12 +108,19 @@ func (h *Hub) seed(ctx context.Context, rels map[store.RelationKey]*store.Relati
 		ms, err := h.newMirrorScan(filepath.Join(h.tablesDir, rel.DirName()), snap, rel)
 		if err == nil {
 			err = ms.each(ctx, func(row Row, key []store.Value) {
-				t.setRow(row.Key, &rowState{key: key, json: row.Values})
+				// The rows past the bound are read but not kept.
+				if !h.tooBig(t) {
+					t.setRow(row.Key, &rowState{key: key, json: row.Values})
+				}
 			})
 		}
 		if err != nil {
 			h.log.Error("live view: cannot read the table's Delta mirror; its rows are served from the mirror", "table", name, "err", err)
 			t.overflow, t.rows = true, nil
+			continue
+		}
+		if h.tooBig(t) {
+			h.overflowLocked(t)
 			continue
 		}
 		h.log.Info("live view: loaded the table's rows from its Delta mirror", "table", name, "rows", len(t.rows), "version", snap.Version())

@@ -13,6 +13,8 @@ type tableState struct {
 	name string
 	rel  *store.Relation // the newest schema version seen
 	rows map[string]*rowState
+	// bytes is the size of the rows' keys and JSON values.
+	bytes int
 	// overflow is set once the table had too many rows to keep: rows is
 	// then nil and the table is served from its mirror.
 	overflow bool
@@ -78,6 +80,7 @@ func (t *tableState) apply(rel *store.Relation, c *store.Change, wantOut bool) (
 		if t.rows != nil {
 			clear(t.rows)
 		}
+		t.bytes = 0
 		t.sortedOK = false
 		return out, true
 	case store.OpDelete:
@@ -167,18 +170,33 @@ func (c *Change) size() int {
 
 // setRow sets the row of key k.
 func (t *tableState) setRow(k string, row *rowState) {
-	if _, ok := t.rows[k]; !ok {
+	old, ok := t.rows[k]
+	if ok {
+		t.bytes -= old.size(k)
+	} else {
 		t.sortedOK = false
 	}
 	t.rows[k] = row
+	t.bytes += row.size(k)
 }
 
 // removeKey removes the row of key k.
 func (t *tableState) removeKey(k string) {
-	if _, ok := t.rows[k]; ok {
+	if old, ok := t.rows[k]; ok {
+		t.bytes -= old.size(k)
 		delete(t.rows, k)
 		t.sortedOK = false
 	}
+}
+
+// size returns the bytes of a row of key k: its key and its JSON values
+// and their column names.
+func (r *rowState) size(k string) int {
+	n := len(k)
+	for col, v := range r.json {
+		n += len(col) + len(v)
+	}
+	return n
 }
 
 // sortedKeys returns the keys of the current rows in primary-key order.

@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -85,9 +86,29 @@ func TestStreamResumeGetsExactlyWhatWasMissed(t *testing.T) {
 }
 
 func TestStreamStaleOffsetGetsRefetch(t *testing.T) {
+	checkStaleOffsetGetsRefetch(t, func(h *Hub) { h.retain = 10 }, `UPDATE stock SET qty = qty + 1 WHERE id = 1`)
+}
+
+// TestStreamOffsetPastRetainedBytesGetsRefetch: the hub keeps recent
+// transactions up to a size too (32 kB here), so that wide rows are not
+// kept by the hundred thousand; an offset before them gets a refetch.
+func TestStreamOffsetPastRetainedBytesGetsRefetch(t *testing.T) {
+	f := checkStaleOffsetGetsRefetch(t, func(h *Hub) { h.retainBytes = 32 << 10 }, `UPDATE stock SET qty = qty + 1, label = repeat(md5(qty::text), 64) WHERE id = 1`)
+	f.hub.mu.Lock()
+	defer f.hub.mu.Unlock()
+	if f.hub.retainedBytes > f.hub.retainBytes || len(f.hub.retained) == 0 {
+		t.Fatalf("the hub retains %d transactions of %d bytes, want some and at most %d bytes", len(f.hub.retained), f.hub.retainedBytes, f.hub.retainBytes)
+	}
+}
+
+// checkStaleOffsetGetsRefetch has a client read the stream, then runs
+// update 50 times on a hub that bound set up: clients resuming from the
+// client's offset, or another epoch's, are told to refetch.
+func checkStaleOffsetGetsRefetch(t *testing.T, bound func(h *Hub), update string) *fixture {
+	t.Helper()
 	f := newFixture(t, Config{}, stockSchema)
 	f.hub.mu.Lock()
-	f.hub.retain = 10
+	bound(f.hub)
 	f.hub.mu.Unlock()
 	f.exec(`INSERT INTO stock VALUES (1, 1, 'a')`)
 	f.waitHub()
@@ -97,7 +118,7 @@ func TestStreamStaleOffsetGetsRefetch(t *testing.T) {
 	offset := c.offset
 	c.ws.Close()
 	for i := 0; i < 50; i++ {
-		f.exec(`UPDATE stock SET qty = qty + 1 WHERE id = 1`)
+		f.exec(update)
 	}
 	f.waitHub()
 	for _, stale := range []string{offset, "another-epoch:1"} {
@@ -109,6 +130,7 @@ func TestStreamStaleOffsetGetsRefetch(t *testing.T) {
 		c2.readUntil(f.hub)
 		equalRows(t, "after refetch", c2.rows, f.tableRows())
 	}
+	return f
 }
 
 func TestSlowClientIsDroppedOthersKeepReceiving(t *testing.T) {
@@ -279,11 +301,19 @@ func TestTokenAndOrigin(t *testing.T) {
 // (200) than the hub keeps in memory (50): it is served from its mirror.
 func newOverflowedFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureOverflowedBy(t, func(h *Hub) { h.maxRows = 50 }, `INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 200) g`)
+}
+
+// newFixtureOverflowedBy returns a fixture whose hub's bounds bound sets,
+// and whose stock table, once insert ran, is past them: it is served from
+// its mirror.
+func newFixtureOverflowedBy(t *testing.T, bound func(h *Hub), insert string) *fixture {
+	t.Helper()
 	f := newFixture(t, Config{TablesDir: t.TempDir()}, stockSchema)
 	f.hub.mu.Lock()
-	f.hub.maxRows = 50
+	bound(f.hub)
 	f.hub.mu.Unlock()
-	f.exec(`INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 200) g`)
+	f.exec(insert)
 	f.waitHub()
 	if !f.hub.overflowed("public.stock") {
 		t.Fatal("the table did not overflow the hub's memory bound")
@@ -295,12 +325,28 @@ func newOverflowedFixture(t *testing.T) *fixture {
 // in memory is snapshotted and listed from its Delta mirror, while its
 // changes keep streaming.
 func TestLargeTableServedFromMirror(t *testing.T) {
-	f := newOverflowedFixture(t)
+	checkServedFromMirror(t, newOverflowedFixture(t), 200)
+}
+
+// TestWideTableServedFromMirror: a table of few rows whose values take more
+// bytes than the hub keeps in memory (2000 character labels, 64 kB at
+// most) is served from its mirror too, as a table of many rows is.
+func TestWideTableServedFromMirror(t *testing.T) {
+	f := newFixtureOverflowedBy(t, func(h *Hub) { h.maxBytes = 64 << 10 },
+		`INSERT INTO stock SELECT g, g, repeat(md5(g::text), 63) FROM generate_series(1, 40) g`)
+	checkServedFromMirror(t, f, 40)
+}
+
+// checkServedFromMirror checks that the overflowed stock table of f, of
+// rows rows, is snapshotted and listed from its Delta mirror, while its
+// changes keep streaming.
+func checkServedFromMirror(t *testing.T, f *fixture, rows int) {
+	t.Helper()
 	// Wait until the mirror holds every row.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var page struct{ Rows []Row }
-		if f.get("/api/v1/tables/public.stock/rows?limit=1000", &page) == http.StatusOK && len(page.Rows) == 200 {
+		if f.get("/api/v1/tables/public.stock/rows?limit=1000", &page) == http.StatusOK && len(page.Rows) == rows {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -312,7 +358,7 @@ func TestLargeTableServedFromMirror(t *testing.T) {
 	c.read()
 	c.readUntil(f.hub)
 	f.exec(`UPDATE stock SET qty = -qty WHERE id <= 5`)
-	f.exec(`DELETE FROM stock WHERE id = 200`)
+	f.exec(fmt.Sprintf(`DELETE FROM stock WHERE id = %d`, rows))
 	f.waitHub()
 	c.readUntil(f.hub)
 	equalRows(t, "client of a mirror-served table", c.rows, f.tableRows())
@@ -320,6 +366,60 @@ func TestLargeTableServedFromMirror(t *testing.T) {
 	if code := f.get("/api/v1/tables/public.stock/rows/7", &row); code != http.StatusOK || string(row.Values["qty"]) != "7" {
 		t.Fatalf("row 7 from the mirror: %d %+v", code, row)
 	}
+}
+
+// secondHub starts another hub on f's state, which setup (if not nil)
+// adjusts first, waits until it has caught up with f's, and has f's
+// requests served by it.
+func (f *fixture) secondHub(setup func(h *Hub)) *Hub {
+	t := f.t
+	t.Helper()
+	h2 := NewHub(f.db, HubConfig{TablesDir: f.cfg.TablesDir, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if setup != nil {
+		setup(h2)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var runErr error
+	go func() { runErr = h2.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(30 * time.Second)
+	for h2.Offset() < f.hub.Offset() {
+		select {
+		case <-done:
+			t.Fatalf("the second hub stopped: %v", runErr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the second hub did not catch up: at %s, the first at %s", h2.Offset(), f.hub.Offset())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	srv := httptest.NewServer(NewServer(f.cfg, h2, fakeAgent{f.src}, nil, nil).Handler())
+	t.Cleanup(srv.Close)
+	f.http = srv
+	return h2
+}
+
+// TestRestartedHubOverflowsAWideTable: a hub that starts again keeps the
+// rows it loads from a table's mirror only up to its bound of bytes; past
+// it, the table is served from its mirror.
+func TestRestartedHubOverflowsAWideTable(t *testing.T) {
+	f := newFixture(t, Config{TablesDir: t.TempDir()}, stockSchema, `INSERT INTO stock SELECT g, g, repeat(md5(g::text), 63) FROM generate_series(1, 40) g`)
+	f.waitHub()
+	f.waitApplied()
+	h2 := f.secondHub(func(h *Hub) { h.maxBytes = 64 << 10 })
+	if !h2.overflowed("public.stock") {
+		t.Fatal("the restarted hub keeps the rows of a table past its bound of bytes")
+	}
+	var page struct{ Rows []Row }
+	if code := f.get("/api/v1/tables/public.stock/rows?limit=1000", &page); code != http.StatusOK || len(page.Rows) != 40 {
+		t.Fatalf("rows after the restart: status %d, %d rows, want 40", code, len(page.Rows))
+	}
+	c := f.dial("?tables=public.stock")
+	c.read()
+	c.readUntil(h2)
+	equalRows(t, "client after the restart", c.rows, f.tableRows())
 }
 
 // TestRestartedHubLoadsRowsFromMirrors: the applier trims from the queue
@@ -341,27 +441,7 @@ func TestRestartedHubLoadsRowsFromMirrors(t *testing.T) {
 
 	// A second hub starts on the same state. No transaction is written
 	// from here on: the applier trims as the first hub reads.
-	h2 := NewHub(f.db, HubConfig{TablesDir: f.cfg.TablesDir, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	var runErr error
-	go func() { runErr = h2.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(30 * time.Second)
-	for h2.Offset() < f.hub.Offset() {
-		select {
-		case <-done:
-			t.Fatalf("the second hub stopped: %v", runErr)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the second hub did not catch up: at %s, the first at %s", h2.Offset(), f.hub.Offset())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	srv := httptest.NewServer(NewServer(f.cfg, h2, fakeAgent{f.src}, nil, nil).Handler())
-	t.Cleanup(srv.Close)
-	f.http = srv
+	h2 := f.secondHub(nil)
 
 	var page struct{ Rows []Row }
 	if code := f.get("/api/v1/tables/public.stock/rows?limit=1000", &page); code != http.StatusOK || len(page.Rows) != len(f.tableRows()) {
