@@ -430,15 +430,17 @@ func (ms *mirrorScan) find(ctx context.Context, key string) (Row, bool, error) {
 }
 
 // each calls fn with every row of the snapshot and its key values, a data
-// file at a time.
-func (ms *mirrorScan) each(ctx context.Context, fn func(Row, []store.Value)) error {
+// file at a time, until fn returns false.
+func (ms *mirrorScan) each(ctx context.Context, fn func(Row, []store.Value) (more bool)) error {
 	for _, f := range ms.files {
 		krs, err := ms.fileRows(ctx, f)
 		if err != nil {
 			return err
 		}
 		for _, kr := range krs {
-			fn(ms.render(kr.row))
+			if !fn(ms.render(kr.row)) {
+				return nil
+			}
 		}
 	}
 	return nil

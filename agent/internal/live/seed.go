@@ -107,11 +107,9 @@ func (h *Hub) seed(ctx context.Context, rels map[store.RelationKey]*store.Relati
 		}
 		ms, err := h.newMirrorScan(filepath.Join(h.tablesDir, rel.DirName()), snap, rel)
 		if err == nil {
-			err = ms.each(ctx, func(row Row, key []store.Value) {
-				// The rows past the bound are read but not kept.
-				if !h.tooBig(t) {
-					t.setRow(row.Key, &rowState{key: key, json: row.Values})
-				}
+			err = ms.each(ctx, func(row Row, key []store.Value) bool {
+				t.setRow(row.Key, &rowState{key: key, json: row.Values})
+				return !h.tooBig(t)
 			})
 		}
 		if err != nil {

@@ -32,6 +32,9 @@ type tableState struct {
 type rowState struct {
 	key  []store.Value
 	json map[string]json.RawMessage
+	// bytes is the size of its key, column names and JSON values, set by
+	// tableState.setRow.
+	bytes int
 }
 
 func newTableState(rel *store.Relation) *tableState {
@@ -172,31 +175,25 @@ func (c *Change) size() int {
 func (t *tableState) setRow(k string, row *rowState) {
 	old, ok := t.rows[k]
 	if ok {
-		t.bytes -= old.size(k)
+		t.bytes -= old.bytes
 	} else {
 		t.sortedOK = false
 	}
+	row.bytes = len(k)
+	for col, v := range row.json {
+		row.bytes += len(col) + len(v)
+	}
 	t.rows[k] = row
-	t.bytes += row.size(k)
+	t.bytes += row.bytes
 }
 
 // removeKey removes the row of key k.
 func (t *tableState) removeKey(k string) {
 	if old, ok := t.rows[k]; ok {
-		t.bytes -= old.size(k)
+		t.bytes -= old.bytes
 		delete(t.rows, k)
 		t.sortedOK = false
 	}
-}
-
-// size returns the bytes of a row of key k: its key and its JSON values
-// and their column names.
-func (r *rowState) size(k string) int {
-	n := len(k)
-	for col, v := range r.json {
-		n += len(col) + len(v)
-	}
-	return n
 }
 
 // sortedKeys returns the keys of the current rows in primary-key order.

@@ -1081,7 +1081,6 @@ type chunkReader struct {
 	// rows after the one that reaches it are dropped, and counted in
 	// dropped (see maxChunkBytes).
 	maxBytes int
-	full     bool
 	dropped  int
 }
 
@@ -1135,7 +1134,7 @@ func (c *chunkReader) Write(p []byte) (int, error) {
 }
 
 func (c *chunkReader) row(line []byte) error {
-	if c.full {
+	if c.maxBytes > 0 && c.memory() >= c.maxBytes {
 		c.dropped++
 		return nil
 	}
@@ -1160,7 +1159,6 @@ func (c *chunkReader) row(line []byte) error {
 		}
 		return b
 	})
-	c.full = c.maxBytes > 0 && c.memory() >= c.maxBytes
 	return nil
 }
 
