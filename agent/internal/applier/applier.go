@@ -222,8 +222,9 @@ type Applier struct {
 	// routed and its table: changes come in runs of one table.
 	lastRel   *store.Relation
 	lastTable *sourceTable
-	// buffers passes the column buffers of one data file to the next
-	// during a flush; they are released when it ends.
+	// buffers passes the column buffers of one data file to the next,
+	// and of one flush to the next; they are released when the queue is
+	// applied or a flush fails.
 	buffers delta.ColumnBuffers
 	// warnings counts values that could not be represented in this flush;
 	// warnMu guards it while the flush writes its tables' data at once.
@@ -437,6 +438,10 @@ func (a *Applier) Run(ctx context.Context) error {
 		}
 		wait := a.cfg.PollInterval
 		if upTo == 0 {
+			// The Parquet column buffers of one flush are lent to the
+			// next while flushes follow each other, and let go once
+			// the queue is applied.
+			a.buffers.Release()
 			a.backlog.Store(false)
 			sched.idle()
 			a.trimBehind()
@@ -655,6 +660,7 @@ func (a *Applier) applyAll(ctx context.Context) error {
 			return err
 		}
 		if upTo == 0 {
+			a.buffers.Release()
 			a.evolveIdle(ctx)
 			return nil
 		}

@@ -32,7 +32,6 @@ import (
 func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 	start := time.Now()
 	defer func() {
-		a.buffers.Release()
 		for w, n := range a.warnings {
 			a.log.Warn("values not representable", "problem", w, "count", n)
 		}
@@ -41,6 +40,7 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 		var failed tableErrors
 		if err != nil && !errors.As(err, &failed) {
 			a.reset()
+			a.buffers.Release()
 		}
 	}()
 	if _, err := a.ingest(ctx, upTo, 0); err != nil {

@@ -237,3 +237,41 @@ func TestMergeRefusesAFileShorterThanItsStats(t *testing.T) {
 		t.Errorf("applied position %s, want %s", l, txns[0].EndLSN)
 	}
 }
+
+// TestColumnBuffersCarryOverFlushes checks that the Parquet column buffers
+// of a flush are kept for the flush that follows it, rather than made anew
+// for each, and let go once the queue is applied.
+func TestColumnBuffersCarryOverFlushes(t *testing.T) {
+	ctx := context.Background()
+	txns := readAheadQueue()
+	db, dir := openQueued(t, ordersRelation(), txns...)
+	tablesDir := filepath.Join(dir, "tables")
+	a := New(Config{TablesDir: tablesDir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+	if err := a.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, txn := range txns[:2] {
+		if err := a.flush(ctx, txn.EndLSN); err != nil {
+			t.Fatal(err)
+		}
+		if a.buffers.Bytes() == 0 {
+			t.Fatalf("the flush up to %s left no column buffers for the next", txn.EndLSN)
+		}
+	}
+	// Run applies the rest, and finds the queue applied.
+	runCtx, cancel := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	a.cfg.FlushInterval, a.cfg.PollInterval = 10*time.Millisecond, 2*time.Millisecond
+	go func() { ran <- a.Run(runCtx) }()
+	last := txns[len(txns)-1].EndLSN
+	for deadline := time.Now().Add(10 * time.Second); appliedPosition(t, db) < last || a.buffers.Bytes() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the applier applied up to %s of %s and holds %d bytes of column buffers", appliedPosition(t, db), last, a.buffers.Bytes())
+		}
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	checkReadAheadTables(t, tablesDir)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/lakeside/lakeside/delta/internal/rowstest"
@@ -124,5 +125,49 @@ func TestExpectedRowsMakesRoomAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		rowstest.AssertSameRows(t, fmt.Sprintf("file expecting %d rows", tc.expect), got, rows)
+	}
+}
+
+// TestColumnBuffersKeepAtMostMaxFreeBytes writes files of one schema after
+// the other, each into buffers of its own room: the buffers keep the
+// columns of closed writers while they take at most maxFreeBytes, say
+// what they hold, and hold nothing once released.
+func TestColumnBuffersKeepAtMostMaxFreeBytes(t *testing.T) {
+	ctx := context.Background()
+	var buffers ColumnBuffers
+	const rowGroup = 4096
+	// A row of 1 KiB: a row group's columns take about 4 MiB.
+	label := strings.Repeat("x", 1024)
+	kept := 0
+	for i := range 2 * maxFreeBytes / (rowGroup * 1024) {
+		st := types.NewStructType(types.NewField(fmt.Sprintf("c%d", i), types.TypeString, false))
+		rows := make([]types.Row, 2*rowGroup)
+		for r := range rows {
+			rows[r] = types.Row{label}
+		}
+		if _, err := writeDataFile(ctx, t.TempDir(), st, nil, rows, WriteOptions{RowGroupRows: rowGroup, Buffers: &buffers}); err != nil {
+			t.Fatal(err)
+		}
+		held := buffers.Bytes()
+		if held > maxFreeBytes {
+			t.Fatalf("after %d files the buffers hold %d bytes, at most %d", i+1, held, maxFreeBytes)
+		}
+		sum := 0
+		for _, gs := range buffers.free {
+			for _, g := range gs {
+				sum += g.capBytes()
+			}
+		}
+		if held != sum {
+			t.Fatalf("the buffers say they hold %d bytes, their columns take %d", held, sum)
+		}
+		kept = max(kept, held)
+	}
+	if kept < maxFreeBytes/2 {
+		t.Errorf("the buffers kept at most %d bytes, a bound of %d", kept, maxFreeBytes)
+	}
+	buffers.Release()
+	if n := buffers.Bytes(); n != 0 || len(buffers.free) != 0 {
+		t.Errorf("released buffers hold %d bytes of %d schemas", n, len(buffers.free))
 	}
 }

@@ -2,6 +2,7 @@ package parquet
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/parquet-go/parquet-go"
 
@@ -205,6 +206,19 @@ func (g *rowGroupColumns) dataBytes() int {
 	n := 0
 	for _, col := range g.cols {
 		n += len(col.data)
+	}
+	return n
+}
+
+// capBytes returns the memory the row group's columns take, by the room
+// their slices have.
+func (g *rowGroupColumns) capBytes() int {
+	n := 0
+	for _, col := range g.cols {
+		n += col.capBytes()
+	}
+	for _, col := range g.nested {
+		n += cap(col.values) * int(unsafe.Sizeof(any(nil)))
 	}
 	return n
 }

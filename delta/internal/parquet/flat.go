@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/parquet-go/parquet-go"
 
@@ -289,6 +290,12 @@ func (c *flatColumn) reserve(rows, dataBytes int) {
 		c.ends = growTo(c.ends, rows)
 		c.data = growTo(c.data, dataBytes)
 	}
+}
+
+// capBytes returns the memory the column's slices take, by their room.
+func (c *flatColumn) capBytes() int {
+	return cap(c.present) + cap(c.bools) + 4*cap(c.ints32) + 8*cap(c.ints64) + 4*cap(c.floats) +
+		8*cap(c.doubles) + cap(c.data) + int(unsafe.Sizeof(0))*cap(c.ends)
 }
 
 // growTo returns s with room for n elements in all.
