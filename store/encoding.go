@@ -293,10 +293,12 @@ func (d *decoder) valueList(n int) []Value {
 	return vs
 }
 
-// encodeChunk encodes a slice of changes. subXid is the subtransaction the
-// changes belong to (only meaningful in the spool; zero elsewhere).
-func encodeChunk(subXid uint32, changes []Change) []byte {
-	e := newEncoder(recordChunk, 64*len(changes))
+// chunk appends the framed record of a slice of changes. subXid is the
+// subtransaction the changes belong to (only meaningful in the spool; zero
+// elsewhere).
+func (e *encoder) chunk(subXid uint32, changes []Change) {
+	start := len(e.buf)
+	e.buf = append(e.buf, formatVersion, recordChunk)
 	e.uvarint(uint64(subXid))
 	e.uvarint(uint64(len(changes)))
 	for i := range changes {
@@ -312,7 +314,7 @@ func encodeChunk(subXid uint32, changes []Change) []byte {
 		e.values(c.New)
 		e.values(c.Old)
 	}
-	return e.finish()
+	e.buf = binary.BigEndian.AppendUint32(e.buf, crc32.Checksum(e.buf[start:], castagnoli))
 }
 
 func decodeChunk(data []byte) (subXid uint32, changes []Change, err error) {
@@ -486,14 +488,15 @@ func decodeRelation(data []byte) (*Relation, error) {
 	return r, nil
 }
 
-// encodeInlineTxn frames a transaction's header and its only chunk as one
-// record: the length of the header record, the header record, the chunk
-// record.
-func encodeInlineTxn(hdr, chunk []byte) []byte {
-	e := newEncoder(recordInlineTxn, len(hdr)+len(chunk)+4)
+// inlineTxn appends the record of a transaction's header and its only
+// chunk as one value: the length of the header record, the header record,
+// the chunk record.
+func (e *encoder) inlineTxn(hdr []byte, changes []Change) {
+	start := len(e.buf)
+	e.buf = append(e.buf, formatVersion, recordInlineTxn)
 	e.bytes(hdr)
-	e.buf = append(e.buf, chunk...)
-	return e.finish()
+	e.chunk(0, changes)
+	e.buf = binary.BigEndian.AppendUint32(e.buf, crc32.Checksum(e.buf[start:], castagnoli))
 }
 
 // decodeInlineTxn splits an inline transaction into its header and chunk

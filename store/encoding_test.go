@@ -280,3 +280,11 @@ func canonValues(vs []Value) []Value {
 	}
 	return out
 }
+
+// encodeChunk returns the record of a slice of changes, as queued or
+// spooled.
+func encodeChunk(subXid uint32, changes []Change) []byte {
+	var e encoder
+	e.chunk(subXid, changes)
+	return e.buf
+}

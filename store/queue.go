@@ -32,6 +32,8 @@ type Writer struct {
 	// stats are the queue totals as this transaction changes them.
 	stats      QueueStats
 	statsDirty bool
+	// arena, if set, holds the values the transaction puts.
+	arena *valueArena
 }
 
 // AppendTxn adds a committed transaction to the queue, keyed by its end LSN,
@@ -58,7 +60,9 @@ func (w *Writer) AppendTxn(t *Txn, chunkSize int) error {
 		}
 		h := t.TxnHeader
 		h.Changes = int64(len(t.Changes))
-		data := encodeInlineTxn(encodeTxnHeader(&h), encodeChunk(0, t.Changes))
+		e := w.encoder(64*len(t.Changes) + 64)
+		e.inlineTxn(encodeTxnHeader(&h), t.Changes)
+		data := w.keep(e)
 		if err := q.Put(key, data); err != nil {
 			return fmt.Errorf("queue transaction at %s: %w", t.EndLSN, err)
 		}
@@ -73,7 +77,9 @@ func (w *Writer) AppendTxn(t *Txn, chunkSize int) error {
 	for start := 0; start < len(t.Changes); start += chunkSize {
 		end := min(start+chunkSize, len(t.Changes))
 		ord++
-		data := encodeChunk(0, t.Changes[start:end])
+		e := w.encoder(64*(end-start) + 8)
+		e.chunk(0, t.Changes[start:end])
+		data := w.keep(e)
 		size += int64(len(data))
 		if err := b.Put(ordinalKey(ord), data); err != nil {
 			return fmt.Errorf("queue transaction at %s: %w", t.EndLSN, err)

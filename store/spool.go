@@ -52,7 +52,9 @@ func (w *Writer) SpoolAppend(id SpoolID, subXid uint32, changes []Change) error 
 	if err != nil {
 		return fmt.Errorf("spool %d: %w", id, err)
 	}
-	data := encodeChunk(subXid, changes)
+	e := w.encoder(64*len(changes) + 8)
+	e.chunk(subXid, changes)
+	data := w.keep(e)
 	if err := b.Put(ordinalKey(seq), data); err != nil {
 		return fmt.Errorf("spool %d: %w", id, err)
 	}

@@ -46,6 +46,8 @@ type DB struct {
 	bolt     *bolt.DB
 	path     string
 	readOnly bool
+	// arena holds the values of the write transaction under way.
+	arena valueArena
 }
 
 // Options configures Open.
@@ -122,7 +124,7 @@ func (db *DB) Close() error { return db.bolt.Close() }
 // returns nil. Many changes written in one Update share one fsync.
 func (db *DB) Update(fn func(w *Writer) error) error {
 	return db.bolt.Update(func(tx *bolt.Tx) error {
-		w := &Writer{Reader: Reader{tx: tx}}
+		w := db.writer(tx)
 		if err := fn(w); err != nil {
 			return err
 		}
@@ -139,7 +141,14 @@ func (db *DB) Begin() (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{Reader: Reader{tx: tx}}, nil
+	return db.writer(tx), nil
+}
+
+// writer returns the Writer of a write transaction that has just begun,
+// which then owns the arena (write transactions take turns).
+func (db *DB) writer(tx *bolt.Tx) *Writer {
+	db.arena.reset()
+	return &Writer{Reader: Reader{tx: tx}, arena: &db.arena}
 }
 
 // Commit writes the transaction's changes and fsyncs them. The transaction

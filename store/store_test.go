@@ -293,7 +293,9 @@ func TestQueueOrderAndChunks(t *testing.T) {
 
 func TestInlineTransactionCorruptionIsDetected(t *testing.T) {
 	txn := sampleTxn(1000, 2)
-	data := encodeInlineTxn(encodeTxnHeader(&txn.TxnHeader), encodeChunk(0, txn.Changes))
+	var e encoder
+	e.inlineTxn(encodeTxnHeader(&txn.TxnHeader), txn.Changes)
+	data := e.buf
 	for i := range data {
 		bad := append([]byte(nil), data...)
 		bad[i] ^= 0x40
