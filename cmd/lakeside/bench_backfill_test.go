@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -44,7 +45,9 @@ func TestBenchBackfill(t *testing.T) {
 		}
 	}
 	e.exec(`VACUUM ANALYZE orders`, `VACUUM ANALYZE big`)
-	d := e.start()
+	// The runtime traces each garbage collection to the agent's log
+	// (gcCycles).
+	d := e.start("GODEBUG=gctrace=1")
 	// The initial snapshot's rows reach the queue once copied: until
 	// then the queue is empty.
 	for _, size := range sizes {
@@ -85,8 +88,10 @@ func TestBenchBackfill(t *testing.T) {
 		began := time.Now()
 		agentBefore, pgBefore := processCPU(t, d.cmd.Process.Pid), commandCPU(t, "postgres")
 		wroteBefore := processWritten(t, d.cmd.Process.Pid)
+		logBefore := len(d.log())
 		alone = resync(size.table)
 		agentCPU, pgCPU := processCPU(t, d.cmd.Process.Pid)-agentBefore, commandCPU(t, "postgres")-pgBefore
+		cycles, live := gcCycles(d.log()[logBefore:])
 		e.waitApplied(d)
 		applied := time.Since(began)
 		wrote := processWritten(t, d.cmd.Process.Pid) - wroteBefore
@@ -102,6 +107,7 @@ func TestBenchBackfill(t *testing.T) {
 			agentCPU.Seconds(), pgCPU.Seconds(), runtime.NumCPU(), floor, baseline.Seconds()/floor)
 		fmt.Printf("  the agent wrote %.0f MB until the copy was in the mirror (queue, Delta tables), %.0f bytes a row\n",
 			float64(wrote)/1e6, float64(wrote)/float64(size.rows))
+		fmt.Printf("  %d garbage collections during the copy, the live heap %d MB on average\n", cycles, live)
 	}
 
 	// Freshness of ticks while big is copied again.
@@ -141,6 +147,25 @@ func TestBenchBackfill(t *testing.T) {
 		percentile(lat, 0.5).Round(time.Millisecond), percentile(lat, 0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond),
 		float64(sent)/took.Seconds(), took.Seconds(), during.Seconds())
 	fmt.Printf("  flush_interval 1s, backfill_chunk_rows 16384 (default), no rate limit; load %s\n", loadAvg())
+}
+
+// gcTrace matches a line of GODEBUG=gctrace=1, whose last of the three
+// heap sizes is the live heap the collection marked.
+var gcTrace = regexp.MustCompile(`(?m)^gc \d+ @.* \d+->\d+->(\d+) MB`)
+
+// gcCycles returns the garbage collections a log traces, and the mean of
+// their live heaps in MB.
+func gcCycles(log string) (cycles, liveMB int) {
+	sum := 0
+	for _, m := range gcTrace.FindAllStringSubmatch(log, -1) {
+		n, _ := strconv.Atoi(m[1])
+		sum += n
+		cycles++
+	}
+	if cycles == 0 {
+		return 0, 0
+	}
+	return cycles, sum / cycles
 }
 
 // processCPU returns the CPU time the process pid has spent, from /proc
