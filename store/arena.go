@@ -66,29 +66,14 @@ func (a *valueArena) keep(data []byte) []byte {
 	return b[:len(data):len(data)]
 }
 
-// bytes returns the memory of the arena's blocks.
-func (a *valueArena) bytes() int {
-	n := 0
-	for _, b := range a.blocks {
-		n += cap(b)
-	}
-	return n
-}
-
 // encoder returns an empty encoder of a value the transaction puts, which
 // keep then makes the value's memory.
-func (w *Writer) encoder(sizeHint int) *encoder {
-	if w.arena == nil {
-		return &encoder{buf: make([]byte, 0, sizeHint)}
-	}
+func (w *Writer) encoder() *encoder {
 	return &encoder{buf: w.arena.scratch[:0]}
 }
 
 // keep returns the encoded value e holds, in memory that lasts until the
 // transaction ends.
 func (w *Writer) keep(e *encoder) []byte {
-	if w.arena == nil {
-		return e.buf
-	}
 	return w.arena.keep(e.buf)
 }

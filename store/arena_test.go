@@ -78,3 +78,12 @@ func TestArenaKeepsEveryValueOfATransaction(t *testing.T) {
 		t.Errorf("the arena keeps %d bytes between transactions, at most %d", kept, maxArenaBytes)
 	}
 }
+
+// bytes returns the memory of the arena's blocks.
+func (a *valueArena) bytes() int {
+	n := 0
+	for _, b := range a.blocks {
+		n += cap(b)
+	}
+	return n
+}

@@ -32,7 +32,7 @@ type Writer struct {
 	// stats are the queue totals as this transaction changes them.
 	stats      QueueStats
 	statsDirty bool
-	// arena, if set, holds the values the transaction puts.
+	// arena holds the values the transaction puts.
 	arena *valueArena
 }
 
@@ -60,7 +60,7 @@ func (w *Writer) AppendTxn(t *Txn, chunkSize int) error {
 		}
 		h := t.TxnHeader
 		h.Changes = int64(len(t.Changes))
-		e := w.encoder(64*len(t.Changes) + 64)
+		e := w.encoder()
 		e.inlineTxn(encodeTxnHeader(&h), t.Changes)
 		data := w.keep(e)
 		if err := q.Put(key, data); err != nil {
@@ -77,7 +77,7 @@ func (w *Writer) AppendTxn(t *Txn, chunkSize int) error {
 	for start := 0; start < len(t.Changes); start += chunkSize {
 		end := min(start+chunkSize, len(t.Changes))
 		ord++
-		e := w.encoder(64*(end-start) + 8)
+		e := w.encoder()
 		e.chunk(0, t.Changes[start:end])
 		data := w.keep(e)
 		size += int64(len(data))

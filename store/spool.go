@@ -52,7 +52,7 @@ func (w *Writer) SpoolAppend(id SpoolID, subXid uint32, changes []Change) error 
 	if err != nil {
 		return fmt.Errorf("spool %d: %w", id, err)
 	}
-	e := w.encoder(64*len(changes) + 8)
+	e := w.encoder()
 	e.chunk(subXid, changes)
 	data := w.keep(e)
 	if err := b.Put(ordinalKey(seq), data); err != nil {
