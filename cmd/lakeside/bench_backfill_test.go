@@ -71,58 +71,62 @@ func TestBenchBackfill(t *testing.T) {
 		}
 		return time.Since(start)
 	}
+	// round measures one copy of table, of rows rows: its baseline and
+	// then the backfill, one right after the other so that both see the
+	// machine alike (its speed drifts, and with it both, by up to a third
+	// between runs of the bench). It prints what the copy cost and
+	// returns the ratio and the copy's time.
+	round := func(table string, rows, n int) (float64, time.Duration) {
+		// A quiet agent: the copies before are applied and their files
+		// compacted, so that no background pass runs meanwhile.
+		e.waitApplied(d)
+		if out, errOut, code := e.lakeside("compact", "--config", e.configPath); code != 0 {
+			t.Fatalf("compact exited %d: %s%s", code, out, errOut)
+		}
+		// Baseline: COPY of the same table, three times, the fastest kept.
+		var baseline time.Duration
+		for range 3 {
+			start := time.Now()
+			if _, err := e.conn.PgConn().CopyTo(context.Background(), io.Discard, `COPY `+table+` TO STDOUT`); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); baseline == 0 || took < baseline {
+				baseline = took
+			}
+		}
+		began := time.Now()
+		agentBefore, pgBefore := processCPU(t, d.cmd.Process.Pid), commandCPU(t, "postgres")
+		wroteBefore := processWritten(t, d.cmd.Process.Pid)
+		logBefore := len(d.log())
+		took := resync(table)
+		agentCPU, pgCPU := processCPU(t, d.cmd.Process.Pid)-agentBefore, commandCPU(t, "postgres")-pgBefore
+		cycles, live := gcCycles(d.log()[logBefore:])
+		e.waitApplied(d)
+		applied := time.Since(began)
+		wrote := processWritten(t, d.cmd.Process.Pid) - wroteBefore
+		if got := e.deltaRowCount("public." + table); got != int64(rows) {
+			t.Fatalf("the mirror holds %d rows after the resync, want %d", got, rows)
+		}
+		ratio := baseline.Seconds() / took.Seconds()
+		fmt.Printf("BENCH backfill, %d rows, round %d: %.2f s, COPY TO STDOUT %.2f s: ratio %.2f; %.0f rows/s, in the mirror after %.2f s\n",
+			rows, n, took.Seconds(), baseline.Seconds(), ratio, float64(rows)/took.Seconds(), applied.Seconds())
+		// What the copy cost, and the ratio the cores allow: the copy
+		// takes at least its CPU time over the machine's cores.
+		floor := (agentCPU + pgCPU).Seconds() / float64(runtime.NumCPU())
+		fmt.Printf("  during the copy: agent %.2f CPU-s, PostgreSQL %.2f CPU-s; on %d cores at least %.2f s, a ratio of %.2f at most\n",
+			agentCPU.Seconds(), pgCPU.Seconds(), runtime.NumCPU(), floor, baseline.Seconds()/floor)
+		fmt.Printf("  the agent wrote %.0f MB until the copy was in the mirror (queue, Delta tables), %.0f bytes a row; %d garbage collections during the copy, the live heap %d MB on average\n",
+			float64(wrote)/1e6, float64(wrote)/float64(rows), cycles, live)
+		return ratio, took
+	}
 	fmt.Println()
 	var alone time.Duration
 	for _, size := range sizes {
-		// Each round measures the baseline and then the copy, so that
-		// both see the machine alike: its speed drifts, and with it
-		// both, by up to a third between runs of the bench.
 		var ratios []float64
-		for round := 1; round <= benchBackfillRounds; round++ {
-			// A quiet agent: the copies before are applied and their
-			// files compacted, so that no background pass runs
-			// meanwhile.
-			e.waitApplied(d)
-			if out, errOut, code := e.lakeside("compact", "--config", e.configPath); code != 0 {
-				t.Fatalf("compact exited %d: %s%s", code, out, errOut)
-			}
-			// Baseline: COPY of the same table, three times, the
-			// fastest kept.
-			var baseline time.Duration
-			for range 3 {
-				start := time.Now()
-				if _, err := e.conn.PgConn().CopyTo(context.Background(), io.Discard, `COPY `+size.table+` TO STDOUT`); err != nil {
-					t.Fatal(err)
-				}
-				if took := time.Since(start); baseline == 0 || took < baseline {
-					baseline = took
-				}
-			}
-			began := time.Now()
-			agentBefore, pgBefore := processCPU(t, d.cmd.Process.Pid), commandCPU(t, "postgres")
-			wroteBefore := processWritten(t, d.cmd.Process.Pid)
-			logBefore := len(d.log())
-			alone = resync(size.table)
-			agentCPU, pgCPU := processCPU(t, d.cmd.Process.Pid)-agentBefore, commandCPU(t, "postgres")-pgBefore
-			cycles, live := gcCycles(d.log()[logBefore:])
-			e.waitApplied(d)
-			applied := time.Since(began)
-			wrote := processWritten(t, d.cmd.Process.Pid) - wroteBefore
-			if got := e.deltaRowCount("public." + size.table); got != int64(size.rows) {
-				t.Fatalf("the mirror holds %d rows after the resync, want %d", got, size.rows)
-			}
-			ratio := baseline.Seconds() / alone.Seconds()
+		for n := 1; n <= benchBackfillRounds; n++ {
+			var ratio float64
+			ratio, alone = round(size.table, size.rows, n)
 			ratios = append(ratios, ratio)
-			fmt.Printf("BENCH backfill, %d rows, round %d: %.2f s, COPY TO STDOUT %.2f s: ratio %.2f; %.0f rows/s, in the mirror after %.2f s\n",
-				size.rows, round, alone.Seconds(), baseline.Seconds(), ratio, float64(size.rows)/alone.Seconds(), applied.Seconds())
-			// What the copy cost, and the ratio the cores allow: the
-			// copy takes at least its CPU time over the machine's
-			// cores.
-			floor := (agentCPU + pgCPU).Seconds() / float64(runtime.NumCPU())
-			fmt.Printf("  during the copy: agent %.2f CPU-s, PostgreSQL %.2f CPU-s; on %d cores at least %.2f s, a ratio of %.2f at most\n",
-				agentCPU.Seconds(), pgCPU.Seconds(), runtime.NumCPU(), floor, baseline.Seconds()/floor)
-			fmt.Printf("  the agent wrote %.0f MB until the copy was in the mirror (queue, Delta tables), %.0f bytes a row; %d garbage collections during the copy, the live heap %d MB on average\n",
-				float64(wrote)/1e6, float64(wrote)/float64(size.rows), cycles, live)
 		}
 		slices.Sort(ratios)
 		fmt.Printf("BENCH backfill, %d rows: ratio %.2f against COPY TO STDOUT (target >= 0.5), the median of %d rounds (%.2f to %.2f)\n",

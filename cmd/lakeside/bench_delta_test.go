@@ -9,7 +9,9 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -489,13 +491,18 @@ func (e *e2e) deltaCommits(table string, from int64) []deltaCommit {
 }
 
 // versionIfAny returns the newest version of a local Delta table, or -1
-// when the table does not exist yet.
+// when the table does not exist yet: no log, or a log the agent has made
+// but not yet committed to.
 func (e *e2e) versionIfAny(table string) int64 {
 	e.t.Helper()
-	if _, err := os.Stat(filepath.Join(e.stateDir, "tables", table, "_delta_log")); err != nil {
+	v, err := e.version(table)
+	if errors.Is(err, delta.ErrNotATable) || errors.Is(err, fs.ErrNotExist) {
 		return -1
 	}
-	return e.latestVersion(table)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return v
 }
 
 // commitVisibleAt returns when the newest commit of a local Delta table
@@ -522,15 +529,20 @@ func (e *e2e) commitVisibleAt(table string, after int64) time.Time {
 // latestVersion returns the newest version of a local Delta table.
 func (e *e2e) latestVersion(table string) int64 {
 	e.t.Helper()
-	tbl, err := delta.Open(context.Background(), filepath.Join(e.stateDir, "tables", table))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	v, err := tbl.LatestVersion(context.Background())
+	v, err := e.version(table)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return v
+}
+
+// version returns the newest version of a local Delta table.
+func (e *e2e) version(table string) (int64, error) {
+	tbl, err := delta.Open(context.Background(), filepath.Join(e.stateDir, "tables", table))
+	if err != nil {
+		return 0, err
+	}
+	return tbl.LatestVersion(context.Background())
 }
 
 // TestBenchDeltaMirrorMerge measures the copy-on-write merge of the mirror
