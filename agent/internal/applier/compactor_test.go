@@ -120,7 +120,7 @@ func (h compactedHandler) Handle(_ context.Context, r slog.Record) error {
 }
 
 // processCPU returns the CPU time the test process has spent.
-func processCPU(t *testing.T) time.Duration {
+func processCPU(t testing.TB) time.Duration {
 	t.Helper()
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
