@@ -56,7 +56,10 @@ type rowGroupColumns struct {
 	// cols are the leaf fields of the schema, nested the others.
 	cols   []*flatColumn
 	nested []*nestedColumn
-	rows   int
+	// byteCols are the columns of cols that hold byte array values (see
+	// dataBytes), which a row group is full of at maxBytes.
+	byteCols []*flatColumn
+	rows     int
 	// capRows is how many rows the columns have room for.
 	capRows int
 	// rg writes the row group into the file.
@@ -114,7 +117,11 @@ func (c *columnarWriter) newRowGroupColumns(like *rowGroupColumns) *rowGroupColu
 	leaf := 0
 	for pos, f := range c.schema.Fields {
 		if isLeaf(f.Type) {
-			g.cols = append(g.cols, newFlatColumn(f, pos, leaf))
+			col := newFlatColumn(f, pos, leaf)
+			g.cols = append(g.cols, col)
+			if col.holdsBytes() {
+				g.byteCols = append(g.byteCols, col)
+			}
 		} else {
 			g.nested = append(g.nested, &nestedColumn{field: f, pos: pos, leaf: leaf, shred: newFieldShredder(f)})
 		}
@@ -201,10 +208,11 @@ func (c *columnarWriter) full(g *rowGroupColumns) bool {
 }
 
 // dataBytes returns the bytes of the byte array values of the row group's
-// flat columns.
+// flat columns. A full writer asks after every row: it sums the columns
+// that hold such values only.
 func (g *rowGroupColumns) dataBytes() int {
 	n := 0
-	for _, col := range g.cols {
+	for _, col := range g.byteCols {
 		n += len(col.data)
 	}
 	return n

@@ -665,6 +665,40 @@ func TestFlatColumnKeepsNullsFromTheFirst(t *testing.T) {
 	check("reused once emptied")
 }
 
+// TestRowGroupsEndAtTheBytesOfEachByteArrayType writes rows of a long
+// and a column of each type whose values are byte arrays (a string, a
+// binary, a decimal too wide for an INT64): each row group ends with the
+// row that brings its bytes to RowGroupBytes.
+func TestRowGroupsEndAtTheBytesOfEachByteArrayType(t *testing.T) {
+	const budget, rows = 4 << 10, 1000
+	for _, tc := range []struct {
+		typ   types.DataType
+		bytes int
+		value func(i int64) any
+	}{
+		{types.TypeString, 100, func(i int64) any { return strings.Repeat(string(rune('a'+i%26)), 100) }},
+		{types.TypeBinary, 100, func(i int64) any { return []byte(strings.Repeat(string(rune('a'+i%26)), 100)) }},
+		{types.DecimalType{Precision: 38, Scale: 0}, 16, func(i int64) any { return types.NewDecimal(i, 0) }},
+	} {
+		t.Run(tc.typ.String(), func(t *testing.T) {
+			st := types.NewStructType(types.NewField("id", types.TypeLong, false), types.NewField("v", tc.typ, true))
+			dir := t.TempDir()
+			w, err := newDataWriter(dir, st, nil, WriteOptions{RowGroupRows: 1 << 20, RowGroupBytes: budget})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []types.Row
+			for i := range int64(rows) {
+				want = append(want, types.Row{i, tc.value(i)})
+			}
+			if err := w.Write(want); err != nil {
+				t.Fatal(err)
+			}
+			closeReadBack(t, w, dir, st, want, (budget+tc.bytes-1)/tc.bytes)
+		})
+	}
+}
+
 // TestRowGroupsEndAtTheirBytes writes rows of wide strings, by Write and by
 // RowBuilder: each row group ends with the row that brings its string
 // bytes to RowGroupBytes, long before RowGroupRows, and the columns never

@@ -441,6 +441,16 @@ func (b colBounds) addTo(s *colStats) {
 	}
 }
 
+// holdsBytes reports whether the column's values are byte arrays, held
+// in data.
+func (c *flatColumn) holdsBytes() bool {
+	switch c.kind {
+	case flatString, flatBinary, flatDecimalWide:
+		return true
+	}
+	return false
+}
+
 // bounds returns the statistics of the first rows rows of the column.
 func (c *flatColumn) bounds(rows int) colBounds {
 	b := colBounds{nulls: int64(rows - c.count)}
