@@ -1,6 +1,7 @@
 package typemap
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -212,4 +213,69 @@ func TestDecimalSlabMakesTheSameDecimals(t *testing.T) {
 	if perDecimal > 0.1 {
 		t.Errorf("a decimal from the slab took %.3f allocations", perDecimal)
 	}
+}
+
+// TestFitsDecimal checks fitsDecimal on texts PostgreSQL prints and on
+// odd ones, against the reading that splits the text at its point.
+func TestFitsDecimal(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		p, s int
+		want bool
+	}{
+		{"12.50", 4, 2, true},
+		{"-12.50", 4, 2, true},
+		{"+0012.5", 4, 2, true},
+		{"123.5", 4, 2, false},
+		{"12.505", 4, 2, false},
+		{"0.00", 1, 1, false},
+		{"0.0", 1, 1, true},
+		{".5", 1, 1, true},
+		{"5.", 1, 0, true},
+		{"000", 2, 0, true},
+		{"", 4, 2, false},
+		{"-", 4, 2, false},
+		{"NaN", 4, 2, false},
+		{"Infinity", 38, 0, false},
+		{"1e5", 10, 0, false},
+		{"99999999999999999999999999999999999999", 38, 0, true},
+		{"100000000000000000000000000000000000000", 38, 0, false},
+	} {
+		if got := fitsDecimal([]byte(c.text), c.p, c.s); got != c.want {
+			t.Errorf("fitsDecimal(%q, %d, %d) = %v, want %v", c.text, c.p, c.s, got, c.want)
+		}
+		if got := splitFitsDecimal([]byte(c.text), c.p, c.s); got != c.want {
+			t.Errorf("the split reading of %q, %d, %d = %v, want %v", c.text, c.p, c.s, got, c.want)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	const alphabet = "0123456789.+-eN"
+	for range 200000 {
+		b := make([]byte, rng.IntN(8))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		s := rng.IntN(4)
+		p := s + rng.IntN(5)
+		if got, want := fitsDecimal(b, p, s), splitFitsDecimal(b, p, s); got != want {
+			t.Fatalf("fitsDecimal(%q, %d, %d) = %v, the split reading %v", b, p, s, got, want)
+		}
+	}
+}
+
+// splitFitsDecimal is fitsDecimal read as its doc comment says: the text
+// split at its first point, the integer part without its leading zeros.
+func splitFitsDecimal(text []byte, p, s int) bool {
+	t := bytes.TrimLeft(text, "+-")
+	intPart, frac, _ := bytes.Cut(t, []byte("."))
+	intPart = bytes.TrimLeft(intPart, "0")
+	if len(intPart) > p-s || len(frac) > s || len(t) == 0 {
+		return false
+	}
+	for _, c := range t {
+		if (c < '0' || c > '9') && c != '.' {
+			return false
+		}
+	}
+	return true
 }

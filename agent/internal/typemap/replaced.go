@@ -1,8 +1,6 @@
 package typemap
 
 import (
-	"bytes"
-
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
 )
@@ -70,18 +68,34 @@ func ReplacedCheckFor(dt delta.DataType) ReplacedCheck {
 
 // fitsDecimal reports whether the exact decimal text PostgreSQL printed
 // fits decimal(p,s): a number, with at most p-s integer digits and s
-// fractional ones.
+// fractional ones. It reads the text once: the applier asks for every
+// decimal of every changelog row.
 func fitsDecimal(text []byte, p, s int) bool {
-	t := bytes.TrimLeft(text, "+-")
-	intPart, frac, _ := bytes.Cut(t, []byte("."))
-	intPart = bytes.TrimLeft(intPart, "0")
-	if len(intPart) > p-s || len(frac) > s || len(t) == 0 {
+	i := 0
+	for i < len(text) && (text[i] == '+' || text[i] == '-') {
+		i++
+	}
+	t := text[i:]
+	if len(t) == 0 {
 		return false
 	}
-	for _, c := range t {
-		if (c < '0' || c > '9') && c != '.' {
+	point, intDigits := -1, 0
+	for j, c := range t {
+		switch {
+		case c == '.':
+			if point < 0 {
+				point = j
+			}
+		case c < '0' || c > '9':
 			return false // NaN, Infinity
+		case point < 0 && (intDigits > 0 || c != '0'):
+			// An integer digit, leading zeros not counted.
+			intDigits++
 		}
 	}
-	return true
+	fracDigits := 0
+	if point >= 0 {
+		fracDigits = len(t) - point - 1
+	}
+	return intDigits <= p-s && fracDigits <= s
 }
