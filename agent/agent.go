@@ -192,6 +192,7 @@ func (a *Agent) Open() error {
 	srcCfg := a.cfg.sourceConfig(a.log.With("component", "source"))
 	srcCfg.PlainConnection = a.tuningOff.PollConn
 	srcCfg.FreshChunkMemory = a.tuningOff.ChunkMemory
+	srcCfg.SeparateChunkQuery = a.tuningOff.ChunkQuery
 	srcCfg.Durable = notifiers{a.hub, a.app}
 	srcCfg.Backpressure = backpressure{a}
 	if a.threads != nil {

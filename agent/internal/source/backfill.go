@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/time/rate"
 
 	"github.com/lakeside/lakeside/agent/internal/typemap"
@@ -868,27 +870,76 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 		return nil, "", err
 	}
 	sql += "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT pg_current_snapshot()::text; " + catalogQuery(prog.OID) + "; " + low
-	results, err := b.conn.PgConn().Exec(ctx, sql).ReadAll()
-	if err == nil {
-		if len(results) != skip+4 || len(results[skip+1].Rows) != 1 || len(results[skip+1].Rows[0]) != 1 {
-			err = errors.New("unexpected results")
+	// began checks the results of the statements that begin the chunk,
+	// and says whether the columns are those it is read by.
+	began := func(results [][][][]byte) (same bool, err error) {
+		if len(results) != skip+4 || len(results[skip+1]) != 1 || len(results[skip+1][0]) != 1 {
+			return false, errors.New("unexpected results")
+		}
+		return sameCatalogRows(results[skip+2], b.catalog), nil
+	}
+	var results [][][][]byte
+	copySQL := "COPY (" + query + ") TO STDOUT"
+	changed := false
+	if b.s.cfg.SeparateChunkQuery {
+		res, err := b.conn.PgConn().Exec(ctx, sql).ReadAll()
+		if err != nil {
+			return nil, "", fmt.Errorf("backfill %s: begin the chunk: %w", t, err)
+		}
+		for _, r := range res {
+			results = append(results, r.Rows)
+		}
+		same, err := began(results)
+		if err != nil {
+			return nil, "", fmt.Errorf("backfill %s: begin the chunk: %w", t, err)
+		}
+		if changed = !same; !changed {
+			if _, err := b.conn.PgConn().CopyTo(ctx, cr, copySQL); err != nil {
+				if !columnGone(err) {
+					return nil, "", fmt.Errorf("backfill %s: copy: %w", t, err)
+				}
+				changed = true
+			}
+		}
+	} else {
+		// The COPY's data is read only with the columns the chunk's
+		// statements found (the COPY of a column dropped fails, and
+		// then the columns changed is the answer).
+		var copyErr error
+		results, copyErr = queryThenCopy(ctx, b.conn.PgConn(), sql+"; "+copySQL, func(results [][][][]byte) (io.Writer, error) {
+			same, err := began(results)
+			if err != nil {
+				return nil, fmt.Errorf("begin the chunk: %w", err)
+			}
+			if !same {
+				return io.Discard, nil
+			}
+			return cr, nil
+		})
+		begun := len(results) >= skip+4
+		if begun {
+			same, err := began(results[:skip+4])
+			changed = err == nil && (!same || columnGone(copyErr))
+		}
+		switch {
+		case changed:
+		case copyErr != nil && !begun:
+			return nil, "", fmt.Errorf("backfill %s: begin the chunk: %w", t, copyErr)
+		case copyErr != nil:
+			return nil, "", fmt.Errorf("backfill %s: copy: %w", t, copyErr)
+		case !begun:
+			return nil, "", fmt.Errorf("backfill %s: begin the chunk: unexpected results", t)
 		}
 	}
-	if err != nil {
-		return nil, "", fmt.Errorf("backfill %s: begin the chunk: %w", t, err)
-	}
 	results = results[skip:]
-	if !sameCatalogRows(results[2].Rows, b.catalog) {
+	if changed {
 		// Read by the columns they had: the next try reads them anew.
 		b.rel, b.catalog = nil, nil
 		return nil, "the table's columns changed", nil
 	}
-	snap, err := parseSnapshot(string(results[1].Rows[0][0]))
+	snap, err := parseSnapshot(string(results[1][0][0]))
 	if err != nil {
 		return nil, "", fmt.Errorf("backfill %s: %w", t, err)
-	}
-	if _, err := b.conn.PgConn().CopyTo(ctx, cr, "COPY ("+query+") TO STDOUT"); err != nil {
-		return nil, "", fmt.Errorf("backfill %s: copy: %w", t, err)
 	}
 	if len(cr.partial) > 0 {
 		return nil, "", fmt.Errorf("backfill %s: COPY ended inside a row", t)
@@ -913,6 +964,15 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 	h.mu.Unlock()
 	handed = true
 	return &copiedChunk{win: win, next: &next}, "", nil
+}
+
+// columnGone reports whether err is PostgreSQL's of a column that does
+// not exist: a chunk's COPY names a column that was dropped or renamed
+// after its statements read the table's columns, and before the COPY took
+// the table's lock.
+func columnGone(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42703"
 }
 
 // handOver writes c's high watermark and returns what the stream did with

@@ -187,20 +187,20 @@ func (h *harness) copyAndStopStatus(table string) ([]*store.Txn, map[store.Relat
 // as snapshot rows in chunks, the other table's changes are queued between
 // the chunks, and the queue replays to both tables as PostgreSQL has them.
 func TestBackfillOfATableAddedLater(t *testing.T) {
-	for _, fresh := range []bool{false, true} {
-		name := "recycled chunk memory"
-		if fresh {
-			name = "fresh chunk memory"
-		}
-		t.Run(name, func(t *testing.T) { testBackfillOfATableAddedLater(t, fresh) })
+	for _, c := range []struct {
+		name            string
+		fresh, separate bool
+	}{{"tricks on", false, false}, {"fresh chunk memory", true, false}, {"separate chunk query", false, true}} {
+		t.Run(c.name, func(t *testing.T) { testBackfillOfATableAddedLater(t, c.fresh, c.separate) })
 	}
 }
 
 // testBackfillOfATableAddedLater is TestBackfillOfATableAddedLater with
-// the chunk memory trick on or off (Config.FreshChunkMemory). A note is
-// NULL in some rows, so that a chunk decoded into the memory of one before
-// it reads NULLs where that chunk held values.
-func testBackfillOfATableAddedLater(t *testing.T, fresh bool) {
+// the chunk memory trick on or off (Config.FreshChunkMemory), and the
+// chunk query trick (Config.SeparateChunkQuery). A note is NULL in some
+// rows, so that a chunk decoded into the memory of one before it reads
+// NULLs where that chunk held values.
+func testBackfillOfATableAddedLater(t *testing.T, fresh, separate bool) {
 	h := newHarness(t)
 	h.captureA(`INSERT INTO a SELECT g, 0, 'a' FROM generate_series(1, 100) g`)
 	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
@@ -208,6 +208,7 @@ func testBackfillOfATableAddedLater(t *testing.T, fresh bool) {
 	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "b"})
 	h.cfg.BackfillChunkRows = 1000
 	h.cfg.FreshChunkMemory = fresh
+	h.cfg.SeparateChunkQuery = separate
 	next := int64(30001)
 	txns, rels, done, committed := h.copyWhileWriting("public.b", func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE a SET v = v + 1 WHERE id = $1`, 1+rand.Int64N(100)); err != nil {
@@ -574,15 +575,44 @@ func TestRecreatedTableIsTruncatedAndCopied(t *testing.T) {
 	sameRows(t, "public.b replayed after a restart", replayedRows(rep, "public.b"), h.rowsOf("b"))
 }
 
-// TestBackfillReadsTheColumnsAddedWhileItCopies adds a column to a table
-// while it is copied: the ALTER TABLE waits for the second chunk's
-// transaction (it is waiting before that one commits) and is done before
-// the third chunk's COPY, so the chunks from the fourth on copy the new
-// column too, and the queue replays to the table as PostgreSQL has it.
-func TestBackfillReadsTheColumnsAddedWhileItCopies(t *testing.T) {
+// TestBackfillReadsTheColumnsChangedWhileItCopies adds, drops or renames
+// a column of a table while it is copied: the ALTER TABLE waits for the
+// second chunk's transaction (it is waiting before that one commits) and
+// is done before the third chunk's COPY, so the chunks from the fourth on
+// copy the new columns (a chunk whose COPY names a column no longer there
+// fails, and is copied again), and the queue replays to the table as
+// PostgreSQL has it. Both ways of sending a chunk's query
+// (Config.SeparateChunkQuery).
+func TestBackfillReadsTheColumnsChangedWhileItCopies(t *testing.T) {
+	for _, c := range []struct {
+		name, alter string
+		// copied says whether a row copied after the change has the
+		// new columns.
+		copied func(rel *store.Relation, vals []store.Value) bool
+	}{
+		{"add", `ALTER TABLE b ADD COLUMN extra int8 NOT NULL DEFAULT 7`, func(rel *store.Relation, vals []store.Value) bool {
+			return len(rel.Columns) == 4 && vals[3].Int == 7
+		}},
+		{"drop", `ALTER TABLE b DROP COLUMN note`, func(rel *store.Relation, _ []store.Value) bool {
+			return len(rel.Columns) == 2
+		}},
+		{"rename", `ALTER TABLE b RENAME COLUMN note TO remark`, func(rel *store.Relation, _ []store.Value) bool {
+			return len(rel.Columns) == 3 && rel.Columns[2].Name == "remark"
+		}},
+	} {
+		for _, separate := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/separate chunk query=%v", c.name, separate), func(t *testing.T) {
+				testBackfillReadsTheColumnsChangedWhileItCopies(t, c.alter, c.copied, separate)
+			})
+		}
+	}
+}
+
+func testBackfillReadsTheColumnsChangedWhileItCopies(t *testing.T, alter string, copied func(*store.Relation, []store.Value) bool, separate bool) {
 	h := newHarness(t)
 	h.addTableB(5000)
 	h.cfg.BackfillChunkRows = 1000
+	h.cfg.SeparateChunkQuery = separate
 	conn, probe := pgtest.Conn(t, h.dsn), pgtest.Conn(t, h.dsn)
 	calls := 0
 	altered := make(chan struct{})
@@ -592,7 +622,7 @@ func TestBackfillReadsTheColumnsAddedWhileItCopies(t *testing.T) {
 			case 2:
 				go func() {
 					defer close(altered)
-					if _, err := conn.Exec(context.Background(), `ALTER TABLE b ADD COLUMN extra int8 NOT NULL DEFAULT 7`); err != nil {
+					if _, err := conn.Exec(context.Background(), alter); err != nil {
 						t.Error(err)
 					}
 				}()
@@ -621,16 +651,35 @@ func TestBackfillReadsTheColumnsAddedWhileItCopies(t *testing.T) {
 			if c.Op != store.OpSnapshot || rels[c.Relation].Name != "b" {
 				continue
 			}
-			id, cols := c.New[0].Int, len(rels[c.Relation].Columns)
+			rel, id := rels[c.Relation], c.New[0].Int
 			switch {
-			case id > 3000 && (cols != 4 || c.New[3].Int != 7):
-				t.Fatalf("row %d was copied after the column was added with %d columns (%v), want 4 ending in 7", id, cols, c.New)
-			case id <= 2000 && cols != 3:
-				t.Fatalf("row %d was copied before the column was added with %d columns", id, cols)
+			case id > 3000 && !copied(rel, c.New):
+				t.Fatalf("row %d was copied after the change with columns %v (%v)", id, rel.Columns, c.New)
+			case id <= 2000 && len(rel.Columns) != 3:
+				t.Fatalf("row %d was copied before the change with %d columns", id, len(rel.Columns))
 			}
 		}
 	}
-	h.checkReplayed(txns, rels, true)
+	// The columns every version has, id and v.
+	rep, err := replayWith(txns, rels, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rep["public.b"] {
+		got = append(got, fmt.Sprintf("%d|%d", r[0].Int, r[1].Int))
+	}
+	rows, err := h.conn.Query(context.Background(), `SELECT id || '|' || v FROM b`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	sameRows(t, "public.b replayed (id, v)", got, want)
 }
 
 // TestResyncTruncatesOnceWhenItsFirstChunkIsCopiedAgain makes the first

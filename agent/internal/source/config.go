@@ -83,6 +83,10 @@ type Config struct {
 	// chunk is then decoded into new memory, instead of the memory of a
 	// chunk before it that is durable (tuning_chunk_memory.go).
 	FreshChunkMemory bool
+	// SeparateChunkQuery turns a performance trick off: each backfill
+	// chunk's statements are run, and then its COPY, in two round trips
+	// (see queryThenCopy).
+	SeparateChunkQuery bool
 	// Logger receives state changes; nil means slog.Default().
 	Logger *slog.Logger
 }
