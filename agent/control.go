@@ -12,8 +12,8 @@ import (
 )
 
 // The control socket (SocketName in the state directory) serves the running
-// agent's status, runs vacuums and starts resyncs on request, for the
-// status, vacuum and resync commands: both ends are here.
+// agent's status, runs vacuums and starts and follows resyncs on request,
+// for the status, vacuum and resync commands: both ends are here.
 
 // controlSocketMode is the control socket's file mode, whatever the umask:
 // connecting needs write permission on it, and only the agent's own user
@@ -44,6 +44,7 @@ func (a *Agent) controlHandler() http.Handler {
 	mux.HandleFunc("POST /vacuum", a.vacuumHandler)
 	mux.HandleFunc("POST /compact", a.compactHandler)
 	mux.HandleFunc("POST /resync", a.resyncHandler)
+	mux.HandleFunc("GET /resync", a.followResyncHandler)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		st, err := a.Status()
 		if err != nil {

@@ -52,6 +52,92 @@ func (a *Agent) resyncHandler(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(rep)
 }
 
+// ResyncProgress is the agent's answer to a request that follows a resync:
+// the copy, or nil while it has not begun.
+type ResyncProgress struct {
+	Backfill *BackfillStatus `json:"backfill"`
+}
+
+// maxFollowWait is the longest a request following a resync waits.
+const maxFollowWait = time.Minute
+
+// followResyncHandler serves GET /resync?table=schema.table&since=T&wait=D:
+// the copy of the table that began at T or later, once it is done, or as
+// it is after D (at most maxFollowWait), whichever comes first.
+func (a *Agent) followResyncHandler(w http.ResponseWriter, r *http.Request) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil || len(q) != 3 || len(q["table"]) != 1 || len(q["since"]) != 1 || len(q["wait"]) != 1 {
+		http.Error(w, "follow resync: want table=schema.table, since=RFC 3339 time and wait=duration", http.StatusBadRequest)
+		return
+	}
+	since, err := time.Parse(time.RFC3339Nano, q["since"][0])
+	if err != nil {
+		http.Error(w, "follow resync: since: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	wait, err := time.ParseDuration(q["wait"][0])
+	if err != nil || wait < 0 {
+		http.Error(w, fmt.Sprintf("follow resync: wait: not a duration of zero or more: %q", q["wait"][0]), http.StatusBadRequest)
+		return
+	}
+	b := awaitBackfill(r.Context(), a.src.BackfillsChanged, a.src.Backfills, q["table"][0], since, min(wait, maxFollowWait))
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(ResyncProgress{Backfill: b})
+}
+
+// awaitBackfill returns the copy of table that began at since or later
+// once list reports it done, or as list reports it when wait has passed or
+// ctx is done; nil when there is none. changed returns a channel closed at
+// list's next change.
+func awaitBackfill(ctx context.Context, changed func() <-chan struct{}, list func() []source.BackfillStatus,
+	table string, since time.Time, wait time.Duration) *BackfillStatus {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		next := changed()
+		var found *BackfillStatus
+		for _, b := range list() {
+			if b.Table == table && !b.Since.Before(since) {
+				st := backfillStatus(b)
+				found = &st
+			}
+		}
+		if found != nil && found.State == BackfillDone {
+			return found
+		}
+		select {
+		case <-next:
+		case <-timer.C:
+			return found
+		case <-ctx.Done():
+			return found
+		}
+	}
+}
+
+// FollowResync asks the agent running on stateDir how the copy that rep
+// recorded goes, waiting up to wait for it to end; the reply's Backfill is
+// nil while the copy has not begun. It fails with ErrNoAgent when none
+// answers.
+func FollowResync(ctx context.Context, stateDir string, rep *ResyncReply, wait time.Duration) (*ResyncProgress, error) {
+	client := controlClient(filepath.Join(stateDir, SocketName), wait+time.Minute)
+	defer client.CloseIdleConnections()
+	q := url.Values{"table": {rep.Table}, "since": {rep.Since.Format(time.RFC3339Nano)}, "wait": {wait.String()}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lakeside/resync?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoAgent, err)
+	}
+	var p ResyncProgress
+	if err := readReply(resp, "follow resync", &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
 // AskResync asks the agent running on stateDir to resync table through the
 // control socket; it fails with ErrNoAgent when none answers.
 func AskResync(ctx context.Context, stateDir, table string) (*ResyncReply, error) {

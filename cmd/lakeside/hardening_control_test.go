@@ -21,7 +21,7 @@ import (
 // control socket: the socket has mode 0600 all the same, and a vacuum
 // request whose dry_run cannot be read is refused with 400 and deletes
 // nothing, while a dry run lists and a vacuum deletes the same old orphan
-// file.
+// file. A request following a resync that cannot be read is refused.
 func TestControlSocketHardening(t *testing.T) {
 	e := newE2E(t, []string{"public.items"})
 	e.exec(`CREATE TABLE items (id int PRIMARY KEY, qty int NOT NULL)`,
@@ -97,6 +97,27 @@ func TestControlSocketHardening(t *testing.T) {
 	code, body = post("dry_run=false")
 	if code != http.StatusOK || exists() {
 		t.Fatalf("POST /vacuum?dry_run=false: %d %q; orphan left: %v", code, body, exists())
+	}
+
+	// Following a resync: a query that cannot be read is refused; a copy
+	// never asked for is answered as none once the wait is over.
+	for _, query := range []string{"", "table=public.items", "table=public.items&since=2026-12-03T10:00:00Z",
+		"table=public.items&since=yesterday&wait=1s", "table=public.items&since=2026-12-03T10:00:00Z&wait=-1s",
+		"table=public.items&since=2026-12-03T10:00:00Z&wait=forever", "table=public.items&since=2026-12-03T10:00:00Z&wait=1s&x=1",
+		"table=public.items&table=public.other&since=2026-12-03T10:00:00Z&wait=1s"} {
+		resp, err := client.Get("http://lakeside/resync?" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "follow resync") {
+			t.Errorf("GET /resync?%s: %d %q, want 400 with the reason", query, resp.StatusCode, body)
+		}
+	}
+	p, err := agent.FollowResync(context.Background(), e.stateDir, &agent.ResyncReply{Table: "public.items", Since: time.Now()}, 200*time.Millisecond)
+	if err != nil || p.Backfill != nil {
+		t.Fatalf("following a resync never asked for: %+v, %v; want no copy", p, err)
 	}
 	e.stop(d)
 }

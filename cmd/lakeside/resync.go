@@ -19,9 +19,9 @@ type resyncCommand struct {
 	stdout     io.Writer
 	configPath string
 	table      string
-	// poll is how often the progress is asked for, every how often a
-	// line of it is printed at most.
-	poll, every time.Duration
+	// every is how often a line of the progress is printed: each request
+	// to the agent waits that long for the copy to end.
+	every time.Duration
 }
 
 func (c *resyncCommand) ParseFlags(args []string) error {
@@ -40,11 +40,6 @@ func (c *resyncCommand) ParseFlags(args []string) error {
 	if c.every == 0 {
 		c.every = time.Second
 	}
-	if c.poll == 0 {
-		// The agent answers status over its socket in well under a
-		// millisecond: the command ends soon after the copy.
-		c.poll = 100 * time.Millisecond
-	}
 	return nil
 }
 
@@ -61,29 +56,25 @@ func (c *resyncCommand) Run(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(c.stdout, "resync of %s recorded: the table is truncated and copied again while changes stream\n", rep.Table)
-	last, printed := "", time.Time{}
+	last := ""
 	for {
-		st, err := agent.AskStatus(ctx, cfg.StateDir)
+		// The agent answers once the copy is done, or after c.every.
+		p, err := agent.FollowResync(ctx, cfg.StateDir, rep, c.every)
+		if ctx.Err() != nil {
+			return fmt.Errorf("stopped following the resync (it goes on in the agent; see lakeside status): %w", ctx.Err())
+		}
 		if err != nil {
 			return fmt.Errorf("follow the resync: %w (it goes on in the agent; see lakeside status)", err)
 		}
-		for _, b := range st.Backfills {
-			if b.Table != rep.Table || b.Since.Before(rep.Since) {
-				continue
-			}
-			done := b.State == agent.BackfillDone
-			if line := backfillLine(b); line != last && (done || time.Since(printed) >= c.every) {
-				fmt.Fprintln(c.stdout, line)
-				last, printed = line, time.Now()
-			}
-			if done {
-				return nil
-			}
+		if p.Backfill == nil {
+			continue
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("stopped following the resync (it goes on in the agent; see lakeside status): %w", ctx.Err())
-		case <-time.After(c.poll):
+		if line := backfillLine(*p.Backfill); line != last {
+			fmt.Fprintln(c.stdout, line)
+			last = line
+		}
+		if p.Backfill.State == agent.BackfillDone {
+			return nil
 		}
 	}
 }

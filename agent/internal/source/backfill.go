@@ -240,6 +240,17 @@ func (s *Source) noteBackfill(bf *store.Backfill, running bool) {
 	defer s.mu.Unlock()
 	s.backfills[bf.Table] = BackfillStatus{Table: bf.Table, Reason: bf.Reason, Rows: bf.Rows, Chunks: bf.Chunks,
 		Since: bf.Started, Finished: bf.Finished, Running: running && !bf.Done, Done: bf.Done}
+	close(s.backfillNoted)
+	s.backfillNoted = make(chan struct{})
+}
+
+// BackfillsChanged returns a channel that is closed when Backfills next
+// changes: a copy's progress, or its end, is noted. Who waits for a copy
+// asks for the channel before reading Backfills, so as to miss no change.
+func (s *Source) BackfillsChanged() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.backfillNoted
 }
 
 // resyncRequest asks the running backfiller to copy a table again: the

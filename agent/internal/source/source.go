@@ -68,7 +68,10 @@ type Source struct {
 	tables map[string]*TableStatus
 	// backfills are the copies of tables, by the name a table is
 	// captured as.
-	backfills     map[string]BackfillStatus
+	backfills map[string]BackfillStatus
+	// backfillNoted is closed, and made anew, when backfills changes
+	// (see BackfillsChanged).
+	backfillNoted chan struct{}
 	ready         chan struct{}
 	once          sync.Once
 	connected     chan struct{}
@@ -150,7 +153,7 @@ func New(cfg Config, db *store.DB) *Source {
 	}
 	s := &Source{cfg: cfg, db: db, log: log, ready: make(chan struct{}), connected: make(chan struct{}),
 		status: Status{State: "starting", Since: time.Now()}, catchingUp: true,
-		handoff: &handoff{}, resyncs: make(chan resyncRequest), backfills: map[string]BackfillStatus{}}
+		handoff: &handoff{}, resyncs: make(chan resyncRequest), backfills: map[string]BackfillStatus{}, backfillNoted: make(chan struct{})}
 	if s.cfg.Backfill == nil {
 		s.cfg.Backfill = s.askBackfill
 	}
