@@ -22,6 +22,10 @@ import (
 	"github.com/lakeside/lakeside/delta"
 )
 
+// benchBackfillRounds is how many times TestBenchBackfill copies each
+// table.
+const benchBackfillRounds = 3
+
 // TestBenchBackfill measures the online backfill (`lakeside resync`) of a
 // table of 1M rows and of one of 4M against COPY … TO STDOUT of the same
 // table into /dev/null (the ratio is COPY's time over the backfill's: 1 is
@@ -33,10 +37,6 @@ import (
 // times PostgreSQL's cache of the test cluster (shared_buffers 64MB) and
 // the 1M rows fit in the machine's page cache: COPY reads the first one
 // faster per row.
-// benchBackfillRounds is how many times TestBenchBackfill copies each
-// table.
-const benchBackfillRounds = 3
-
 func TestBenchBackfill(t *testing.T) {
 	sizes := []struct {
 		table string
