@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -64,6 +65,28 @@ func controlClient(sock string, timeout time.Duration) *http.Client {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: dial}}
+}
+
+// askAgent sends a request to the agent running on stateDir (method, and
+// path with its query, on its control socket) and returns its reply, what
+// being the reply's name in errors; it fails with ErrNoAgent when none
+// answers. The request may take up to timeout.
+func askAgent[R any](ctx context.Context, stateDir string, timeout time.Duration, method, path, what string) (*R, error) {
+	client := controlClient(filepath.Join(stateDir, SocketName), timeout)
+	defer client.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, method, "http://lakeside"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoAgent, err)
+	}
+	var rep R
+	if err := readReply(resp, what, &rep); err != nil {
+		return nil, err
+	}
+	return &rep, nil
 }
 
 // readReply reads the agent's reply on the control socket into v, a JSON

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"time"
 
 	"github.com/lakeside/lakeside/agent/internal/source"
@@ -120,40 +119,12 @@ func awaitBackfill(ctx context.Context, changed func() <-chan struct{}, list fun
 // nil while the copy has not begun. It fails with ErrNoAgent when none
 // answers.
 func FollowResync(ctx context.Context, stateDir string, rep *ResyncReply, wait time.Duration) (*ResyncProgress, error) {
-	client := controlClient(filepath.Join(stateDir, SocketName), wait+time.Minute)
-	defer client.CloseIdleConnections()
 	q := url.Values{"table": {rep.Table}, "since": {rep.Since.Format(time.RFC3339Nano)}, "wait": {wait.String()}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lakeside/resync?"+q.Encode(), nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoAgent, err)
-	}
-	var p ResyncProgress
-	if err := readReply(resp, "follow resync", &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return askAgent[ResyncProgress](ctx, stateDir, wait+time.Minute, http.MethodGet, "/resync?"+q.Encode(), "follow resync")
 }
 
 // AskResync asks the agent running on stateDir to resync table through the
 // control socket; it fails with ErrNoAgent when none answers.
 func AskResync(ctx context.Context, stateDir, table string) (*ResyncReply, error) {
-	client := controlClient(filepath.Join(stateDir, SocketName), time.Minute)
-	defer client.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://lakeside/resync?"+url.Values{"table": {table}}.Encode(), nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoAgent, err)
-	}
-	var rep ResyncReply
-	if err := readReply(resp, "resync", &rep); err != nil {
-		return nil, err
-	}
-	return &rep, nil
+	return askAgent[ResyncReply](ctx, stateDir, time.Minute, http.MethodPost, "/resync?"+url.Values{"table": {table}}.Encode(), "resync")
 }

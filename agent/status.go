@@ -301,21 +301,7 @@ var ErrNoAgent = errors.New("no agent answers on the control socket")
 // control socket only; it fails at once with ErrNoAgent when none answers
 // (none runs, or one is still starting).
 func AskStatus(ctx context.Context, stateDir string) (*Status, error) {
-	client := controlClient(filepath.Join(stateDir, SocketName), 5*time.Second)
-	defer client.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lakeside/status", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoAgent, err)
-	}
-	var st Status
-	if err := readReply(resp, "status", &st); err != nil {
-		return nil, err
-	}
-	return &st, nil
+	return askAgent[Status](ctx, stateDir, 5*time.Second, http.MethodGet, "/status", "status")
 }
 
 // ReadStatus asks the agent running on stateDir for its status through the
