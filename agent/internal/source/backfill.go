@@ -881,74 +881,16 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 		return nil, "", err
 	}
 	sql += "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT pg_current_snapshot()::text; " + catalogQuery(prog.OID) + "; " + low
-	// began checks the results of the statements that begin the chunk,
-	// and says whether the columns are those it is read by.
-	began := func(results [][][][]byte) (same bool, err error) {
-		if len(results) != skip+4 || len(results[skip+1]) != 1 || len(results[skip+1][0]) != 1 {
-			return false, errors.New("unexpected results")
-		}
-		return sameCatalogRows(results[skip+2], b.catalog), nil
+	results, changed, err := b.beginAndCopy(ctx, sql, "COPY ("+query+") TO STDOUT", skip, cr)
+	if err != nil {
+		return nil, "", fmt.Errorf("backfill %s: %w", t, err)
 	}
-	var results [][][][]byte
-	copySQL := "COPY (" + query + ") TO STDOUT"
-	changed := false
-	if b.s.cfg.SeparateChunkQuery {
-		res, err := b.conn.PgConn().Exec(ctx, sql).ReadAll()
-		if err != nil {
-			return nil, "", fmt.Errorf("backfill %s: begin the chunk: %w", t, err)
-		}
-		for _, r := range res {
-			results = append(results, r.Rows)
-		}
-		same, err := began(results)
-		if err != nil {
-			return nil, "", fmt.Errorf("backfill %s: begin the chunk: %w", t, err)
-		}
-		if changed = !same; !changed {
-			if _, err := b.conn.PgConn().CopyTo(ctx, cr, copySQL); err != nil {
-				if !columnGone(err) {
-					return nil, "", fmt.Errorf("backfill %s: copy: %w", t, err)
-				}
-				changed = true
-			}
-		}
-	} else {
-		// The COPY's data is read only with the columns the chunk's
-		// statements found (the COPY of a column dropped fails, and
-		// then the columns changed is the answer).
-		var copyErr error
-		results, copyErr = queryThenCopy(ctx, b.conn.PgConn(), sql+"; "+copySQL, func(results [][][][]byte) (io.Writer, error) {
-			same, err := began(results)
-			if err != nil {
-				return nil, fmt.Errorf("begin the chunk: %w", err)
-			}
-			if !same {
-				return io.Discard, nil
-			}
-			return cr, nil
-		})
-		begun := len(results) >= skip+4
-		if begun {
-			same, err := began(results[:skip+4])
-			changed = err == nil && (!same || columnGone(copyErr))
-		}
-		switch {
-		case changed:
-		case copyErr != nil && !begun:
-			return nil, "", fmt.Errorf("backfill %s: begin the chunk: %w", t, copyErr)
-		case copyErr != nil:
-			return nil, "", fmt.Errorf("backfill %s: copy: %w", t, copyErr)
-		case !begun:
-			return nil, "", fmt.Errorf("backfill %s: begin the chunk: unexpected results", t)
-		}
-	}
-	results = results[skip:]
 	if changed {
 		// Read by the columns they had: the next try reads them anew.
 		b.rel, b.catalog = nil, nil
 		return nil, "the table's columns changed", nil
 	}
-	snap, err := parseSnapshot(string(results[1][0][0]))
+	snap, err := parseSnapshot(string(results[skip+1][0][0]))
 	if err != nil {
 		return nil, "", fmt.Errorf("backfill %s: %w", t, err)
 	}
@@ -975,6 +917,73 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 	h.mu.Unlock()
 	handed = true
 	return &copiedChunk{win: win, next: &next}, "", nil
+}
+
+// beginAndCopy runs a chunk's statements, sql, and then its COPY, copySQL,
+// into cr: as one query (queryThenCopy), or in two round trips with
+// Config.SeparateChunkQuery. It returns the statements' rows, the first
+// skip of them those of the chunk before, and whether the table's columns
+// are other than those the chunk is read by (b.catalog): the COPY's data
+// is then dropped, or its COPY failed for a column gone.
+func (b *backfiller) beginAndCopy(ctx context.Context, sql, copySQL string, skip int, cr io.Writer) (results [][][][]byte, changed bool, err error) {
+	// began checks the rows of the statements that begin the chunk, and
+	// reports whether the columns are those it is read by.
+	began := func(results [][][][]byte) (same bool, err error) {
+		if len(results) != skip+4 || len(results[skip+1]) != 1 || len(results[skip+1][0]) != 1 {
+			return false, errors.New("unexpected results")
+		}
+		return sameCatalogRows(results[skip+2], b.catalog), nil
+	}
+	if b.s.cfg.SeparateChunkQuery {
+		res, err := b.conn.PgConn().Exec(ctx, sql).ReadAll()
+		if err != nil {
+			return nil, false, fmt.Errorf("begin the chunk: %w", err)
+		}
+		for _, r := range res {
+			results = append(results, r.Rows)
+		}
+		same, err := began(results)
+		if err != nil {
+			return nil, false, fmt.Errorf("begin the chunk: %w", err)
+		}
+		if !same {
+			return results, true, nil
+		}
+		if _, err := b.conn.PgConn().CopyTo(ctx, cr, copySQL); err != nil {
+			if !columnGone(err) {
+				return nil, false, fmt.Errorf("copy: %w", err)
+			}
+			return results, true, nil
+		}
+		return results, false, nil
+	}
+	results, err = queryThenCopy(ctx, b.conn.PgConn(), sql+"; "+copySQL, func(results [][][][]byte) (io.Writer, error) {
+		same, err := began(results)
+		switch {
+		case err != nil:
+			return nil, err
+		case !same:
+			return io.Discard, nil
+		}
+		return cr, nil
+	})
+	if len(results) < skip+4 {
+		if err == nil {
+			err = errors.New("unexpected results")
+		}
+		return nil, false, fmt.Errorf("begin the chunk: %w", err)
+	}
+	results = results[:skip+4]
+	same, berr := began(results)
+	switch {
+	case berr != nil:
+		return nil, false, fmt.Errorf("begin the chunk: %w", berr)
+	case !same || columnGone(err):
+		return results, true, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("copy: %w", err)
+	}
+	return results, false, nil
 }
 
 // columnGone reports whether err is PostgreSQL's of a column that does
