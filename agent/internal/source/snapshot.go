@@ -281,6 +281,9 @@ func (rd *relationDecoder) decodeCopyRow(line []byte, slab *valueSlab, lines *by
 	// The decoders may keep what they are given: give them a copy of the
 	// row, not the COPY buffer.
 	line = lines.clone(line)
+	// Most rows have no backslash: their fields need no unescaping, and
+	// are not scanned for one field by field.
+	escaped := bytes.IndexByte(line, '\\') >= 0
 	ncols := len(rd.cols)
 	vals := slab.take(ncols)
 	for i := 0; i < ncols; i++ {
@@ -301,7 +304,10 @@ func (rd *relationDecoder) decodeCopyRow(line []byte, slab *valueSlab, lines *by
 			vals[i] = store.Value{}
 			continue
 		}
-		text := unescapeCopy(field)
+		text := field
+		if escaped {
+			text = unescapeCopy(field)
+		}
 		if texts != nil {
 			texts[i] = text
 		}
