@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/delta"
 )
 
 // TestApplyFailingIsVisible runs the agent with one table whose Delta
@@ -106,12 +109,18 @@ func TestApplyFailingIsVisible(t *testing.T) {
 }
 
 // tableRowsIfAny reads a local Delta table's rows, or nothing when it is
-// not created yet.
+// not created yet: no directory, or one whose first commit is not written
+// yet (the agent makes _delta_log before it).
 func (e *e2e) tableRowsIfAny(table string) []map[string]any {
-	if _, err := os.Stat(filepath.Join(e.stateDir, "tables", table, "_delta_log")); err != nil {
+	e.t.Helper()
+	rows, err := e.readDelta(table)
+	if errors.Is(err, delta.ErrNotATable) || errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	return e.deltaRows(table)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rows
 }
 
 // grepLines returns the lines of text that contain substr.
