@@ -18,12 +18,7 @@ import (
 // used again, a NULL reads as NULL where the chunk before held a value, and
 // the last key that the earlier chunk's progress keeps does not change.
 func TestChunkMemoryIsReusedSafely(t *testing.T) {
-	rel := &store.Relation{Key: store.RelationKey{OID: 1}, Schema: "public", Name: "t", Columns: []store.Column{
-		{Name: "code", TypeOID: 25, TypeMod: -1, Key: true},
-		{Name: "n", TypeOID: 20, TypeMod: -1},
-		{Name: "note", TypeOID: 25, TypeMod: -1},
-	}}
-	rd := newRelationDecoder(typemap.New(), rel)
+	rd := newRelationDecoder(typemap.New(), codeRelation())
 	pool := newChunkPool()
 	decode := func(lines ...string) (*chunkReader, *chunkMemory) {
 		t.Helper()
