@@ -41,8 +41,21 @@ type encoder struct{ buf []byte }
 
 func newEncoder(record byte, sizeHint int) *encoder {
 	e := &encoder{buf: make([]byte, 0, sizeHint+8)}
-	e.buf = append(e.buf, formatVersion, record)
+	e.open(record)
 	return e
+}
+
+// open appends the head of a framed record of the given kind, and returns
+// where the record starts, for seal.
+func (e *encoder) open(record byte) (start int) {
+	start = len(e.buf)
+	e.buf = append(e.buf, formatVersion, record)
+	return start
+}
+
+// seal appends the checksum of the record that starts at start.
+func (e *encoder) seal(start int) {
+	e.buf = binary.BigEndian.AppendUint32(e.buf, crc32.Checksum(e.buf[start:], castagnoli))
 }
 
 func (e *encoder) uvarint(v uint64) { e.buf = binary.AppendUvarint(e.buf, v) }
@@ -53,7 +66,8 @@ func (e *encoder) str(s string)     { e.uvarint(uint64(len(s))); e.buf = append(
 
 // finish appends the checksum and returns the framed record.
 func (e *encoder) finish() []byte {
-	return binary.BigEndian.AppendUint32(e.buf, crc32.Checksum(e.buf, castagnoli))
+	e.seal(0)
+	return e.buf
 }
 
 // decoder reads a framed record. The first error sticks; later reads return
@@ -297,8 +311,7 @@ func (d *decoder) valueList(n int) []Value {
 // subtransaction the changes belong to (only meaningful in the spool; zero
 // elsewhere).
 func (e *encoder) chunk(subXid uint32, changes []Change) {
-	start := len(e.buf)
-	e.buf = append(e.buf, formatVersion, recordChunk)
+	start := e.open(recordChunk)
 	e.uvarint(uint64(subXid))
 	e.uvarint(uint64(len(changes)))
 	for i := range changes {
@@ -314,7 +327,7 @@ func (e *encoder) chunk(subXid uint32, changes []Change) {
 		e.values(c.New)
 		e.values(c.Old)
 	}
-	e.buf = binary.BigEndian.AppendUint32(e.buf, crc32.Checksum(e.buf[start:], castagnoli))
+	e.seal(start)
 }
 
 func decodeChunk(data []byte) (subXid uint32, changes []Change, err error) {
@@ -492,11 +505,10 @@ func decodeRelation(data []byte) (*Relation, error) {
 // chunk as one value: the length of the header record, the header record,
 // the chunk record.
 func (e *encoder) inlineTxn(hdr []byte, changes []Change) {
-	start := len(e.buf)
-	e.buf = append(e.buf, formatVersion, recordInlineTxn)
+	start := e.open(recordInlineTxn)
 	e.bytes(hdr)
 	e.chunk(0, changes)
-	e.buf = binary.BigEndian.AppendUint32(e.buf, crc32.Checksum(e.buf[start:], castagnoli))
+	e.seal(start)
 }
 
 // decodeInlineTxn splits an inline transaction into its header and chunk

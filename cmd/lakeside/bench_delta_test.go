@@ -9,9 +9,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -496,7 +494,7 @@ func (e *e2e) deltaCommits(table string, from int64) []deltaCommit {
 func (e *e2e) versionIfAny(table string) int64 {
 	e.t.Helper()
 	v, err := e.version(table)
-	if errors.Is(err, delta.ErrNotATable) || errors.Is(err, fs.ErrNotExist) {
+	if notATableYet(err) {
 		return -1
 	}
 	if err != nil {

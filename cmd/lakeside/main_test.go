@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -357,6 +359,13 @@ func (e *e2e) deltaRows(table string) []map[string]any {
 		e.t.Fatal(err)
 	}
 	return rows
+}
+
+// notATableYet reports whether err, of opening a local Delta table, says
+// that the table is not created yet: no directory, or a _delta_log the
+// agent has made but not yet committed to.
+func notATableYet(err error) bool {
+	return errors.Is(err, delta.ErrNotATable) || errors.Is(err, fs.ErrNotExist)
 }
 
 // readDelta is deltaRows returning its error.

@@ -12,9 +12,8 @@ import "sync"
 type ColumnBuffers struct {
 	mu sync.Mutex
 	// free holds the columns of closed writers by data schema (its
-	// schemaString), and bytes the memory they take.
-	free  map[string][]*rowGroupColumns
-	bytes int
+	// schemaString).
+	free map[string][]*rowGroupColumns
 }
 
 // maxFreeRowGroups bounds the columns kept for one schema: what one writer
@@ -41,7 +40,6 @@ func (b *ColumnBuffers) take(schema string) *rowGroupColumns {
 	g := free[len(free)-1]
 	free[len(free)-1] = nil
 	b.free[schema] = free[:len(free)-1]
-	b.bytes -= g.capBytes()
 	return g
 }
 
@@ -55,14 +53,15 @@ func (b *ColumnBuffers) give(schema string, gs []*rowGroupColumns) {
 	if b.free == nil {
 		b.free = map[string][]*rowGroupColumns{}
 	}
+	held := b.heldBytes()
 	for _, g := range gs {
 		size := g.capBytes()
-		if len(b.free[schema]) == maxFreeRowGroups || b.bytes+size > maxFreeBytes {
+		if len(b.free[schema]) == maxFreeRowGroups || held+size > maxFreeBytes {
 			return
 		}
 		g.rg, g.rows = nil, 0
 		b.free[schema] = append(b.free[schema], g)
-		b.bytes += size
+		held += size
 	}
 }
 
@@ -70,12 +69,24 @@ func (b *ColumnBuffers) give(schema string, gs []*rowGroupColumns) {
 func (b *ColumnBuffers) Bytes() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.bytes
+	return b.heldBytes()
+}
+
+// heldBytes returns the memory of the columns in free (at most
+// maxFreeRowGroups for each schema written).
+func (b *ColumnBuffers) heldBytes() int {
+	n := 0
+	for _, gs := range b.free {
+		for _, g := range gs {
+			n += g.capBytes()
+		}
+	}
+	return n
 }
 
 // Release drops the buffers held.
 func (b *ColumnBuffers) Release() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.free, b.bytes = nil, 0
+	b.free = nil
 }
