@@ -77,7 +77,9 @@ func orphanFiles(t *testing.T, dir string) []string {
 // finding unchanged TOAST values there, and commits none of the files it
 // rewrote; a few rows in key order go through the pending set, writing no
 // file; a column added in the middle ends the appending; inserts after
-// changes of lower keys are appended; a TRUNCATE drops what was appended. After each flush the mirror equals PostgreSQL.
+// changes of lower keys are appended; a TRUNCATE drops what was appended,
+// and the rows after it are appended anew. After each flush the mirror
+// equals PostgreSQL.
 func TestMirrorAppendsInsertsInKeyOrder(t *testing.T) {
 	h := newHarness(t, `CREATE TABLE seq (id int8 PRIMARY KEY, v text, big text);
 		ALTER TABLE seq ALTER big SET STORAGE EXTERNAL;`, "seq")
@@ -162,6 +164,41 @@ func TestMirrorAppendsInsertsInKeyOrder(t *testing.T) {
 		`INSERT INTO seq VALUES (1, 'after truncate')`, `COMMIT`)
 	h.apply(a)
 	h.checkMirror("seq")
+	noOrphans()
+
+	// A reload: a TRUNCATE, then rows in key order, in one flush. The rows
+	// are appended, though the committed files hold keys above them, and
+	// the last of those files (400 rows) is not taken in. The changes
+	// after them are merged over the appended files alone: the key change
+	// of row 1500 finds its unchanged TOAST value there, and the insert of
+	// row 500 brings back none of the truncated rows around it.
+	h.exec(`INSERT INTO seq SELECT g, 'base ' || g FROM generate_series(2, 2400) g`)
+	h.apply(a)
+	appended := m.appended
+	h.exec(`BEGIN`, `TRUNCATE seq`,
+		`INSERT INTO seq SELECT g, 'reload ' || g, CASE WHEN g = 1500 THEN repeat('toast ', 2000) END FROM generate_series(1001, 3000) g`,
+		`UPDATE seq SET id = 9500 WHERE id = 1500`,
+		`INSERT INTO seq VALUES (500, 'below the reload')`,
+		`DELETE FROM seq WHERE id = 2000`,
+		`COMMIT`)
+	h.apply(a)
+	h.checkMirror("seq")
+	if got := m.appended - appended; got != 2000 {
+		t.Fatalf("reload: %d rows appended, want the 2000 after the truncate", got)
+	}
+	noOrphans()
+
+	// Loads with a TRUNCATE between each, in one flush: each is appended,
+	// only the last stays, and no file of the others is left behind.
+	appended = m.appended
+	h.exec(`BEGIN`, `INSERT INTO seq SELECT g, 'first' FROM generate_series(10001, 11100) g`, `TRUNCATE seq`,
+		`INSERT INTO seq SELECT g, 'second' FROM generate_series(20001, 21100) g`, `TRUNCATE seq`,
+		`INSERT INTO seq SELECT g, 'third' FROM generate_series(30001, 31100) g`, `COMMIT`)
+	h.apply(a)
+	h.checkMirror("seq")
+	if got := m.appended - appended; got != 3300 {
+		t.Fatalf("three loads between truncates: %d rows appended, want 3300", got)
+	}
 	noOrphans()
 	h.checkChangelog("seq", nil)
 }

@@ -105,11 +105,14 @@ func (m *mirror) appendInsert(ctx context.Context, a *Applier, key []byte, ins *
 }
 
 // aboveAll reports whether key is above every key of the mirror's files
-// and of the flush's pending set, in a flush that did not truncate the
-// table: where an appender may start.
+// and of the flush's pending set (only those since the truncate, in a
+// flush that truncated the table): where an appender may start.
 func (m *mirror) aboveAll(key []byte) bool {
-	if m.pend.truncated || m.pend.changes > 0 && bytes.Compare(key, m.pend.maxKey) <= 0 {
+	if m.pend.changes > 0 && bytes.Compare(key, m.pend.maxKey) <= 0 {
 		return false
+	}
+	if m.pend.truncated {
+		return true
 	}
 	last := m.lastFile()
 	return last == nil || len(last.maxKey) > 0 && last.rows >= 0 && bytes.Compare(key, last.maxKey) > 0
@@ -165,7 +168,7 @@ func (m *mirror) startWriting(ctx context.Context, a *Applier, ahead int64) erro
 		run := &appendRun{w: &mergeWriter{m: m, a: a}, first: rows[0].key, last: slices.Clone(rows[len(rows)-1].key)}
 		run.w.expectRows = int64(len(rows)) + ahead/int64(len(starts)-1)
 		r.runs = append(r.runs, run)
-		if last := m.lastFile(); j == 0 && last != nil && last.rows < a.cfg.TargetFileRows/2 && !a.cfg.Compaction {
+		if last := m.lastFile(); j == 0 && last != nil && last.rows < a.cfg.TargetFileRows/2 && !a.cfg.Compaction && !m.pend.truncated {
 			r.replaced = last
 			base, err := m.readFile(ctx, last)
 			if err != nil {
@@ -238,9 +241,13 @@ func (r *appender) files() []*mirrorFile {
 
 // baseFiles returns the files the flush's pending changes are merged over,
 // in key order: the committed files and, once its appender has settled,
-// the appender's files in place of the file it replaced.
+// the appender's files in place of the file it replaced; in a flush that
+// truncated the table, only the files of the appender since the truncate.
 func (m *mirror) baseFiles() []*mirrorFile {
 	r := m.app
+	if m.pend != nil && m.pend.truncated {
+		return r.files()
+	}
 	if len(r.files()) == 0 && (r == nil || r.replaced == nil) {
 		return m.files
 	}

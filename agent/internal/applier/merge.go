@@ -292,7 +292,15 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 	}
 	operation = "WRITE"
 	if p.truncated {
-		removed, files = append(removed, files...), nil
+		// Every committed file goes, and so do the files of the
+		// appenders before the truncate.
+		removed = append(removed, m.files...)
+		for _, r := range m.cleared {
+			for _, f := range r.files() {
+				removed = append(removed, f)
+				appended[f] = true
+			}
+		}
 		operation = "TRUNCATE"
 	}
 	w := &mergeWriter{m: m, a: a}

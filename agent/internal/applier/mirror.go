@@ -83,8 +83,11 @@ type mirror struct {
 	merged    []delta.Action
 	operation string
 	nextFiles []*mirrorFile
-	// app is the flush's appender, if it has one.
-	app *appender
+	// app is the flush's appender, if it has one; cleared are the
+	// appenders of the flush before a truncate, whose files the merge
+	// deletes, never committed.
+	app     *appender
+	cleared []*appender
 	// appended counts the rows written by appenders (for tests).
 	appended int64
 }
@@ -228,12 +231,14 @@ func (m *mirror) abort() {
 		m.pend.close()
 		m.pend = nil
 	}
-	if m.app != nil {
-		for _, run := range m.app.runs {
-			run.w.abort()
+	for _, r := range append(m.cleared, m.app) {
+		if r != nil {
+			for _, run := range r.runs {
+				run.w.abort()
+			}
 		}
 	}
-	m.app = nil
+	m.app, m.cleared = nil, nil
 	m.merged, m.operation, m.nextFiles = nil, "", nil
 }
 
@@ -257,6 +262,12 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 	}
 	switch rc.op {
 	case store.OpTruncate:
+		// The rows after the truncate may start an appender of their
+		// own (a reload, a resync's first chunks).
+		if m.app != nil {
+			m.cleared = append(m.cleared, m.app)
+			m.app = nil
+		}
 		p.truncate()
 		return nil
 	case store.OpDelete:
@@ -411,7 +422,7 @@ func (m *mirror) lookup(ctx context.Context, a *Applier, key []byte) ([]any, err
 	}
 	var base []any
 	files := m.baseFiles()
-	if i := assignFile(files, key, -1); i >= 0 && !m.pend.truncated {
+	if i := assignFile(files, key, -1); i >= 0 {
 		rows, err := m.readFile(ctx, files[i])
 		if err != nil {
 			return nil, err

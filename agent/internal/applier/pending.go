@@ -235,6 +235,7 @@ func (p *pending) get(key []byte) (*entry, error) {
 func (p *pending) truncate() {
 	p.close()
 	p.truncated = true
+	p.maxKey = p.maxKey[:0]
 	p.changes++
 }
 

@@ -51,15 +51,23 @@ func ordersValues(g int64) []store.Value {
 
 // queueOneTxn writes a state file in dir whose queue holds one transaction
 // inserting the orders rows with ids 1 to rows, spooled as capture spools a
-// large transaction.
-func queueOneTxn(tb testing.TB, dir string, rows int64) {
+// large transaction; with truncate, the transaction truncates the table
+// first.
+func queueOneTxn(tb testing.TB, dir string, rows int64, truncate bool) {
 	tb.Helper()
 	db, err := store.Open(dir, store.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.Update(func(w *store.Writer) error { return w.PutRelation(ordersRelation()) }); err != nil {
+	rel := ordersRelation()
+	err = db.Update(func(w *store.Writer) error {
+		if err := w.PutRelation(rel); err != nil || !truncate {
+			return err
+		}
+		return w.SpoolAppend(store.SpoolID(1000), 1000, []store.Change{{Op: store.OpTruncate, Relation: rel.Key}})
+	})
+	if err != nil {
 		tb.Fatal(err)
 	}
 	spoolInserts(tb, db, 1000, 1, rows, 0x1001)
@@ -168,6 +176,19 @@ func openQueued(t *testing.T, rel *store.Relation, txns ...*store.Txn) (*store.D
 // rows (LAKESIDE_BENCH_ROWS overrides the count) to new tables: the apply
 // stage of the end-to-end benchmark, without PostgreSQL and capture.
 func BenchmarkApplyLargeTransaction(b *testing.B) {
+	benchmarkApplyOneTxn(b, false)
+}
+
+// BenchmarkApplyReload applies one transaction that truncates the table and
+// inserts 1M rows (LAKESIDE_BENCH_ROWS overrides the count), as a nightly
+// reload does, and as a resync's first chunks follow its truncate.
+func BenchmarkApplyReload(b *testing.B) {
+	benchmarkApplyOneTxn(b, true)
+}
+
+// benchmarkApplyOneTxn applies the transaction queueOneTxn queues to new
+// tables and reports the rows applied per second.
+func benchmarkApplyOneTxn(b *testing.B, truncate bool) {
 	rows := int64(1_000_000)
 	if s := os.Getenv("LAKESIDE_BENCH_ROWS"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
@@ -177,7 +198,7 @@ func BenchmarkApplyLargeTransaction(b *testing.B) {
 		rows = n
 	}
 	template := b.TempDir()
-	queueOneTxn(b, template, rows)
+	queueOneTxn(b, template, rows, truncate)
 	applyQueued(b, filepath.Join(template, store.FileName), 0)
 	b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 }
