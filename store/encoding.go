@@ -81,9 +81,10 @@ type decoder struct {
 	slab     []Value
 	slabSize int
 	// withoutValues makes values check and pass over the values it reads,
-	// returning nil (see TxnCursor.ChunksWithoutValues); it goes with
-	// shared, so that passing over bytes copies nothing.
+	// returning nil (see TxnCursor.ChunksWithoutValues), and the changes
+	// go into reuse, the changes of the chunk before.
 	withoutValues bool
+	reuse         []Change
 	// mem, with shared, is the memory the chunk is decoded into (see
 	// TxnCursor.RecycledChunks): its changes, and its block of values,
 	// which slab starts as.
@@ -220,13 +221,6 @@ func (d *decoder) value(v *Value) {
 		v.Bytes = d.bytes()
 	case KindArray:
 		n := d.length(1)
-		if d.withoutValues {
-			var elem Value
-			for range n {
-				d.value(&elem)
-			}
-			return
-		}
 		if n > 0 {
 			v.Elems = make([]Value, n)
 			for i := range v.Elems {
@@ -239,6 +233,54 @@ func (d *decoder) value(v *Value) {
 		}
 		d.buf = nil
 	}
+}
+
+// skipValue passes over one value, checking it as value does, without
+// making it.
+func (d *decoder) skipValue() {
+	if len(d.buf) == 0 {
+		d.fail("value")
+		return
+	}
+	kind := Kind(d.buf[0])
+	d.buf = d.buf[1:]
+	switch kind {
+	case KindNull, KindUnchanged:
+	case KindBool, KindInt16, KindInt32, KindInt64, KindDate, KindTimestamp, KindTime:
+		d.skipVarint()
+	case KindFloat32, KindFloat64:
+		if len(d.buf) < 8 {
+			d.fail("float")
+			return
+		}
+		d.buf = d.buf[8:]
+	case KindNumeric, KindString, KindBytes:
+		n := d.length(1)
+		d.buf = d.buf[n:]
+	case KindArray:
+		for range d.length(1) {
+			d.skipValue()
+		}
+	default:
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: unknown value kind %d", ErrCorrupt, kind)
+		}
+		d.buf = nil
+	}
+}
+
+// skipVarint passes over a varint, failing where binary.Varint would.
+func (d *decoder) skipVarint() {
+	for i, b := range d.buf[:min(len(d.buf), binary.MaxVarintLen64)] {
+		if b < 0x80 {
+			if i == binary.MaxVarintLen64-1 && b > 1 {
+				break // overflows 64 bits
+			}
+			d.buf = d.buf[i+1:]
+			return
+		}
+	}
+	d.fail("integer")
 }
 
 func (e *encoder) values(vs []Value) {
@@ -269,9 +311,8 @@ func (d *decoder) values() []Value {
 // valueList reads a list of n values, n checked against the bytes left.
 func (d *decoder) valueList(n int) []Value {
 	if d.withoutValues {
-		var v Value
 		for range n {
-			d.value(&v)
+			d.skipValue()
 		}
 		return nil
 	}
@@ -353,10 +394,11 @@ func decodeRecycledChunk(data []byte, mem *ChunkMemory) (subXid uint32, changes 
 
 // decodeChunkWithoutValues is decodeChunk for a caller that needs to know
 // what the changes are and touch, not their values (see
-// TxnCursor.ChunksWithoutValues).
-func decodeChunkWithoutValues(data []byte) (subXid uint32, changes []Change, err error) {
+// TxnCursor.ChunksWithoutValues), into the changes of an earlier chunk.
+func decodeChunkWithoutValues(data []byte, reuse []Change) (subXid uint32, changes []Change, err error) {
 	d := newDecoder(recordChunk, data)
 	d.shared, d.withoutValues = true, true
+	d.reuse = reuse
 	return decodeChunkWith(&d)
 }
 
@@ -367,6 +409,8 @@ func decodeChunkWith(d *decoder) (subXid uint32, changes []Change, err error) {
 		// Every field of each change is set below.
 		changes = slices.Grow(d.mem.changes[:0], n)[:n]
 		d.mem.changes = changes
+	} else if d.withoutValues {
+		changes = slices.Grow(d.reuse[:0], n)[:n]
 	} else {
 		changes = make([]Change, n)
 	}

@@ -99,14 +99,25 @@ func decodeEveryWay(t *testing.T, data []byte, subXid uint32, want []Change) {
 		sub, got, err = decodeRecycledChunk(data, mem)
 		check(fmt.Sprintf("recycled (round %d)", round), sub, got, err)
 	}
-	sub, got, err = decodeChunkWithoutValues(data)
-	if err != nil {
-		t.Fatalf("without values: %v", err)
+	// Without values: the second round into the changes of a larger
+	// chunk, as ChunksWithoutValues reuses them.
+	reuse := make([]Change, len(want)+3)
+	for i := range reuse {
+		reuse[i] = Change{Op: OpDelete, Relation: RelationKey{OID: 99, LSN: 99}, New: []Value{{Kind: KindBool}}, Old: []Value{}, OldIsKey: true}
 	}
-	for i := range want {
-		w := Change{Op: want[i].Op, Relation: want[i].Relation, OldIsKey: want[i].OldIsKey}
-		if sub != subXid || !reflect.DeepEqual(got[i], w) {
-			t.Fatalf("without values: change %d is %+v, want %+v", i, got[i], w)
+	for _, into := range [][]Change{nil, reuse} {
+		sub, got, err = decodeChunkWithoutValues(data, into)
+		if err != nil {
+			t.Fatalf("without values: %v", err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("without values: %d changes, want %d", len(got), len(want))
+		}
+		for i := range want {
+			w := Change{Op: want[i].Op, Relation: want[i].Relation, OldIsKey: want[i].OldIsKey}
+			if sub != subXid || !reflect.DeepEqual(got[i], w) {
+				t.Fatalf("without values: change %d is %+v, want %+v", i, got[i], w)
+			}
 		}
 	}
 }
@@ -287,4 +298,47 @@ func encodeChunk(subXid uint32, changes []Change) []byte {
 	var e encoder
 	e.chunk(subXid, changes)
 	return e.buf
+}
+
+// benchChunkChanges returns a chunk of n inserted rows shaped like the
+// orders table of make bench: a key, a hash as text, an amount, a
+// timestamp, a flag and a quantity.
+func benchChunkChanges(n int) []Change {
+	changes := make([]Change, n)
+	for i := range changes {
+		changes[i] = Change{Op: OpInsert, Relation: RelationKey{OID: 16384, LSN: 100}, New: []Value{
+			{Kind: KindInt64, Int: int64(i)},
+			{Kind: KindString, Bytes: []byte(fmt.Sprintf("%032x", i*7919))},
+			{Kind: KindNumeric, Bytes: []byte(fmt.Sprintf("%d.%02d", i%10000, i%100))},
+			{Kind: KindTimestamp, Int: 1767225600000000 + int64(i)*1000000},
+			{Kind: KindBool, Int: int64(i % 2)},
+			{Kind: KindInt32, Int: int64(i % 1000)},
+		}}
+	}
+	return changes
+}
+
+// BenchmarkDecodeChunk decodes a chunk of store.DefaultChunkSize inserted
+// rows with their values (as the applier reads a chunk) and without them
+// (as the live view passes over a large transaction).
+func BenchmarkDecodeChunk(b *testing.B) {
+	data := encodeChunk(0, benchChunkChanges(DefaultChunkSize))
+	b.Run("shared", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := decodeSharedChunk(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("without values", func(b *testing.B) {
+		b.ReportAllocs()
+		var scratch []Change
+		for b.Loop() {
+			var err error
+			if _, scratch, err = decodeChunkWithoutValues(data, scratch); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

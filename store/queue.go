@@ -270,9 +270,16 @@ func (t *TxnCursor) RecycledChunks(pool *ChunkPool, fn func(changes []Change, me
 // ChunksWithoutValues is Chunks without the values: each change has its
 // Op, Relation and OldIsKey, and New and Old are nil. The values are still
 // checked, not decoded, which costs a fraction of reading them: for a
-// caller that needs to know which tables a transaction touches.
+// caller that needs to know which tables a transaction touches. The slice
+// fn gets is that of the chunk before: fn keeps nothing of it.
 func (t *TxnCursor) ChunksWithoutValues(fn func(changes []Change) error) error {
-	return t.chunks(decodeChunkWithoutValues, fn)
+	var last []Change
+	decode := func(data []byte) (subXid uint32, changes []Change, err error) {
+		subXid, changes, err = decodeChunkWithoutValues(data, last)
+		last = changes
+		return subXid, changes, err
+	}
+	return t.chunks(decode, fn)
 }
 
 func (t *TxnCursor) chunks(decode chunkDecoder, fn func(changes []Change) error) error {
