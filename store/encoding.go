@@ -119,6 +119,12 @@ func (d *decoder) fail(what string) {
 }
 
 func (d *decoder) uvarint() uint64 {
+	if len(d.buf) > 0 && d.buf[0] < 0x80 {
+		// One byte, as most counts, lengths and flags take.
+		v := uint64(d.buf[0])
+		d.buf = d.buf[1:]
+		return v
+	}
 	v, n := binary.Uvarint(d.buf)
 	if n <= 0 {
 		d.fail("integer")
