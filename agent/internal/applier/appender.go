@@ -26,7 +26,10 @@ import (
 // remaining changes go to the pending set and are merged over them as over
 // committed files, except that an appender's file they rewrite was never
 // committed and is deleted. The changes before the appender are merged the
-// same way; their keys are all below its rows.
+// same way; their keys are all below its rows. A truncate sets the flush's
+// appender aside (mirror.cleared: its files are deleted at the merge), and
+// the inserts after it may start another, whose keys need only be above the
+// flush's changes since the truncate.
 type appender struct {
 	// held are the first rows, up to appendMinRows of them (see
 	// appendMinRows), in order of arrival.
