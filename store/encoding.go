@@ -403,8 +403,7 @@ func decodeRecycledChunk(data []byte, mem *ChunkMemory) (subXid uint32, changes 
 // TxnCursor.ChunksWithoutValues), into the changes of an earlier chunk.
 func decodeChunkWithoutValues(data []byte, reuse []Change) (subXid uint32, changes []Change, err error) {
 	d := newDecoder(recordChunk, data)
-	d.shared, d.withoutValues = true, true
-	d.reuse = reuse
+	d.withoutValues, d.reuse = true, reuse
 	return decodeChunkWith(&d)
 }
 
