@@ -107,15 +107,12 @@ func (m *mirror) appendInsert(ctx context.Context, a *Applier, key []byte, ins *
 	return true, m.startWriting(ctx, a, ins.ahead)
 }
 
-// aboveAll reports whether key is above every key of the mirror's files
-// and of the flush's pending set (only those since the truncate, in a
-// flush that truncated the table): where an appender may start.
+// aboveAll reports whether key is above every key of the files and of the
+// pending set the flush's changes go over (see baseCommitted): where an
+// appender may start.
 func (m *mirror) aboveAll(key []byte) bool {
 	if m.pend.changes > 0 && bytes.Compare(key, m.pend.maxKey) <= 0 {
 		return false
-	}
-	if m.pend.truncated {
-		return true
 	}
 	last := m.lastFile()
 	return last == nil || len(last.maxKey) > 0 && last.rows >= 0 && bytes.Compare(key, last.maxKey) > 0
@@ -127,12 +124,24 @@ func (m *mirror) aboveAll(key []byte) bool {
 // flush writes no file it then rewrites.
 const appendMinRows = 1024
 
-// lastFile returns the committed file with the greatest keys, or nil.
+// lastFile returns the committed file with the greatest keys that the
+// flush's changes go over (see baseCommitted), or nil.
 func (m *mirror) lastFile() *mirrorFile {
-	if n := len(m.files); n > 0 {
-		return m.files[n-1]
+	files := m.baseCommitted()
+	if n := len(files); n > 0 {
+		return files[n-1]
 	}
 	return nil
+}
+
+// baseCommitted returns the committed files the flush's changes go over:
+// none once the flush truncated the table, which removes them all (the
+// pending set then holds only the changes since the truncate).
+func (m *mirror) baseCommitted() []*mirrorFile {
+	if m.pend.truncated {
+		return nil
+	}
+	return m.files
 }
 
 // startWriting splits the appender's held rows into runs (see
@@ -171,7 +180,7 @@ func (m *mirror) startWriting(ctx context.Context, a *Applier, ahead int64) erro
 		run := &appendRun{w: &mergeWriter{m: m, a: a}, first: rows[0].key, last: slices.Clone(rows[len(rows)-1].key)}
 		run.w.expectRows = int64(len(rows)) + ahead/int64(len(starts)-1)
 		r.runs = append(r.runs, run)
-		if last := m.lastFile(); j == 0 && last != nil && last.rows < a.cfg.TargetFileRows/2 && !a.cfg.Compaction && !m.pend.truncated {
+		if last := m.lastFile(); j == 0 && last != nil && last.rows < a.cfg.TargetFileRows/2 && !a.cfg.Compaction {
 			r.replaced = last
 			base, err := m.readFile(ctx, last)
 			if err != nil {
@@ -192,6 +201,16 @@ func (m *mirror) startWriting(ctx context.Context, a *Applier, ahead int64) erro
 	m.appended += int64(len(r.held))
 	r.held = nil
 	return nil
+}
+
+// abort stops the writers of the appender's runs; r may be nil.
+func (r *appender) abort() {
+	if r == nil {
+		return
+	}
+	for _, run := range r.runs {
+		run.w.abort()
+	}
 }
 
 // endAppend ends the flush's appender, if one is going: its last file is
@@ -243,19 +262,16 @@ func (r *appender) files() []*mirrorFile {
 }
 
 // baseFiles returns the files the flush's pending changes are merged over,
-// in key order: the committed files and, once its appender has settled,
-// the appender's files in place of the file it replaced; in a flush that
-// truncated the table, only the files of the appender since the truncate.
+// in key order: the committed files (baseCommitted) and, once its appender
+// has settled, the appender's files in place of the file it replaced.
 func (m *mirror) baseFiles() []*mirrorFile {
 	r := m.app
-	if m.pend != nil && m.pend.truncated {
-		return r.files()
-	}
+	committed := m.baseCommitted()
 	if len(r.files()) == 0 && (r == nil || r.replaced == nil) {
-		return m.files
+		return committed
 	}
-	out := make([]*mirrorFile, 0, len(m.files)+len(r.files()))
-	for _, f := range m.files {
+	out := make([]*mirrorFile, 0, len(committed)+len(r.files()))
+	for _, f := range committed {
 		if f != r.replaced {
 			out = append(out, f)
 		}

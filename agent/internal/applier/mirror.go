@@ -231,13 +231,10 @@ func (m *mirror) abort() {
 		m.pend.close()
 		m.pend = nil
 	}
-	for _, r := range append(m.cleared, m.app) {
-		if r != nil {
-			for _, run := range r.runs {
-				run.w.abort()
-			}
-		}
+	for _, r := range m.cleared {
+		r.abort()
 	}
+	m.app.abort()
 	m.app, m.cleared = nil, nil
 	m.merged, m.operation, m.nextFiles = nil, "", nil
 }
