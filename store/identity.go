@@ -43,6 +43,11 @@ type TableGeneration struct {
 	// copied into the queue (for example, it was re-created); it is
 	// cleared once the copy has been asked for.
 	Backfill string
+	// BackfillRequest numbers the reasons recorded in Backfill, up by
+	// one each: a copy asked for under one number is not taken for a
+	// reason recorded after it was asked (a rewrite just after a
+	// re-creation), which is then asked for in turn.
+	BackfillRequest uint64
 }
 
 // Current returns the generation captured now.
@@ -169,6 +174,9 @@ func encodeIdentity(t *TableIdentity) []byte {
 		e.uvarint(uint64(g.Since))
 		e.str(g.Backfill)
 	}
+	for _, g := range t.Generations {
+		e.uvarint(g.BackfillRequest)
+	}
 	return e.finish()
 }
 
@@ -191,6 +199,13 @@ func decodeIdentity(data []byte) (*TableIdentity, error) {
 		g.Generation = d.uvarint()
 		g.Since = LSN(d.uvarint())
 		g.Backfill = d.str()
+	}
+	// Each generation's BackfillRequest was added after the first
+	// records; older ones end before them.
+	if len(d.buf) > 0 {
+		for i := range t.Generations {
+			t.Generations[i].BackfillRequest = d.uvarint()
+		}
 	}
 	if err := d.done(); err != nil {
 		return nil, fmt.Errorf("decode table identity: %w", err)

@@ -9,7 +9,7 @@ import (
 func testIdentity() *TableIdentity {
 	return &TableIdentity{Table: "public.stock", Generations: []TableGeneration{
 		{OID: 16384, Generation: 1},
-		{OID: 1<<32 - 1, Generation: 2, Since: 0x1_0000_0040, Backfill: "recreated"},
+		{OID: 1<<32 - 1, Generation: 2, Since: 0x1_0000_0040, Backfill: "recreated", BackfillRequest: 300},
 	}}
 }
 
@@ -60,6 +60,27 @@ func TestTableIdentityRoundTrip(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTableIdentityBeforeBackfillRequests reads a record written before
+// generations had a BackfillRequest: each reads as zero.
+func TestTableIdentityBeforeBackfillRequests(t *testing.T) {
+	want := testIdentity()
+	e := newEncoder(recordIdentity, 64)
+	e.str(want.Table)
+	e.uvarint(uint64(len(want.Generations)))
+	for i := range want.Generations {
+		g := &want.Generations[i]
+		e.uvarint(uint64(g.OID))
+		e.uvarint(g.Generation)
+		e.uvarint(uint64(g.Since))
+		e.str(g.Backfill)
+		g.BackfillRequest = 0
+	}
+	got, err := decodeIdentity(e.finish())
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("old record = %+v, %v; want %+v", got, err, want)
 	}
 }
 

@@ -256,7 +256,7 @@ func testRecreatedTableIsTakenOver(t *testing.T, forAllTables bool) {
 		return err == nil && id != nil && id.Current().Backfill == ""
 	})
 	id := h.identities()[0]
-	want := []store.TableGeneration{{OID: oldOID, Generation: 1}, {OID: newOID, Generation: 2, Since: txns[truncateAt].EndLSN}}
+	want := []store.TableGeneration{{OID: oldOID, Generation: 1}, {OID: newOID, Generation: 2, Since: txns[truncateAt].EndLSN, BackfillRequest: 1}}
 	if id.Table != "public.items" || !slices.Equal(id.Generations, want) {
 		t.Errorf("identity %+v, want public.items with generations %+v", id, want)
 	}

@@ -32,8 +32,9 @@ type watcher struct {
 	types  *typemap.Map
 	tables []*watched
 	// asked holds the backfills asked for in this session, by table and
-	// OID, while the state file may not say so yet.
-	asked map[string]bool
+	// OID, while the state file may not say so yet: the
+	// store.TableGeneration.BackfillRequest asked for.
+	asked map[string]uint64
 	// failing is set while ticks fail, so that a failure is logged once.
 	failing bool
 }
@@ -68,7 +69,7 @@ func (s *Source) watch(ctx context.Context, captured []*capturedTable, leaves ma
 	if s.cfg.WatchInterval < 0 {
 		return
 	}
-	w := &watcher{s: s, types: typemap.New(), asked: map[string]bool{}}
+	w := &watcher{s: s, types: typemap.New(), asked: map[string]uint64{}}
 	for _, c := range captured {
 		w.tables = append(w.tables, &watched{configured: c.configured, identity: c.identity, oid: c.oid, name: c.current,
 			leaves: leaves[c.oid], leavesOf: c.oid})
@@ -562,17 +563,19 @@ func (w *watcher) backfills(ctx context.Context, ids []*store.TableIdentity) err
 		for _, g := range id.Generations {
 			key := id.Table + "\x00" + strconv.FormatUint(uint64(g.OID), 10)
 			if g.Backfill == "" {
-				// Asked and recorded so: a later copy of the same
-				// generation (a rewrite) is asked for again.
+				// Asked and recorded so.
 				delete(w.asked, key)
 				continue
 			}
-			if w.asked[key] {
+			if n, ok := w.asked[key]; ok && n == g.BackfillRequest {
+				// Asked, and not recorded so yet. A reason recorded
+				// since (a rewrite) has the next number, and is asked
+				// for in turn.
 				continue
 			}
 			if g.OID == cur.OID {
 				if w.s.cfg.Backfill == nil {
-					w.asked[key] = true // stays recorded as due
+					w.asked[key] = g.BackfillRequest // stays recorded as due
 					w.s.log.Warn("the rows of a captured table must be copied, but no backfill is configured", "table", id.Table, "oid", g.OID, "reason", g.Backfill)
 					continue
 				}
@@ -581,8 +584,8 @@ func (w *watcher) backfills(ctx context.Context, ids []*store.TableIdentity) err
 				}
 				w.s.log.Info("asked for the backfill of a captured table", "table", id.Table, "oid", g.OID, "reason", g.Backfill)
 			}
-			w.asked[key] = true
-			if err := w.s.writer.send(writeOp{kind: opBackfillAsked, gen: &newGeneration{table: id.Table, oid: g.OID}}); err != nil {
+			w.asked[key] = g.BackfillRequest
+			if err := w.s.writer.send(writeOp{kind: opBackfillAsked, gen: &newGeneration{table: id.Table, oid: g.OID, request: g.BackfillRequest}}); err != nil {
 				return err
 			}
 		}

@@ -568,6 +568,9 @@ type newGeneration struct {
 	oid      uint32
 	since    store.LSN
 	backfill string
+	// request is the store.TableGeneration.BackfillRequest an
+	// opBackfillAsked was asked for.
+	request uint64
 }
 
 // record adds the generation to the table's identity, read in the same
@@ -586,23 +589,31 @@ func (g *newGeneration) record(tx *store.Writer) error {
 			return nil
 		}
 		// The current generation's rows are to be copied again.
-		id.Generations[len(id.Generations)-1].Backfill = g.backfill
+		last := &id.Generations[len(id.Generations)-1]
+		last.Backfill = g.backfill
+		last.BackfillRequest++
 		return tx.PutTableIdentity(id)
 	}
-	id.Generations = append(id.Generations, store.TableGeneration{OID: g.oid, Generation: cur.Generation + 1, Since: g.since, Backfill: g.backfill})
+	next := store.TableGeneration{OID: g.oid, Generation: cur.Generation + 1, Since: g.since, Backfill: g.backfill}
+	if g.backfill != "" {
+		next.BackfillRequest = 1
+	}
+	id.Generations = append(id.Generations, next)
 	return tx.PutTableIdentity(id)
 }
 
 // asked clears the backfill due for the generation of oid, read in the
-// same write.
+// same write, if it is still the request asked for: one recorded since
+// stays due.
 func (g *newGeneration) asked(tx *store.Writer) error {
 	id, err := tx.TableIdentity(g.table)
 	if err != nil || id == nil {
 		return err
 	}
 	for i := range id.Generations {
-		if id.Generations[i].OID == g.oid && id.Generations[i].Backfill != "" {
-			id.Generations[i].Backfill = ""
+		gen := &id.Generations[i]
+		if gen.OID == g.oid && gen.Backfill != "" && gen.BackfillRequest == g.request {
+			gen.Backfill = ""
 			return tx.PutTableIdentity(id)
 		}
 	}
