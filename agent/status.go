@@ -82,11 +82,16 @@ type BackfillStatus struct {
 	// Since is when the copy began; Finished when it ended.
 	Since    time.Time  `json:"since"`
 	Finished *time.Time `json:"finished,omitempty"`
+	// Restarts counts the times the copy of a table without a key
+	// started over because a transaction changed the table while it was
+	// copied.
+	Restarts int64 `json:"restarts,omitempty"`
 }
 
 // backfillStatus converts the source's account of a copy.
 func backfillStatus(b source.BackfillStatus) BackfillStatus {
-	out := BackfillStatus{Table: b.Table, Reason: b.Reason, State: BackfillPending, RowsCopied: b.Rows, Chunks: b.Chunks, Since: b.Since.UTC()}
+	out := BackfillStatus{Table: b.Table, Reason: b.Reason, State: BackfillPending, RowsCopied: b.Rows, Chunks: b.Chunks, Since: b.Since.UTC(),
+		Restarts: b.Restarts}
 	switch {
 	case b.Done:
 		out.State = BackfillDone

@@ -142,6 +142,9 @@ func printCaptured(w io.Writer, captured []agent.CapturedStatus) {
 // backfillLine describes the copy of a table for people.
 func backfillLine(b agent.BackfillStatus) string {
 	line := fmt.Sprintf("%s (%s) %s, %d rows in %d chunks, since %s", b.Table, b.Reason, b.State, b.RowsCopied, b.Chunks, b.Since.Format(time.RFC3339))
+	if b.Restarts > 0 {
+		line += fmt.Sprintf(", started over %d times (the table has no key, and transactions changed it while it was copied)", b.Restarts)
+	}
 	if b.Finished != nil {
 		line += fmt.Sprintf(", took %s", b.Finished.Sub(b.Since).Round(time.Second))
 	}

@@ -97,6 +97,11 @@ const maxTuplesPerPage = 291
 // backfillLogEvery is how often a running backfill logs its progress.
 const backfillLogEvery = 10 * time.Second
 
+// restartsToReport is how many times a copy by ctid ranges starts over
+// before the log says, at ERROR, that it cannot finish while the table
+// keeps changing, and what would let it.
+const restartsToReport = 5
+
 // chunkWindow is one chunk on its way from the backfiller to the stream.
 type chunkWindow struct {
 	id  string
@@ -219,6 +224,10 @@ type BackfillStatus struct {
 	Since, Finished time.Time
 	// Running is set while the table is being copied; Done once it is.
 	Running, Done bool
+	// Restarts counts the times a copy by ctid ranges (a table without a
+	// key) started over in this session because a transaction changed
+	// the table while it was copied.
+	Restarts int64
 }
 
 // Backfills returns the copies of tables pending, running or finished
@@ -234,12 +243,13 @@ func (s *Source) Backfills() []BackfillStatus {
 	return out
 }
 
-// noteBackfill records a copy's progress for Backfills.
-func (s *Source) noteBackfill(bf *store.Backfill, running bool) {
+// noteBackfill records a copy's progress for Backfills, and the times it
+// started over.
+func (s *Source) noteBackfill(bf *store.Backfill, running bool, restarts int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.backfills[bf.Table] = BackfillStatus{Table: bf.Table, Reason: bf.Reason, Rows: bf.Rows, Chunks: bf.Chunks,
-		Since: bf.Started, Finished: bf.Finished, Running: running && !bf.Done, Done: bf.Done}
+		Since: bf.Started, Finished: bf.Finished, Running: running && !bf.Done, Done: bf.Done, Restarts: restarts}
 	close(s.backfillNoted)
 	s.backfillNoted = make(chan struct{})
 }
@@ -383,7 +393,7 @@ func (s *Source) planBackfills(ctx context.Context, tables map[uint32]*capturedT
 			notCopied = append(notCopied, name)
 			continue
 		}
-		s.noteBackfill(rec, false)
+		s.noteBackfill(rec, false, 0)
 	}
 	if len(notCopied) > 0 {
 		s.log.Info("not copying the existing rows of tables never copied (source.snapshot is never); only their changes are captured", "tables", notCopied)
@@ -570,7 +580,7 @@ func (b *backfiller) resync(ctx context.Context, req resyncRequest) error {
 			op.forget = append(op.forget, other)
 		}
 	}
-	b.s.noteBackfill(rec, false)
+	b.s.noteBackfill(rec, false, 0)
 	if err := b.s.writer.send(op); err != nil {
 		return err
 	}
@@ -644,7 +654,7 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 	}
 	// Running before the log says so, done after: what the log shows
 	// between the two lines saw the copy running.
-	b.s.noteBackfill(&prog, true)
+	b.s.noteBackfill(&prog, true, 0)
 	log.Info("backfill started", "reason", prog.Reason, "rows_queued", prog.Rows, "chunk_rows", b.s.chunkRows(), "order", how)
 	b.again = false
 	// A pool of the copy's own, let go when the copy ends: what it holds,
@@ -658,7 +668,7 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 	b.rowBytes, b.narrow = 0, false
 	backoff := 100 * time.Millisecond
 	lastLog := time.Now()
-	var redone, replaced int64
+	var redone, replaced, restarts int64
 	// held is a chunk copied whose high watermark is not written yet;
 	// early says why the chunk after the last one queued is to be
 	// copied again, found before it was copied.
@@ -701,8 +711,14 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 		case ctx.Err() != nil:
 			return nil
 		case res.restart != "":
-			log.Warn("backfill starts over", "why", res.restart)
+			restarts++
+			log.Warn("backfill starts over", "why", res.restart, "times", restarts)
+			if restarts == restartsToReport {
+				log.Error("a table without a key cannot be copied while transactions keep changing it: its copy starts over after each",
+					"times", restarts, "fix", fmt.Sprintf("give the table a primary key (ALTER TABLE %[1]s ADD PRIMARY KEY (...)) or a replica identity index (ALTER TABLE %[1]s REPLICA IDENTITY USING INDEX ...), or pause its writes until the copy is done", t))
+			}
 			prog.Page, prog.Rows, prog.Chunks, prog.Truncate = 0, 0, 0, true
+			b.s.noteBackfill(&prog, true, restarts)
 			redone++
 		case res.redo != "":
 			log.Info("backfill copies a chunk again", "why", res.redo, "backoff", backoff.String())
@@ -728,10 +744,10 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 			}
 			log.Info("backfill done", "reason", prog.Reason, "rows", prog.Rows, "chunks", prog.Chunks,
 				"rows_left_to_changes", replaced, "chunks_copied_again", redone, "seconds", time.Since(from).Round(time.Millisecond).Seconds())
-			b.s.noteBackfill(&prog, true)
+			b.s.noteBackfill(&prog, true, restarts)
 			return nil
 		}
-		b.s.noteBackfill(&prog, true)
+		b.s.noteBackfill(&prog, true, restarts)
 		if time.Since(lastLog) >= backfillLogEvery {
 			lastLog = time.Now()
 			log.Info("backfill progress", "rows", prog.Rows, "chunks", prog.Chunks, "rows_left_to_changes", replaced, "chunks_copied_again", redone)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -388,6 +389,54 @@ func TestBackfillWithoutKeyStartsOverWhenTheTableChanges(t *testing.T) {
 	if truncates < 2 {
 		t.Fatalf("the copy started %d times, want it to start over after the insert", truncates)
 	}
+	sameRows(t, "public.bag replayed", got, h.rowsOf("bag"))
+}
+
+// TestBackfillWithoutKeyThatKeepsChangingSaysSo changes a table without a
+// key while each of its first copies runs: the copy starts over each time,
+// counts it in Backfills, and says at ERROR, once, that it cannot finish
+// while the table keeps changing and how it could. Once the writes stop it
+// finishes, and the queue replays to PostgreSQL's rows: each new start
+// truncates again, so that no row inserted meanwhile is both queued and
+// copied.
+func TestBackfillWithoutKeyThatKeepsChangingSaysSo(t *testing.T) {
+	h := newHarness(t)
+	h.captureA()
+	log := &messageCounter{counts: map[string]int{}}
+	h.cfg.Logger = slog.New(log)
+
+	h.exec(`CREATE TABLE bag (id int8, v int8, note text)`, `ALTER TABLE bag REPLICA IDENTITY FULL`,
+		`INSERT INTO bag SELECT g % 50, g % 50, 'dup' FROM generate_series(1, 300) g`)
+	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "bag"})
+	conn := pgtest.Conn(t, h.dsn)
+	const changed = restartsToReport + 1
+	calls := 0
+	h.failpoint = func(point string) error {
+		if point == "backfill-copied" {
+			if calls++; calls <= changed {
+				if _, err := conn.Exec(context.Background(), `INSERT INTO bag VALUES (1, 1, 'dup')`); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		return nil
+	}
+	h.start()
+	h.waitStreaming()
+	st := h.waitBackfilled("public.bag")
+	if st.Restarts != changed {
+		t.Errorf("the copy started over %d times by its status, want %d", st.Restarts, changed)
+	}
+	if n := log.count("backfill starts over"); n != changed {
+		t.Errorf("the log says %d times that the copy starts over, want %d", n, changed)
+	}
+	if n := log.count("a table without a key cannot be copied while transactions keep changing it"); n != 1 {
+		t.Errorf("the log says %d times that the copy cannot finish, want once", n)
+	}
+	h.waitCaughtUp()
+	txns, rels := h.txns()
+	h.stop()
+	got, _ := replayMultiset(t, txns, rels, "bag")
 	sameRows(t, "public.bag replayed", got, h.rowsOf("bag"))
 }
 

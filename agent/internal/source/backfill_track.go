@@ -125,7 +125,8 @@ type tracker struct {
 	// runLow is the low watermark of the last chunk that truncated the
 	// table first: where a copy by ctid ranges began. truncLow is that
 	// of the copy's truncate while no chunk is queued after it: a first
-	// chunk copied again uses it rather than queue another truncate.
+	// chunk copied again uses it rather than queue another truncate, but
+	// for a copy by ctid ranges that starts over.
 	runLow, truncLow store.LSN
 	// Past maxTrackedKeys committed transactions, the others are folded
 	// into one of unknown keys: the latest xid (overXid) and commit
@@ -450,6 +451,9 @@ func (st *stream) finishChunk(win *chunkWindow, high store.LSN) error {
 	v := st.trk.judge(win.snap, win.low, st.trk.runLow, win.truncAt)
 	switch {
 	case v.restart != "":
+		// The copy starts over with a truncate of its own: the
+		// changes queued after this one's are in its copy too.
+		st.trk.truncLow = 0
 		res.restart = v.restart
 		return nil
 	case v.redo != "":
