@@ -491,9 +491,12 @@ func TestBackfillResumesAfterTheLastChunkQueued(t *testing.T) {
 	h.start()
 	h.waitStreaming()
 	<-stopped
-	// The three chunks before the stop are queued (durable a moment
-	// after they were handed over).
-	h.waitFor("3 chunks queued", func(r *store.Reader) bool {
+	// The two chunks before the stop are queued (durable a moment after
+	// they were handed over), and the third too if the stream took its
+	// high watermark before the fourth's copy failed: the watermark is
+	// written with the fourth's copy, and a third not taken by then is
+	// copied again after the restart.
+	h.waitFor("2 or 3 chunks queued", func(r *store.Reader) bool {
 		queued := 0
 		txns, err := r.ReadTxns(0, 0)
 		for _, txn := range txns {
@@ -503,7 +506,7 @@ func TestBackfillResumesAfterTheLastChunkQueued(t *testing.T) {
 				}
 			}
 		}
-		return err == nil && queued == 1200
+		return err == nil && (queued == 800 || queued == 1200)
 	})
 	h.stop()
 	h.failpoint = nil
