@@ -17,7 +17,7 @@ import (
 // migrationSeeds are the seeds TestRandomMigrations runs by default:
 // between them, their sequences take every kind of step.
 // LAKESIDE_MIGRATION_SEEDS (comma-separated) runs others.
-var migrationSeeds = []uint64{1, 3}
+var migrationSeeds = []uint64{1, 4}
 
 // migrationSteps is how many migrations one seed runs.
 const migrationSteps = 24
