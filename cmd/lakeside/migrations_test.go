@@ -79,11 +79,17 @@ func (m *migratedTable) query() (string, []string) {
 
 const migratedDDL = `CREATE TABLE %s (id int4 PRIMARY KEY, s int8 NOT NULL, c1 int4, c2 text)`
 
+// newMigratedTable returns the shape migratedDDL creates, naming new
+// columns after the nextName-th.
+func newMigratedTable(nextName int) *migratedTable {
+	return &migratedTable{name: "chaos", extra: []migratedColumn{{"c1", "int4"}, {"c2", "text"}}, idType: "int4", key: "id", nextName: nextName}
+}
+
 func runMigrations(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	e := newE2E(t, []string{"public.chaos"})
 	e.exec(fmt.Sprintf(migratedDDL, "chaos"), `INSERT INTO chaos SELECT g, g, g, 'v' || g FROM generate_series(1, 500) g`)
-	m := &migratedTable{name: "chaos", extra: []migratedColumn{{"c1", "int4"}, {"c2", "text"}}, idType: "int4", key: "id", nextName: 2}
+	m := newMigratedTable(2)
 	d := e.start()
 	waitState(t, e, d, "streaming")
 
@@ -256,7 +262,7 @@ func runMigrations(t *testing.T, seed uint64) {
 		}},
 		{"drop the table and create it again", func() []string {
 			old := m.name
-			*m = migratedTable{name: "chaos", extra: []migratedColumn{{"c1", "int4"}, {"c2", "text"}}, idType: "int4", key: "id", nextName: m.nextName}
+			*m = *newMigratedTable(m.nextName)
 			return []string{
 				fmt.Sprintf(`DROP TABLE %s`, old),
 				fmt.Sprintf(migratedDDL, "chaos"),
