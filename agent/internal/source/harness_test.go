@@ -34,6 +34,8 @@ type harness struct {
 	// beforeCommit and failpoint, when set, are the next source's.
 	beforeCommit func() error
 	failpoint    func(point string) error
+	// visibleWait, when set, is the next source's.
+	visibleWait time.Duration
 }
 
 func newHarness(t *testing.T, settings ...map[string]string) *harness {
@@ -95,7 +97,7 @@ func (h *harness) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.db, h.cancel, h.done = db, cancel, make(chan error, 1)
 	h.src = New(h.cfg, db)
-	h.src.beforeCommit, h.src.failpoint = h.beforeCommit, h.failpoint
+	h.src.beforeCommit, h.src.failpoint, h.src.visibleWait = h.beforeCommit, h.failpoint, h.visibleWait
 	go func() { h.done <- h.src.Run(ctx) }()
 }
 

@@ -56,6 +56,9 @@ type Source struct {
 	// failpoint, when set, is called at the points a crash is simulated
 	// at; an error it returns stops there (tests only).
 	failpoint func(point string) error
+	// visibleWait, when set, bounds stream.awaitVisible instead of
+	// visibleWait.
+	visibleWait time.Duration
 
 	// handoff is shared by the backfill and the stream (backfill.go);
 	// resyncs carries Resync's requests to the backfill.
@@ -297,7 +300,11 @@ func (s *Source) loop(ctx context.Context) error {
 		attempts++
 		if downSince.IsZero() || connected {
 			downSince = time.Now()
-			s.log.Warn("lost PostgreSQL; retrying with backoff", "err", err, "max_backoff", maxBackoff.String())
+			msg := "lost PostgreSQL; retrying with backoff"
+			if errors.Is(err, errNotVisible) {
+				msg = "waiting for a committed transaction to become visible; decoding it again after a backoff"
+			}
+			s.log.Warn(msg, "err", err, "max_backoff", maxBackoff.String())
 		}
 		// Full jitter keeps a fleet of branch agents from reconnecting in step.
 		sleep := minBackoff + rand.N(backoff)

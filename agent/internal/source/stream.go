@@ -490,6 +490,15 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 		ReplicaIdentity: m.ReplicaIdentity,
 		Columns:         make([]store.Column, len(m.Columns)),
 	}
+	// The catalog read must show the schema change the message
+	// describes: a committed transaction's, once PostgreSQL makes it
+	// visible. A streamed transaction is still in progress, and its own
+	// changes are not in the catalog (facts.apply).
+	if st.inTxn && !st.inStream {
+		if err := st.awaitVisible(st.txn.Xid); err != nil {
+			return err
+		}
+	}
 	facts, err := st.columnFacts(m.RelationID)
 	if err != nil {
 		return err
@@ -497,7 +506,7 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	for i, c := range m.Columns {
 		rel.Columns[i] = store.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 == 1}
 	}
-	facts.apply(rel.Columns)
+	facts.apply(rel.Columns, st.inStream)
 	rel.FileNode = facts.fileNode
 	if cur, had := st.rels[m.RelationID]; had && len(facts.cols) == 0 {
 		// The table is gone from the catalog (dropped since the
@@ -623,18 +632,32 @@ type catalogColumn struct {
 type columnFacts struct {
 	cols   []catalogColumn
 	byName map[string]int
-	// fileNode is the table's pg_class.relfilenode.
+	// fileNode is the table's pg_class.relfilenode, and natts its
+	// relnatts: the highest attnum, of dropped columns too.
 	fileNode uint32
+	natts    int
 }
 
 // apply sets on cols, a Relation message's columns, what the catalog says
 // of them: each column is found by name; when a name is not in the catalog
 // (renamed again since the message was written) and the message has as
 // many columns as the catalog, by position, which pgoutput keeps in attnum
-// order. A column found neither way keeps AttNum zero, and is then matched
-// by name downstream.
-func (f columnFacts) apply(cols []store.Column) {
+// order.
+//
+// The message of a transaction still in progress (inProgress, streamed)
+// may name columns the transaction added, which the catalog shows no one
+// else before the commit (nor does anyone else change the table's columns
+// meanwhile: ALTER TABLE holds its lock to the end). Columns after the
+// last one found, with no column of the catalog after it left over, are
+// such columns: PostgreSQL numbers them on from the table's highest
+// attnum, in order.
+//
+// A column found no way keeps AttNum zero, and is then matched by name
+// downstream.
+func (f columnFacts) apply(cols []store.Column, inProgress bool) {
 	byPosition := len(cols) == len(f.cols)
+	found := make([]bool, len(f.cols))
+	last, lastAt := -1, 0
 	for i := range cols {
 		j, ok := f.byName[cols[i].Name]
 		if !ok && byPosition {
@@ -646,6 +669,20 @@ func (f columnFacts) apply(cols []store.Column) {
 		c := f.cols[j]
 		cols[i].AttNum, cols[i].Dims, cols[i].PrimaryKey = c.attnum, c.dims, c.primaryKey
 		cols[i].HasMissing, cols[i].Missing = c.hasMissing, c.missing
+		found[j], last, lastAt = true, i, c.attnum
+	}
+	if !inProgress || f.natts == 0 {
+		return
+	}
+	for j, c := range f.cols {
+		if !found[j] && c.attnum > lastAt {
+			return
+		}
+	}
+	next := f.natts
+	for i := last + 1; i < len(cols); i++ {
+		next++
+		cols[i].AttNum = next
 	}
 }
 
@@ -667,7 +704,7 @@ func (st *stream) columnFacts(oid uint32) (columnFacts, error) {
 	if err != nil {
 		return columnFacts{}, fmt.Errorf("read the columns of table %d: %w", oid, err)
 	}
-	if err := st.sql.QueryRow(ctx, `SELECT relfilenode FROM pg_class WHERE oid = $1`, oid).Scan(&f.fileNode); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if err := st.sql.QueryRow(ctx, `SELECT relfilenode, relnatts FROM pg_class WHERE oid = $1`, oid).Scan(&f.fileNode, &f.natts); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return columnFacts{}, fmt.Errorf("read the file node of table %d: %w", oid, err)
 	}
 	return f, nil

@@ -1,0 +1,81 @@
+package source
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// visibleWait bounds stream.awaitVisible. The stream answers no keepalive
+// while it waits; past the bound it reconnects, and decodes the
+// transaction again.
+const visibleWait = 10 * time.Second
+
+// errNotVisible tells that a transaction the stream decoded has not become
+// visible to other sessions within visibleWait.
+var errNotVisible = errors.New("transaction committed but not visible yet")
+
+// awaitVisible waits until transaction xid, whose commit the stream is
+// decoding, is visible to new snapshots, so that the catalog read for its
+// Relation messages shows its schema changes. PostgreSQL writes a commit
+// to the WAL, where the walsender decodes it, a moment before it makes the
+// transaction visible, and a synchronous standby holds it back for as long
+// as the standby takes to confirm it.
+func (st *stream) awaitVisible(xid uint32) error {
+	wait := cmp.Or(st.s.visibleWait, visibleWait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+		var snap string
+		err := st.sql.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snap)
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("read a snapshot: %w", err)
+		}
+		if err == nil {
+			visible, err := visibleIn(snap, xid)
+			if err != nil {
+				return err
+			}
+			if visible {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: transaction %d, within %s (a synchronous standby may hold it back); its schema change is read again after a reconnect",
+				errNotVisible, xid, wait)
+		case <-time.After(delay):
+		}
+	}
+}
+
+// visibleIn reports whether the transaction of 32-bit id xid is visible in
+// snapshot, the text of a pg_snapshot ("xmin:xmax:xip,..."). The
+// transaction is taken to be within 2^31 transactions of the snapshot's
+// xmax, as one the stream decodes now is.
+func visibleIn(snapshot string, xid uint32) (bool, error) {
+	parts := strings.Split(snapshot, ":")
+	if len(parts) != 3 {
+		return false, fmt.Errorf("read a snapshot: %q is not a pg_snapshot", snapshot)
+	}
+	xmin, err1 := strconv.ParseUint(parts[0], 10, 64)
+	xmax, err2 := strconv.ParseUint(parts[1], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return false, fmt.Errorf("read a snapshot %q: %w", snapshot, err)
+	}
+	// The full id of xid: the one nearest xmax with its low 32 bits.
+	full := int64(xmax) - int64(int32(uint32(xmax)-xid))
+	if full >= int64(xmax) {
+		return false, nil
+	}
+	if full < int64(xmin) || parts[2] == "" {
+		return true, nil
+	}
+	running := strings.Split(parts[2], ",")
+	return !slices.Contains(running, strconv.FormatInt(full, 10)), nil
+}
