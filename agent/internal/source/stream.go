@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -60,6 +61,9 @@ type stream struct {
 	// block of a streamed transaction, and an unchanged one needs no look
 	// at the catalog.
 	described map[uint32]string
+	// truncatedTo holds, by table OID, the file node a TRUNCATE decoded
+	// since the table's newest schema version gave it (noteTruncate).
+	truncatedTo map[uint32]uint32
 
 	// lastQueued is the end LSN of the newest transaction handed to the
 	// writer; a transaction PostgreSQL sends again at or below it is dropped.
@@ -405,6 +409,9 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 			if err := st.add(m.Xid, store.Change{Op: store.OpTruncate, Relation: rd.rel.Key}); err != nil {
 				return err
 			}
+			if err := st.noteTruncate(rd.rel); err != nil {
+				return err
+			}
 		}
 	case *pglogrepl.StreamStartMessageV2:
 		st.inStream, st.streamXid = true, m.Xid
@@ -551,12 +558,21 @@ func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 		key = cur.rel.Key.LSN + 1
 	}
 	rel.Key.LSN = key
+	truncatedTo, truncated := st.truncatedTo[oid]
+	delete(st.truncatedTo, oid)
 	if had || newest != nil {
 		st.s.log.Info("table schema changed", "table", rel.QualifiedName(), "columns", len(rel.Columns), "version_lsn", key.String())
 	}
 	st.rels[oid] = newRelationDecoder(st.types, rel)
 	var gen *newGeneration
-	if prev := cmp.Or(newest, curRel(cur)); rewritten(prev, rel) {
+	prev := cmp.Or(newest, curRel(cur))
+	if prev != nil && truncated {
+		// A truncate gave the table a file node of its own since.
+		p := *prev
+		p.FileNode = truncatedTo
+		prev = &p
+	}
+	if rewritten(prev, rel) {
 		// PostgreSQL sends no change for the rows it rewrote: the
 		// table's rows are copied again (the catalog watcher asks).
 		st.s.log.Info("table rewritten by a schema change; its rows are copied again", "table", rel.TableName(),
@@ -564,6 +580,47 @@ func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 		gen = &newGeneration{table: rel.TableName(), oid: oid, backfill: ReasonRewritten}
 	}
 	return st.s.writer.send(writeOp{kind: opRelation, rel: rel, gen: gen})
+}
+
+// noteTruncate notes the file node a TRUNCATE of the table of schema
+// version rel gave it, so that a column added later (which changes the file
+// node only with a volatile default) is not taken for a rewrite
+// (rewritten). The file node is read from the catalog once the
+// transaction is visible, and noted only when the catalog's columns are
+// still those of rel: the node then holds no value a later schema change
+// rewrote (a transaction in progress, streamed, shows its truncate to no
+// one, and is not noted).
+func (st *stream) noteTruncate(rel *store.Relation) error {
+	oid := rel.Key.OID
+	delete(st.truncatedTo, oid)
+	if st.inStream || !st.inTxn {
+		return nil
+	}
+	if err := st.awaitVisible(st.txn.Xid); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var fileNode uint32
+	var columns string
+	err := st.sql.QueryRow(ctx, `SELECT c.relfilenode,
+		       coalesce(string_agg(a.attnum || ':' || a.atttypid || ':' || a.atttypmod, ',' ORDER BY a.attnum), '')
+		FROM pg_class c LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+		WHERE c.oid = $1 GROUP BY c.relfilenode`, oid).Scan(&fileNode, &columns)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // dropped since
+	}
+	if err != nil {
+		return fmt.Errorf("read the file node of table %d: %w", oid, err)
+	}
+	want := make([]string, len(rel.Columns))
+	for i, c := range rel.Columns {
+		want[i] = fmt.Sprintf("%d:%d:%d", c.AttNum, c.TypeOID, c.TypeMod)
+	}
+	if columns == strings.Join(want, ",") {
+		st.truncatedTo[oid] = fileNode
+	}
+	return nil
 }
 
 // curRel returns the schema version of a relation decoder, or nil.
