@@ -56,7 +56,7 @@ type Source struct {
 	// failpoint, when set, is called at the points a crash is simulated
 	// at; an error it returns stops there (tests only).
 	failpoint func(point string) error
-	// visibleWait, when set, bounds stream.awaitVisible instead of
+	// visibleWait, when set, bounds stream.awaitCommitVisible instead of
 	// visibleWait.
 	visibleWait time.Duration
 

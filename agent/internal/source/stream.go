@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -64,6 +63,9 @@ type stream struct {
 	// truncatedTo holds, by table OID, the file node a TRUNCATE decoded
 	// since the table's newest schema version gave it (noteTruncate).
 	truncatedTo map[uint32]uint32
+	// visibleXid is the last committed transaction seen visible
+	// (awaitCommitVisible).
+	visibleXid uint32
 
 	// lastQueued is the end LSN of the newest transaction handed to the
 	// writer; a transaction PostgreSQL sends again at or below it is dropped.
@@ -501,10 +503,8 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	// describes: a committed transaction's, once PostgreSQL makes it
 	// visible. A streamed transaction is still in progress, and its own
 	// changes are not in the catalog (facts.apply).
-	if st.inTxn && !st.inStream {
-		if err := st.awaitVisible(st.txn.Xid); err != nil {
-			return err
-		}
+	if _, err := st.awaitCommitVisible(); err != nil {
+		return err
 	}
 	facts, err := st.columnFacts(m.RelationID)
 	if err != nil {
@@ -558,21 +558,18 @@ func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 		key = cur.rel.Key.LSN + 1
 	}
 	rel.Key.LSN = key
-	truncatedTo, truncated := st.truncatedTo[oid]
-	delete(st.truncatedTo, oid)
 	if had || newest != nil {
 		st.s.log.Info("table schema changed", "table", rel.QualifiedName(), "columns", len(rel.Columns), "version_lsn", key.String())
 	}
 	st.rels[oid] = newRelationDecoder(st.types, rel)
 	var gen *newGeneration
 	prev := cmp.Or(newest, curRel(cur))
-	if prev != nil && truncated {
-		// A truncate gave the table a file node of its own since.
-		p := *prev
-		p.FileNode = truncatedTo
-		prev = &p
+	prevFileNode, truncated := st.truncatedTo[oid]
+	delete(st.truncatedTo, oid)
+	if !truncated && prev != nil {
+		prevFileNode = prev.FileNode
 	}
-	if rewritten(prev, rel) {
+	if rewritten(prev, prevFileNode, rel) {
 		// PostgreSQL sends no change for the rows it rewrote: the
 		// table's rows are copied again (the catalog watcher asks).
 		st.s.log.Info("table rewritten by a schema change; its rows are copied again", "table", rel.TableName(),
@@ -593,32 +590,15 @@ func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 func (st *stream) noteTruncate(rel *store.Relation) error {
 	oid := rel.Key.OID
 	delete(st.truncatedTo, oid)
-	if st.inStream || !st.inTxn {
-		return nil
-	}
-	if err := st.awaitVisible(st.txn.Xid); err != nil {
+	if committed, err := st.awaitCommitVisible(); err != nil || !committed {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var fileNode uint32
-	var columns string
-	err := st.sql.QueryRow(ctx, `SELECT c.relfilenode,
-		       coalesce(string_agg(a.attnum || ':' || a.atttypid || ':' || a.atttypmod, ',' ORDER BY a.attnum), '')
-		FROM pg_class c LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
-		WHERE c.oid = $1 GROUP BY c.relfilenode`, oid).Scan(&fileNode, &columns)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // dropped since
-	}
+	facts, err := st.columnFacts(oid)
 	if err != nil {
-		return fmt.Errorf("read the file node of table %d: %w", oid, err)
+		return err
 	}
-	want := make([]string, len(rel.Columns))
-	for i, c := range rel.Columns {
-		want[i] = fmt.Sprintf("%d:%d:%d", c.AttNum, c.TypeOID, c.TypeMod)
-	}
-	if columns == strings.Join(want, ",") {
-		st.truncatedTo[oid] = fileNode
+	if facts.describe(rel.Columns) {
+		st.truncatedTo[oid] = facts.fileNode
 	}
 	return nil
 }
@@ -634,10 +614,11 @@ func curRel(rd *relationDecoder) *store.Relation {
 // rewritten reports whether schema version rel follows prev, of the same
 // table, after a rewrite of the table that changed its rows' values: a
 // column's type changed or a column was added (a USING clause, a volatile
-// default), and the table's file node changed. A rename, or a rewrite that
-// changes no value (VACUUM FULL, CLUSTER), is not.
-func rewritten(prev, rel *store.Relation) bool {
-	if prev == nil || prev.Key.OID != rel.Key.OID || prev.FileNode == 0 || rel.FileNode == 0 || prev.FileNode == rel.FileNode {
+// default), and the table's file node changed from prevFileNode (prev's,
+// or the one a truncate since gave it). A rename, or a rewrite that changes
+// no value (VACUUM FULL, CLUSTER), is not.
+func rewritten(prev *store.Relation, prevFileNode uint32, rel *store.Relation) bool {
+	if prev == nil || prev.Key.OID != rel.Key.OID || prevFileNode == 0 || rel.FileNode == 0 || prevFileNode == rel.FileNode {
 		return false
 	}
 	for _, c := range rel.Columns {
@@ -682,6 +663,9 @@ type catalogColumn struct {
 	primaryKey   bool
 	hasMissing   bool
 	missing      string
+	// typeOID and typeMod are the column's type now.
+	typeOID uint32
+	typeMod int32
 }
 
 // columnFacts are a table's columns as the catalog has them, and the
@@ -743,6 +727,14 @@ func (f columnFacts) apply(cols []store.Column, inProgress bool) {
 	}
 }
 
+// describe reports whether cols, a schema version's columns, are the
+// catalog's: the same numbers, in order, of the same types.
+func (f columnFacts) describe(cols []store.Column) bool {
+	return slices.EqualFunc(cols, f.cols, func(c store.Column, k catalogColumn) bool {
+		return c.AttNum == k.attnum && c.TypeOID == k.typeOID && c.TypeMod == k.typeMod
+	})
+}
+
 // columnFacts reads what the Relation message does not say of the table
 // oid's columns, as the catalog has it now: each column's number (its
 // identity across renames and type changes), whether it is in the primary
@@ -769,10 +761,10 @@ func (st *stream) columnFacts(oid uint32) (columnFacts, error) {
 
 // catalogColumnsQuery reads the published columns of table $1 (generated
 // columns are not published) in attnum order: name, attnum, dimensions,
-// primary key membership and missing value.
+// primary key membership, missing value, type and type modifier.
 const catalogColumnsQuery = `SELECT a.attname, a.attnum, a.attndims,
 	       a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisprimary),
-	       CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END
+	       CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END, a.atttypid, a.atttypmod
 	FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 	ORDER BY a.attnum`
 
@@ -785,7 +777,7 @@ func scanCatalogColumns(rows pgx.Rows) (columnFacts, error) {
 		var c catalogColumn
 		var inPK *bool
 		var missing *string
-		if err := rows.Scan(&name, &c.attnum, &c.dims, &inPK, &missing); err != nil {
+		if err := rows.Scan(&name, &c.attnum, &c.dims, &inPK, &missing, &c.typeOID, &c.typeMod); err != nil {
 			return columnFacts{}, err
 		}
 		c.primaryKey = inPK != nil && *inPK

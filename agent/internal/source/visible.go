@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// visibleWait bounds stream.awaitVisible. The stream answers no keepalive
+// visibleWait bounds stream.awaitCommitVisible. The stream answers no keepalive
 // while it waits; past the bound it reconnects, and decodes the
 // transaction again.
 const visibleWait = 10 * time.Second
@@ -20,13 +20,22 @@ const visibleWait = 10 * time.Second
 // visible to other sessions within visibleWait.
 var errNotVisible = errors.New("transaction committed but not visible yet")
 
-// awaitVisible waits until transaction xid, whose commit the stream is
-// decoding, is visible to new snapshots, so that the catalog read for its
-// Relation messages shows its schema changes. PostgreSQL writes a commit
-// to the WAL, where the walsender decodes it, a moment before it makes the
-// transaction visible, and a synchronous standby holds it back for as long
-// as the standby takes to confirm it.
-func (st *stream) awaitVisible(xid uint32) error {
+// awaitCommitVisible waits until the transaction the stream decodes, when
+// it is committed, is visible to new snapshots, so that a catalog read
+// shows its schema changes, and reports whether it is committed (a
+// streamed one is still in progress: its changes are not in the catalog
+// until it commits). PostgreSQL writes a commit to the WAL, where the
+// walsender decodes it, a moment before it makes the transaction visible,
+// and a synchronous standby holds it back for as long as the standby takes
+// to confirm it.
+func (st *stream) awaitCommitVisible() (bool, error) {
+	if st.inStream || !st.inTxn {
+		return false, nil
+	}
+	xid := st.txn.Xid
+	if xid == st.visibleXid {
+		return true, nil
+	}
 	wait := cmp.Or(st.s.visibleWait, visibleWait)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
@@ -34,20 +43,21 @@ func (st *stream) awaitVisible(xid uint32) error {
 		var snap string
 		err := st.sql.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snap)
 		if err != nil && ctx.Err() == nil {
-			return fmt.Errorf("read a snapshot: %w", err)
+			return false, fmt.Errorf("read a snapshot: %w", err)
 		}
 		if err == nil {
 			visible, err := visibleIn(snap, xid)
 			if err != nil {
-				return err
+				return false, err
 			}
 			if visible {
-				return nil
+				st.visibleXid = xid
+				return true, nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: transaction %d, within %s (a synchronous standby may hold it back); its schema change is read again after a reconnect",
+			return false, fmt.Errorf("%w: transaction %d, within %s (a synchronous standby may hold it back); its schema change is read again after a reconnect",
 				errNotVisible, xid, wait)
 		case <-time.After(delay):
 		}

@@ -87,7 +87,7 @@ func TestSchemaVersionWaitsForItsTransactionToBeVisible(t *testing.T) {
 			h.waitStreaming()
 			ctx := context.Background()
 			walsender := func() (pid int) {
-				waitSQL(t, h, `SELECT count(*) = 1 FROM pg_stat_replication`)
+				h.waitSQL(`SELECT count(*) = 1 FROM pg_stat_replication`)
 				if err := h.conn.QueryRow(ctx, `SELECT pid FROM pg_stat_replication`).Scan(&pid); err != nil {
 					t.Fatal(err)
 				}
@@ -110,14 +110,14 @@ func TestSchemaVersionWaitsForItsTransactionToBeVisible(t *testing.T) {
 			}()
 
 			// The commit is written, and waits for the standby.
-			waitSQL(t, h, `SELECT wait_event = 'SyncRep' FROM pg_stat_activity WHERE pid = `+fmt.Sprint(pid))
+			h.waitSQL(`SELECT wait_event = 'SyncRep' FROM pg_stat_activity WHERE pid = ` + fmt.Sprint(pid))
 			var flushed string
 			if err := h.conn.QueryRow(ctx, `SELECT pg_current_wal_flush_lsn()::text`).Scan(&flushed); err != nil {
 				t.Fatal(err)
 			}
 			// The walsender has sent it, and the source has had time to
 			// decode it.
-			waitSQL(t, h, `SELECT count(*) > 0 FROM pg_stat_replication WHERE sent_lsn >= '`+flushed+`'`)
+			h.waitSQL(`SELECT count(*) > 0 FROM pg_stat_replication WHERE sent_lsn >= '` + flushed + `'`)
 			time.Sleep(c.hold)
 			var invisible bool
 			if err := h.conn.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'items'::regclass AND attname = 'c4')`).Scan(&invisible); err != nil || !invisible {
@@ -176,8 +176,8 @@ func TestSchemaVersionOfAStreamedTransactionNumbersItsNewColumns(t *testing.T) {
 }
 
 // waitSQL waits until query, which returns one boolean, returns true.
-func waitSQL(t *testing.T, h *harness, query string) {
-	t.Helper()
+func (h *harness) waitSQL(query string) {
+	h.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var ok bool
@@ -186,7 +186,7 @@ func waitSQL(t *testing.T, h *harness, query string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s (%v)", query, err)
+			h.t.Fatalf("timed out waiting for %s (%v)", query, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
