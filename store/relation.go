@@ -30,10 +30,18 @@ type Relation struct {
 	ReplicaIdentity byte
 	Columns         []Column
 	// FileNode is the table's pg_class.relfilenode when the version was
-	// recorded: a rewrite of the table (a type change with USING, a
-	// column added with a volatile default) changes it, and PostgreSQL
-	// sends no change for the rows it rewrote. Zero when unknown.
+	// recorded (for a partitioned table, a digest of its partitions'): a
+	// rewrite of the table (a type change with USING, a column added with
+	// a volatile default) changes it, and PostgreSQL sends no change for
+	// the rows it rewrote. Zero when unknown.
 	FileNode uint32
+	// ColumnsStamp is a digest of the transaction ids that last wrote the
+	// table's pg_attribute rows when the version was recorded: a change to
+	// any column changes it, one that keeps the column's name and type (a
+	// USING clause) too. A new file node with the same stamp is a rewrite
+	// that changed no value (VACUUM FULL, CLUSTER, TRUNCATE). Zero when
+	// unknown. SameShape does not compare it, nor FileNode.
+	ColumnsStamp int64
 }
 
 // Column is one column of a Relation.
