@@ -26,6 +26,7 @@ const lifecycleTables = `
 	CREATE TABLE key_type (id int4 PRIMARY KEY, v text);
 	CREATE TABLE col_type (id int4 PRIMARY KEY, a int4);
 	CREATE TABLE col_using (id int4 PRIMARY KEY, c text);
+	CREATE TABLE col_same (id int4 PRIMARY KEY, c text);
 	CREATE TABLE col_rename (id int4 PRIMARY KEY, c text);
 	CREATE TABLE new_key (id int4 PRIMARY KEY, code text NOT NULL, v int4);
 	CREATE TABLE renamed (id int4 PRIMARY KEY, v text);
@@ -43,6 +44,7 @@ const lifecycleTables = `
 	INSERT INTO key_type SELECT g, 'v' || g FROM generate_series(1, 200) g;
 	INSERT INTO col_type SELECT g, g FROM generate_series(1, 200) g;
 	INSERT INTO col_using SELECT g, repeat('x', g % 17) FROM generate_series(1, 200) g;
+	INSERT INTO col_same SELECT g, 's' || g FROM generate_series(1, 200) g;
 	INSERT INTO col_rename SELECT g, 'c' || g FROM generate_series(1, 200) g;
 	INSERT INTO new_key SELECT g, 'k' || g, g FROM generate_series(1, 200) g;
 	INSERT INTO renamed SELECT g, 'v' || g FROM generate_series(1, 200) g;
@@ -56,7 +58,7 @@ const lifecycleTables = `
 // column by column under the names and types it has now, and the other
 // table kept flowing.
 func TestDatabaseLifecycle(t *testing.T) {
-	tables := []string{"public.add_default", "public.add_volatile", "public.key_type", "public.col_type", "public.col_using", "public.col_rename",
+	tables := []string{"public.add_default", "public.add_volatile", "public.key_type", "public.col_type", "public.col_using", "public.col_same", "public.col_rename",
 		"public.new_key", "public.renamed", "public.recreated", "public.no_key", "public.parted", "public.steady"}
 	e := newE2E(t, tables)
 	e.exec(lifecycleTables, `INSERT INTO steady VALUES (1, 0)`)
@@ -124,6 +126,9 @@ func TestDatabaseLifecycle(t *testing.T) {
 		{"type change with a rewrite", []string{
 			`ALTER TABLE col_using ALTER COLUMN c TYPE int USING length(c)`},
 			"col_using", `SELECT id, c FROM col_using`, []string{"id", "c"}},
+		{"values rewritten, type kept", []string{
+			`ALTER TABLE col_same ALTER COLUMN c TYPE text USING upper(c)`},
+			"col_same", `SELECT id, c FROM col_same`, []string{"id", "c"}},
 		{"column renamed", []string{
 			`ALTER TABLE col_rename RENAME COLUMN c TO c2`,
 			`UPDATE col_rename SET c2 = 'u' WHERE id = 1`},
@@ -164,6 +169,9 @@ func TestDatabaseLifecycle(t *testing.T) {
 			"parted", `SELECT id, v FROM parted`, []string{"id", "v"}},
 		{"partition dropped", []string{
 			`DROP TABLE parted_mid`},
+			"parted", `SELECT id, v FROM parted`, []string{"id", "v"}},
+		{"partitioned table: type change with a rewrite", []string{
+			`ALTER TABLE parted ALTER COLUMN v TYPE varchar(40) USING 'p' || v`},
 			"parted", `SELECT id, v FROM parted`, []string{"id", "v"}},
 	}
 	for _, s := range steps {

@@ -1,11 +1,14 @@
 package source
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -320,3 +323,39 @@ type catchUpFunc func(catchingUp bool)
 
 func (f catchUpFunc) CatchUp(catchingUp bool) { f(catchingUp) }
 func (f catchUpFunc) CatchUpCommit(bool)      {}
+
+// logRecord keeps what a source logs, to wait for a line.
+type logRecord struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logRecord) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// wait waits until the log holds text, for up to 30 seconds.
+func (l *logRecord) wait(t *testing.T, text string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		l.mu.Lock()
+		found := bytes.Contains(l.buf.Bytes(), []byte(text))
+		l.mu.Unlock()
+		if found {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log does not say %q after 30 s", text)
+		}
+	}
+}
+
+// recordLog makes the next source log at DEBUG, into the record it returns
+// as well as into the test's output.
+func (h *harness) recordLog() *logRecord {
+	l := &logRecord{}
+	h.cfg.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(h.t.Output(), l), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return l
+}

@@ -1,8 +1,12 @@
 package source
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/lakeside/lakeside/store"
 )
 
 // TestColumnAddedAfterATruncateIsNoRewrite checks which schema changes
@@ -62,5 +66,112 @@ func TestColumnAddedAfterATruncateIsNoRewrite(t *testing.T) {
 				t.Fatalf("copy asked for = %v (generation %+v), want %v", got, id.Current(), c.copied)
 			}
 		})
+	}
+}
+
+// TestValueChangingRewriteIsCopied checks which rewrites of a table, which
+// PostgreSQL sends no change for, ask for its rows to be copied again: a
+// type change with USING does, to another type or to the same one, of a
+// table or of a partitioned one; VACUUM FULL and CLUSTER do not, nor does a
+// column renamed or added (with a constant default) after one, once
+// capture has seen the table's new storage.
+func TestValueChangingRewriteIsCopied(t *testing.T) {
+	const partitioned = `CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL, note text) PARTITION BY RANGE (id);
+		CREATE TABLE items_low PARTITION OF items FOR VALUES FROM (MINVALUE) TO (50);
+		CREATE TABLE items_high PARTITION OF items FOR VALUES FROM (50) TO (MAXVALUE)`
+	// seen waits until capture has seen the table's new storage.
+	const seen = "(seen)"
+	for _, c := range []struct {
+		name   string
+		table  string
+		steps  []string
+		copied bool
+	}{
+		{"a type changed with USING", itemsTable, []string{`ALTER TABLE items ALTER COLUMN v TYPE numeric USING v * 2`}, true},
+		{"the same type with USING", itemsTable, []string{`ALTER TABLE items ALTER COLUMN v TYPE int8 USING v * 2`}, true},
+		{"a text rewritten in place", itemsTable, []string{`ALTER TABLE items ALTER COLUMN note TYPE text USING upper(note)`}, true},
+		{"a partitioned table's type changed with USING", partitioned, []string{`ALTER TABLE items ALTER COLUMN v TYPE numeric USING v * 2`}, true},
+		{"a partitioned table's type kept with USING", partitioned, []string{`ALTER TABLE items ALTER COLUMN v TYPE int8 USING v * 2`}, true},
+		{"VACUUM FULL", itemsTable, []string{`VACUUM FULL items`, seen}, false},
+		{"CLUSTER", itemsTable, []string{`CLUSTER items USING items_pkey`, seen}, false},
+		{"a partitioned table's VACUUM FULL", partitioned, []string{`VACUUM FULL items`, seen}, false},
+		{"VACUUM FULL, then a column renamed", itemsTable, []string{`VACUUM FULL items`, seen, `ALTER TABLE items RENAME COLUMN note TO remark`}, false},
+		{"VACUUM FULL, then a column added", itemsTable, []string{`VACUUM FULL items`, seen, `ALTER TABLE items ADD COLUMN c int DEFAULT 7`}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			logs := h.recordLog()
+			h.exec(c.table, `INSERT INTO items SELECT g, g, 'n' FROM generate_series(1, 100) g`)
+			h.cfg.Tables = []Table{{"public", "items"}}
+			h.cfg.WatchInterval = 100 * time.Millisecond
+			h.recordBackfills()
+			h.start()
+			h.waitStreaming()
+			h.waitXid(h.xid(`INSERT INTO items VALUES (1000, 1, 'x')`))
+			for _, s := range c.steps {
+				if s == seen {
+					logs.wait(t, "a captured table has new storage that holds the values it had")
+					continue
+				}
+				h.exec(s)
+			}
+			asked := func(r *store.Reader) bool {
+				ids, err := r.TableIdentities()
+				return err == nil && len(ids) == 1 && ids[0].Current().BackfillRequest > 0
+			}
+			if c.copied {
+				h.waitFor("a copy asked for", asked)
+				return
+			}
+			// A change after the steps: the stream has acted on
+			// what the watcher saw of them.
+			h.waitXid(h.xid(`INSERT INTO items (id, v) VALUES (1001, 1)`))
+			if err := h.db.View(func(r *store.Reader) error {
+				if asked(r) {
+					return fmt.Errorf("a copy was asked for")
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestRewritten checks the rule that tells a rewrite that changed values
+// from the storage and columns stamp a version has and the baseline.
+func TestRewritten(t *testing.T) {
+	prev := &store.Relation{Key: store.RelationKey{OID: 7, LSN: 1}, Columns: []store.Column{
+		{Name: "id", TypeOID: 20, TypeMod: -1, AttNum: 1}, {Name: "v", TypeOID: 23, TypeMod: -1, AttNum: 2}}}
+	renamed := &store.Relation{Key: store.RelationKey{OID: 7}, Columns: []store.Column{
+		{Name: "id", TypeOID: 20, TypeMod: -1, AttNum: 1}, {Name: "w", TypeOID: 23, TypeMod: -1, AttNum: 2}}}
+	retyped := &store.Relation{Key: store.RelationKey{OID: 7}, Columns: []store.Column{
+		{Name: "id", TypeOID: 20, TypeMod: -1, AttNum: 1}, {Name: "v", TypeOID: 20, TypeMod: -1, AttNum: 2}}}
+	with := func(r *store.Relation, node uint32, stamp int64) *store.Relation {
+		c := *r
+		c.FileNode, c.ColumnsStamp = node, stamp
+		return &c
+	}
+	for _, c := range []struct {
+		name string
+		was  tableState
+		rel  *store.Relation
+		want bool
+	}{
+		{"same storage, new stamp (a rename)", tableState{10, 1}, with(renamed, 10, 2), false},
+		{"new storage, same stamp (VACUUM FULL)", tableState{10, 1}, with(prev, 11, 1), false},
+		{"new storage, new stamp, same shape (USING)", tableState{10, 1}, with(prev, 11, 2), true},
+		{"new storage, new stamp, a rename", tableState{10, 1}, with(renamed, 11, 2), true},
+		{"new storage, stamps unknown, a type changed", tableState{10, 0}, with(retyped, 11, 2), true},
+		{"new storage, stamps unknown, a rename", tableState{10, 0}, with(renamed, 11, 0), false},
+		{"storage unknown", tableState{0, 1}, with(retyped, 11, 2), false},
+		{"another table", tableState{10, 1}, &store.Relation{Key: store.RelationKey{OID: 8}, FileNode: 11, ColumnsStamp: 2}, false},
+	} {
+		if got := rewritten(prev, c.was, c.rel); got != c.want {
+			t.Errorf("%s: rewritten = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if rewritten(nil, tableState{10, 1}, with(prev, 11, 2)) {
+		t.Error("a first version is taken for a rewrite")
 	}
 }

@@ -472,7 +472,7 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 		return err
 	}
 	st := &stream{s: s, conn: repl, sql: conn, types: types, rels: rels, tables: tables, ignored: map[uint32]bool{}, described: map[uint32]string{},
-		passedOver: map[uint32]*pglogrepl.RelationMessage{}, truncatedTo: map[uint32]uint32{}, lastQueued: start, received: start, open: map[uint32]bool{}}
+		passedOver: map[uint32]*pglogrepl.RelationMessage{}, noted: map[uint32]tableState{}, lastQueued: start, received: start, open: map[uint32]bool{}}
 	s.receivedLSN.Store(uint64(start))
 	// Know how far behind the server this session starts before saying
 	// it streams: later stages hold back while capture catches up.

@@ -60,9 +60,11 @@ type stream struct {
 	// block of a streamed transaction, and an unchanged one needs no look
 	// at the catalog.
 	described map[uint32]string
-	// truncatedTo holds, by table OID, the file node a TRUNCATE decoded
-	// since the table's newest schema version gave it (noteTruncate).
-	truncatedTo map[uint32]uint32
+	// noted holds, by table OID, the storage a table's rows were last
+	// seen in without a rewrite since its newest schema version was
+	// recorded (a TRUNCATE decoded, a VACUUM FULL the watcher announced:
+	// rewrite.go).
+	noted map[uint32]tableState
 	// visibleXid is the last committed transaction seen visible
 	// (awaitCommitVisible).
 	visibleXid uint32
@@ -514,7 +516,7 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 		rel.Columns[i] = store.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 == 1}
 	}
 	facts.apply(rel.Columns, st.inStream)
-	rel.FileNode = facts.fileNode
+	rel.FileNode, rel.ColumnsStamp = facts.fileNode, facts.stamp
 	if cur, had := st.rels[m.RelationID]; had && len(facts.cols) == 0 {
 		// The table is gone from the catalog (dropped since the
 		// message was written): its columns are as they were.
@@ -534,21 +536,34 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 
 // recordVersion makes rel the schema version the table's changes are
 // decoded with from here on, and records it in the schema history unless
-// the newest recorded version has its shape. at is the position it is
-// seen at (see relation for its key).
+// the newest recorded version has its shape and the table was not
+// rewritten since (rewrite.go). at is the position it is seen at (see
+// relation for its key).
 func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 	oid := rel.Key.OID
 	cur, had := st.rels[oid]
-	if had && cur.rel.SameShape(rel) {
+	var newest *store.Relation
+	if !had || !cur.rel.SameShape(rel) {
+		var err error
+		if newest, err = st.newestVersion(oid); err != nil {
+			return err
+		}
+	}
+	prev := cmp.Or(newest, curRel(cur))
+	rewrite := rewritten(prev, st.baseline(prev), rel)
+	if prev != nil && prev.SameShape(rel) && !rewrite {
+		st.notice(prev, rel)
+		if newest != nil {
+			st.rels[oid] = newRelationDecoder(st.types, newest)
+		}
 		return nil
 	}
-	newest, err := st.newestVersion(oid)
-	if err != nil {
-		return err
-	}
-	if newest != nil && newest.SameShape(rel) {
-		st.rels[oid] = newRelationDecoder(st.types, newest)
-		return nil
+	if newest == nil {
+		// (A rewrite keeping the shape: the key is above every version.)
+		var err error
+		if newest, err = st.newestVersion(oid); err != nil {
+			return err
+		}
 	}
 	key := max(at, st.received)
 	if newest != nil && key <= newest.Key.LSN {
@@ -562,14 +577,9 @@ func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 		st.s.log.Info("table schema changed", "table", rel.QualifiedName(), "columns", len(rel.Columns), "version_lsn", key.String())
 	}
 	st.rels[oid] = newRelationDecoder(st.types, rel)
+	delete(st.noted, oid)
 	var gen *newGeneration
-	prev := cmp.Or(newest, curRel(cur))
-	prevFileNode, truncated := st.truncatedTo[oid]
-	delete(st.truncatedTo, oid)
-	if !truncated && prev != nil {
-		prevFileNode = prev.FileNode
-	}
-	if rewritten(prev, prevFileNode, rel) {
+	if rewrite {
 		// PostgreSQL sends no change for the rows it rewrote: the
 		// table's rows are copied again (the catalog watcher asks).
 		st.s.log.Info("table rewritten by a schema change; its rows are copied again", "table", rel.TableName(),
@@ -579,57 +589,12 @@ func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 	return st.s.writer.send(writeOp{kind: opRelation, rel: rel, gen: gen})
 }
 
-// noteTruncate notes the file node a TRUNCATE of the table of schema
-// version rel gave it, so that a column added later (which changes the file
-// node only with a volatile default) is not taken for a rewrite
-// (rewritten). The file node is read from the catalog once the
-// transaction is visible, and noted only when the catalog's columns are
-// still those of rel: the node then holds no value a later schema change
-// rewrote (a transaction in progress, streamed, shows its truncate to no
-// one, and is not noted).
-func (st *stream) noteTruncate(rel *store.Relation) error {
-	oid := rel.Key.OID
-	delete(st.truncatedTo, oid)
-	if committed, err := st.awaitCommitVisible(); err != nil || !committed {
-		return err
-	}
-	facts, err := st.columnFacts(oid)
-	if err != nil {
-		return err
-	}
-	if facts.describe(rel.Columns) {
-		st.truncatedTo[oid] = facts.fileNode
-	}
-	return nil
-}
-
 // curRel returns the schema version of a relation decoder, or nil.
 func curRel(rd *relationDecoder) *store.Relation {
 	if rd == nil {
 		return nil
 	}
 	return rd.rel
-}
-
-// rewritten reports whether schema version rel follows prev, of the same
-// table, after a rewrite of the table that changed its rows' values: a
-// column's type changed or a column was added (a USING clause, a volatile
-// default), and the table's file node changed from prevFileNode (prev's,
-// or the one a truncate since gave it). A rename, or a rewrite that changes
-// no value (VACUUM FULL, CLUSTER), is not.
-func rewritten(prev *store.Relation, prevFileNode uint32, rel *store.Relation) bool {
-	if prev == nil || prev.Key.OID != rel.Key.OID || prevFileNode == 0 || rel.FileNode == 0 || prevFileNode == rel.FileNode {
-		return false
-	}
-	for _, c := range rel.Columns {
-		i := slices.IndexFunc(prev.Columns, func(p store.Column) bool {
-			return c.AttNum != 0 && p.AttNum == c.AttNum || c.AttNum == 0 && p.Name == c.Name
-		})
-		if i < 0 || prev.Columns[i].TypeOID != c.TypeOID || prev.Columns[i].TypeMod != c.TypeMod {
-			return true
-		}
-	}
-	return false
 }
 
 // describedAs returns what a Relation message says of its table, to tell
@@ -653,7 +618,7 @@ func keepFacts(rel, prev *store.Relation) {
 			}
 		}
 	}
-	rel.FileNode = prev.FileNode
+	rel.FileNode, rel.ColumnsStamp = prev.FileNode, prev.ColumnsStamp
 }
 
 // catalogColumn is what the catalog says of a column beyond what a
@@ -673,9 +638,11 @@ type catalogColumn struct {
 type columnFacts struct {
 	cols   []catalogColumn
 	byName map[string]int
-	// fileNode is the table's pg_class.relfilenode, and natts its
-	// relnatts: the highest attnum, of dropped columns too.
+	// fileNode is the table's storage (storageSQL), stamp its columns
+	// stamp (stampSQL), and natts its relnatts: the highest attnum, of
+	// dropped columns too.
 	fileNode uint32
+	stamp    int64
 	natts    int
 }
 
@@ -753,9 +720,11 @@ func (st *stream) columnFacts(oid uint32) (columnFacts, error) {
 	if err != nil {
 		return columnFacts{}, fmt.Errorf("read the columns of table %d: %w", oid, err)
 	}
-	if err := st.sql.QueryRow(ctx, `SELECT relfilenode, relnatts FROM pg_class WHERE oid = $1`, oid).Scan(&f.fileNode, &f.natts); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return columnFacts{}, fmt.Errorf("read the file node of table %d: %w", oid, err)
+	var storage int64
+	if err := st.sql.QueryRow(ctx, `SELECT `+storageSQL("c")+`, c.relnatts, `+stampSQL("c")+` FROM pg_class c WHERE c.oid = $1`, oid).Scan(&storage, &f.natts, &f.stamp); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return columnFacts{}, fmt.Errorf("read the storage of table %d: %w", oid, err)
 	}
+	f.fileNode = uint32(storage)
 	return f, nil
 }
 

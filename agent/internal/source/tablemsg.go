@@ -52,6 +52,7 @@ type messageRelation struct {
 	ReplicaIdentity string          `json:"replica_identity"`
 	Columns         []messageColumn `json:"columns"`
 	FileNode        uint32          `json:"filenode,omitempty"`
+	ColumnsStamp    int64           `json:"stamp,omitempty"`
 }
 
 type messageColumn struct {
@@ -69,7 +70,7 @@ type messageColumn struct {
 
 func toMessageRelation(r *store.Relation) *messageRelation {
 	m := &messageRelation{Schema: r.Schema, Name: r.Name, ReplicaIdentity: string(r.ReplicaIdentity), Columns: make([]messageColumn, len(r.Columns)),
-		FileNode: r.FileNode}
+		FileNode: r.FileNode, ColumnsStamp: r.ColumnsStamp}
 	for i, c := range r.Columns {
 		m.Columns[i] = messageColumn{Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod, Key: c.Key, PrimaryKey: c.PrimaryKey, Dims: c.Dims,
 			AttNum: c.AttNum}
@@ -87,7 +88,8 @@ func (m *messageRelation) relation(oid uint32, table string) (*store.Relation, e
 		return nil, fmt.Errorf("schema of table %d: replica identity %q, %d columns", oid, m.ReplicaIdentity, len(m.Columns))
 	}
 	r := &store.Relation{Key: store.RelationKey{OID: oid}, Schema: m.Schema, Name: m.Name, Table: table,
-		ReplicaIdentity: m.ReplicaIdentity[0], Columns: make([]store.Column, len(m.Columns)), FileNode: m.FileNode}
+		ReplicaIdentity: m.ReplicaIdentity[0], Columns: make([]store.Column, len(m.Columns)), FileNode: m.FileNode,
+		ColumnsStamp: m.ColumnsStamp}
 	for i, c := range m.Columns {
 		r.Columns[i] = store.Column{Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod, Key: c.Key, PrimaryKey: c.PrimaryKey, Dims: c.Dims,
 			AttNum: c.AttNum}

@@ -148,9 +148,9 @@ func (w *watcher) tick(ctx context.Context) error {
 // look is what the catalog says of a captured table: the OID its
 // configured name finds (0 for none), whether its OID exists and under
 // what name, a description of its columns (pg_attribute: number, name,
-// type, type modifier, dropped, missing value, generated), primary key and
-// replica identity, and the OIDs of its leaf partitions (none for a table
-// that is not partitioned), sorted.
+// type, type modifier, dropped, missing value, generated), primary key,
+// replica identity, storage and columns stamp (rewrite.go), and the OIDs of
+// its leaf partitions (none for a table that is not partitioned), sorted.
 type look struct {
 	nameOID uint32
 	exists  bool
@@ -169,7 +169,8 @@ func (w *watcher) look(ctx context.Context, schemas, names []string, oids []int6
 		                                   a.attisdropped || ':' || a.atthasmissing || ':' || a.attgenerated::text, ',' ORDER BY a.attnum)
 		                 FROM pg_attribute a WHERE a.attrelid = r.oid AND a.attnum > 0), '') || '|' ||
 		       coalesce((SELECT i.indkey::text FROM pg_index i WHERE i.indrelid = r.oid AND i.indisprimary), '') || '|' ||
-		       coalesce((SELECT string_agg(i.indkey::text, ';') FROM pg_index i WHERE i.indrelid = r.oid AND i.indisreplident), ''),
+		       coalesce((SELECT string_agg(i.indkey::text, ';') FROM pg_index i WHERE i.indrelid = r.oid AND i.indisreplident), '') || '|' ||
+		       coalesce(`+storageSQL("r")+`, 0) || '|' || coalesce(`+stampSQL("r")+`, 0),
 		       `+leavesSQL("r.oid")+`
 		FROM unnest($1::text[], $2::text[], $3::int8[]) WITH ORDINALITY AS t(schema, name, oid, i)
 		LEFT JOIN pg_class r ON r.oid = t.oid::oid
@@ -422,8 +423,9 @@ const watchLockTimeout = "2s"
 // table is locked against schema changes (ACCESS SHARE, which only DDL
 // waits for) while its columns are read and the message is emitted, so
 // that the message describes the table as it is at the message's place in
-// the WAL. On the first look at a table (first), nothing is announced when
-// the schema history's newest version of it has the same shape. done is
+// the WAL. Nothing is announced when the schema history's newest version
+// of the table has the same shape, storage and columns stamp (rewrite.go),
+// nor on the first look at a table the history does not hold. done is
 // false when the table could not be looked at now.
 func (w *watcher) schema(ctx context.Context, t *watched, first bool) (done bool, err error) {
 	tx, err := w.conn.Begin(ctx)
@@ -448,28 +450,31 @@ func (w *watcher) schema(ctx context.Context, t *watched, first bool) (done bool
 	if err != nil {
 		return false, err
 	}
-	if first {
-		var newest *store.Relation
-		if err := w.s.db.View(func(r *store.Reader) error {
-			all, err := r.Relations()
-			for k, v := range all {
-				if k.OID == t.oid && (newest == nil || k.LSN > newest.Key.LSN) {
-					newest = v
-				}
+	var newest *store.Relation
+	if err := w.s.db.View(func(r *store.Reader) error {
+		all, err := r.Relations()
+		for k, v := range all {
+			if k.OID == t.oid && (newest == nil || k.LSN > newest.Key.LSN) {
+				newest = v
 			}
-			return err
-		}); err != nil {
-			return false, fmt.Errorf("read schema history: %w", err)
 		}
-		if newest == nil || newest.SameShape(rel) {
-			return true, nil
-		}
+		return err
+	}); err != nil {
+		return false, fmt.Errorf("read schema history: %w", err)
+	}
+	if first && newest == nil || newest != nil && newest.SameShape(rel) && stateOf(newest) == stateOf(rel) {
+		return true, nil
 	}
 	if err := w.emit(ctx, tx, tableMessage{Kind: kindSchema, Table: t.identity, OID: t.oid, Relation: toMessageRelation(rel)}); err != nil {
 		return false, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return false, fmt.Errorf("announce the schema of %s: %w", t.configured, err)
+	}
+	if newest != nil && newest.SameShape(rel) {
+		w.s.log.Debug("a captured table has new storage or a column changed in place; telling the stream where it reaches this point",
+			"table", t.configured.String(), "oid", t.oid)
+		return true, nil
 	}
 	w.s.log.Info("the schema of a captured table changed in PostgreSQL; recording it where the stream reaches this point",
 		"table", t.configured.String(), "oid", t.oid, "columns", len(rel.Columns))

@@ -1,0 +1,129 @@
+package source
+
+import (
+	"slices"
+
+	"github.com/lakeside/lakeside/store"
+)
+
+// A table rewrite that changes values (ALTER COLUMN … TYPE with USING, of
+// another type or the same one; ADD COLUMN with a volatile default) sends
+// no change for the rows it rewrote: capture must notice it in the
+// catalog and have the rows copied again. It gives the table new storage
+// (a new file node, or for a partitioned table new ones for its
+// partitions) and writes the pg_attribute row of each column it changes.
+// A rewrite that keeps every value (VACUUM FULL, CLUSTER, TRUNCATE)
+// gives new storage too, but writes no pg_attribute row. So the catalog
+// reads that describe a table take, besides its columns, its storage
+// (storageSQL, store.Relation.FileNode) and a stamp of its pg_attribute
+// rows (stampSQL, store.Relation.ColumnsStamp), and a table whose storage
+// and stamp both changed since its rows were last seen in the mirror was
+// rewritten.
+
+// storageSQL returns the SQL of the storage of the table whose pg_class
+// row is class (an alias) as an int8: its relfilenode, or for a
+// partitioned table a 32-bit digest of its leaf partitions' OIDs and file
+// nodes (0 for none).
+func storageSQL(class string) string {
+	return `CASE WHEN ` + class + `.relkind = 'p' THEN coalesce((
+		SELECT hashtext(string_agg(p.relid::oid::text || ':' || l.relfilenode::text, ',' ORDER BY p.relid::oid::int8))::int8 & 4294967295
+		FROM pg_partition_tree(` + class + `.oid) p JOIN pg_class l ON l.oid = p.relid
+		WHERE p.isleaf AND p.relid <> ` + class + `.oid), 0)
+	ELSE ` + class + `.relfilenode::int8 END`
+}
+
+// stampSQL returns the SQL of the stamp of the columns of the table whose
+// pg_class row is class (an alias): a 64-bit digest of the number and the
+// xmin of each of its pg_attribute rows, dropped columns' too.
+func stampSQL(class string) string {
+	return `coalesce((SELECT hashtextextended(string_agg(sa.attnum::text || ':' || sa.xmin::text, ',' ORDER BY sa.attnum), 0)
+		FROM pg_attribute sa WHERE sa.attrelid = ` + class + `.oid AND sa.attnum > 0), 0)`
+}
+
+// tableState is a table's storage and columns stamp, as the catalog gave
+// them (see store.Relation.FileNode and ColumnsStamp; zero when unknown).
+type tableState struct {
+	fileNode uint32
+	stamp    int64
+}
+
+// stateOf returns the storage and stamp schema version rel recorded.
+func stateOf(rel *store.Relation) tableState {
+	return tableState{fileNode: rel.FileNode, stamp: rel.ColumnsStamp}
+}
+
+// rewritten reports whether rel, the table's schema version read from the
+// catalog now, follows a rewrite that changed values since was, the
+// storage and stamp the table had when its rows were last seen (see
+// baseline) under prev, its newest schema version: the storage changed,
+// and so did the stamp. When either stamp is unknown (a version recorded
+// before stamps were kept), a column whose type changed or that was added
+// stands for the stamp. A rename, or a rewrite that changes no value
+// (VACUUM FULL, CLUSTER, TRUNCATE), is not a rewrite.
+func rewritten(prev *store.Relation, was tableState, rel *store.Relation) bool {
+	if prev == nil || prev.Key.OID != rel.Key.OID || was.fileNode == 0 || rel.FileNode == 0 || was.fileNode == rel.FileNode {
+		return false
+	}
+	if was.stamp != 0 && rel.ColumnsStamp != 0 {
+		return was.stamp != rel.ColumnsStamp
+	}
+	for _, c := range rel.Columns {
+		i := slices.IndexFunc(prev.Columns, func(p store.Column) bool {
+			return c.AttNum != 0 && p.AttNum == c.AttNum || c.AttNum == 0 && p.Name == c.Name
+		})
+		if i < 0 || prev.Columns[i].TypeOID != c.TypeOID || prev.Columns[i].TypeMod != c.TypeMod {
+			return true
+		}
+	}
+	return false
+}
+
+// baseline returns the storage and stamp the table of schema version prev
+// had when its rows were last seen: what a TRUNCATE or a look of the
+// watcher since the version was recorded noted, else the version's own.
+func (st *stream) baseline(prev *store.Relation) tableState {
+	if prev == nil {
+		return tableState{}
+	}
+	if was, ok := st.noted[prev.Key.OID]; ok {
+		return was
+	}
+	return stateOf(prev)
+}
+
+// notice notes the storage and stamp of rel, a schema version read from
+// the catalog now with the shape of prev, the table's newest, when they
+// are known and no rewrite (rewritten) came between: the next versions are
+// compared with them.
+func (st *stream) notice(prev, rel *store.Relation) {
+	if now := stateOf(rel); now.fileNode != 0 && now.stamp != 0 && now != st.baseline(prev) {
+		st.noted[rel.Key.OID] = now
+		st.s.log.Debug("a captured table has new storage that holds the values it had (VACUUM FULL, CLUSTER, TRUNCATE) or a column changed in place; nothing to copy",
+			"table", rel.TableName())
+	}
+}
+
+// noteTruncate notes the storage a TRUNCATE of the table of schema
+// version rel gave it, so that a column added later (which changes the
+// storage only with a volatile default) is not taken for a rewrite. The
+// storage is read from the catalog once the transaction is visible, and
+// noted only when the catalog's columns are still those of rel and no
+// pg_attribute row changed (the stamp): the storage then holds no value a
+// later schema change rewrote (a transaction in progress, streamed, shows
+// its truncate to no one, and is not noted).
+func (st *stream) noteTruncate(rel *store.Relation) error {
+	oid := rel.Key.OID
+	was := st.baseline(rel)
+	delete(st.noted, oid)
+	if committed, err := st.awaitCommitVisible(); err != nil || !committed {
+		return err
+	}
+	facts, err := st.columnFacts(oid)
+	if err != nil {
+		return err
+	}
+	if facts.describe(rel.Columns) && (was.stamp == 0 || facts.stamp == was.stamp) {
+		st.noted[oid] = tableState{fileNode: facts.fileNode, stamp: facts.stamp}
+	}
+	return nil
+}
