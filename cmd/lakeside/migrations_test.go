@@ -17,7 +17,7 @@ import (
 // migrationSeeds are the seeds TestRandomMigrations runs by default:
 // between them, their sequences take every kind of step.
 // LAKESIDE_MIGRATION_SEEDS (comma-separated) runs others.
-var migrationSeeds = []uint64{1, 4}
+var migrationSeeds = []uint64{2, 13}
 
 // migrationSteps is how many migrations one seed runs.
 const migrationSteps = 24
@@ -25,13 +25,14 @@ const migrationSteps = 24
 // TestRandomMigrations runs a random sequence of migrations on one table,
 // chosen by a seed: columns added (with a constant, a volatile or no
 // default), dropped, renamed and retyped, alone or with rows changed in
-// the same transaction, the key's type changed, the key replaced or
-// dropped (REPLICA IDENTITY FULL), the table renamed, truncated, dropped
-// and created again, `lakeside resync`, and SIGKILLs of the agent, while a
-// writer inserts, updates and deletes rows. After each step the mirror
-// equals PostgreSQL column by column under the table's current names, and
-// at the end the changelog holds each change once. Even seeds decode with
-// the smallest logical_decoding_work_mem.
+// the same transaction, values rewritten with their type kept, migrations
+// rolled back (whole, or to a savepoint), VACUUM FULL, the key's type
+// changed, the key replaced or dropped (REPLICA IDENTITY FULL), the table
+// renamed, truncated, dropped and created again, `lakeside resync`, and
+// SIGKILLs of the agent, while a writer inserts, updates and deletes rows.
+// After each step the mirror equals PostgreSQL column by column under the
+// table's current names, and at the end the changelog holds each change
+// once. Even seeds decode with the smallest logical_decoding_work_mem.
 func TestRandomMigrations(t *testing.T) {
 	seeds := migrationSeeds
 	if s := os.Getenv("LAKESIDE_MIGRATION_SEEDS"); s != "" {
@@ -230,6 +231,31 @@ func runMigrations(t *testing.T, seed uint64) {
 			}
 			c.typ = to
 			return []string{fmt.Sprintf(`ALTER TABLE %s ALTER COLUMN %s TYPE %s%s`, m.name, c.name, to, using)}
+		}},
+		{"rewrite a column's values, its type kept", func() []string {
+			if len(m.extra) == 0 {
+				return nil
+			}
+			c := m.extra[rng.IntN(len(m.extra))]
+			using := c.name + " + 1"
+			if c.typ == "text" {
+				using = "upper(" + c.name + ")"
+			}
+			return []string{fmt.Sprintf(`ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s`, m.name, c.name, c.typ, using)}
+		}},
+		{"roll a migration back", func() []string {
+			gone := m.newName()
+			if rng.IntN(2) == 0 {
+				return []string{fmt.Sprintf(`BEGIN; ALTER TABLE %[1]s ADD COLUMN %[2]s int4; UPDATE %[1]s SET %[2]s = id, s = s + 1; ROLLBACK`, m.name, gone)}
+			}
+			// Back to a savepoint, then on to another column.
+			c := migratedColumn{m.newName(), "int4"}
+			m.extra = append(m.extra, c)
+			return []string{fmt.Sprintf(`BEGIN; SAVEPOINT before; ALTER TABLE %[1]s ADD COLUMN %[2]s int8; UPDATE %[1]s SET %[2]s = id; ROLLBACK TO SAVEPOINT before; `+
+				`ALTER TABLE %[1]s ADD COLUMN %[3]s int4; UPDATE %[1]s SET %[3]s = id %% 7 WHERE id %% 2 = 0; COMMIT`, m.name, gone, c.name)}
+		}},
+		{"reclaim the table's space (VACUUM FULL)", func() []string {
+			return []string{`VACUUM FULL ` + m.name}
 		}},
 		{"widen the key's type", func() []string {
 			if m.idType != "int4" {
