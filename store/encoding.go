@@ -503,6 +503,7 @@ func encodeRelation(r *Relation) []byte {
 	}
 	e.uvarint(uint64(r.FileNode))
 	e.varint(r.ColumnsStamp)
+	e.varint(r.KeyStamp)
 	return e.finish()
 }
 
@@ -525,8 +526,8 @@ func decodeRelation(data []byte) (*Relation, error) {
 		c.Key, c.PrimaryKey = flags&1 != 0, flags&2 != 0
 	}
 	// Table, then each column's Dims, then each column's AttNum and
-	// missing value and the FileNode, then the ColumnsStamp were added
-	// after the first records; older ones end before them.
+	// missing value and the FileNode, then the ColumnsStamp and KeyStamp
+	// were added after the first records; older ones end before them.
 	if len(d.buf) > 0 {
 		r.Table = d.str()
 	}
@@ -546,7 +547,7 @@ func decodeRelation(data []byte) (*Relation, error) {
 		r.FileNode = uint32(d.uvarint())
 	}
 	if len(d.buf) > 0 {
-		r.ColumnsStamp = d.varint()
+		r.ColumnsStamp, r.KeyStamp = d.varint(), d.varint()
 	}
 	if err := d.done(); err != nil {
 		return nil, fmt.Errorf("decode relation: %w", err)

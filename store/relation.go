@@ -42,6 +42,11 @@ type Relation struct {
 	// that changed no value (VACUUM FULL, CLUSTER, TRUNCATE). Zero when
 	// unknown. SameShape does not compare it, nor FileNode.
 	ColumnsStamp int64
+	// KeyStamp is the same digest over the columns of the replica
+	// identity (every column under REPLICA IDENTITY FULL): a rewrite that
+	// changes it may have changed the keys of rows. Zero when unknown; not
+	// compared by SameShape.
+	KeyStamp int64
 }
 
 // Column is one column of a Relation.

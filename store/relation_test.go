@@ -51,33 +51,33 @@ func TestTableDirNameIsSafeAndDistinct(t *testing.T) {
 func TestRelationRoundTrip(t *testing.T) {
 	r := &Relation{Key: RelationKey{OID: 16384, LSN: 99}, Schema: "public", Name: "renamed", Table: "public.stock",
 		ReplicaIdentity: 'd', Columns: []Column{{Name: "id", TypeOID: 23, TypeMod: -1, Key: true, PrimaryKey: true, AttNum: 1},
-			{Name: "grid", TypeOID: 1007, Dims: 2, AttNum: 3}, {Name: "d", TypeOID: 23, AttNum: 4, HasMissing: true, Missing: "7"}}, FileNode: 16390, ColumnsStamp: -1 << 40}
+			{Name: "grid", TypeOID: 1007, Dims: 2, AttNum: 3}, {Name: "d", TypeOID: 23, AttNum: 4, HasMissing: true, Missing: "7"}}, FileNode: 16390, ColumnsStamp: -1 << 40, KeyStamp: 5}
 	got, err := decodeRelation(encodeRelation(r))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.SameShape(r) || got.Key != r.Key || got.FileNode != r.FileNode || got.ColumnsStamp != r.ColumnsStamp || got.TableName() != "public.stock" || got.DirName() != "public.stock" {
+	if !got.SameShape(r) || got.Key != r.Key || got.FileNode != r.FileNode || got.ColumnsStamp != r.ColumnsStamp || got.KeyStamp != r.KeyStamp || got.TableName() != "public.stock" || got.DirName() != "public.stock" {
 		t.Fatalf("round trip: %+v", got)
 	}
-	// A record of the format before ColumnsStamp: the same, without it
-	// (6 bytes).
+	// A record of the format before ColumnsStamp and KeyStamp: the same,
+	// without them (6 bytes and 1).
 	data := encodeRelation(r)
-	got, err = decodeRelation((&encoder{buf: data[:len(data)-4-6]}).finish())
+	got, err = decodeRelation((&encoder{buf: data[:len(data)-4-6-1]}).finish())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.SameShape(r) || got.FileNode != r.FileNode || got.ColumnsStamp != 0 {
+	if !got.SameShape(r) || got.FileNode != r.FileNode || got.ColumnsStamp != 0 || got.KeyStamp != 0 {
 		t.Fatalf("a record without ColumnsStamp: %+v", got)
 	}
 	old := *r
-	old.Table, old.FileNode, old.ColumnsStamp = "", 0, 0
+	old.Table, old.FileNode, old.ColumnsStamp, old.KeyStamp = "", 0, 0, 0
 	old.Columns = []Column{{Name: "id", TypeOID: 23, TypeMod: -1, Key: true, PrimaryKey: true}, {Name: "grid", TypeOID: 1007}}
 	data = encodeRelation(&old)
 	// A record of the format before Table, Dims, AttNum and missing
-	// values, FileNode and ColumnsStamp: the same, without them (an empty
-	// string, three zeros per column and two zeros, a byte each), and
-	// checksummed again.
-	body := data[:len(data)-4-1-3*len(old.Columns)-2]
+	// values, FileNode, ColumnsStamp and KeyStamp: the same, without them
+	// (an empty string, three zeros per column and three zeros, a byte
+	// each), and checksummed again.
+	body := data[:len(data)-4-1-3*len(old.Columns)-3]
 	legacy := (&encoder{buf: body}).finish()
 	got, err = decodeRelation(legacy)
 	if err != nil {
