@@ -292,9 +292,10 @@ func TestResyncCommand(t *testing.T) {
 }
 
 // TestTableChangedWhileItIsCopied renames a table, moves it to another
-// schema, or drops and creates it again with other rows, while a paced
-// resync copies it and a writer changes it: the copy follows the table (or
-// gives way to a copy of the new one), and the mirror ends equal to it.
+// schema, drops and creates it again with other rows, or rewrites its
+// values or its keys (USING), while a paced resync copies it and a writer
+// changes it: the copy follows the table (or gives way to a copy of the
+// new one, or of the rewritten one), and the mirror ends equal to it.
 func TestTableChangedWhileItIsCopied(t *testing.T) {
 	for _, c := range []struct {
 		name, now string
@@ -304,6 +305,8 @@ func TestTableChangedWhileItIsCopied(t *testing.T) {
 		{"moved to another schema", "archive.stock", []string{`CREATE SCHEMA archive`, `ALTER TABLE stock SET SCHEMA archive`}},
 		{"dropped and created again", "stock", []string{`DROP TABLE stock`, `CREATE TABLE stock (id int8 PRIMARY KEY, qty int NOT NULL)`,
 			`INSERT INTO stock SELECT g, g FROM generate_series(15001, 18000) g`}},
+		{"its values rewritten", "stock", []string{`ALTER TABLE stock ALTER COLUMN qty TYPE int USING qty + 5`}},
+		{"its keys rewritten", "stock", []string{`ALTER TABLE stock ALTER COLUMN id TYPE int8 USING id + 1000000`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newE2E(t, []string{"public.stock"})

@@ -24,6 +24,7 @@ const lifecycleTables = `
 	CREATE TABLE add_default (id int4 PRIMARY KEY, v text);
 	CREATE TABLE add_volatile (id int4 PRIMARY KEY, v text);
 	CREATE TABLE key_type (id int4 PRIMARY KEY, v text);
+	CREATE TABLE key_using (id int4 PRIMARY KEY, v text);
 	CREATE TABLE col_type (id int4 PRIMARY KEY, a int4);
 	CREATE TABLE col_using (id int4 PRIMARY KEY, c text);
 	CREATE TABLE col_same (id int4 PRIMARY KEY, c text);
@@ -42,6 +43,7 @@ const lifecycleTables = `
 	INSERT INTO add_default SELECT g, 'v' || g FROM generate_series(1, 200) g;
 	INSERT INTO add_volatile SELECT g, 'v' || g FROM generate_series(1, 200) g;
 	INSERT INTO key_type SELECT g, 'v' || g FROM generate_series(1, 200) g;
+	INSERT INTO key_using SELECT g, 'v' || g FROM generate_series(1, 200) g;
 	INSERT INTO col_type SELECT g, g FROM generate_series(1, 200) g;
 	INSERT INTO col_using SELECT g, repeat('x', g % 17) FROM generate_series(1, 200) g;
 	INSERT INTO col_same SELECT g, 's' || g FROM generate_series(1, 200) g;
@@ -58,7 +60,7 @@ const lifecycleTables = `
 // column by column under the names and types it has now, and the other
 // table kept flowing.
 func TestDatabaseLifecycle(t *testing.T) {
-	tables := []string{"public.add_default", "public.add_volatile", "public.key_type", "public.col_type", "public.col_using", "public.col_same", "public.col_rename",
+	tables := []string{"public.add_default", "public.add_volatile", "public.key_type", "public.key_using", "public.col_type", "public.col_using", "public.col_same", "public.col_rename",
 		"public.new_key", "public.renamed", "public.recreated", "public.no_key", "public.parted", "public.steady"}
 	e := newE2E(t, tables)
 	e.exec(lifecycleTables, `INSERT INTO steady VALUES (1, 0)`)
@@ -119,6 +121,10 @@ func TestDatabaseLifecycle(t *testing.T) {
 			`UPDATE key_type SET v = 'after' WHERE id IN (3, 5000000000)`,
 			`DELETE FROM key_type WHERE id = 4`},
 			"key_type", `SELECT id, v FROM key_type`, []string{"id", "v"}},
+		{"key values rewritten (USING)", []string{
+			`ALTER TABLE key_using ALTER COLUMN id TYPE int4 USING id + 1000`,
+			`UPDATE key_using SET v = 'after' WHERE id = 1001`},
+			"key_using", `SELECT id, v FROM key_using`, []string{"id", "v"}},
 		{"non-key column type change", []string{
 			`ALTER TABLE col_type ALTER COLUMN a TYPE bigint`,
 			`UPDATE col_type SET a = a * 10000000000 WHERE id <= 3`},

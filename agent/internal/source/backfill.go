@@ -266,12 +266,14 @@ func (s *Source) BackfillsChanged() <-chan struct{} {
 // resyncRequest asks the running backfiller to copy a table again: the
 // table captured under the name table (configured, or its Delta tables'),
 // or with oid set, the PostgreSQL table oid as a new generation of the
-// table its Delta tables call table. truncate records a truncate first.
+// table its Delta tables call table. truncate records a truncate first;
+// with restart, or truncate, a copy under way starts over.
 type resyncRequest struct {
 	table    string
 	oid      uint32
 	reason   string
 	truncate bool
+	restart  bool
 	done     chan error
 }
 
@@ -290,9 +292,11 @@ func (s *Source) Resync(ctx context.Context, table, reason string) error {
 
 // askBackfill is the default Config.Backfill: it records the copy of the
 // PostgreSQL table oid as the table captured as table, whose truncate the
-// caller queued, and returns once the copy is recorded.
+// caller queued (for ReasonKeysRewritten, the copy's own), and returns once
+// the copy is recorded.
 func (s *Source) askBackfill(ctx context.Context, table string, oid uint32, reason string) error {
-	return s.request(ctx, resyncRequest{table: table, oid: oid, reason: reason})
+	return s.request(ctx, resyncRequest{table: table, oid: oid, reason: reason,
+		truncate: reason == ReasonKeysRewritten, restart: reason == ReasonRewritten || reason == ReasonKeysRewritten})
 }
 
 // request hands req to the running backfiller and waits for its answer.
@@ -570,13 +574,17 @@ func (b *backfiller) resync(ctx context.Context, req resyncRequest) error {
 	if err := b.s.db.View(func(r *store.Reader) (err error) { recs, err = r.Backfills(); return err }); err != nil {
 		return fmt.Errorf("resync %s: %w", req.table, err)
 	}
-	if old := recs[oid]; !req.truncate && old != nil && !old.Done {
+	old := recs[oid]
+	if !req.truncate && !req.restart && old != nil && !old.Done {
 		return nil // asked for again: the copy is recorded
 	}
-	rec := &store.Backfill{OID: oid, Table: c.identity, Reason: req.reason, Started: time.Now().UTC(), Truncate: req.truncate}
+	// A copy started over keeps the truncate of the one under way, which
+	// may not be queued yet.
+	truncate := req.truncate || old != nil && !old.Done && old.Truncate
+	rec := &store.Backfill{OID: oid, Table: c.identity, Reason: req.reason, Started: time.Now().UTC(), Truncate: truncate}
 	op := writeOp{kind: opBackfill, backfills: []*store.Backfill{rec}}
-	for other, old := range recs {
-		if other != oid && old.Table == rec.Table {
+	for other, o := range recs {
+		if other != oid && o.Table == rec.Table {
 			op.forget = append(op.forget, other)
 		}
 	}
@@ -588,7 +596,7 @@ func (b *backfiller) resync(ctx context.Context, req resyncRequest) error {
 		return err
 	}
 	b.again = true
-	b.log.Info("copy of the table's rows recorded", "table", c.identity, "oid", oid, "reason", req.reason, "truncate_first", req.truncate)
+	b.log.Info("copy of the table's rows recorded", "table", c.identity, "oid", oid, "reason", req.reason, "truncate_first", truncate)
 	return nil
 }
 

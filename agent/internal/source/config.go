@@ -102,10 +102,17 @@ const DefaultWatchInterval = 2 * time.Second
 // rows are copied as its new generation.
 const ReasonRecreated = "recreated"
 
-// ReasonRewritten is the reason Config.Backfill is given for a table that
-// a schema change rewrote (a type change with USING, a column added with a
-// volatile default): PostgreSQL sent no change for its rows.
-const ReasonRewritten = "rewritten"
+// ReasonRewritten and ReasonKeysRewritten are the reasons Config.Backfill
+// is given for a table that a schema change rewrote (a type change with
+// USING, a column added with a volatile default): PostgreSQL sent no
+// change for its rows. Either copy starts over a copy under way, whose rows
+// copied before the rewrite hold the old values. When the rewrite changed
+// a column of the replica identity (ReasonKeysRewritten), the keys the
+// Delta tables hold may be gone, and the copy starts with a truncate.
+const (
+	ReasonRewritten     = "rewritten"
+	ReasonKeysRewritten = "keys rewritten"
+)
 
 // ReasonPartitionAttached and ReasonPartitionDetached are the reasons of
 // the copy of a partitioned table a partition was attached to with rows,

@@ -36,20 +36,46 @@ func storageSQL(class string) string {
 // pg_class row is class (an alias): a 64-bit digest of the number and the
 // xmin of each of its pg_attribute rows, dropped columns' too.
 func stampSQL(class string) string {
-	return `coalesce((SELECT hashtextextended(string_agg(sa.attnum::text || ':' || sa.xmin::text, ',' ORDER BY sa.attnum), 0)
-		FROM pg_attribute sa WHERE sa.attrelid = ` + class + `.oid AND sa.attnum > 0), 0)`
+	return columnsDigestSQL(class, "true")
 }
 
-// tableState is a table's storage and columns stamp, as the catalog gave
-// them (see store.Relation.FileNode and ColumnsStamp; zero when unknown).
+// keyStampSQL returns the SQL of the stamp of the replica identity columns
+// of the table whose pg_class row is class (an alias), as stampSQL's.
+func keyStampSQL(class string) string {
+	return columnsDigestSQL(class, `CASE `+class+`.relreplident
+		WHEN 'f' THEN NOT sa.attisdropped
+		WHEN 'd' THEN sa.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = `+class+`.oid AND i.indisprimary)
+		WHEN 'i' THEN sa.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = `+class+`.oid AND i.indisreplident)
+		ELSE false END`)
+}
+
+// columnsDigestSQL returns the SQL of a 64-bit digest of the number and the
+// xmin of the pg_attribute rows of the table whose pg_class row is class
+// for which the condition on sa holds (0 for none).
+func columnsDigestSQL(class, condition string) string {
+	return `coalesce((SELECT hashtextextended(string_agg(sa.attnum::text || ':' || sa.xmin::text, ',' ORDER BY sa.attnum), 0)
+		FROM pg_attribute sa WHERE sa.attrelid = ` + class + `.oid AND sa.attnum > 0 AND ` + condition + `), 0)`
+}
+
+// tableState is a table's storage, columns stamp and key stamp, as the
+// catalog gave them (see store.Relation.FileNode, ColumnsStamp and
+// KeyStamp; zero when unknown).
 type tableState struct {
 	fileNode uint32
 	stamp    int64
+	keyStamp int64
 }
 
-// stateOf returns the storage and stamp schema version rel recorded.
+// stateOf returns the storage and stamps schema version rel recorded.
 func stateOf(rel *store.Relation) tableState {
-	return tableState{fileNode: rel.FileNode, stamp: rel.ColumnsStamp}
+	return tableState{fileNode: rel.FileNode, stamp: rel.ColumnsStamp, keyStamp: rel.KeyStamp}
+}
+
+// keysRewritten reports whether a rewrite of the table from was to rel
+// (rewritten) may have changed the values of its replica identity's
+// columns: their stamp changed, or is not known.
+func keysRewritten(was tableState, rel *store.Relation) bool {
+	return was.keyStamp == 0 || rel.KeyStamp == 0 || was.keyStamp != rel.KeyStamp
 }
 
 // rewritten reports whether rel, the table's schema version read from the
@@ -123,7 +149,7 @@ func (st *stream) noteTruncate(rel *store.Relation) error {
 		return err
 	}
 	if facts.describe(rel.Columns) && (was.stamp == 0 || facts.stamp == was.stamp) {
-		st.noted[oid] = tableState{fileNode: facts.fileNode, stamp: facts.stamp}
+		st.noted[oid] = tableState{fileNode: facts.fileNode, stamp: facts.stamp, keyStamp: facts.keyStamp}
 	}
 	return nil
 }

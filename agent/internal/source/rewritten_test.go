@@ -1,7 +1,6 @@
 package source
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -70,11 +69,13 @@ func TestColumnAddedAfterATruncateIsNoRewrite(t *testing.T) {
 }
 
 // TestValueChangingRewriteIsCopied checks which rewrites of a table, which
-// PostgreSQL sends no change for, ask for its rows to be copied again: a
-// type change with USING does, to another type or to the same one, of a
-// table or of a partitioned one; VACUUM FULL and CLUSTER do not, nor does a
-// column renamed or added (with a constant default) after one, once
-// capture has seen the table's new storage.
+// PostgreSQL sends no change for, ask for its rows to be copied again, and
+// from a truncate when the keys may have changed: a type change with USING
+// does, to another type or to the same one, of a table or of a partitioned
+// one, and a column added to a partitioned table with a volatile default;
+// VACUUM FULL and CLUSTER do not, nor does a column renamed or added
+// (with a constant default) after one, once capture has seen the table's
+// new storage.
 func TestValueChangingRewriteIsCopied(t *testing.T) {
 	const partitioned = `CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL, note text) PARTITION BY RANGE (id);
 		CREATE TABLE items_low PARTITION OF items FOR VALUES FROM (MINVALUE) TO (50);
@@ -82,21 +83,24 @@ func TestValueChangingRewriteIsCopied(t *testing.T) {
 	// seen waits until capture has seen the table's new storage.
 	const seen = "(seen)"
 	for _, c := range []struct {
-		name   string
-		table  string
-		steps  []string
-		copied bool
+		name  string
+		table string
+		steps []string
+		// reason is the copy's, none for no copy.
+		reason string
 	}{
-		{"a type changed with USING", itemsTable, []string{`ALTER TABLE items ALTER COLUMN v TYPE numeric USING v * 2`}, true},
-		{"the same type with USING", itemsTable, []string{`ALTER TABLE items ALTER COLUMN v TYPE int8 USING v * 2`}, true},
-		{"a text rewritten in place", itemsTable, []string{`ALTER TABLE items ALTER COLUMN note TYPE text USING upper(note)`}, true},
-		{"a partitioned table's type changed with USING", partitioned, []string{`ALTER TABLE items ALTER COLUMN v TYPE numeric USING v * 2`}, true},
-		{"a partitioned table's type kept with USING", partitioned, []string{`ALTER TABLE items ALTER COLUMN v TYPE int8 USING v * 2`}, true},
-		{"VACUUM FULL", itemsTable, []string{`VACUUM FULL items`, seen}, false},
-		{"CLUSTER", itemsTable, []string{`CLUSTER items USING items_pkey`, seen}, false},
-		{"a partitioned table's VACUUM FULL", partitioned, []string{`VACUUM FULL items`, seen}, false},
-		{"VACUUM FULL, then a column renamed", itemsTable, []string{`VACUUM FULL items`, seen, `ALTER TABLE items RENAME COLUMN note TO remark`}, false},
-		{"VACUUM FULL, then a column added", itemsTable, []string{`VACUUM FULL items`, seen, `ALTER TABLE items ADD COLUMN c int DEFAULT 7`}, false},
+		{"a type changed with USING", itemsTable, []string{`ALTER TABLE items ALTER COLUMN v TYPE numeric USING v * 2`}, ReasonRewritten},
+		{"the same type with USING", itemsTable, []string{`ALTER TABLE items ALTER COLUMN v TYPE int8 USING v * 2`}, ReasonRewritten},
+		{"a text rewritten in place", itemsTable, []string{`ALTER TABLE items ALTER COLUMN note TYPE text USING upper(note)`}, ReasonRewritten},
+		{"the keys rewritten", itemsTable, []string{`ALTER TABLE items ALTER COLUMN id TYPE int8 USING id + 1000`}, ReasonKeysRewritten},
+		{"a partitioned table's type changed with USING", partitioned, []string{`ALTER TABLE items ALTER COLUMN v TYPE numeric USING v * 2`}, ReasonRewritten},
+		{"a partitioned table's type kept with USING", partitioned, []string{`ALTER TABLE items ALTER COLUMN v TYPE int8 USING v * 2`}, ReasonRewritten},
+		{"a partitioned table's column added with a volatile default", partitioned, []string{`ALTER TABLE items ADD COLUMN r int8 DEFAULT (random() * 1000)::int8`}, ReasonRewritten},
+		{"VACUUM FULL", itemsTable, []string{`VACUUM FULL items`, seen}, ""},
+		{"CLUSTER", itemsTable, []string{`CLUSTER items USING items_pkey`, seen}, ""},
+		{"a partitioned table's VACUUM FULL", partitioned, []string{`VACUUM FULL items`, seen}, ""},
+		{"VACUUM FULL, then a column renamed", itemsTable, []string{`VACUUM FULL items`, seen, `ALTER TABLE items RENAME COLUMN note TO remark`}, ""},
+		{"VACUUM FULL, then a column added", itemsTable, []string{`VACUUM FULL items`, seen, `ALTER TABLE items ADD COLUMN c int DEFAULT 7`}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t)
@@ -104,7 +108,7 @@ func TestValueChangingRewriteIsCopied(t *testing.T) {
 			h.exec(c.table, `INSERT INTO items SELECT g, g, 'n' FROM generate_series(1, 100) g`)
 			h.cfg.Tables = []Table{{"public", "items"}}
 			h.cfg.WatchInterval = 100 * time.Millisecond
-			h.recordBackfills()
+			calls := h.recordBackfills()
 			h.start()
 			h.waitStreaming()
 			h.waitXid(h.xid(`INSERT INTO items VALUES (1000, 1, 'x')`))
@@ -115,24 +119,19 @@ func TestValueChangingRewriteIsCopied(t *testing.T) {
 				}
 				h.exec(s)
 			}
-			asked := func(r *store.Reader) bool {
-				ids, err := r.TableIdentities()
-				return err == nil && len(ids) == 1 && ids[0].Current().BackfillRequest > 0
-			}
-			if c.copied {
-				h.waitFor("a copy asked for", asked)
+			if c.reason != "" {
+				if got := h.waitBackfill(calls); got.reason != c.reason {
+					t.Fatalf("a copy asked for with reason %q, want %q", got.reason, c.reason)
+				}
 				return
 			}
 			// A change after the steps: the stream has acted on
 			// what the watcher saw of them.
 			h.waitXid(h.xid(`INSERT INTO items (id, v) VALUES (1001, 1)`))
-			if err := h.db.View(func(r *store.Reader) error {
-				if asked(r) {
-					return fmt.Errorf("a copy was asked for")
-				}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
+			select {
+			case got := <-calls:
+				t.Fatalf("a copy was asked for (%s)", got.reason)
+			default:
 			}
 		})
 	}
@@ -158,20 +157,28 @@ func TestRewritten(t *testing.T) {
 		rel  *store.Relation
 		want bool
 	}{
-		{"same storage, new stamp (a rename)", tableState{10, 1}, with(renamed, 10, 2), false},
-		{"new storage, same stamp (VACUUM FULL)", tableState{10, 1}, with(prev, 11, 1), false},
-		{"new storage, new stamp, same shape (USING)", tableState{10, 1}, with(prev, 11, 2), true},
-		{"new storage, new stamp, a rename", tableState{10, 1}, with(renamed, 11, 2), true},
-		{"new storage, stamps unknown, a type changed", tableState{10, 0}, with(retyped, 11, 2), true},
-		{"new storage, stamps unknown, a rename", tableState{10, 0}, with(renamed, 11, 0), false},
-		{"storage unknown", tableState{0, 1}, with(retyped, 11, 2), false},
-		{"another table", tableState{10, 1}, &store.Relation{Key: store.RelationKey{OID: 8}, FileNode: 11, ColumnsStamp: 2}, false},
+		{"same storage, new stamp (a rename)", tableState{fileNode: 10, stamp: 1}, with(renamed, 10, 2), false},
+		{"new storage, same stamp (VACUUM FULL)", tableState{fileNode: 10, stamp: 1}, with(prev, 11, 1), false},
+		{"new storage, new stamp, same shape (USING)", tableState{fileNode: 10, stamp: 1}, with(prev, 11, 2), true},
+		{"new storage, new stamp, a rename", tableState{fileNode: 10, stamp: 1}, with(renamed, 11, 2), true},
+		{"new storage, stamps unknown, a type changed", tableState{fileNode: 10, stamp: 0}, with(retyped, 11, 2), true},
+		{"new storage, stamps unknown, a rename", tableState{fileNode: 10, stamp: 0}, with(renamed, 11, 0), false},
+		{"storage unknown", tableState{fileNode: 0, stamp: 1}, with(retyped, 11, 2), false},
+		{"another table", tableState{fileNode: 10, stamp: 1}, &store.Relation{Key: store.RelationKey{OID: 8}, FileNode: 11, ColumnsStamp: 2}, false},
 	} {
 		if got := rewritten(prev, c.was, c.rel); got != c.want {
 			t.Errorf("%s: rewritten = %v, want %v", c.name, got, c.want)
 		}
 	}
-	if rewritten(nil, tableState{10, 1}, with(prev, 11, 2)) {
+	if rewritten(nil, tableState{fileNode: 10, stamp: 1}, with(prev, 11, 2)) {
 		t.Error("a first version is taken for a rewrite")
+	}
+	for _, c := range []struct {
+		was, now int64
+		want     bool
+	}{{3, 3, false}, {3, 4, true}, {0, 3, true}, {3, 0, true}} {
+		if got := keysRewritten(tableState{keyStamp: c.was}, &store.Relation{KeyStamp: c.now}); got != c.want {
+			t.Errorf("keysRewritten from key stamp %d to %d = %v, want %v", c.was, c.now, got, c.want)
+		}
 	}
 }

@@ -49,9 +49,9 @@ func catalogQuery(oid uint32) string {
 		         ELSE false END,
 		       a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
 		       a.attndims, a.attnum, t.storage,
-		       CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END, t.stamp
+		       CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END, t.stamp, t.keystamp
 		FROM pg_class c
-		CROSS JOIN LATERAL (SELECT ` + storageSQL("c") + ` AS storage, ` + stampSQL("c") + ` AS stamp) t
+		CROSS JOIN LATERAL (SELECT ` + storageSQL("c") + ` AS storage, ` + stampSQL("c") + ` AS stamp, ` + keyStampSQL("c") + ` AS keystamp) t
 		JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 		WHERE c.oid = ` + strconv.FormatUint(uint64(oid), 10) + `
@@ -79,8 +79,8 @@ func sameCatalogRows(a, b [][][]byte) bool {
 func relationFromRows(ctx context.Context, conn *pgx.Conn, rows [][][]byte, oid uint32, table string, at store.LSN, known func(uint32) bool) (*store.Relation, error) {
 	rel := &store.Relation{Key: store.RelationKey{OID: oid, LSN: at}, Table: table}
 	for _, row := range rows {
-		if len(row) != 13 {
-			return nil, fmt.Errorf("describe %s: catalog row of %d values, want 13", table, len(row))
+		if len(row) != 14 {
+			return nil, fmt.Errorf("describe %s: catalog row of %d values, want 14", table, len(row))
 		}
 		col := store.Column{Name: string(row[3]), Key: string(row[6]) == "t", PrimaryKey: string(row[7]) == "t"}
 		typ, err := strconv.ParseUint(string(row[4]), 10, 32)
@@ -107,11 +107,16 @@ func relationFromRows(ctx context.Context, conn *pgx.Conn, rows [][][]byte, oid 
 		if err != nil {
 			return nil, fmt.Errorf("describe %s: columns stamp: %w", table, err)
 		}
+		keyStamp, err := strconv.ParseInt(string(row[13]), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("describe %s: key stamp: %w", table, err)
+		}
 		col.TypeOID, col.TypeMod, col.Dims, col.AttNum = uint32(typ), int32(mod), int(dims), int(num)
 		if row[11] != nil {
 			col.HasMissing, col.Missing = true, string(row[11])
 		}
-		rel.Schema, rel.Name, rel.FileNode, rel.ColumnsStamp = string(row[0]), string(row[1]), uint32(node), stamp
+		rel.Schema, rel.Name, rel.FileNode = string(row[0]), string(row[1]), uint32(node)
+		rel.ColumnsStamp, rel.KeyStamp = stamp, keyStamp
 		if len(row[2]) > 0 {
 			rel.ReplicaIdentity = row[2][0]
 		}

@@ -516,7 +516,7 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 		rel.Columns[i] = store.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 == 1}
 	}
 	facts.apply(rel.Columns, st.inStream)
-	rel.FileNode, rel.ColumnsStamp = facts.fileNode, facts.stamp
+	rel.FileNode, rel.ColumnsStamp, rel.KeyStamp = facts.fileNode, facts.stamp, facts.keyStamp
 	if cur, had := st.rels[m.RelationID]; had && len(facts.cols) == 0 {
 		// The table is gone from the catalog (dropped since the
 		// message was written): its columns are as they were.
@@ -550,7 +550,8 @@ func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 		}
 	}
 	prev := cmp.Or(newest, curRel(cur))
-	rewrite := rewritten(prev, st.baseline(prev), rel)
+	was := st.baseline(prev)
+	rewrite := rewritten(prev, was, rel)
 	if prev != nil && prev.SameShape(rel) && !rewrite {
 		st.notice(prev, rel)
 		if newest != nil {
@@ -583,8 +584,12 @@ func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 		// PostgreSQL sends no change for the rows it rewrote: the
 		// table's rows are copied again (the catalog watcher asks).
 		st.s.log.Info("table rewritten by a schema change; its rows are copied again", "table", rel.TableName(),
-			"version_lsn", key.String())
-		gen = &newGeneration{table: rel.TableName(), oid: oid, backfill: ReasonRewritten}
+			"version_lsn", key.String(), "keys_rewritten", keysRewritten(was, rel))
+		reason := ReasonRewritten
+		if keysRewritten(was, rel) {
+			reason = ReasonKeysRewritten
+		}
+		gen = &newGeneration{table: rel.TableName(), oid: oid, backfill: reason}
 	}
 	return st.s.writer.send(writeOp{kind: opRelation, rel: rel, gen: gen})
 }
@@ -618,7 +623,7 @@ func keepFacts(rel, prev *store.Relation) {
 			}
 		}
 	}
-	rel.FileNode, rel.ColumnsStamp = prev.FileNode, prev.ColumnsStamp
+	rel.FileNode, rel.ColumnsStamp, rel.KeyStamp = prev.FileNode, prev.ColumnsStamp, prev.KeyStamp
 }
 
 // catalogColumn is what the catalog says of a column beyond what a
@@ -638,12 +643,13 @@ type catalogColumn struct {
 type columnFacts struct {
 	cols   []catalogColumn
 	byName map[string]int
-	// fileNode is the table's storage (storageSQL), stamp its columns
-	// stamp (stampSQL), and natts its relnatts: the highest attnum, of
+	// fileNode is the table's storage (storageSQL), stamp and keyStamp
+	// the stamps of its columns and of its replica identity's (stampSQL,
+	// keyStampSQL), and natts its relnatts: the highest attnum, of
 	// dropped columns too.
-	fileNode uint32
-	stamp    int64
-	natts    int
+	fileNode        uint32
+	stamp, keyStamp int64
+	natts           int
 }
 
 // apply sets on cols, a Relation message's columns, what the catalog says
@@ -721,7 +727,7 @@ func (st *stream) columnFacts(oid uint32) (columnFacts, error) {
 		return columnFacts{}, fmt.Errorf("read the columns of table %d: %w", oid, err)
 	}
 	var storage int64
-	if err := st.sql.QueryRow(ctx, `SELECT `+storageSQL("c")+`, c.relnatts, `+stampSQL("c")+` FROM pg_class c WHERE c.oid = $1`, oid).Scan(&storage, &f.natts, &f.stamp); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if err := st.sql.QueryRow(ctx, `SELECT `+storageSQL("c")+`, c.relnatts, `+stampSQL("c")+`, `+keyStampSQL("c")+` FROM pg_class c WHERE c.oid = $1`, oid).Scan(&storage, &f.natts, &f.stamp, &f.keyStamp); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return columnFacts{}, fmt.Errorf("read the storage of table %d: %w", oid, err)
 	}
 	f.fileNode = uint32(storage)

@@ -53,6 +53,7 @@ type messageRelation struct {
 	Columns         []messageColumn `json:"columns"`
 	FileNode        uint32          `json:"filenode,omitempty"`
 	ColumnsStamp    int64           `json:"stamp,omitempty"`
+	KeyStamp        int64           `json:"key_stamp,omitempty"`
 }
 
 type messageColumn struct {
@@ -70,7 +71,7 @@ type messageColumn struct {
 
 func toMessageRelation(r *store.Relation) *messageRelation {
 	m := &messageRelation{Schema: r.Schema, Name: r.Name, ReplicaIdentity: string(r.ReplicaIdentity), Columns: make([]messageColumn, len(r.Columns)),
-		FileNode: r.FileNode, ColumnsStamp: r.ColumnsStamp}
+		FileNode: r.FileNode, ColumnsStamp: r.ColumnsStamp, KeyStamp: r.KeyStamp}
 	for i, c := range r.Columns {
 		m.Columns[i] = messageColumn{Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod, Key: c.Key, PrimaryKey: c.PrimaryKey, Dims: c.Dims,
 			AttNum: c.AttNum}
@@ -89,7 +90,7 @@ func (m *messageRelation) relation(oid uint32, table string) (*store.Relation, e
 	}
 	r := &store.Relation{Key: store.RelationKey{OID: oid}, Schema: m.Schema, Name: m.Name, Table: table,
 		ReplicaIdentity: m.ReplicaIdentity[0], Columns: make([]store.Column, len(m.Columns)), FileNode: m.FileNode,
-		ColumnsStamp: m.ColumnsStamp}
+		ColumnsStamp: m.ColumnsStamp, KeyStamp: m.KeyStamp}
 	for i, c := range m.Columns {
 		r.Columns[i] = store.Column{Name: c.Name, TypeOID: c.TypeOID, TypeMod: c.TypeMod, Key: c.Key, PrimaryKey: c.PrimaryKey, Dims: c.Dims,
 			AttNum: c.AttNum}
