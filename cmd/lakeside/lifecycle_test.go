@@ -28,6 +28,8 @@ const lifecycleTables = `
 	CREATE TABLE col_type (id int4 PRIMARY KEY, a int4);
 	CREATE TABLE col_using (id int4 PRIMARY KEY, c text);
 	CREATE TABLE col_same (id int4 PRIMARY KEY, c text);
+	CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+	CREATE TABLE enum_renamed (id int4 PRIMARY KEY, m mood);
 	CREATE TABLE col_rename (id int4 PRIMARY KEY, c text);
 	CREATE TABLE new_key (id int4 PRIMARY KEY, code text NOT NULL, v int4);
 	CREATE TABLE renamed (id int4 PRIMARY KEY, v text);
@@ -46,6 +48,7 @@ const lifecycleTables = `
 	INSERT INTO key_using SELECT g, 'v' || g FROM generate_series(1, 200) g;
 	INSERT INTO col_type SELECT g, g FROM generate_series(1, 200) g;
 	INSERT INTO col_using SELECT g, repeat('x', g % 17) FROM generate_series(1, 200) g;
+	INSERT INTO enum_renamed SELECT g, (ARRAY['sad', 'ok', 'happy'])[1 + g % 3]::mood FROM generate_series(1, 200) g;
 	INSERT INTO col_same SELECT g, 's' || g FROM generate_series(1, 200) g;
 	INSERT INTO col_rename SELECT g, 'c' || g FROM generate_series(1, 200) g;
 	INSERT INTO new_key SELECT g, 'k' || g, g FROM generate_series(1, 200) g;
@@ -60,7 +63,7 @@ const lifecycleTables = `
 // column by column under the names and types it has now, and the other
 // table kept flowing.
 func TestDatabaseLifecycle(t *testing.T) {
-	tables := []string{"public.add_default", "public.add_volatile", "public.key_type", "public.key_using", "public.col_type", "public.col_using", "public.col_same", "public.col_rename",
+	tables := []string{"public.add_default", "public.add_volatile", "public.key_type", "public.key_using", "public.col_type", "public.col_using", "public.col_same", "public.enum_renamed", "public.col_rename",
 		"public.new_key", "public.renamed", "public.recreated", "public.no_key", "public.parted", "public.steady"}
 	e := newE2E(t, tables)
 	e.exec(lifecycleTables, `INSERT INTO steady VALUES (1, 0)`)
@@ -135,6 +138,9 @@ func TestDatabaseLifecycle(t *testing.T) {
 		{"values rewritten, type kept", []string{
 			`ALTER TABLE col_same ALTER COLUMN c TYPE text USING upper(c)`},
 			"col_same", `SELECT id, c FROM col_same`, []string{"id", "c"}},
+		{"enum value renamed", []string{
+			`ALTER TYPE mood RENAME VALUE 'ok' TO 'fine'`},
+			"enum_renamed", `SELECT id, m::text FROM enum_renamed`, []string{"id", "m"}},
 		{"column renamed", []string{
 			`ALTER TABLE col_rename RENAME COLUMN c TO c2`,
 			`UPDATE col_rename SET c2 = 'u' WHERE id = 1`},

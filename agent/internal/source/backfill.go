@@ -292,11 +292,12 @@ func (s *Source) Resync(ctx context.Context, table, reason string) error {
 
 // askBackfill is the default Config.Backfill: it records the copy of the
 // PostgreSQL table oid as the table captured as table, whose truncate the
-// caller queued (for ReasonKeysRewritten, the copy's own), and returns once
-// the copy is recorded.
+// caller queued (for ReasonKeysRewritten and ReasonEnumRenamed, the copy's
+// own), and returns once the copy is recorded.
 func (s *Source) askBackfill(ctx context.Context, table string, oid uint32, reason string) error {
+	truncate := reason == ReasonKeysRewritten || reason == ReasonEnumRenamed
 	return s.request(ctx, resyncRequest{table: table, oid: oid, reason: reason,
-		truncate: reason == ReasonKeysRewritten, restart: reason == ReasonRewritten || reason == ReasonKeysRewritten})
+		truncate: truncate, restart: truncate || reason == ReasonRewritten})
 }
 
 // request hands req to the running backfiller and waits for its answer.

@@ -114,6 +114,13 @@ const (
 	ReasonKeysRewritten = "keys rewritten"
 )
 
+// ReasonEnumRenamed is the reason of the copy of a table with a column
+// whose values hold an enum type one of whose values was renamed: the
+// rows print the new name, and PostgreSQL sent no change for them. The
+// copy starts with a truncate, over a copy under way (the value may be in
+// a key).
+const ReasonEnumRenamed = "enum value renamed"
+
 // ReasonPartitionAttached and ReasonPartitionDetached are the reasons of
 // the copy of a partitioned table a partition was attached to with rows,
 // or detached or dropped from: PostgreSQL sent no change for the

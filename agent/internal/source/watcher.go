@@ -61,6 +61,10 @@ type watched struct {
 	// oid), sorted.
 	leaves   []uint32
 	leavesOf uint32
+	// enums are the labels of the enum types whose values the table holds
+	// (enumLabelsSQL), as the last look at enumsOf found them.
+	enums   []string
+	enumsOf uint32
 }
 
 // watch runs the catalog watcher until ctx ends; leaves are the captured
@@ -149,14 +153,16 @@ func (w *watcher) tick(ctx context.Context) error {
 // configured name finds (0 for none), whether its OID exists and under
 // what name, a description of its columns (pg_attribute: number, name,
 // type, type modifier, dropped, missing value, generated), primary key,
-// replica identity, storage and columns stamp (rewrite.go), and the OIDs of
-// its leaf partitions (none for a table that is not partitioned), sorted.
+// replica identity, storage and columns stamp (rewrite.go), the OIDs of
+// its leaf partitions (none for a table that is not partitioned), sorted,
+// and the labels of the enum types its values hold (enums.go).
 type look struct {
 	nameOID uint32
 	exists  bool
 	name    Table
 	desc    string
 	leaves  []uint32
+	enums   []string
 }
 
 func (w *watcher) look(ctx context.Context, schemas, names []string, oids []int64) ([]look, error) {
@@ -171,7 +177,7 @@ func (w *watcher) look(ctx context.Context, schemas, names []string, oids []int6
 		       coalesce((SELECT i.indkey::text FROM pg_index i WHERE i.indrelid = r.oid AND i.indisprimary), '') || '|' ||
 		       coalesce((SELECT string_agg(i.indkey::text, ';') FROM pg_index i WHERE i.indrelid = r.oid AND i.indisreplident), '') || '|' ||
 		       coalesce(`+storageSQL("r")+`, 0) || '|' || coalesce(`+stampSQL("r")+`, 0),
-		       `+leavesSQL("r.oid")+`
+		       `+leavesSQL("r.oid")+`, `+enumLabelsSQL("r")+`
 		FROM unnest($1::text[], $2::text[], $3::int8[]) WITH ORDINALITY AS t(schema, name, oid, i)
 		LEFT JOIN pg_class r ON r.oid = t.oid::oid
 		LEFT JOIN pg_namespace rn ON rn.oid = r.relnamespace
@@ -184,7 +190,7 @@ func (w *watcher) look(ctx context.Context, schemas, names []string, oids []int6
 		var l look
 		var nameOID int64
 		var leaves []int64
-		if err := rows.Scan(&nameOID, &l.exists, &l.name.Schema, &l.name.Name, &l.desc, &leaves); err != nil {
+		if err := rows.Scan(&nameOID, &l.exists, &l.name.Schema, &l.name.Name, &l.desc, &leaves, &l.enums); err != nil {
 			return nil, fmt.Errorf("look at the captured tables: %w", err)
 		}
 		l.leaves = toOIDs(leaves)
@@ -224,6 +230,9 @@ func (w *watcher) check(ctx context.Context, t *watched, l look) error {
 			})
 		}
 		if err := w.partitions(ctx, t, l.leaves); err != nil {
+			return err
+		}
+		if err := w.enums(ctx, t, l.enums); err != nil {
 			return err
 		}
 		if t.seenOID == t.oid && t.seen == l.desc {
