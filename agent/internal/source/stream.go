@@ -574,7 +574,7 @@ func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 		key = cur.rel.Key.LSN + 1
 	}
 	rel.Key.LSN = key
-	if had || newest != nil {
+	if (had || newest != nil) && (prev == nil || !prev.SameShape(rel)) {
 		st.s.log.Info("table schema changed", "table", rel.QualifiedName(), "columns", len(rel.Columns), "version_lsn", key.String())
 	}
 	st.rels[oid] = newRelationDecoder(st.types, rel)
