@@ -63,10 +63,8 @@ func (w *watcher) enums(ctx context.Context, t *watched, labels []string) error 
 			w.s.noteTable(t.identity, func(s *TableStatus) {
 				s.Event, s.EventTime = fmt.Sprintf("enum value %q renamed to %q; copied again", old, renamed), time.Now()
 			})
-			if w.s.cfg.Backfill == nil {
-				w.s.log.Warn("the rows of a captured table must be copied, but no backfill is configured", "table", t.identity, "oid", t.oid, "reason", ReasonEnumRenamed)
-			} else if err := w.s.cfg.Backfill(ctx, t.identity, t.oid, ReasonEnumRenamed); err != nil {
-				return fmt.Errorf("ask for the backfill of %s (OID %d): %w", t.identity, t.oid, err)
+			if _, err := w.askCopy(ctx, t.identity, t.oid, ReasonEnumRenamed); err != nil {
+				return err
 			}
 		}
 	}

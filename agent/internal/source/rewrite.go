@@ -1,7 +1,9 @@
 package source
 
 import (
+	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/lakeside/lakeside/store"
 )
@@ -42,11 +44,24 @@ func stampSQL(class string) string {
 // keyStampSQL returns the SQL of the stamp of the replica identity columns
 // of the table whose pg_class row is class (an alias), as stampSQL's.
 func keyStampSQL(class string) string {
-	return columnsDigestSQL(class, `CASE `+class+`.relreplident
-		WHEN 'f' THEN NOT sa.attisdropped
-		WHEN 'd' THEN sa.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = `+class+`.oid AND i.indisprimary)
-		WHEN 'i' THEN sa.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = `+class+`.oid AND i.indisreplident)
-		ELSE false END`)
+	return columnsDigestSQL(class, "NOT sa.attisdropped AND "+replicaIdentitySQL(class, "sa"))
+}
+
+// replicaIdentitySQL returns the SQL that tells whether the live column
+// attr (a pg_attribute alias) of the table whose pg_class row is class is
+// in its replica identity: every column under REPLICA IDENTITY FULL.
+func replicaIdentitySQL(class, attr string) string {
+	return `CASE ` + class + `.relreplident
+		WHEN 'f' THEN true
+		WHEN 'd' THEN ` + attr + `.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = ` + class + `.oid AND i.indisprimary)
+		WHEN 'i' THEN ` + attr + `.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = ` + class + `.oid AND i.indisreplident)
+		ELSE false END`
+}
+
+// tableStateSQL returns the SQL of the three columns a tableState is read
+// from (scanTableState), for the table whose pg_class row is class.
+func tableStateSQL(class string) string {
+	return storageSQL(class) + ", " + stampSQL(class) + ", " + keyStampSQL(class)
 }
 
 // columnsDigestSQL returns the SQL of a 64-bit digest of the number and the
@@ -69,6 +84,27 @@ type tableState struct {
 // stateOf returns the storage and stamps schema version rel recorded.
 func stateOf(rel *store.Relation) tableState {
 	return tableState{fileNode: rel.FileNode, stamp: rel.ColumnsStamp, keyStamp: rel.KeyStamp}
+}
+
+// setOn records s in schema version rel.
+func (s tableState) setOn(rel *store.Relation) {
+	rel.FileNode, rel.ColumnsStamp, rel.KeyStamp = s.fileNode, s.stamp, s.keyStamp
+}
+
+// parseTableState reads the text of tableStateSQL's three columns.
+func parseTableState(storage, stamp, keyStamp []byte) (tableState, error) {
+	node, err := strconv.ParseUint(string(storage), 10, 32)
+	if err != nil {
+		return tableState{}, fmt.Errorf("storage: %w", err)
+	}
+	s := tableState{fileNode: uint32(node)}
+	if s.stamp, err = strconv.ParseInt(string(stamp), 10, 64); err != nil {
+		return tableState{}, fmt.Errorf("columns stamp: %w", err)
+	}
+	if s.keyStamp, err = strconv.ParseInt(string(keyStamp), 10, 64); err != nil {
+		return tableState{}, fmt.Errorf("key stamp: %w", err)
+	}
+	return s, nil
 }
 
 // keysRewritten reports whether a rewrite of the table from was to rel
@@ -118,11 +154,11 @@ func (st *stream) baseline(prev *store.Relation) tableState {
 }
 
 // notice notes the storage and stamp of rel, a schema version read from
-// the catalog now with the shape of prev, the table's newest, when they
-// are known and no rewrite (rewritten) came between: the next versions are
-// compared with them.
-func (st *stream) notice(prev, rel *store.Relation) {
-	if now := stateOf(rel); now.fileNode != 0 && now.stamp != 0 && now != st.baseline(prev) {
+// the catalog now with the shape of the table's newest, when they are
+// known and differ from was, the baseline, with no rewrite (rewritten)
+// between: the next versions are compared with them.
+func (st *stream) notice(was tableState, rel *store.Relation) {
+	if now := stateOf(rel); now.fileNode != 0 && now.stamp != 0 && now != was {
 		st.noted[rel.Key.OID] = now
 		st.s.log.Debug("a captured table has new storage that holds the values it had (VACUUM FULL, CLUSTER, TRUNCATE) or a column changed in place; nothing to copy",
 			"table", rel.TableName())
@@ -148,8 +184,8 @@ func (st *stream) noteTruncate(rel *store.Relation) error {
 	if err != nil {
 		return err
 	}
-	if facts.describe(rel.Columns) && (was.stamp == 0 || facts.stamp == was.stamp) {
-		st.noted[oid] = tableState{fileNode: facts.fileNode, stamp: facts.stamp, keyStamp: facts.keyStamp}
+	if facts.describe(rel.Columns) && (was.stamp == 0 || facts.state.stamp == was.stamp) {
+		st.noted[oid] = facts.state
 	}
 	return nil
 }

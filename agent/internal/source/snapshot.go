@@ -42,16 +42,12 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, oid uint32, table 
 // a list of statements sent at once (backfill.go).
 func catalogQuery(oid uint32) string {
 	return `SELECT n.nspname, c.relname, c.relreplident::text, a.attname, a.atttypid, a.atttypmod,
-		       CASE c.relreplident
-		         WHEN 'f' THEN true
-		         WHEN 'd' THEN a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
-		         WHEN 'i' THEN a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident)
-		         ELSE false END,
+		       ` + replicaIdentitySQL("c", "a") + `,
 		       a.attnum = ANY (SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
 		       a.attndims, a.attnum, t.storage,
 		       CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END, t.stamp, t.keystamp
 		FROM pg_class c
-		CROSS JOIN LATERAL (SELECT ` + storageSQL("c") + ` AS storage, ` + stampSQL("c") + ` AS stamp, ` + keyStampSQL("c") + ` AS keystamp) t
+		CROSS JOIN LATERAL (SELECT ` + tableStateSQL("c") + `) t(storage, stamp, keystamp)
 		JOIN pg_namespace n ON n.oid = c.relnamespace
 		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 		WHERE c.oid = ` + strconv.FormatUint(uint64(oid), 10) + `
@@ -99,24 +95,16 @@ func relationFromRows(ctx context.Context, conn *pgx.Conn, rows [][][]byte, oid 
 		if err != nil {
 			return nil, fmt.Errorf("describe %s: number of %s: %w", table, col.Name, err)
 		}
-		node, err := strconv.ParseUint(string(row[10]), 10, 32)
+		state, err := parseTableState(row[10], row[12], row[13])
 		if err != nil {
-			return nil, fmt.Errorf("describe %s: storage: %w", table, err)
-		}
-		stamp, err := strconv.ParseInt(string(row[12]), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("describe %s: columns stamp: %w", table, err)
-		}
-		keyStamp, err := strconv.ParseInt(string(row[13]), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("describe %s: key stamp: %w", table, err)
+			return nil, fmt.Errorf("describe %s: %w", table, err)
 		}
 		col.TypeOID, col.TypeMod, col.Dims, col.AttNum = uint32(typ), int32(mod), int(dims), int(num)
 		if row[11] != nil {
 			col.HasMissing, col.Missing = true, string(row[11])
 		}
-		rel.Schema, rel.Name, rel.FileNode = string(row[0]), string(row[1]), uint32(node)
-		rel.ColumnsStamp, rel.KeyStamp = stamp, keyStamp
+		rel.Schema, rel.Name = string(row[0]), string(row[1])
+		state.setOn(rel)
 		if len(row[2]) > 0 {
 			rel.ReplicaIdentity = row[2][0]
 		}

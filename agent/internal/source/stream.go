@@ -516,7 +516,7 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 		rel.Columns[i] = store.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 == 1}
 	}
 	facts.apply(rel.Columns, st.inStream)
-	rel.FileNode, rel.ColumnsStamp, rel.KeyStamp = facts.fileNode, facts.stamp, facts.keyStamp
+	facts.state.setOn(rel)
 	if cur, had := st.rels[m.RelationID]; had && len(facts.cols) == 0 {
 		// The table is gone from the catalog (dropped since the
 		// message was written): its columns are as they were.
@@ -542,29 +542,22 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 	oid := rel.Key.OID
 	cur, had := st.rels[oid]
-	var newest *store.Relation
-	if !had || !cur.rel.SameShape(rel) {
-		var err error
-		if newest, err = st.newestVersion(oid); err != nil {
-			return err
-		}
+	newest, err := st.newestVersion(oid)
+	if err != nil {
+		return err
 	}
 	prev := cmp.Or(newest, curRel(cur))
+	if had && cur.rel.SameShape(rel) {
+		prev = cur.rel
+	}
 	was := st.baseline(prev)
 	rewrite := rewritten(prev, was, rel)
 	if prev != nil && prev.SameShape(rel) && !rewrite {
-		st.notice(prev, rel)
-		if newest != nil {
-			st.rels[oid] = newRelationDecoder(st.types, newest)
+		st.notice(was, rel)
+		if prev != curRel(cur) {
+			st.rels[oid] = newRelationDecoder(st.types, prev)
 		}
 		return nil
-	}
-	if newest == nil {
-		// (A rewrite keeping the shape: the key is above every version.)
-		var err error
-		if newest, err = st.newestVersion(oid); err != nil {
-			return err
-		}
 	}
 	key := max(at, st.received)
 	if newest != nil && key <= newest.Key.LSN {
@@ -574,7 +567,7 @@ func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 		key = cur.rel.Key.LSN + 1
 	}
 	rel.Key.LSN = key
-	if (had || newest != nil) && (prev == nil || !prev.SameShape(rel)) {
+	if prev != nil && !prev.SameShape(rel) {
 		st.s.log.Info("table schema changed", "table", rel.QualifiedName(), "columns", len(rel.Columns), "version_lsn", key.String())
 	}
 	st.rels[oid] = newRelationDecoder(st.types, rel)
@@ -583,10 +576,11 @@ func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 	if rewrite {
 		// PostgreSQL sends no change for the rows it rewrote: the
 		// table's rows are copied again (the catalog watcher asks).
+		keys := keysRewritten(was, rel)
 		st.s.log.Info("table rewritten by a schema change; its rows are copied again", "table", rel.TableName(),
-			"version_lsn", key.String(), "keys_rewritten", keysRewritten(was, rel))
+			"version_lsn", key.String(), "keys_rewritten", keys)
 		reason := ReasonRewritten
-		if keysRewritten(was, rel) {
+		if keys {
 			reason = ReasonKeysRewritten
 		}
 		gen = &newGeneration{table: rel.TableName(), oid: oid, backfill: reason}
@@ -623,7 +617,7 @@ func keepFacts(rel, prev *store.Relation) {
 			}
 		}
 	}
-	rel.FileNode, rel.ColumnsStamp, rel.KeyStamp = prev.FileNode, prev.ColumnsStamp, prev.KeyStamp
+	stateOf(prev).setOn(rel)
 }
 
 // catalogColumn is what the catalog says of a column beyond what a
@@ -643,13 +637,10 @@ type catalogColumn struct {
 type columnFacts struct {
 	cols   []catalogColumn
 	byName map[string]int
-	// fileNode is the table's storage (storageSQL), stamp and keyStamp
-	// the stamps of its columns and of its replica identity's (stampSQL,
-	// keyStampSQL), and natts its relnatts: the highest attnum, of
-	// dropped columns too.
-	fileNode        uint32
-	stamp, keyStamp int64
-	natts           int
+	// state is the table's storage and stamps (rewrite.go), and natts
+	// its relnatts: the highest attnum, of dropped columns too.
+	state tableState
+	natts int
 }
 
 // apply sets on cols, a Relation message's columns, what the catalog says
@@ -727,10 +718,10 @@ func (st *stream) columnFacts(oid uint32) (columnFacts, error) {
 		return columnFacts{}, fmt.Errorf("read the columns of table %d: %w", oid, err)
 	}
 	var storage int64
-	if err := st.sql.QueryRow(ctx, `SELECT `+storageSQL("c")+`, c.relnatts, `+stampSQL("c")+`, `+keyStampSQL("c")+` FROM pg_class c WHERE c.oid = $1`, oid).Scan(&storage, &f.natts, &f.stamp, &f.keyStamp); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if err := st.sql.QueryRow(ctx, `SELECT c.relnatts, `+tableStateSQL("c")+` FROM pg_class c WHERE c.oid = $1`, oid).Scan(&f.natts, &storage, &f.state.stamp, &f.state.keyStamp); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return columnFacts{}, fmt.Errorf("read the storage of table %d: %w", oid, err)
 	}
-	f.fileNode = uint32(storage)
+	f.state.fileNode = uint32(storage)
 	return f, nil
 }
 

@@ -588,13 +588,13 @@ func (w *watcher) backfills(ctx context.Context, ids []*store.TableIdentity) err
 				continue
 			}
 			if g.OID == cur.OID {
-				if w.s.cfg.Backfill == nil {
-					w.asked[key] = g.BackfillRequest // stays recorded as due
-					w.s.log.Warn("the rows of a captured table must be copied, but no backfill is configured", "table", id.Table, "oid", g.OID, "reason", g.Backfill)
-					continue
+				asked, err := w.askCopy(ctx, id.Table, g.OID, g.Backfill)
+				if err != nil {
+					return err
 				}
-				if err := w.s.cfg.Backfill(ctx, id.Table, g.OID, g.Backfill); err != nil {
-					return fmt.Errorf("ask for the backfill of %s (OID %d): %w", id.Table, g.OID, err)
+				if !asked {
+					w.asked[key] = g.BackfillRequest // stays recorded as due
+					continue
 				}
 				w.s.log.Info("asked for the backfill of a captured table", "table", id.Table, "oid", g.OID, "reason", g.Backfill)
 			}
@@ -605,4 +605,18 @@ func (w *watcher) backfills(ctx context.Context, ids []*store.TableIdentity) err
 		}
 	}
 	return nil
+}
+
+// askCopy asks Config.Backfill for a copy of the PostgreSQL table oid,
+// captured as table, for reason. It reports false, logged, when no
+// backfill is configured.
+func (w *watcher) askCopy(ctx context.Context, table string, oid uint32, reason string) (bool, error) {
+	if w.s.cfg.Backfill == nil {
+		w.s.log.Warn("the rows of a captured table must be copied, but no backfill is configured", "table", table, "oid", oid, "reason", reason)
+		return false, nil
+	}
+	if err := w.s.cfg.Backfill(ctx, table, oid, reason); err != nil {
+		return false, fmt.Errorf("ask for the backfill of %s (OID %d): %w", table, oid, err)
+	}
+	return true, nil
 }
