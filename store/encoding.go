@@ -34,6 +34,9 @@ const (
 	// recordPartitions is a partitioned table's leaf partitions (see
 	// Writer.PutPartitions).
 	recordPartitions byte = 'P'
+	// recordEnumLabels is the enum labels a table's values hold (see
+	// Writer.PutEnumLabels).
+	recordEnumLabels byte = 'E'
 )
 
 // encoder appends to a byte slice.

@@ -116,7 +116,7 @@ func (w *Writer) ClearSlotState() error {
 	if err := w.raiseMetaLSN(keyGeneration, "queue generation", LSN(gen+1)); err != nil {
 		return err
 	}
-	for _, name := range [][]byte{bucketBackfill, bucketPartitions} {
+	for _, name := range [][]byte{bucketBackfill, bucketPartitions, bucketEnumLabels} {
 		if w.tx.Bucket(name) != nil {
 			if err := w.tx.DeleteBucket(name); err != nil {
 				return fmt.Errorf("clear %s: %w", name, err)
