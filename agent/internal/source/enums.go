@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -51,11 +52,16 @@ func renamedLabel(was, now []string) (old, renamed string, ok bool) {
 }
 
 // enums acts on labels, the labels of the enum types whose values t's
-// table holds as this look found them: a label renamed since the last
-// look of this session at the same table asks for a copy of the table.
-// (A rename while capture is stopped is not seen: the first look only
-// takes note.)
+// table holds as this look found them: a label renamed since the labels
+// the watcher last acted on for the same table, in this session or as the
+// state file records them (a rename while capture was stopped), asks for
+// a copy of the table. Labels that differ from those are recorded once
+// the copy is asked for: a crash in between asks again at the next start.
+// The first look at a table with no record only records its labels.
 func (w *watcher) enums(ctx context.Context, t *watched, labels []string) error {
+	if t.enumsOf == t.oid && slices.Equal(t.enums, labels) {
+		return nil
+	}
 	if t.enumsOf == t.oid {
 		if old, renamed, ok := renamedLabel(t.enums, labels); ok {
 			w.s.log.Warn("an enum value of a captured table's column was renamed, and PostgreSQL sends no change for the rows that hold it; the table is copied again",
@@ -67,6 +73,18 @@ func (w *watcher) enums(ctx context.Context, t *watched, labels []string) error 
 				return err
 			}
 		}
+	}
+	rec := map[uint32][]string{t.oid: labels}
+	if t.enumsOf != t.oid && t.enumsOf != 0 {
+		// The generation before a re-creation: its record goes.
+		rec[t.enumsOf] = nil
+	} else if t.enumsOf != t.oid && len(labels) == 0 {
+		// A table whose values hold no enum has no record.
+		t.enums, t.enumsOf = labels, t.oid
+		return nil
+	}
+	if err := w.s.writer.send(writeOp{kind: opEnumLabels, enumLabels: rec}); err != nil {
+		return err
 	}
 	t.enums, t.enumsOf = labels, t.oid
 	return nil

@@ -483,6 +483,12 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	if err != nil {
 		return err
 	}
+	// The enum labels the tables' rows were captured under, as recorded:
+	// a label renamed while capture was stopped is seen at the first look.
+	var labels map[uint32][]string
+	if err := s.db.View(func(r *store.Reader) (err error) { labels, err = r.EnumLabels(); return err }); err != nil {
+		return fmt.Errorf("read enum labels: %w", err)
+	}
 	s.setState("streaming")
 	s.update(func(st *Status) { st.LastError = "" })
 	onStreaming()
@@ -493,7 +499,7 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		s.watch(wctx, captured, leaves)
+		s.watch(wctx, captured, leaves, labels)
 	}()
 	backfilled := make(chan error, 1)
 	// A read deadline in the past ends the stream's wait for a message

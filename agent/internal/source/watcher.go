@@ -68,15 +68,21 @@ type watched struct {
 }
 
 // watch runs the catalog watcher until ctx ends; leaves are the captured
-// tables' partitions as capture last acted on them (seedPartitions).
-func (s *Source) watch(ctx context.Context, captured []*capturedTable, leaves map[uint32][]uint32) {
+// tables' partitions as capture last acted on them (seedPartitions), and
+// labels the enum labels their values held as the watcher last acted on
+// them (store.Reader.EnumLabels), by table OID.
+func (s *Source) watch(ctx context.Context, captured []*capturedTable, leaves map[uint32][]uint32, labels map[uint32][]string) {
 	if s.cfg.WatchInterval < 0 {
 		return
 	}
 	w := &watcher{s: s, types: typemap.New(), asked: map[string]uint64{}}
 	for _, c := range captured {
-		w.tables = append(w.tables, &watched{configured: c.configured, identity: c.identity, oid: c.oid, name: c.current,
-			leaves: leaves[c.oid], leavesOf: c.oid})
+		t := &watched{configured: c.configured, identity: c.identity, oid: c.oid, name: c.current,
+			leaves: leaves[c.oid], leavesOf: c.oid}
+		if l, ok := labels[c.oid]; ok {
+			t.enums, t.enumsOf = l, c.oid
+		}
+		w.tables = append(w.tables, t)
 	}
 	defer func() {
 		if w.conn != nil {

@@ -39,6 +39,8 @@ const (
 	opBackfill
 	// opPartitions records the partitions of tables (partitions).
 	opPartitions
+	// opEnumLabels records the enum labels of tables (enumLabels).
+	opEnumLabels
 )
 
 // writeOp is one change to the state file, applied in order by the writer.
@@ -69,6 +71,9 @@ type writeOp struct {
 	// partitions are the leaf partitions an opPartitions records, by
 	// table OID.
 	partitions map[uint32][]uint32
+	// enumLabels are the enum labels an opEnumLabels records, by table
+	// OID.
+	enumLabels map[uint32][]string
 	done       chan error
 	// recycle, if set, is called once the operation is durable: the
 	// memory of its changes may then be used again.
@@ -550,6 +555,13 @@ func applyKind(tx *store.Writer, op *writeOp) error {
 	case opPartitions:
 		for oid, leaves := range op.partitions {
 			if err := tx.PutPartitions(oid, leaves); err != nil {
+				return err
+			}
+		}
+		return nil
+	case opEnumLabels:
+		for oid, labels := range op.enumLabels {
+			if err := tx.PutEnumLabels(oid, labels); err != nil {
 				return err
 			}
 		}
