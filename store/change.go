@@ -122,6 +122,9 @@ type TxnHeader struct {
 	// Snapshot is set for the rows copied by the initial snapshot; they form
 	// one transaction at the slot's consistent point.
 	Snapshot bool
+	// Copied is set for a chunk of rows a backfill copied: its changes
+	// are all OpSnapshot rows of one schema version.
+	Copied bool
 	// Changes is the number of changes in the transaction.
 	Changes int64
 }

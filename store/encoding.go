@@ -446,11 +446,16 @@ func encodeTxnHeader(h *TxnHeader) []byte {
 	e.uvarint(uint64(h.CommitLSN))
 	e.uvarint(uint64(h.EndLSN))
 	e.varint(h.CommitTime.UnixMicro())
-	snap := byte(0)
+	// A byte of flags: 1 for Snapshot, 2 for Copied (older records
+	// have 0 or 1).
+	flags := byte(0)
 	if h.Snapshot {
-		snap = 1
+		flags |= 1
 	}
-	e.byte1(snap)
+	if h.Copied {
+		flags |= 2
+	}
+	e.byte1(flags)
 	e.varint(h.Changes)
 	return e.finish()
 }
@@ -462,7 +467,8 @@ func decodeTxnHeader(data []byte) (TxnHeader, error) {
 	h.CommitLSN = LSN(d.uvarint())
 	h.EndLSN = LSN(d.uvarint())
 	h.CommitTime = time.UnixMicro(d.varint()).UTC()
-	h.Snapshot = d.byte1() == 1
+	flags := d.byte1()
+	h.Snapshot, h.Copied = flags&1 != 0, flags&2 != 0
 	h.Changes = d.varint()
 	if err := d.done(); err != nil {
 		return TxnHeader{}, fmt.Errorf("decode transaction header: %w", err)

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // valueShapes are the values a change can hold, one of each kind at its
@@ -341,4 +342,31 @@ func BenchmarkDecodeChunk(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestTxnHeaderFlags round-trips the header's flags, and reads a header
+// written before Copied as it was.
+func TestTxnHeaderFlags(t *testing.T) {
+	at := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	for _, h := range []TxnHeader{
+		{Xid: 7, CommitLSN: 100, EndLSN: 101, CommitTime: at, Changes: 3},
+		{CommitLSN: 200, EndLSN: 200, CommitTime: at, Snapshot: true, Changes: 1 << 20},
+		{CommitLSN: 300, EndLSN: 301, CommitTime: at, Copied: true, Changes: 16384},
+	} {
+		got, err := decodeTxnHeader(encodeTxnHeader(&h))
+		if err != nil || got != h {
+			t.Fatalf("round trip of %+v: %+v, %v", h, got, err)
+		}
+	}
+	// Before Copied, the byte of flags was 1 for a snapshot, else 0.
+	old := newEncoder(recordTxnHeader, 40)
+	old.uvarint(9)
+	old.uvarint(400)
+	old.uvarint(401)
+	old.varint(at.UnixMicro())
+	old.byte1(1)
+	old.varint(5)
+	if got, err := decodeTxnHeader(old.finish()); err != nil || !got.Snapshot || got.Copied || got.Changes != 5 {
+		t.Fatalf("a header written before Copied reads as %+v, %v", got, err)
+	}
 }
