@@ -254,6 +254,24 @@ func (s *Source) noteBackfill(bf *store.Backfill, running bool, restarts int64) 
 	s.backfillNoted = make(chan struct{})
 }
 
+// Copies returns the tables, as their Delta tables are named, that a
+// backfill copies now at full speed: none when Config.BackfillRowsPerSecond
+// paces the copies.
+func (s *Source) Copies() []string {
+	if s.cfg.BackfillRowsPerSecond > 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, b := range s.backfills {
+		if b.Running {
+			out = append(out, b.Table)
+		}
+	}
+	return out
+}
+
 // BackfillsChanged returns a channel that is closed when Backfills next
 // changes: a copy's progress, or its end, is noted. Who waits for a copy
 // asks for the channel before reading Backfills, so as to miss no change.

@@ -490,7 +490,7 @@ func (st *stream) finishChunk(win *chunkWindow, high store.LSN) error {
 	}
 	st.lastQueued = high + 1
 	st.s.txnsQueued.Add(1)
-	txn := &store.Txn{TxnHeader: store.TxnHeader{CommitLSN: high, EndLSN: high + 1, CommitTime: time.Now()}, Changes: changes}
+	txn := &store.Txn{TxnHeader: store.TxnHeader{CommitLSN: high, EndLSN: high + 1, CommitTime: time.Now(), Copied: true}, Changes: changes}
 	return st.s.writer.send(writeOp{kind: opAppendTxn, txn: txn, backfills: []*store.Backfill{win.prog}, recycle: win.recycle})
 }
 
