@@ -160,6 +160,7 @@ func (a *Agent) Open() error {
 		Capture:        capture{a},
 		NoReadAhead:    a.tuningOff.ReadAhead,
 		NoAdder:        a.tuningOff.Adder,
+		NoCopyWait:     a.tuningOff.CopyWait,
 		NoWriteback:    a.tuningOff.Writeback,
 		Logger:         a.log.With("component", "applier"),
 	}
@@ -255,6 +256,7 @@ type capture struct{ a *Agent }
 
 func (c capture) CatchingUp() bool      { return c.a.src.CatchingUp() }
 func (c capture) BacklogEnd() store.LSN { return c.a.src.BacklogEnd() }
+func (c capture) Copies() []string      { return c.a.src.Copies() }
 
 // backlog tells the live view when to leave the CPUs to a backlog
 // (live.Backlog).

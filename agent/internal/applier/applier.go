@@ -111,12 +111,13 @@ type Config struct {
 	// schedule.go).
 	Capture  Capture
 	MaxDefer time.Duration
-	// NoReadAhead, NoAdder and NoWriteback turn performance tricks off
-	// (tuning_readahead.go, tuning_adder.go, delta's tuning_writeback.go):
-	// a batch is then read only when its flush is due, a flush adds the
-	// changes it reads itself, and a data file is written out by the
-	// fsync that closes it.
-	NoReadAhead, NoAdder, NoWriteback bool
+	// NoReadAhead, NoAdder, NoWriteback and NoCopyWait turn performance
+	// tricks off (tuning_readahead.go, tuning_adder.go, delta's
+	// tuning_writeback.go, tuning_copywait.go): a batch is then read only
+	// when its flush is due, a flush adds the changes it reads itself, a
+	// data file is written out by the fsync that closes it, and a table's
+	// copied rows are applied as they are queued.
+	NoReadAhead, NoAdder, NoWriteback, NoCopyWait bool
 	// Logger receives progress and problems; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -166,6 +167,9 @@ type Capture interface {
 	CatchingUp() bool
 	// BacklogEnd is where the backlog capture last caught up with ends.
 	BacklogEnd() store.LSN
+	// Copies returns the source tables whose rows capture copies now at
+	// full speed (see tuning_copywait.go).
+	Copies() []string
 }
 
 // QueueReader is another reader of the queue (the live view's hub is one).
@@ -281,6 +285,9 @@ type sourceTable struct {
 	// flush: it has no Delta tables open, and its changes are left in
 	// the queue (see failure.go).
 	held bool
+	// waits is the held table's record while it waits for its copy
+	// (tuning_copywait.go), which counts the changes it holds.
+	waits *behindTable
 	// err is the first failure of this flush to apply the table's
 	// changes; its other changes in the flush are passed over, and
 	// nothing of it is committed after it.
@@ -437,6 +444,10 @@ func (a *Applier) Run(ctx context.Context) error {
 			return err
 		}
 		wait := a.cfg.PollInterval
+		if upTo == 0 && a.yieldToNone() {
+			// A table catching up goes on at once.
+			continue
+		}
 		if upTo == 0 {
 			// The Parquet column buffers of one flush are lent to the
 			// next while flushes follow each other, and let go once
@@ -455,7 +466,9 @@ func (a *Applier) Run(ctx context.Context) error {
 			}
 			backlog := a.scan.first <= backlogEnd
 			a.backlog.Store(backlog)
-			due := sched.due(now, changes, full, deferring, backlog, backlog && a.scan.durable < backlogEnd)
+			// While a table catches up, the other tables' flushes in
+			// between wait for no more changes.
+			due := sched.due(now, changes, full, deferring, backlog || a.catchingUp(now), backlog && a.scan.durable < backlogEnd)
 			switch {
 			case due.IsZero():
 				// Capture catches up first; the batch is read
@@ -658,6 +671,9 @@ func (a *Applier) applyAll(ctx context.Context) error {
 		upTo, _, _, err := a.nextBatch()
 		if err != nil {
 			return err
+		}
+		if upTo == 0 && a.yieldToNone() {
+			continue
 		}
 		if upTo == 0 {
 			a.buffers.Release()

@@ -48,6 +48,14 @@ type behindTable struct {
 	// after backoff.
 	since, retry time.Time
 	backoff      time.Duration
+	// waiting is set while the table waits for its copy
+	// (tuning_copywait.go), and waitingChanges counts the changes it
+	// held meanwhile.
+	waiting        bool
+	waitingChanges int64
+	// yield is set once the table caught up in a flush without reaching
+	// the others: the next batch is theirs, then its own again.
+	yield bool
 }
 
 // Backoff of a failing table's retries.
@@ -86,11 +94,18 @@ func (e tableErrors) Unwrap() []error {
 // are not behind are, or from the lowest position of a table behind whose
 // retry is due.
 func (a *Applier) batchStart(now time.Time) (from store.LSN, retrying []string) {
+	a.waitForCopies(now)
 	from = a.through
 	for name, b := range a.behind {
-		if !now.Before(b.retry) {
+		if !b.waiting && !b.yield && !now.Before(b.retry) {
 			retrying = append(retrying, name)
 			from = min(from, b.at)
+		} else if st := a.tables[name]; st != nil && !st.held {
+			// Open since its last retry, which left it behind: the
+			// batch holds its changes, not the state it had then.
+			st.abort()
+			delete(a.tables, name)
+			a.lastRel, a.lastTable = nil, nil
 		}
 	}
 	slices.Sort(retrying)
@@ -116,6 +131,12 @@ func (a *Applier) settle(upTo store.LSN, failed tableErrors) store.LSN {
 	now := a.now()
 	old := a.through
 	a.through = max(a.through, upTo)
+	for name, b := range a.behind {
+		if _, retried := slices.BinarySearch(a.scan.retrying, name); !retried {
+			// The others had their flush.
+			b.yield = false
+		}
+	}
 	for _, name := range a.scan.retrying {
 		b := a.behind[name]
 		if b == nil || failed[name] != nil {
@@ -131,7 +152,7 @@ func (a *Applier) settle(upTo store.LSN, failed tableErrors) store.LSN {
 		if b.err != nil {
 			a.log.Info("table applies again; catching up", "table", name, "failing_since", b.since, "at", b.at, "through", a.through)
 		}
-		b.err, b.backoff, b.retry = nil, 0, now
+		b.err, b.backoff, b.retry, b.yield = nil, 0, now, true
 	}
 	for name, err := range failed {
 		b := a.behind[name]

@@ -324,8 +324,19 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 				} else {
 					pool.Put(mem)
 				}
+				if st := a.lastTable; h.Copied && len(chs) > 0 && st != nil && st.held {
+					// Rows a backfill copied are of one table: the rest
+					// of a table held is passed over, not decoded.
+					if st.waits != nil {
+						st.waits.waitingChanges += h.Changes - seq
+					}
+					return errPassOver
+				}
 				return ctx.Err()
 			})
+			if errors.Is(err, errPassOver) {
+				err = nil
+			}
 			read += seq
 			a.read.upTo = max(a.read.upTo, h.EndLSN)
 			return err
@@ -367,6 +378,9 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 		return fmt.Errorf("%w: oid %d at %s", errNoRelation, ch.Relation.OID, ch.Relation.LSN)
 	}
 	st := a.table(ctx, rels, rel)
+	if st.waits != nil {
+		st.waits.waitingChanges++
+	}
 	if st.held || st.failed() != nil {
 		return nil
 	}
@@ -459,6 +473,9 @@ func (a *Applier) table(ctx context.Context, rels map[store.RelationKey]*store.R
 	st := a.tables[name]
 	if st == nil && a.held(name) {
 		st = &sourceTable{name: name, held: true}
+		if b := a.behind[name]; b.waiting {
+			st.waits = b
+		}
 		a.tables[name] = st
 	}
 	if st != nil {

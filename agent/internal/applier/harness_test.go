@@ -374,6 +374,14 @@ func sleepMillis(n int) { time.Sleep(time.Duration(n) * time.Millisecond) }
 type captureFuncs struct {
 	catchingUp func() bool
 	backlogEnd func() store.LSN
+	copies     func() []string
+}
+
+func (c captureFuncs) Copies() []string {
+	if c.copies == nil {
+		return nil
+	}
+	return c.copies()
 }
 
 func (c captureFuncs) CatchingUp() bool {
