@@ -1,9 +1,6 @@
 package store
 
-import (
-	"encoding/binary"
-	"fmt"
-)
+import "fmt"
 
 // bucketEnumLabels holds, per captured table OID, the labels of the enum
 // types whose values the table holds, as the catalog watcher last acted on
@@ -13,42 +10,17 @@ var bucketEnumLabels = []byte("enum-labels")
 
 // EnumLabels returns the recorded enum labels by table OID.
 func (r *Reader) EnumLabels() (map[uint32][]string, error) {
-	out := map[uint32][]string{}
-	b := r.tx.Bucket(bucketEnumLabels)
-	if b == nil {
-		return out, nil
-	}
-	err := b.ForEach(func(k, v []byte) error {
-		oid, labels, err := decodeEnumLabels(v)
-		if err != nil {
-			return fmt.Errorf("enum labels %x: %w", k, err)
-		}
-		if len(k) != 4 || binary.BigEndian.Uint32(k) != oid {
-			return fmt.Errorf("enum labels %x: %w: record says table %d", k, ErrCorrupt, oid)
-		}
-		out[oid] = labels
-		return nil
-	})
-	return out, err
+	return readTableRecords(r, bucketEnumLabels, "enum labels", decodeEnumLabels)
 }
 
 // PutEnumLabels records the enum labels of the table oid, replacing its
 // record; none deletes it.
 func (w *Writer) PutEnumLabels(oid uint32, labels []string) error {
-	if len(labels) == 0 {
-		if b := w.tx.Bucket(bucketEnumLabels); b != nil {
-			return b.Delete(backfillKey(oid))
-		}
-		return nil
+	var rec []byte
+	if len(labels) > 0 {
+		rec = encodeEnumLabels(oid, labels)
 	}
-	b, err := w.tx.CreateBucketIfNotExists(bucketEnumLabels)
-	if err != nil {
-		return fmt.Errorf("record enum labels of table %d: %w", oid, err)
-	}
-	if err := b.Put(backfillKey(oid), encodeEnumLabels(oid, labels)); err != nil {
-		return fmt.Errorf("record enum labels of table %d: %w", oid, err)
-	}
-	return nil
+	return putTableRecord(w, bucketEnumLabels, "enum labels", oid, rec)
 }
 
 func encodeEnumLabels(oid uint32, labels []string) []byte {

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"encoding/binary"
 	"fmt"
 	"slices"
 )
@@ -15,42 +14,17 @@ var bucketPartitions = []byte("partitions")
 
 // Partitions returns the recorded leaf partitions, sorted, by table OID.
 func (r *Reader) Partitions() (map[uint32][]uint32, error) {
-	out := map[uint32][]uint32{}
-	b := r.tx.Bucket(bucketPartitions)
-	if b == nil {
-		return out, nil
-	}
-	err := b.ForEach(func(k, v []byte) error {
-		oid, leaves, err := decodePartitions(v)
-		if err != nil {
-			return fmt.Errorf("partitions %x: %w", k, err)
-		}
-		if len(k) != 4 || binary.BigEndian.Uint32(k) != oid {
-			return fmt.Errorf("partitions %x: %w: record says table %d", k, ErrCorrupt, oid)
-		}
-		out[oid] = leaves
-		return nil
-	})
-	return out, err
+	return readTableRecords(r, bucketPartitions, "partitions", decodePartitions)
 }
 
 // PutPartitions records the leaf partitions of the table oid, replacing
 // its record; none deletes it.
 func (w *Writer) PutPartitions(oid uint32, leaves []uint32) error {
-	if len(leaves) == 0 {
-		if b := w.tx.Bucket(bucketPartitions); b != nil {
-			return b.Delete(backfillKey(oid))
-		}
-		return nil
+	var rec []byte
+	if len(leaves) > 0 {
+		rec = encodePartitions(oid, leaves)
 	}
-	b, err := w.tx.CreateBucketIfNotExists(bucketPartitions)
-	if err != nil {
-		return fmt.Errorf("record partitions of table %d: %w", oid, err)
-	}
-	if err := b.Put(backfillKey(oid), encodePartitions(oid, leaves)); err != nil {
-		return fmt.Errorf("record partitions of table %d: %w", oid, err)
-	}
-	return nil
+	return putTableRecord(w, bucketPartitions, "partitions", oid, rec)
 }
 
 func encodePartitions(oid uint32, leaves []uint32) []byte {
