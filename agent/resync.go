@@ -80,6 +80,9 @@ func (a *Agent) followResyncHandler(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b := awaitBackfill(r.Context(), a.src.BackfillsChanged, a.src.Backfills, q["table"][0], since, min(wait, maxFollowWait))
+	if b != nil {
+		b.Applying = a.app.Waiting()[b.Table]
+	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(ResyncProgress{Backfill: b})
 }

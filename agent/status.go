@@ -86,6 +86,9 @@ type BackfillStatus struct {
 	// started over because a transaction changed the table while it was
 	// copied.
 	Restarts int64 `json:"restarts,omitempty"`
+	// Applying is set while the table's Delta tables are behind the
+	// others': "waiting for the copy", or "catching up" once it is queued.
+	Applying string `json:"applying,omitempty"`
 }
 
 // backfillStatus converts the source's account of a copy.
@@ -258,8 +261,11 @@ func (a *Agent) Status() (*Status, error) {
 		LiveClients:  a.hub.Clients(),
 		ApplyState:   "applying",
 	}
+	waits := a.app.Waiting()
 	for _, b := range a.src.Backfills() {
-		st.Backfills = append(st.Backfills, backfillStatus(b))
+		bs := backfillStatus(b)
+		bs.Applying = waits[b.Table]
+		st.Backfills = append(st.Backfills, bs)
 	}
 	if st.ApplyFailures = applyFailures(a.app.Failures()); st.ApplyFailures != nil {
 		st.ApplyState = ApplyFailing

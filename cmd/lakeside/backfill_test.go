@@ -352,3 +352,27 @@ func (e *e2e) startPacedStock(rows, chunk, rate int) *daemon {
 	e.waitApplied(d)
 	return d
 }
+
+// TestBackfillLine describes copies for people, with how far their Delta
+// tables are.
+func TestBackfillLine(t *testing.T) {
+	since := time.Date(2026, 12, 4, 1, 0, 0, 0, time.UTC)
+	finished := since.Add(90 * time.Second)
+	for _, c := range []struct {
+		b    agent.BackfillStatus
+		want string
+	}{
+		{agent.BackfillStatus{Table: "public.a", Reason: "resync", State: agent.BackfillRunning, RowsCopied: 10, Chunks: 1, Since: since},
+			"public.a (resync) running, 10 rows in 1 chunks, since 2026-12-04T01:00:00Z"},
+		{agent.BackfillStatus{Table: "public.a", Reason: "resync", State: agent.BackfillRunning, RowsCopied: 10, Chunks: 1, Since: since,
+			Applying: "waiting for the copy"},
+			"public.a (resync) running, 10 rows in 1 chunks, since 2026-12-04T01:00:00Z; its Delta tables waiting for the copy"},
+		{agent.BackfillStatus{Table: "public.a", Reason: "added", State: agent.BackfillDone, RowsCopied: 30, Chunks: 3, Since: since,
+			Finished: &finished, Applying: "catching up"},
+			"public.a (added) done, 30 rows in 3 chunks, since 2026-12-04T01:00:00Z, took 1m30s; its Delta tables catching up"},
+	} {
+		if got := backfillLine(c.b); got != c.want {
+			t.Errorf("backfillLine(%+v)\n got %s\nwant %s", c.b, got, c.want)
+		}
+	}
+}

@@ -74,6 +74,9 @@ func (c *resyncCommand) Run(ctx context.Context) error {
 			last = line
 		}
 		if p.Backfill.State == agent.BackfillDone {
+			if p.Backfill.Applying != "" {
+				fmt.Fprintln(c.stdout, "the copy is queued; the table's Delta tables catch up with it next (see lakeside status)")
+			}
 			return nil
 		}
 	}

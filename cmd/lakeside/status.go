@@ -148,5 +148,8 @@ func backfillLine(b agent.BackfillStatus) string {
 	if b.Finished != nil {
 		line += fmt.Sprintf(", took %s", b.Finished.Sub(b.Since).Round(time.Second))
 	}
+	if b.Applying != "" {
+		line += "; its Delta tables " + b.Applying
+	}
 	return line
 }

@@ -265,6 +265,8 @@ type Applier struct {
 	// whole; failures is what Failures returns.
 	failure  Failure
 	failures []Failure
+	// waits is what Waiting returns.
+	waits map[string]string
 	// replaced counts the values stored other than PostgreSQL holds them,
 	// by source table (see replaced.go).
 	replaced map[string]int64

@@ -177,6 +177,7 @@ func (a *Applier) settle(upTo store.LSN, failed tableErrors) store.LSN {
 	// it back for a retry that is due).
 	a.scan = batchScan{base: a.through, id: a.scan.id + 1}
 	a.setFailures()
+	a.setWaits()
 	return floor
 }
 

@@ -68,6 +68,38 @@ func (a *Applier) waitForCopies(now time.Time) {
 		b.waiting, b.retry = false, now
 		a.log.Info("table catches up", "table", name, "at", b.at, "changes_waiting", b.waitingChanges, "copy_queued", !slices.Contains(copies, name))
 	}
+	a.setWaits()
+}
+
+// What Waiting says of a table.
+const (
+	WaitsForCopy = "waiting for the copy"
+	CatchingUp   = "catching up"
+)
+
+// setWaits publishes for Waiting the tables behind that do not fail.
+func (a *Applier) setWaits() {
+	waits := map[string]string{}
+	for name, b := range a.behind {
+		switch {
+		case b.waiting:
+			waits[name] = WaitsForCopy
+		case b.err == nil:
+			waits[name] = CatchingUp
+		}
+	}
+	a.mu.Lock()
+	a.waits = waits
+	a.mu.Unlock()
+}
+
+// Waiting returns the source tables whose Delta tables are behind the
+// others with no failure, by name: WaitsForCopy while the table waits for
+// its copy, CatchingUp once it catches up.
+func (a *Applier) Waiting() map[string]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.waits
 }
 
 // catchingUp reports whether a table behind is due to catch up, with no

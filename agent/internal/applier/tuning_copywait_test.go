@@ -118,10 +118,16 @@ func TestTableWaitsForItsResync(t *testing.T) {
 	if b := a.behind["public.x"]; b == nil || !b.waiting || b.waitingChanges < 6000 {
 		t.Fatalf("x waits as %+v, want every change held, the 6000 rows copied among them", b)
 	}
+	if w := a.Waiting(); len(w) != 1 || w["public.x"] != WaitsForCopy {
+		t.Fatalf("Waiting() = %v while x waits for its copy", w)
+	}
 
 	copying.Store(false)
 	h.apply(a)
 	h.checkMirror("x")
+	if w := a.Waiting(); len(w) != 0 {
+		t.Fatalf("Waiting() = %v once x caught up", w)
+	}
 	h.checkChangelog("x", nil)
 	ops := map[string]int{}
 	for _, op := range h.changelogKeys("x") {
