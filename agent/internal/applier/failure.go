@@ -44,8 +44,8 @@ type behindTable struct {
 	// err is its last failure; nil once a retry succeeded while it
 	// catches up.
 	err error
-	// since is when it first failed; retry is when it is tried again,
-	// after backoff.
+	// since is when it first failed, or began to wait for its copy;
+	// retry is when it is tried again, after backoff.
 	since, retry time.Time
 	backoff      time.Duration
 	// waiting is set while the table waits for its copy

@@ -14,10 +14,11 @@ import (
 // they are queued takes the CPU that the copy and PostgreSQL need. A flush
 // reads a chunk of copied rows of a waiting table no further than its
 // first record (TxnHeader.Copied). Once the copy is queued (or once
-// maxWaitingChanges of the table's changes wait), the table catches up,
-// flush after flush from where it waits, each followed by a flush of the
-// other tables' new changes, which so stay fresh. Meanwhile its Delta
-// tables stay as they were before the copy began, whole.
+// maxWaitingChanges of the table's changes wait, or maxWaitingTime has
+// passed), the table catches up, flush after flush from where it waits,
+// each followed by a flush of the other tables' new changes, which so
+// stay fresh. Meanwhile its Delta tables stay as they were before the
+// copy began, whole.
 //
 // A copy paced by source.backfill_rows_per_second is not waited for: its
 // table is applied as it is copied.
@@ -26,10 +27,14 @@ import (
 // switched off by Config.NoCopyWait (LAKESIDE_TUNING_OFF=copywait for the
 // agent), which applies a table's copied rows as they are queued.
 
-// maxWaitingChanges is how many changes of a table may wait for its copy:
-// about 0.7 GB of queue for rows of 170 bytes. Past it, the table catches
-// up while its copy goes on, and waits again once it has.
-const maxWaitingChanges = 4_000_000
+// maxWaitingChanges is how many changes of a table may wait for its copy
+// (about 0.7 GB of queue for rows of 170 bytes), and maxWaitingTime how
+// long: a copy of 4M rows took 3 to 4 s. Past either, the table catches up
+// while its copy goes on, and waits again once it has.
+const (
+	maxWaitingChanges = 4_000_000
+	maxWaitingTime    = 30 * time.Second
+)
 
 // errPassOver ends the reading of a transaction whose rest a flush passes
 // over.
@@ -55,14 +60,14 @@ func (a *Applier) waitForCopies(now time.Time) {
 			delete(a.tables, name)
 			a.lastRel, a.lastTable = nil, nil
 		}
-		a.behind[name] = &behindTable{at: a.through, waiting: true}
+		a.behind[name] = &behindTable{at: a.through, waiting: true, since: now}
 		a.log.Info("table waits while its rows are copied; its changes stay queued", "table", name, "at", a.through)
 	}
 	for name, b := range a.behind {
 		if !b.waiting {
 			continue
 		}
-		if copying := slices.Contains(copies, name); copying && b.waitingChanges < maxWaitingChanges {
+		if copying := slices.Contains(copies, name); copying && b.waitingChanges < maxWaitingChanges && now.Sub(b.since) < maxWaitingTime {
 			continue
 		}
 		b.waiting, b.retry = false, now

@@ -150,3 +150,35 @@ func copyingX(copying *atomic.Bool) captureFuncs {
 		return nil
 	}}
 }
+
+// TestTableWaitsNoLongerThanMaxWaitingTime copies a table for longer than
+// maxWaitingTime: it catches up while it is still copied, and then waits
+// again.
+func TestTableWaitsNoLongerThanMaxWaitingTime(t *testing.T) {
+	h := newHarness(t, `CREATE TABLE x (id int PRIMARY KEY, v text); INSERT INTO x SELECT g, 'snap' FROM generate_series(1, 50) g;`, "x")
+	var copying atomic.Bool
+	clock := time.Now()
+	a := h.applier(func(c *Config) { c.Capture = copyingX(&copying) })
+	a.now = func() time.Time { return clock }
+	h.apply(a)
+	before := h.deltaRows(h.snapshot("public.x"), "x")
+	copying.Store(true)
+	h.apply(a)
+	if w := a.Waiting(); w["public.x"] != WaitsForCopy {
+		t.Fatalf("Waiting() = %v as the copy begins", w)
+	}
+	h.exec(`UPDATE x SET v = 'upd' WHERE id % 3 = 0`)
+	clock = clock.Add(maxWaitingTime - time.Second)
+	h.apply(a)
+	h.compare("x's mirror before maxWaitingTime", before, h.deltaRows(h.snapshot("public.x"), "x"))
+	clock = clock.Add(time.Second)
+	h.apply(a)
+	h.checkMirror("x")
+	if w := a.Waiting(); w["public.x"] != WaitsForCopy {
+		t.Fatalf("Waiting() = %v after x caught up, its copy still running", w)
+	}
+	before = h.deltaRows(h.snapshot("public.x"), "x")
+	h.exec(`UPDATE x SET v = 'again' WHERE id % 4 = 0`)
+	h.apply(a)
+	h.compare("x's mirror waiting again", before, h.deltaRows(h.snapshot("public.x"), "x"))
+}
