@@ -150,7 +150,7 @@ func (m *mirror) rewrite(ctx context.Context, a *Applier, old *delta.StructType,
 	for i := range m.cols.cols {
 		c := &m.cols.cols[i]
 		if c.live && c.added != nil && pos[i] < 0 {
-			v, err := a.tm.Decoder(*c.added)([]byte(c.added.Missing))
+			v, err := a.tm.Decoder(*c.added).Value([]byte(c.added.Missing))
 			if err != nil {
 				return fmt.Errorf("mirror %s: default of %s: %w", m.name, c.name, err)
 			}

@@ -309,11 +309,9 @@ func (rd *relationDecoder) decodeCopyRow(line []byte, slab *valueSlab, lines *by
 		if texts != nil {
 			texts[i] = text
 		}
-		v, err := rd.cols[i](text)
-		if err != nil {
+		if err := rd.cols[i](&vals[i], text); err != nil {
 			return nil, rd.columnError(i, field, err)
 		}
-		vals[i] = v
 	}
 	if len(line) > 0 {
 		return nil, fmt.Errorf("copy %s: row with more than %d columns", rd.rel.QualifiedName(), ncols)

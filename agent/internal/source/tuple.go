@@ -123,11 +123,9 @@ func (rd *relationDecoder) decodeTuple(tuple []byte, slab *valueSlab) ([]store.V
 			n := int(binary.BigEndian.Uint32(tuple[off:]))
 			src := tuple[off+4 : off+4+n : off+4+n]
 			off += 4 + n
-			v, err := rd.cols[i](src)
-			if err != nil {
+			if err := rd.cols[i](&vals[i], src); err != nil {
 				return nil, rd.columnError(i, src, err)
 			}
-			vals[i] = v
 		default:
 			return nil, fmt.Errorf("%s.%s: unexpected tuple data kind %q", rd.rel.QualifiedName(), rd.rel.Columns[i].Name, kind)
 		}

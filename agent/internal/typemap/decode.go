@@ -11,13 +11,40 @@ import (
 	"github.com/lakeside/lakeside/store"
 )
 
-// DecodeFunc turns one column's text output into a typed value. It may keep
-// src: callers pass bytes that nothing else uses afterwards.
-type DecodeFunc func(src []byte) (store.Value, error)
+// DecodeFunc turns one column's text output into a typed value, which it
+// sets dst to, whole (dst may hold an earlier value). It may keep src:
+// callers pass bytes that nothing else uses afterwards. The value is set in
+// place: a store.Value and an error are more words than Go returns in
+// registers, and returning them went through the stack twice for each
+// value decoded.
+type DecodeFunc func(dst *store.Value, src []byte) error
 
-// scanner returns a DecodeFunc that scans text into a T with pgtype and
+// Value returns the value that f decodes from src.
+func (f DecodeFunc) Value(src []byte) (store.Value, error) {
+	var v store.Value
+	err := f(&v, src)
+	return v, err
+}
+
+// valueFunc is a decoder that returns the value: those of the rarer types,
+// which inPlace makes a DecodeFunc.
+type valueFunc func(src []byte) (store.Value, error)
+
+// inPlace returns the DecodeFunc of f.
+func inPlace(f valueFunc) DecodeFunc {
+	return func(dst *store.Value, src []byte) error {
+		v, err := f(src)
+		if err != nil {
+			return err
+		}
+		*dst = v
+		return nil
+	}
+}
+
+// scanner returns a valueFunc that scans text into a T with pgtype and
 // converts it with conv.
-func scanner[T any](m *pgtype.Map, oid uint32, conv func(T) store.Value) DecodeFunc {
+func scanner[T any](m *pgtype.Map, oid uint32, conv func(T) store.Value) valueFunc {
 	var probe T
 	plan := m.PlanScan(oid, pgtype.TextFormatCode, &probe)
 	return func(src []byte) (store.Value, error) {
@@ -32,26 +59,34 @@ func scanner[T any](m *pgtype.Map, oid uint32, conv func(T) store.Value) DecodeF
 // fastOr returns a decoder that reads a text with fast, which takes the
 // text as the session prints it (textparse.go) and gives the value of a
 // kind k, and with general when fast does not take it.
-func fastOr(k store.Kind, fast func(src []byte) (int64, bool), general DecodeFunc) DecodeFunc {
-	return func(src []byte) (store.Value, error) {
+func fastOr(k store.Kind, fast func(src []byte) (int64, bool), general valueFunc) DecodeFunc {
+	return func(dst *store.Value, src []byte) error {
 		if v, ok := fast(src); ok {
-			return store.Value{Kind: k, Int: v}, nil
+			*dst = store.Value{Kind: k, Int: v}
+			return nil
 		}
-		return general(src)
+		v, err := general(src)
+		if err != nil {
+			return err
+		}
+		*dst = v
+		return nil
 	}
 }
 
-func textValue(src []byte) (store.Value, error) {
-	return store.Value{Kind: store.KindString, Bytes: src}, nil
+func textValue(dst *store.Value, src []byte) error {
+	*dst = store.Value{Kind: store.KindString, Bytes: src}
+	return nil
 }
 
-func numericValue(src []byte) (store.Value, error) {
-	return store.Value{Kind: store.KindNumeric, Bytes: src}, nil
+func numericValue(dst *store.Value, src []byte) error {
+	*dst = store.Value{Kind: store.KindNumeric, Bytes: src}
+	return nil
 }
 
 // moneyValue reads money as the session prints it (lc_monetary C:
 // "-$1,234.56") into the exact decimal it is.
-func moneyValue(src []byte) (store.Value, error) {
+func moneyValue(dst *store.Value, src []byte) error {
 	out := make([]byte, 0, len(src))
 	for _, c := range src {
 		switch {
@@ -59,10 +94,11 @@ func moneyValue(src []byte) (store.Value, error) {
 		case c == '-' || c == '.' || c >= '0' && c <= '9':
 			out = append(out, c)
 		default:
-			return store.Value{}, fmt.Errorf("money %q is not in the C locale's format", src)
+			return fmt.Errorf("money %q is not in the C locale's format", src)
 		}
 	}
-	return store.Value{Kind: store.KindNumeric, Bytes: out}, nil
+	*dst = store.Value{Kind: store.KindNumeric, Bytes: out}
+	return nil
 }
 
 func infinityInt(m pgtype.InfinityModifier, finite int64) int64 {
@@ -88,7 +124,7 @@ func timestampValue(m pgtype.InfinityModifier, t time.Time) store.Value {
 
 // microsOrText keeps the text of a timestamp that general found too far
 // from the epoch to count in microseconds: never a wrapped number.
-func microsOrText(general DecodeFunc) DecodeFunc {
+func microsOrText(general valueFunc) valueFunc {
 	return func(src []byte) (store.Value, error) {
 		v, err := general(src)
 		if err == nil && v.Kind == store.KindString {
@@ -137,32 +173,32 @@ func decodeInt8(pg *pgtype.Map) DecodeFunc {
 }
 
 func decodeFloat4(pg *pgtype.Map) DecodeFunc {
-	return scanner(pg, pgtype.Float4OID, func(v float32) store.Value {
+	return inPlace(scanner(pg, pgtype.Float4OID, func(v float32) store.Value {
 		return store.Value{Kind: store.KindFloat32, Int: int64(math.Float32bits(v))}
-	})
+	}))
 }
 
 func decodeFloat8(pg *pgtype.Map) DecodeFunc {
-	return scanner(pg, pgtype.Float8OID, func(v float64) store.Value {
+	return inPlace(scanner(pg, pgtype.Float8OID, func(v float64) store.Value {
 		return store.Value{Kind: store.KindFloat64, Int: int64(math.Float64bits(v))}
-	})
+	}))
 }
 
 func decodeBytea(pg *pgtype.Map) DecodeFunc {
-	return scanner(pg, pgtype.ByteaOID, func(v []byte) store.Value { return store.Value{Kind: store.KindBytes, Bytes: v} })
+	return inPlace(scanner(pg, pgtype.ByteaOID, func(v []byte) store.Value { return store.Value{Kind: store.KindBytes, Bytes: v} }))
 }
 
 func decodeDate(pg *pgtype.Map) DecodeFunc {
-	return scanner(pg, pgtype.DateOID, func(v pgtype.Date) store.Value {
+	return inPlace(scanner(pg, pgtype.DateOID, func(v pgtype.Date) store.Value {
 		return store.Value{Kind: store.KindDate, Int: infinityInt(v.InfinityModifier, daysSinceEpoch(v.Time))}
-	})
+	}))
 }
 
 // decodeTimestamp returns the decode function of timestamptz (zone) or
 // timestamp.
 func decodeTimestamp(zone bool) func(pg *pgtype.Map) DecodeFunc {
 	return func(pg *pgtype.Map) DecodeFunc {
-		var general DecodeFunc
+		var general valueFunc
 		if zone {
 			general = scanner(pg, pgtype.TimestamptzOID, func(v pgtype.Timestamptz) store.Value {
 				return timestampValue(v.InfinityModifier, v.Time)
@@ -177,9 +213,9 @@ func decodeTimestamp(zone bool) func(pg *pgtype.Map) DecodeFunc {
 }
 
 func decodeTime(pg *pgtype.Map) DecodeFunc {
-	return scanner(pg, pgtype.TimeOID, func(v pgtype.Time) store.Value {
+	return inPlace(scanner(pg, pgtype.TimeOID, func(v pgtype.Time) store.Value {
 		return store.Value{Kind: store.KindTime, Int: v.Microseconds}
-	})
+	}))
 }
 
 // decodeArrayOf returns the decode function of arrays whose elements are of
@@ -201,26 +237,26 @@ func decodeArrayOf(elem *Type) func(pg *pgtype.Map) DecodeFunc {
 func decodeFlatArray(pg *pgtype.Map, elemDecode DecodeFunc) DecodeFunc {
 	var probe pgtype.FlatArray[pgtype.Text]
 	plan := pg.PlanScan(pgtype.TextArrayOID, pgtype.TextFormatCode, &probe)
-	return func(src []byte) (store.Value, error) {
+	return func(dst *store.Value, src []byte) error {
 		if bytes.HasPrefix(src, []byte("{{")) || bytes.HasPrefix(src, []byte("[")) {
-			return store.Value{Kind: store.KindString, Bytes: src}, nil
+			*dst = store.Value{Kind: store.KindString, Bytes: src}
+			return nil
 		}
 		var arr pgtype.FlatArray[pgtype.Text]
 		if err := plan.Scan(src, &arr); err != nil {
-			return store.Value{}, err
+			return err
 		}
-		out := store.Value{Kind: store.KindArray, Elems: make([]store.Value, len(arr))}
+		elems := make([]store.Value, len(arr))
 		for i, e := range arr {
 			if !e.Valid {
 				continue // KindNull
 			}
-			v, err := elemDecode([]byte(e.String))
-			if err != nil {
-				return store.Value{}, fmt.Errorf("element %d: %w", i+1, err)
+			if err := elemDecode(&elems[i], []byte(e.String)); err != nil {
+				return fmt.Errorf("element %d: %w", i+1, err)
 			}
-			out.Elems[i] = v
 		}
-		return out, nil
+		*dst = store.Value{Kind: store.KindArray, Elems: elems}
+		return nil
 	}
 }
 
@@ -231,30 +267,30 @@ func decodeFlatArray(pg *pgtype.Map, elemDecode DecodeFunc) DecodeFunc {
 func decodeArrayOfDims(pg *pgtype.Map, elemDecode DecodeFunc, dims int) DecodeFunc {
 	var probe pgtype.Array[pgtype.Text]
 	plan := pg.PlanScan(pgtype.TextArrayOID, pgtype.TextFormatCode, &probe)
-	return func(src []byte) (store.Value, error) {
+	return func(dst *store.Value, src []byte) error {
 		var arr pgtype.Array[pgtype.Text]
 		if err := plan.Scan(src, &arr); err != nil {
-			return store.Value{}, err
+			return err
 		}
 		shaped := len(arr.Dims) == dims || len(arr.Elements) == 0 && len(arr.Dims) == 0
 		for _, dim := range arr.Dims {
 			shaped = shaped && dim.LowerBound == 1
 		}
 		if !shaped {
-			return store.Value{Kind: store.KindString, Bytes: src}, nil
+			*dst = store.Value{Kind: store.KindString, Bytes: src}
+			return nil
 		}
 		elems := make([]store.Value, len(arr.Elements))
 		for i, e := range arr.Elements {
 			if !e.Valid {
 				continue // KindNull
 			}
-			v, err := elemDecode([]byte(e.String))
-			if err != nil {
-				return store.Value{}, fmt.Errorf("element %d: %w", i+1, err)
+			if err := elemDecode(&elems[i], []byte(e.String)); err != nil {
+				return fmt.Errorf("element %d: %w", i+1, err)
 			}
-			elems[i] = v
 		}
-		return nest(elems, arr.Dims), nil
+		*dst = nest(elems, arr.Dims)
+		return nil
 	}
 }
 

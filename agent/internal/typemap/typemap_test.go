@@ -65,7 +65,7 @@ func TestEveryRowRoundTrips(t *testing.T) {
 			t.Errorf("row %s: no array type", r.Name)
 		}
 		for _, c := range cases {
-			v, err := m.Decoder(c.col)([]byte(c.text))
+			v, err := m.Decoder(c.col).Value([]byte(c.text))
 			if err != nil {
 				t.Errorf("%s: decode %q: %v", c.col.Name, c.text, err)
 				continue
@@ -108,7 +108,7 @@ func TestTypesWithoutARowKeepTheirText(t *testing.T) {
 		if dt := m.DeltaType(col); dt != delta.TypeString {
 			t.Errorf("oid %d: Delta type %s, want string", oid, dt)
 		}
-		v, err := m.Decoder(col)([]byte("1 day"))
+		v, err := m.Decoder(col).Value([]byte("1 day"))
 		if err != nil || v.Kind != store.KindString || string(v.Bytes) != "1 day" {
 			t.Errorf("oid %d: decoded %+v, %v", oid, v, err)
 		}
