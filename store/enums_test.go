@@ -1,12 +1,9 @@
 package store
 
 import (
-	"errors"
 	"maps"
 	"slices"
 	"testing"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 func TestEnumLabelsRoundTrip(t *testing.T) {
@@ -48,34 +45,5 @@ func TestEnumLabelsRoundTrip(t *testing.T) {
 	}
 	if got := read(); len(got) != 0 {
 		t.Fatalf("after ClearSlotState: %v", got)
-	}
-}
-
-func TestEnumLabelsCorruptionIsDetected(t *testing.T) {
-	data := encodeEnumLabels(16384, []string{"16390=ok", "16391=fine"})
-	for i := range data {
-		bad := slices.Clone(data)
-		bad[i] ^= 0x40
-		if _, _, err := decodeEnumLabels(bad); !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupportedFormat) {
-			t.Fatalf("flipping byte %d: err = %v, want ErrCorrupt", i, err)
-		}
-	}
-	for n := range len(data) {
-		if _, _, err := decodeEnumLabels(data[:n]); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("cut to %d bytes: err = %v, want ErrCorrupt", n, err)
-		}
-	}
-	db := openTest(t)
-	if err := db.bolt.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketEnumLabels)
-		if err != nil {
-			return err
-		}
-		return b.Put(backfillKey(2), encodeEnumLabels(3, []string{"4=x"}))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.View(func(r *Reader) error { _, err := r.EnumLabels(); return err }); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("record under another table's key: err = %v", err)
 	}
 }

@@ -1,12 +1,9 @@
 package store
 
 import (
-	"errors"
 	"maps"
 	"slices"
 	"testing"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 func TestPartitionsRoundTrip(t *testing.T) {
@@ -51,34 +48,5 @@ func TestPartitionsRoundTrip(t *testing.T) {
 	read()
 	if len(got) != 0 {
 		t.Fatalf("after ClearSlotState: %v", got)
-	}
-}
-
-func TestPartitionsCorruptionIsDetected(t *testing.T) {
-	data := encodePartitions(16384, []uint32{16390, 16400, 1 << 31})
-	for i := range data {
-		bad := append([]byte(nil), data...)
-		bad[i] ^= 0x40
-		if _, _, err := decodePartitions(bad); !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnsupportedFormat) {
-			t.Fatalf("flipping byte %d: err = %v, want ErrCorrupt", i, err)
-		}
-	}
-	for n := range len(data) {
-		if _, _, err := decodePartitions(data[:n]); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("cut to %d bytes: err = %v, want ErrCorrupt", n, err)
-		}
-	}
-	db := openTest(t)
-	if err := db.bolt.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketPartitions)
-		if err != nil {
-			return err
-		}
-		return b.Put(backfillKey(2), encodePartitions(3, []uint32{4}))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.View(func(r *Reader) error { _, err := r.Partitions(); return err }); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("record under another table's key: err = %v", err)
 	}
 }

@@ -27,10 +27,10 @@ import (
 // switched off by Config.NoCopyWait (LAKESIDE_TUNING_OFF=copywait for the
 // agent), which applies a table's copied rows as they are queued.
 
-// maxWaitingChanges is how many changes of a table may wait for its copy
-// (about 0.7 GB of queue for rows of 170 bytes), and maxWaitingTime how
-// long: a copy of 4M rows took 3 to 4 s. Past either, the table catches up
-// while its copy goes on, and waits again once it has.
+// maxWaitingChanges is how many changes of a table may wait for its copy,
+// which bounds the queue it grows, and maxWaitingTime how long its Delta
+// tables may lag. Past either, the table catches up while its copy goes
+// on, and waits again once it has.
 const (
 	maxWaitingChanges = 4_000_000
 	maxWaitingTime    = 30 * time.Second
@@ -67,11 +67,12 @@ func (a *Applier) waitForCopies(now time.Time) {
 		if !b.waiting {
 			continue
 		}
-		if copying := slices.Contains(copies, name); copying && b.waitingChanges < maxWaitingChanges && now.Sub(b.since) < maxWaitingTime {
+		copying := slices.Contains(copies, name)
+		if copying && b.waitingChanges < maxWaitingChanges && now.Sub(b.since) < maxWaitingTime {
 			continue
 		}
 		b.waiting, b.retry = false, now
-		a.log.Info("table catches up", "table", name, "at", b.at, "changes_waiting", b.waitingChanges, "copy_queued", !slices.Contains(copies, name))
+		a.log.Info("table catches up", "table", name, "at", b.at, "changes_waiting", b.waitingChanges, "copy_queued", !copying)
 	}
 	a.setWaits()
 }

@@ -59,10 +59,11 @@ func renamedLabel(was, now []string) (old, renamed string, ok bool) {
 // the copy is asked for: a crash in between asks again at the next start.
 // The first look at a table with no record only records its labels.
 func (w *watcher) enums(ctx context.Context, t *watched, labels []string) error {
-	if t.enumsOf == t.oid && slices.Equal(t.enums, labels) {
-		return nil
-	}
-	if t.enumsOf == t.oid {
+	switch {
+	case t.enumsOf == t.oid:
+		if slices.Equal(t.enums, labels) {
+			return nil
+		}
 		if old, renamed, ok := renamedLabel(t.enums, labels); ok {
 			w.s.log.Warn("an enum value of a captured table's column was renamed, and PostgreSQL sends no change for the rows that hold it; the table is copied again",
 				"table", t.configured.String(), "oid", t.oid, "value", old, "now", renamed)
@@ -73,15 +74,15 @@ func (w *watcher) enums(ctx context.Context, t *watched, labels []string) error 
 				return err
 			}
 		}
+	case t.enumsOf == 0 && len(labels) == 0:
+		// A table whose values hold no enum has no record.
+		t.enums, t.enumsOf = labels, t.oid
+		return nil
 	}
 	rec := map[uint32][]string{t.oid: labels}
 	if t.enumsOf != t.oid && t.enumsOf != 0 {
 		// The generation before a re-creation: its record goes.
 		rec[t.enumsOf] = nil
-	} else if t.enumsOf != t.oid && len(labels) == 0 {
-		// A table whose values hold no enum has no record.
-		t.enums, t.enumsOf = labels, t.oid
-		return nil
 	}
 	if err := w.s.writer.send(writeOp{kind: opEnumLabels, enumLabels: rec}); err != nil {
 		return err

@@ -27,19 +27,17 @@ func (f DecodeFunc) Value(src []byte) (store.Value, error) {
 }
 
 // valueFunc is a decoder that returns the value: those of the rarer types,
-// which inPlace makes a DecodeFunc.
+// whose DecodeFunc is their method into.
 type valueFunc func(src []byte) (store.Value, error)
 
-// inPlace returns the DecodeFunc of f.
-func inPlace(f valueFunc) DecodeFunc {
-	return func(dst *store.Value, src []byte) error {
-		v, err := f(src)
-		if err != nil {
-			return err
-		}
-		*dst = v
-		return nil
+// into sets dst to the value f decodes from src.
+func (f valueFunc) into(dst *store.Value, src []byte) error {
+	v, err := f(src)
+	if err != nil {
+		return err
 	}
+	*dst = v
+	return nil
 }
 
 // scanner returns a valueFunc that scans text into a T with pgtype and
@@ -65,12 +63,7 @@ func fastOr(k store.Kind, fast func(src []byte) (int64, bool), general valueFunc
 			*dst = store.Value{Kind: k, Int: v}
 			return nil
 		}
-		v, err := general(src)
-		if err != nil {
-			return err
-		}
-		*dst = v
-		return nil
+		return general.into(dst, src)
 	}
 }
 
@@ -173,25 +166,25 @@ func decodeInt8(pg *pgtype.Map) DecodeFunc {
 }
 
 func decodeFloat4(pg *pgtype.Map) DecodeFunc {
-	return inPlace(scanner(pg, pgtype.Float4OID, func(v float32) store.Value {
+	return scanner(pg, pgtype.Float4OID, func(v float32) store.Value {
 		return store.Value{Kind: store.KindFloat32, Int: int64(math.Float32bits(v))}
-	}))
+	}).into
 }
 
 func decodeFloat8(pg *pgtype.Map) DecodeFunc {
-	return inPlace(scanner(pg, pgtype.Float8OID, func(v float64) store.Value {
+	return scanner(pg, pgtype.Float8OID, func(v float64) store.Value {
 		return store.Value{Kind: store.KindFloat64, Int: int64(math.Float64bits(v))}
-	}))
+	}).into
 }
 
 func decodeBytea(pg *pgtype.Map) DecodeFunc {
-	return inPlace(scanner(pg, pgtype.ByteaOID, func(v []byte) store.Value { return store.Value{Kind: store.KindBytes, Bytes: v} }))
+	return scanner(pg, pgtype.ByteaOID, func(v []byte) store.Value { return store.Value{Kind: store.KindBytes, Bytes: v} }).into
 }
 
 func decodeDate(pg *pgtype.Map) DecodeFunc {
-	return inPlace(scanner(pg, pgtype.DateOID, func(v pgtype.Date) store.Value {
+	return scanner(pg, pgtype.DateOID, func(v pgtype.Date) store.Value {
 		return store.Value{Kind: store.KindDate, Int: infinityInt(v.InfinityModifier, daysSinceEpoch(v.Time))}
-	}))
+	}).into
 }
 
 // decodeTimestamp returns the decode function of timestamptz (zone) or
@@ -213,9 +206,9 @@ func decodeTimestamp(zone bool) func(pg *pgtype.Map) DecodeFunc {
 }
 
 func decodeTime(pg *pgtype.Map) DecodeFunc {
-	return inPlace(scanner(pg, pgtype.TimeOID, func(v pgtype.Time) store.Value {
+	return scanner(pg, pgtype.TimeOID, func(v pgtype.Time) store.Value {
 		return store.Value{Kind: store.KindTime, Int: v.Microseconds}
-	}))
+	}).into
 }
 
 // decodeArrayOf returns the decode function of arrays whose elements are of
