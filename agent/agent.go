@@ -31,6 +31,11 @@ import (
 // SocketName is the control socket's name inside the state directory.
 const SocketName = "lakeside.sock"
 
+// CrashRecordName is the file in state_dir in which the applier says what
+// it holds of the queue, so that a transaction that kills the agent each
+// time it is applied is quarantined (see applier.MaxCrashExits).
+const CrashRecordName = applier.CrashRecordName
+
 // Agent is one running agent.
 type Agent struct {
 	cfg     *Config
@@ -162,6 +167,7 @@ func (a *Agent) Open() error {
 		NoAdder:        a.tuningOff.Adder,
 		NoCopyWait:     a.tuningOff.CopyWait,
 		NoWriteback:    a.tuningOff.Writeback,
+		CrashRecord:    filepath.Join(a.cfg.StateDir, CrashRecordName),
 		Logger:         a.log.With("component", "applier"),
 	}
 	appCfg.TableProperties = tableProperties(a.cfg)

@@ -18,17 +18,24 @@ type ResyncReply struct {
 	// Since is when the copy was recorded: the backfill of the table in
 	// Status.Backfills that began then, or later, is this one.
 	Since time.Time `json:"since"`
+	// Released is set when the table was held back by a quarantined
+	// transaction, which no longer holds it.
+	Released bool `json:"released,omitempty"`
 }
 
 // Resync copies a configured table ("schema.table") again: the changelog
 // records a truncate of it, then its rows as PostgreSQL holds them now,
-// copied while changes stream (see Status.Backfills).
+// copied while changes stream (see Status.Backfills). A quarantined
+// transaction no longer holds the table back: its changes in it are
+// passed over, since the copy follows it in the queue.
 func (a *Agent) Resync(ctx context.Context, table string) (*ResyncReply, error) {
 	since := time.Now().UTC()
 	if err := a.src.Resync(ctx, table, source.ReasonResync); err != nil {
 		return nil, err
 	}
-	return &ResyncReply{Table: table, Since: since}, nil
+	rep := &ResyncReply{Table: table, Since: since}
+	rep.Released = a.app.Release(table)
+	return rep, nil
 }
 
 // resyncHandler serves POST /resync?table=schema.table.

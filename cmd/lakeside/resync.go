@@ -56,6 +56,9 @@ func (c *resyncCommand) Run(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(c.stdout, "resync of %s recorded: the table is truncated and copied again while changes stream\n", rep.Table)
+	if rep.Released {
+		fmt.Fprintf(c.stdout, "the quarantined transaction no longer holds %s back: its changes in it are passed over, the copy brings its rows\n", rep.Table)
+	}
 	last := ""
 	for {
 		// The agent answers once the copy is done, or after c.every.

@@ -118,6 +118,10 @@ type Config struct {
 	// data file is written out by the fsync that closes it, and a table's
 	// copied rows are applied as they are queued.
 	NoReadAhead, NoAdder, NoWriteback, NoCopyWait bool
+	// CrashRecord, when set, is the path of the crash record, which
+	// quarantines a transaction held at MaxCrashExits abnormal exits in
+	// a row (crashloop.go).
+	CrashRecord string
 	// Logger receives progress and problems; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -243,6 +247,8 @@ type Applier struct {
 	readAheadSlice int64
 	// adder, while a flush reads the queue, adds what it reads.
 	adder *adder
+	// crash keeps the crash record (crashloop.go); nil without one.
+	crash *crashLoop
 
 	// trimmed is how far the queue was last trimmed (see trimBehind).
 	trimmed store.LSN
@@ -429,6 +435,11 @@ func (a *Applier) Run(ctx context.Context) error {
 	if err := a.start(ctx); err != nil {
 		return err
 	}
+	defer func() {
+		if ctx.Err() != nil {
+			a.stopCrashLoop()
+		}
+	}()
 	sched := &schedule{interval: a.cfg.FlushInterval, flushChanges: int64(a.cfg.FlushChanges), maxDefer: a.cfg.MaxDefer}
 	backoff := time.Duration(0)
 	for {
@@ -543,6 +554,7 @@ func (a *Applier) start(ctx context.Context) error {
 	a.mu.Unlock()
 	a.through = applied
 	a.scan = batchScan{base: applied}
+	a.startCrashLoop()
 	entries, err := os.ReadDir(a.cfg.TablesDir)
 	if err != nil {
 		return fmt.Errorf("applier: %w", err)
@@ -596,6 +608,13 @@ func (a *Applier) nextBatch() (upTo store.LSN, changes int64, full bool, err err
 			return err
 		}
 		return r.Txns(max(sc.base, sc.upTo), func(h *store.TxnHeader, _ *store.TxnCursor) error {
+			if sc.upTo != 0 && a.crash != nil && a.crash.narrow(sc.base) {
+				// The last run ended abnormally applying this part
+				// of the queue: one transaction at a time finds the
+				// one that did it (crashloop.go).
+				sc.full = true
+				return store.ErrStopScan
+			}
 			if sc.upTo != 0 && sc.changes+h.Changes > int64(a.cfg.FlushChanges) {
 				sc.full = true
 				return store.ErrStopScan
@@ -611,6 +630,7 @@ func (a *Applier) nextBatch() (upTo store.LSN, changes int64, full bool, err err
 			}
 			sc.upTo = h.EndLSN
 			sc.changes += h.Changes
+			sc.txns++
 			return nil
 		})
 	})
@@ -661,6 +681,7 @@ func changedBetween(bounds []store.LSN, from, to store.LSN) bool {
 type batchScan struct {
 	base, first, upTo, durable store.LSN
 	changes                    int64
+	txns                       int
 	full                       bool
 	retrying                   []string
 	id                         uint64

@@ -37,6 +37,7 @@ func (a *Applier) flush(ctx context.Context, upTo store.LSN) (err error) {
 		}
 		a.warnings = nil
 		a.readAheadFailed = false
+		defer a.releaseBatch()
 		var failed tableErrors
 		if err != nil && !errors.As(err, &failed) {
 			a.reset()
@@ -265,6 +266,7 @@ const readAheadSlice = 1024
 func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done bool, err error) {
 	yield := slice > 0
 	done = true
+	a.holdBatch(upTo)
 	err = a.db.View(func(r *store.Reader) (err error) {
 		gen, err := r.Generation()
 		if err != nil {
@@ -307,6 +309,12 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 				return store.ErrStopScan
 			}
 			a.read.txns++
+			if a.crash != nil {
+				if q := a.crash.quarantined(h.EndLSN); q != nil {
+					a.read.upTo = max(a.read.upTo, h.EndLSN)
+					return a.quarantine(ctx, rels, h, cur, q)
+				}
+			}
 			var seq int64
 			err := cur.RecycledChunks(pool, func(chs []store.Change, mem *store.ChunkMemory) error {
 				for i := range chs {

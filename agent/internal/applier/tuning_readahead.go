@@ -28,6 +28,7 @@ func (a *Applier) readAhead(ctx context.Context, upTo store.LSN) (more bool) {
 	if err != nil {
 		a.reset()
 		a.buffers.Release()
+		a.releaseBatch()
 		a.readAheadFailed = true
 		if ctx.Err() == nil {
 			a.log.Debug("reading ahead stopped until the next flush", "err", err)
