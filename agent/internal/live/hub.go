@@ -45,6 +45,16 @@ const (
 	defaultMaxTableBytes = 32 << 20
 )
 
+// DefaultMaxValueBytes bounds a value the live view renders (the bytes of
+// its text or bytea; see typemap.BoundedJSON) when HubConfig.MaxValueBytes
+// is not set. A larger value (a document, an image) is rendered as its
+// start, marked truncated with its full size: the hub holds each row's
+// rendered values, keeps recent changes for resuming clients and queues
+// them for every client, so one huge value would otherwise be held several
+// times over, while a page shows only the start of it anyway. The whole
+// value stays readable from the table's Delta mirror.
+const DefaultMaxValueBytes = 64 << 10
+
 // Hub follows the queue: it applies each durable transaction to its copy of
 // the current rows, keeps the recent transactions for clients that resume,
 // and fans the changes out to subscribers. It reads only what the queue has
@@ -58,6 +68,8 @@ type Hub struct {
 	maxRows int
 	// maxBytes bounds the bytes of one table's rows (tableState.bytes).
 	maxBytes int
+	// maxValue is HubConfig.MaxValueBytes: the bound of a rendered value.
+	maxValue int
 	// defer, when set and true, spaces polls out to deferredPoll: while
 	// capture catches up with PostgreSQL, the view is not live anyway.
 	backlog Backlog
@@ -138,6 +150,12 @@ type HubConfig struct {
 	// "<url>/<site>". A time travel that misses a data file then answers
 	// 410 Gone naming the file there.
 	Archive string
+	// MaxValueBytes bounds each value the live view renders, in the rows
+	// it holds, the changes it streams and retains, and the rows it reads
+	// from the mirrors: a text, numeric, bytea or array value of more bytes
+	// is rendered as its start, marked truncated with its full size (see
+	// typemap.BoundedJSON). DefaultMaxValueBytes when zero or less.
+	MaxValueBytes int
 	// Logger is slog.Default() when nil.
 	Logger *slog.Logger
 }
@@ -158,6 +176,10 @@ func NewHub(db *store.DB, cfg HubConfig) *Hub {
 	if prefix == "" {
 		prefix = defaultAppIDPrefix
 	}
+	maxValue := cfg.MaxValueBytes
+	if maxValue <= 0 {
+		maxValue = DefaultMaxValueBytes
+	}
 	configured := map[string]bool{}
 	for _, n := range cfg.SourceTables {
 		configured[n] = true
@@ -170,6 +192,7 @@ func NewHub(db *store.DB, cfg HubConfig) *Hub {
 		backlog:     cfg.Backlog,
 		maxRows:     defaultMaxRows,
 		maxBytes:    defaultMaxTableBytes,
+		maxValue:    maxValue,
 		notify:      make(chan struct{}, 1),
 		types:       typemap.New(),
 		mirrorReads: newMirrorReads(),
@@ -355,7 +378,7 @@ func (h *Hub) applyLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool, tx
 			}
 			t := h.tables[rel.TableName()]
 			if t == nil {
-				t = newTableState(rel)
+				t = newTableState(rel, h.maxValue)
 				h.tables[t.name] = t
 			}
 			if hd.EndLSN <= t.seededTo {
@@ -469,7 +492,7 @@ func (h *Hub) passOverLocked(hd *store.TxnHeader, c *store.TxnCursor, huge bool)
 	}
 	for _, x := range overflowing {
 		if x.t == nil {
-			x.t = newTableState(x.rel)
+			x.t = newTableState(x.rel, h.maxValue)
 			h.tables[x.name] = x.t
 		}
 		h.overflowLocked(x.t)

@@ -203,7 +203,12 @@ type mirrorScan struct {
 	keying string
 	// byType is the type table row of each schema field.
 	byType []typemap.Type
-	files  []mirrorFile // sorted by minKey
+	// keyField tells the schema fields that are key columns of rel: their
+	// values are converted whole, to key the rows.
+	keyField []bool
+	// maxValue bounds each rendered value (HubConfig.MaxValueBytes).
+	maxValue int
+	files    []mirrorFile // sorted by minKey
 }
 
 // scanMirror opens the mirror of table at the version at says.
@@ -238,7 +243,8 @@ func (h *Hub) scanMirror(ctx context.Context, table string, at travelTo) (*mirro
 // newMirrorScan returns the scan of a mirror's snapshot, whose table is in
 // the directory root, laid out per the table's schema version rel.
 func (h *Hub) newMirrorScan(root string, snap *delta.Snapshot, rel *store.Relation) (*mirrorScan, error) {
-	ms := &mirrorScan{reads: h.mirrorReads, types: h.types, rel: rel, version: snap.Version(), schema: snap.Schema(), deleted: -1}
+	ms := &mirrorScan{reads: h.mirrorReads, types: h.types, rel: rel, version: snap.Version(), schema: snap.Schema(), deleted: -1,
+		maxValue: h.maxValue}
 	if h.archive != "" {
 		ms.archive = h.archive + "/" + rel.DirName()
 	}
@@ -257,6 +263,12 @@ func (h *Hub) newMirrorScan(root string, snap *delta.Snapshot, rel *store.Relati
 			ms.byType[i] = h.types.Lookup(c.TypeOID)
 		}
 	}
+	ms.keyField = make([]bool, len(ms.schema.Fields))
+	rel.KeyOf(func(ci int) {
+		if i, ok := fieldIdx[rel.Columns[ci].Name]; ok {
+			ms.keyField[i] = true
+		}
+	})
 	if conf[confMirrorMultiset] == "true" {
 		ms.multiset = true
 		for i := range ms.schema.Fields {
@@ -447,7 +459,8 @@ func (ms *mirrorScan) each(ctx context.Context, fn func(Row, []store.Value) (mor
 }
 
 // render renders a mirror row as the live rows are, so that a client sees
-// one format, and returns the values of its key too.
+// one format (each value bounded by maxValue), and returns the values of
+// its key too.
 func (ms *mirrorScan) render(row delta.Row) (Row, []store.Value) {
 	values := make(map[string]json.RawMessage, len(ms.schema.Fields))
 	byName := make(map[string]store.Value, len(ms.schema.Fields))
@@ -455,10 +468,15 @@ func (ms *mirrorScan) render(row delta.Row) (Row, []store.Value) {
 		if i == ms.deleted {
 			continue
 		}
+		if !ms.keyField[i] {
+			values[f.Name] = ms.byType[i].BoundedJSONFromDelta(row[i], f.Type, ms.maxValue)
+			continue
+		}
 		v := ms.byType[i].FromDelta(row[i], f.Type)
 		byName[f.Name] = v
-		values[f.Name] = typemap.JSON(v)
+		values[f.Name] = typemap.BoundedJSON(v, ms.maxValue)
 	}
+	// Only the key columns are set: keyOf reads no other.
 	ordered := make([]store.Value, len(ms.rel.Columns))
 	for i, c := range ms.rel.Columns {
 		ordered[i] = byName[c.Name]

@@ -32,6 +32,13 @@
 // JSON arrays; NULL is null. Row keys are the key columns' values joined, as
 // "key" on each change and snapshot row.
 //
+// A text, numeric, bytea or array value larger than the hub's bound
+// (HubConfig.MaxValueBytes, 64 KiB of its text or bytes by default) is sent,
+// by the stream and the HTTP API alike, as an object, which no other value
+// is: {"truncated": true, "bytes": <the whole value's size>, "prefix": <its
+// start, of the value's type>} (see typemap.BoundedJSON). Key values are
+// never truncated. The whole value is in the table's Delta mirror.
+//
 // A client that does not read fast enough is closed with code 4008 ("slow
 // client"); the server pings every 20 seconds and closes a connection that
 // does not answer within 40.
@@ -124,9 +131,11 @@ type Change struct {
 	Row    map[string]json.RawMessage `json:"row,omitempty"`
 
 	// raw, when set, is the captured change not yet rendered into Key,
-	// OldKey and Row (see render), laid out per rel.
-	raw *store.Change
-	rel *store.Relation
+	// OldKey and Row (see render), laid out per rel, its values to be
+	// bounded by maxValue bytes.
+	raw      *store.Change
+	rel      *store.Relation
+	maxValue int
 }
 
 // Refetch tells the client to drop its rows; snapshots follow.

@@ -88,7 +88,7 @@ func (h *Hub) seed(ctx context.Context, rels map[store.RelationKey]*store.Relati
 			// queue holds all of it.
 			continue
 		}
-		t := newTableState(rel)
+		t := newTableState(rel, h.maxValue)
 		tables[name] = t
 		if err != nil {
 			// Requests for its rows go to the mirror and report the error.

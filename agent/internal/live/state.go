@@ -15,6 +15,8 @@ type tableState struct {
 	rows map[string]*rowState
 	// bytes is the size of the rows' keys and JSON values.
 	bytes int
+	// maxValue bounds each rendered value (HubConfig.MaxValueBytes).
+	maxValue int
 	// overflow is set once the table had too many rows to keep: rows is
 	// then nil and the table is served from its mirror.
 	overflow bool
@@ -37,12 +39,15 @@ type rowState struct {
 	bytes int
 }
 
-func newTableState(rel *store.Relation) *tableState {
-	return &tableState{name: rel.TableName(), rel: rel, rows: map[string]*rowState{}}
+// newTableState returns the state of a table of no rows yet, whose values
+// are rendered bounded by maxValue bytes.
+func newTableState(rel *store.Relation, maxValue int) *tableState {
+	return &tableState{name: rel.TableName(), rel: rel, rows: map[string]*rowState{}, maxValue: maxValue}
 }
 
 // keyOf returns the key values of a row laid out per rel, and their string
-// form: the JSON array of the key values.
+// form: the JSON array of the key values. Key values are rendered whole,
+// never truncated: the key identifies the row, and clients send it back.
 func keyOf(rel *store.Relation, vals []store.Value) ([]store.Value, string) {
 	var key []store.Value
 	b := []byte{'['}
@@ -73,9 +78,13 @@ func (t *tableState) apply(rel *store.Relation, c *store.Change, wantOut bool) (
 	out.Op = c.Op.String()
 	if t.overflow {
 		// No rows are kept: the change is rendered only if a client
-		// is sent it.
+		// is sent it. A change holding a value over the bound is rendered
+		// now, so that the value is not retained whole.
 		raw := *c
-		out.raw, out.rel = &raw, rel
+		out.raw, out.rel, out.maxValue = &raw, rel, t.maxValue
+		if holdsLarge(raw.New, t.maxValue) || holdsLarge(raw.Old, t.maxValue) {
+			out.render()
+		}
 		return out, true
 	}
 	switch c.Op {
@@ -117,7 +126,7 @@ func (t *tableState) apply(rel *store.Relation, c *store.Change, wantOut bool) (
 			}
 			continue
 		}
-		row.json[col.Name] = typemap.JSON(v)
+		row.json[col.Name] = typemap.BoundedJSON(v, t.maxValue)
 	}
 	if !t.overflow {
 		t.setRow(k, row)
@@ -126,10 +135,11 @@ func (t *tableState) apply(rel *store.Relation, c *store.Change, wantOut bool) (
 	return out, true
 }
 
-// render fills Key, OldKey and Row of a change kept raw. Unchanged TOASTed
-// values are left out: the client keeps the value it has.
+// render fills Key, OldKey and Row of a change kept raw, each value bounded
+// by maxValue. Unchanged TOASTed values are left out: the client keeps the
+// value it has.
 func (c *Change) render() {
-	raw, rel := c.raw, c.rel
+	raw, rel, maxValue := c.raw, c.rel, c.maxValue
 	if raw == nil {
 		return
 	}
@@ -150,12 +160,25 @@ func (c *Change) render() {
 	c.Row = make(map[string]json.RawMessage, len(rel.Columns))
 	for i, col := range rel.Columns {
 		if i < len(raw.New) && raw.New[i].Kind != store.KindUnchanged {
-			c.Row[col.Name] = typemap.JSON(raw.New[i])
+			c.Row[col.Name] = typemap.BoundedJSON(raw.New[i], maxValue)
 		}
 	}
 }
 
-// size estimates a change's encoded size.
+// holdsLarge reports whether one of vals is larger than maxValue bytes:
+// one that is rendered truncated.
+func holdsLarge(vals []store.Value, maxValue int) bool {
+	for _, v := range vals {
+		if typemap.Size(v) > maxValue {
+			return true
+		}
+	}
+	return false
+}
+
+// size estimates a change's encoded size: the size of its rendered values,
+// or of the values of a change kept raw (none larger than the bound: see
+// tableState.apply).
 func (c *Change) size() int {
 	n := 32 + len(c.Key) + len(c.OldKey)
 	for _, v := range c.Row {

@@ -17,7 +17,7 @@ func TestSnapshotChangeIsAnUpsert(t *testing.T) {
 	row := func(id int64, v string) []store.Value {
 		return []store.Value{{Kind: store.KindInt32, Int: id}, {Kind: store.KindString, Bytes: []byte(v)}}
 	}
-	ts := newTableState(rel)
+	ts := newTableState(rel, DefaultMaxValueBytes)
 	ts.apply(rel, &store.Change{Op: store.OpInsert, Relation: rel.Key, New: row(1, "old")}, true)
 	for _, c := range []store.Change{
 		{Op: store.OpSnapshot, Relation: rel.Key, New: row(1, "copied")},

@@ -8,15 +8,19 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
 )
 
 // JSON renders a queued value as JSON, for the live view, without losing anything:
 // 64-bit integers, numerics and timestamps become strings, so that no
-// JavaScript client rounds them.
+// JavaScript client rounds them. It renders the whole value, however large:
+// the live view renders the values it holds and sends with BoundedJSON, and
+// only key values with JSON.
 func JSON(v store.Value) json.RawMessage {
 	switch v.Kind {
 	case store.KindNull, store.KindUnchanged:
@@ -68,6 +72,123 @@ func JSON(v store.Value) json.RawMessage {
 		return append(b, ']')
 	}
 	return json.RawMessage("null")
+}
+
+// BoundedJSON renders v as JSON does unless it is a text, numeric, bytea
+// or array value whose Size is more than limit bytes. Such a value is
+// rendered as an object, which JSON never renders, so that no client can
+// take it for the value itself:
+//
+//	{"truncated":true,"bytes":<the value's Size>,"prefix":<its start>}
+//
+// The prefix of a text or numeric value is a string of its first limit bytes
+// at most, cut at a UTF-8 character boundary; of a bytea value, the base64
+// of its first bytes, a whole number of 3-byte groups so that it is the
+// start of the whole value's base64; of an array, an array of its first
+// elements, whole, whose sizes add up to limit at most. Only the prefix is
+// converted and escaped, never the whole value: the live view holds many
+// renderings of a value, and one value of hundreds of megabytes would
+// otherwise be copied several times over to show its first lines. limit
+// must be positive.
+func BoundedJSON(v store.Value, limit int) json.RawMessage {
+	switch v.Kind {
+	case store.KindNumeric, store.KindString, store.KindBytes:
+		if len(v.Bytes) > limit {
+			return truncatedJSON(v, len(v.Bytes), limit)
+		}
+	case store.KindArray:
+		if size := Size(v); size > limit {
+			return truncatedJSON(v, size, limit)
+		}
+	}
+	return JSON(v)
+}
+
+// BoundedJSONFromDelta renders a value read from a Delta column of type dt
+// as BoundedJSON renders the value FromDelta returns, converting only the
+// start of a string longer than limit bytes (FromDelta would copy it whole).
+func (t Type) BoundedJSONFromDelta(v any, dt delta.DataType, limit int) json.RawMessage {
+	if s, ok := v.(string); ok && len(s) > limit {
+		return truncatedJSON(t.FromDelta(s[:limit+1], dt), len(s), limit)
+	}
+	return BoundedJSON(t.FromDelta(v, dt), limit)
+}
+
+// Size is the size in bytes BoundedJSON measures a value by: the bytes of
+// its text (text, numeric and the types kept as text) or of a bytea; for an
+// array, the sum of its elements' sizes; and 8, the size of its queued form,
+// for any other value (a number, boolean, date, time or NULL).
+func Size(v store.Value) int {
+	switch v.Kind {
+	case store.KindNumeric, store.KindString, store.KindBytes:
+		return len(v.Bytes)
+	case store.KindArray:
+		n := 0
+		for _, e := range v.Elems {
+			n += Size(e)
+		}
+		return n
+	}
+	return 8
+}
+
+// truncatedJSON renders the object that stands for a value of size bytes,
+// of which v holds at least the first limit+1 (see BoundedJSON).
+func truncatedJSON(v store.Value, size, limit int) json.RawMessage {
+	var prefix json.RawMessage
+	switch v.Kind {
+	case store.KindBytes:
+		n := min(len(v.Bytes), limit)
+		if n >= 3 {
+			n -= n % 3
+		}
+		prefix = quote(base64.StdEncoding.EncodeToString(v.Bytes[:n]))
+	case store.KindArray:
+		prefix = arrayPrefix(v.Elems, limit)
+	default:
+		prefix = quote(string(v.Bytes[:textCut(v.Bytes, limit)]))
+	}
+	b := make([]byte, 0, len(prefix)+64)
+	b = append(b, `{"truncated":true,"bytes":`...)
+	b = strconv.AppendInt(b, int64(size), 10)
+	b = append(b, `,"prefix":`...)
+	b = append(b, prefix...)
+	return append(b, '}')
+}
+
+// textCut returns the length of the longest start of text that is at most
+// limit bytes and ends at a UTF-8 character boundary. It looks back no
+// further than one character: text that is not UTF-8 there is cut at limit,
+// and JSON encoding replaces the broken character.
+func textCut(text []byte, limit int) int {
+	if len(text) <= limit {
+		return len(text)
+	}
+	cut := limit
+	for i := 0; i < utf8.UTFMax-1 && cut > 0 && !utf8.RuneStart(text[cut]); i++ {
+		cut--
+	}
+	if !utf8.RuneStart(text[cut]) {
+		return limit
+	}
+	return cut
+}
+
+// arrayPrefix renders the JSON array of the first elements, whole, whose
+// sizes add up to limit at most.
+func arrayPrefix(elems []store.Value, limit int) json.RawMessage {
+	b := []byte{'['}
+	used := 0
+	for i, e := range elems {
+		if used += Size(e); used > limit {
+			break
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, JSON(e)...)
+	}
+	return append(b, ']')
 }
 
 func quote(s string) json.RawMessage {

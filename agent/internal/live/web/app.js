@@ -360,8 +360,11 @@
 
   // cmpValue compares two key values: numbers (and numeric strings, which
   // is how int8 and numeric arrive) numerically, anything else lexically
-  // by code unit; null and missing first.
+  // by code unit; null and missing first. A truncated value compares by its
+  // start (only a row keyed by all its columns has one in its key).
   function cmpValue(a, b) {
+    if (isTruncated(a)) a = a.prefix;
+    if (isTruncated(b)) b = b.prefix;
     if (a === b) return 0;
     if (a === null || a === undefined) return -1;
     if (b === null || b === undefined) return 1;
@@ -393,8 +396,16 @@
     return fa < fb ? -1 : fa > fb ? 1 : 0;
   }
 
-  // formatValue shows a value as received: exact strings stay exact.
+  // isTruncated tells a value the agent sent only the start of: an object
+  // {truncated: true, bytes, prefix}, which no ordinary value is.
+  function isTruncated(v) {
+    return typeof v === 'object' && v !== null && !Array.isArray(v) && v.truncated === true;
+  }
+
+  // formatValue shows a value as received: exact strings stay exact. A
+  // truncated value shows its start and the size of the whole value.
   function formatValue(v) {
+    if (isTruncated(v)) return formatValue(v.prefix) + '… (' + nf.format(v.bytes) + ' bytes)';
     if (typeof v === 'string') return v;
     if (typeof v === 'number' || typeof v === 'boolean') return String(v);
     return JSON.stringify(v); // arrays, json

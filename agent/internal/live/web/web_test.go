@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -210,6 +211,17 @@ func TestLiveTables(t *testing.T) {
 			t.Errorf("%d rows on the page", len(states))
 		}
 		b.waitFor("highlight to fade", `document.querySelectorAll('[data-key].changed').length === 0`, 4*time.Second)
+	})
+
+	t.Run("truncated value", func(t *testing.T) {
+		// A value too large for the live view arrives as its start, marked.
+		r := row(productRow(11, "", "1.00")...)
+		r["name"] = json.RawMessage(`{"truncated":true,"bytes":10485760,"prefix":"Tomato passata, the long story"}`)
+		b.waitOffset(f.commit([]live.Change{f.upd("public.products", r)}), 5*time.Second)
+		got := eval[string](b, `document.querySelector('[data-table="public.products"] [data-key='+JSON.stringify('["11"]')+'] [role=cell]:nth-child(3)').textContent`)
+		if want := "Tomato passata, the long story… (10,485,760 bytes)"; got != want {
+			t.Errorf("truncated name shows %q, want %q", got, want)
+		}
 	})
 
 	t.Run("status header", func(t *testing.T) {
