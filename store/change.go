@@ -82,6 +82,10 @@ const (
 	KindTime
 	// KindArray holds the elements in Elems (multi-dimensional arrays are flattened).
 	KindArray
+	// KindTooLarge stands for a value larger than capture holds
+	// (source.max_value_size): Int is its size in bytes as PostgreSQL sent
+	// it. It is stored as null and listed in the changelog's _replaced.
+	KindTooLarge
 	kindEnd
 )
 

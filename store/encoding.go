@@ -198,7 +198,7 @@ func (e *encoder) value(v *Value) {
 	e.byte1(byte(v.Kind))
 	switch v.Kind {
 	case KindNull, KindUnchanged:
-	case KindBool, KindInt16, KindInt32, KindInt64, KindDate, KindTimestamp, KindTime:
+	case KindBool, KindInt16, KindInt32, KindInt64, KindDate, KindTimestamp, KindTime, KindTooLarge:
 		e.varint(v.Int)
 	case KindFloat32, KindFloat64:
 		e.buf = binary.BigEndian.AppendUint64(e.buf, uint64(v.Int))
@@ -217,7 +217,7 @@ func (d *decoder) value(v *Value) {
 	*v = Value{Kind: Kind(d.byte1())}
 	switch v.Kind {
 	case KindNull, KindUnchanged:
-	case KindBool, KindInt16, KindInt32, KindInt64, KindDate, KindTimestamp, KindTime:
+	case KindBool, KindInt16, KindInt32, KindInt64, KindDate, KindTimestamp, KindTime, KindTooLarge:
 		v.Int = d.varint()
 	case KindFloat32, KindFloat64:
 		if len(d.buf) < 8 {
@@ -255,7 +255,7 @@ func (d *decoder) skipValue() {
 	d.buf = d.buf[1:]
 	switch kind {
 	case KindNull, KindUnchanged:
-	case KindBool, KindInt16, KindInt32, KindInt64, KindDate, KindTimestamp, KindTime:
+	case KindBool, KindInt16, KindInt32, KindInt64, KindDate, KindTimestamp, KindTime, KindTooLarge:
 		d.skipVarint()
 	case KindFloat32, KindFloat64:
 		if len(d.buf) < 8 {

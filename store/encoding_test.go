@@ -33,7 +33,7 @@ func valueShapes() []Value {
 		{Kind: KindArray, Elems: []Value{{Kind: KindNull}}},
 		{Kind: KindArray, Elems: []Value{{Kind: KindArray, Elems: []Value{{Kind: KindInt32, Int: math.MinInt32}, {Kind: KindNull}}}, {Kind: KindArray}}},
 	}
-	for _, k := range []Kind{KindInt16, KindInt32, KindInt64, KindDate, KindTimestamp, KindTime} {
+	for _, k := range []Kind{KindInt16, KindInt32, KindInt64, KindDate, KindTimestamp, KindTime, KindTooLarge} {
 		for _, n := range []int64{0, -1, 1, math.MinInt64, math.MaxInt64, math.MinInt32, math.MaxInt32} {
 			vs = append(vs, Value{Kind: k, Int: n})
 		}
