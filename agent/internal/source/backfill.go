@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -852,7 +853,7 @@ func (b *backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 		}
 		b.rel, b.catalog = rel, rows
 	}
-	rd := newRelationDecoder(b.types, rel)
+	rd := newRelationDecoder(b.types, rel, b.s.maxValue())
 	limit := b.chunkLimit()
 	mem := b.memory()
 	cr := newChunkReader(rd, limit, mem)
@@ -1315,6 +1316,14 @@ func (b *backfiller) noteRowBytes(cr *chunkReader, table string) {
 		b.log.Info("backfill chunks hold fewer rows than configured: the rows are wide", "table", table,
 			"chunk_rows", rows, "bytes_per_row", b.rowBytes, "chunk_bytes", maxChunkBytes)
 	}
+}
+
+// maxValue is the largest value capture keeps (Config.MaxValueBytes).
+func (s *Source) maxValue() int {
+	if s.cfg.MaxValueBytes > 0 {
+		return int(min(s.cfg.MaxValueBytes, math.MaxInt32))
+	}
+	return DefaultMaxValueBytes
 }
 
 // chunkRows is the number of rows a backfill copies per chunk.

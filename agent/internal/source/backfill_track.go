@@ -511,7 +511,7 @@ func (st *stream) backfillRelation(rel *store.Relation) (store.RelationKey, erro
 		return store.RelationKey{}, err
 	}
 	if newest != nil && newest.SameShape(rel) {
-		st.rels[rel.Key.OID] = newRelationDecoder(st.types, newest)
+		st.rels[rel.Key.OID] = newRelationDecoder(st.types, newest, st.s.maxValue())
 		return newest.Key, nil
 	}
 	r := *rel
@@ -519,6 +519,6 @@ func (st *stream) backfillRelation(rel *store.Relation) (store.RelationKey, erro
 	if newest != nil && r.Key.LSN <= newest.Key.LSN {
 		r.Key.LSN = newest.Key.LSN + 1
 	}
-	st.rels[r.Key.OID] = newRelationDecoder(st.types, &r)
+	st.rels[r.Key.OID] = newRelationDecoder(st.types, &r, st.s.maxValue())
 	return r.Key, st.s.writer.send(writeOp{kind: opRelation, rel: &r})
 }

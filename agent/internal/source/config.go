@@ -49,6 +49,11 @@ type Config struct {
 	// session: the memory the walsender decodes transactions in before it
 	// streams the largest one in progress. Zero leaves the server's setting.
 	LogicalDecodingWorkMem int64
+	// MaxValueBytes is the largest value capture keeps (zero:
+	// DefaultMaxValueBytes): a larger one is queued as store.KindTooLarge,
+	// its size in place of its bytes, which the Delta tables store as
+	// null and list in _replaced.
+	MaxValueBytes int64
 	// Durable, when set, is told after each write that made changes
 	// durable in the queue (from the writer's goroutine; it must not
 	// block).
@@ -90,6 +95,10 @@ type Config struct {
 	// Logger receives state changes; nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultMaxValueBytes is the largest value capture keeps unless
+// Config.MaxValueBytes says otherwise.
+const DefaultMaxValueBytes = 256 << 20
 
 // DefaultWatchInterval is how often the catalog watcher looks at the
 // captured tables unless Config.WatchInterval says otherwise: a dropped and

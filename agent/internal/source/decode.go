@@ -11,12 +11,16 @@ import (
 type relationDecoder struct {
 	rel  *store.Relation
 	cols []typemap.DecodeFunc
+	// maxValue is the largest value kept: a larger one is decoded as
+	// store.KindTooLarge.
+	maxValue int
 }
 
 // newRelationDecoder returns the decoder of schema version rel, with the
-// decoders types gives its columns.
-func newRelationDecoder(types *typemap.Map, rel *store.Relation) *relationDecoder {
-	rd := &relationDecoder{rel: rel, cols: make([]typemap.DecodeFunc, len(rel.Columns))}
+// decoders types gives its columns, keeping values of up to maxValue
+// bytes.
+func newRelationDecoder(types *typemap.Map, rel *store.Relation, maxValue int) *relationDecoder {
+	rd := &relationDecoder{rel: rel, cols: make([]typemap.DecodeFunc, len(rel.Columns)), maxValue: maxValue}
 	for i, c := range rel.Columns {
 		rd.cols[i] = types.Decoder(c)
 	}

@@ -28,7 +28,7 @@ func BenchmarkBackfillChunkDecode(b *testing.B) {
 		text = fmt.Appendf(text, "%d\t%032x\t%d.%02d\t2026-01-01 %02d:%02d:%02d+00\t%c\t%d\n",
 			i, i*7919, i/100, i%100, i/3600%24, i/60%60, i%60, "tf"[i%2], i%1000)
 	}
-	rd := newRelationDecoder(typemap.New(), rel)
+	rd := newRelationDecoder(typemap.New(), rel, DefaultMaxValueBytes)
 	for _, recycled := range []bool{false, true} {
 		name := "fresh"
 		if recycled {
@@ -93,7 +93,7 @@ func codeRelation() *store.Relation {
 // COPY's escapes, in some fields of a line or in none: each field is its
 // value unescaped, whatever the others hold.
 func TestDecodeCopyRowUnescapes(t *testing.T) {
-	rd := newRelationDecoder(typemap.New(), codeRelation())
+	rd := newRelationDecoder(typemap.New(), codeRelation(), DefaultMaxValueBytes)
 	var slab valueSlab
 	var lines byteSlab
 	for _, c := range []struct {

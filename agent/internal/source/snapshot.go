@@ -146,7 +146,7 @@ func (s *Source) copySnapshot(ctx context.Context, conn *pgx.Conn, snapshotName 
 		if err := s.writer.send(writeOp{kind: opRelation, rel: rel}); err != nil {
 			return err
 		}
-		rd := newRelationDecoder(types, rel)
+		rd := newRelationDecoder(types, rel, s.maxValue())
 		rels[rel.Key.OID] = rd
 		var estimate int64
 		var partitioned bool
@@ -300,6 +300,14 @@ func (rd *relationDecoder) decodeCopyRow(line []byte, slab *valueSlab, lines *by
 			// The slab's memory may hold a value of an earlier chunk
 			// (tuning_chunk_memory.go).
 			vals[i] = store.Value{}
+			continue
+		}
+		if len(field) > rd.maxValue {
+			// Its size as PostgreSQL sent it, escapes and all.
+			if texts != nil {
+				texts[i] = nil
+			}
+			vals[i] = store.Value{Kind: store.KindTooLarge, Int: int64(len(field))}
 			continue
 		}
 		text := field

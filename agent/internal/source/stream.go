@@ -555,7 +555,7 @@ func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 	if prev != nil && prev.SameShape(rel) && !rewrite {
 		st.notice(was, rel)
 		if prev != curRel(cur) {
-			st.rels[oid] = newRelationDecoder(st.types, prev)
+			st.rels[oid] = newRelationDecoder(st.types, prev, st.s.maxValue())
 		}
 		return nil
 	}
@@ -570,7 +570,7 @@ func (st *stream) recordVersion(rel *store.Relation, at store.LSN) error {
 	if prev != nil && !prev.SameShape(rel) {
 		st.s.log.Info("table schema changed", "table", rel.QualifiedName(), "columns", len(rel.Columns), "version_lsn", key.String())
 	}
-	st.rels[oid] = newRelationDecoder(st.types, rel)
+	st.rels[oid] = newRelationDecoder(st.types, rel, st.s.maxValue())
 	delete(st.noted, oid)
 	var gen *newGeneration
 	if rewrite {

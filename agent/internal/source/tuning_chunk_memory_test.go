@@ -18,7 +18,7 @@ import (
 // used again, a NULL reads as NULL where the chunk before held a value, and
 // the last key that the earlier chunk's progress keeps does not change.
 func TestChunkMemoryIsReusedSafely(t *testing.T) {
-	rd := newRelationDecoder(typemap.New(), codeRelation())
+	rd := newRelationDecoder(typemap.New(), codeRelation(), DefaultMaxValueBytes)
 	pool := newChunkPool()
 	decode := func(lines ...string) (*chunkReader, *chunkMemory) {
 		t.Helper()

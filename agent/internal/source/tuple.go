@@ -123,6 +123,10 @@ func (rd *relationDecoder) decodeTuple(tuple []byte, slab *valueSlab) ([]store.V
 			n := int(binary.BigEndian.Uint32(tuple[off:]))
 			src := tuple[off+4 : off+4+n : off+4+n]
 			off += 4 + n
+			if n > rd.maxValue {
+				vals[i] = store.Value{Kind: store.KindTooLarge, Int: int64(n)}
+				continue
+			}
 			if err := rd.cols[i](&vals[i], src); err != nil {
 				return nil, rd.columnError(i, src, err)
 			}

@@ -35,7 +35,7 @@ func TestParseRowChange(t *testing.T) {
 	if rc.op != store.OpUpdate || rc.xid != 777 || rc.relation != 16384 || rc.oldKind != 'K' {
 		t.Fatalf("parsed %+v", rc)
 	}
-	rd := newRelationDecoder(typemap.New(), &store.Relation{Schema: "s", Name: "t", Columns: []store.Column{{Name: "id", TypeOID: 20}, {Name: "v", TypeOID: 25}}})
+	rd := newRelationDecoder(typemap.New(), &store.Relation{Schema: "s", Name: "t", Columns: []store.Column{{Name: "id", TypeOID: 20}, {Name: "v", TypeOID: 25}}}, DefaultMaxValueBytes)
 	var slab valueSlab
 	newVals, err := rd.decodeTuple(rc.new, &slab)
 	if err != nil || newVals[0].Int != 2 || string(newVals[1].Bytes) != "x" {
@@ -56,7 +56,7 @@ func TestParseRowChange(t *testing.T) {
 func FuzzParseRowChange(f *testing.F) {
 	ins := append([]byte{'I', 0, 0, 64, 0, 'N'}, tupleData([]byte("42"), []byte("text"))...)
 	f.Add(ins, false)
-	rd := newRelationDecoder(typemap.New(), &store.Relation{Columns: []store.Column{{Name: "a", TypeOID: 20}, {Name: "b", TypeOID: 25}}})
+	rd := newRelationDecoder(typemap.New(), &store.Relation{Columns: []store.Column{{Name: "a", TypeOID: 20}, {Name: "b", TypeOID: 25}}}, DefaultMaxValueBytes)
 	f.Fuzz(func(t *testing.T, data []byte, inStream bool) {
 		if len(data) == 0 {
 			return
@@ -70,4 +70,30 @@ func FuzzParseRowChange(f *testing.F) {
 		rd.decodeTuple(rc.new, &slab)
 		rd.decodeTuple(rc.old, &slab)
 	})
+}
+
+// TestValueLargerThanTheLimit decodes a value longer than the decoder
+// keeps, from the stream and from COPY, as its size alone; a value of
+// exactly the limit is kept.
+func TestValueLargerThanTheLimit(t *testing.T) {
+	rel := &store.Relation{Schema: "s", Name: "t", Columns: []store.Column{{Name: "id", TypeOID: 20}, {Name: "v", TypeOID: 25}, {Name: "w", TypeOID: 17}}}
+	rd := newRelationDecoder(typemap.New(), rel, 5)
+	var slab valueSlab
+	vals, err := rd.decodeTuple(tupleData([]byte("1"), []byte("12345"), []byte(`\x00010203`)), &slab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vals[0].Int != 1 || vals[1].Kind != store.KindString || string(vals[1].Bytes) != "12345" ||
+		vals[2].Kind != store.KindTooLarge || vals[2].Int != 10 || vals[2].Bytes != nil {
+		t.Fatalf("stream: %+v", vals)
+	}
+	texts := make([][]byte, 3)
+	vals, err = rd.decodeCopyRow([]byte("2\t123456\t\\\\x00"), &slab, new(byteSlab), texts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vals[0].Int != 2 || vals[1].Kind != store.KindTooLarge || vals[1].Int != 6 || texts[1] != nil ||
+		vals[2].Kind != store.KindBytes || len(vals[2].Bytes) != 1 {
+		t.Fatalf("copy: %+v", vals)
+	}
 }

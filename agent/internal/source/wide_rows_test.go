@@ -71,7 +71,7 @@ func TestSnapshotSpoolsWideRowsInSmallWrites(t *testing.T) {
 	w := &queueWriter{ops: make(chan writeOp, maxBatchOps)}
 	w.cond = sync.NewCond(&w.mu)
 	src := &Source{writer: w}
-	c := &copyReader{src: src, rd: newRelationDecoder(typemap.New(), rel), log: slog.New(slog.DiscardHandler), started: time.Now(), lastLog: time.Now()}
+	c := &copyReader{src: src, rd: newRelationDecoder(typemap.New(), rel, DefaultMaxValueBytes), log: slog.New(slog.DiscardHandler), started: time.Now(), lastLog: time.Now()}
 	doc := strings.Repeat("x", 100_000)
 	const rows = 200
 	for i := range rows {
@@ -107,7 +107,7 @@ func TestChunkOfWideRowsEndsAtItsBytes(t *testing.T) {
 		{Name: "id", TypeOID: 20, TypeMod: -1, Key: true},
 		{Name: "doc", TypeOID: 25, TypeMod: -1},
 	}}
-	cr := newChunkReader(newRelationDecoder(typemap.New(), rel), 100, new(chunkMemory))
+	cr := newChunkReader(newRelationDecoder(typemap.New(), rel, DefaultMaxValueBytes), 100, new(chunkMemory))
 	cr.keyPos, cr.maxBytes = []int{0}, 1<<20
 	doc := strings.Repeat("y", 100_000)
 	for i := range 100 {
