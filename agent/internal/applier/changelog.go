@@ -221,9 +221,9 @@ func (c *changelog) addInsert(a *Applier, h *store.TxnHeader, seq int64, op stor
 		return fmt.Errorf("changelog %s: %w", c.name, err)
 	}
 	m.onAdder.putRow(m, vals, b, c.dataPos)
-	if replaced := m.replacedIn(c.cols.cols, vals); replaced != nil {
-		b.Value(c.replIdx, replaced)
-		a.noteReplaced(c.source, replaced)
+	if r := m.replacedIn(c.cols.cols, vals); r != nil {
+		b.Value(c.replIdx, r.names)
+		a.noteReplaced(c.source, r)
 	}
 	b.Bytes(c.opIdx, c.opText[op])
 	b.Int(c.lsnIdx, int64(h.EndLSN))
@@ -273,7 +273,7 @@ func (c *changelog) add(a *Applier, h *store.TxnHeader, seq int64, rc *rowChange
 		row[c.unchIdx] = unch
 	}
 	if rc.replaced != nil {
-		row[c.replIdx] = rc.replaced
+		row[c.replIdx] = rc.replaced.names
 		a.noteReplaced(c.source, rc.replaced)
 	}
 	if rc.oldRow != nil && rc.op != store.OpInsert {

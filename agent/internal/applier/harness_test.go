@@ -42,6 +42,13 @@ type harness struct {
 // (with an initial snapshot).
 func newHarness(t *testing.T, setup string, tables ...string) *harness {
 	t.Helper()
+	return newHarnessWith(t, nil, setup, tables...)
+}
+
+// newHarnessWith is newHarness with capture's configuration changed by
+// mod, when not nil.
+func newHarnessWith(t *testing.T, mod func(*source.Config), setup string, tables ...string) *harness {
+	t.Helper()
 	c := pgtest.Start(t)
 	name := pgtest.NewDatabase(t, c)
 	dir := t.TempDir()
@@ -53,6 +60,9 @@ func newHarness(t *testing.T, setup string, tables ...string) *harness {
 		StatusInterval: time.Second, Logger: h.log.With("component", "source")}
 	for _, tb := range tables {
 		cfg.Tables = append(cfg.Tables, source.Table{Schema: "public", Name: tb})
+	}
+	if mod != nil {
+		mod(&cfg)
 	}
 	db, err := store.Open(dir, store.Options{})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lakeside/lakeside/agent/internal/source"
 	"github.com/lakeside/lakeside/delta"
 )
 
@@ -65,6 +66,43 @@ func TestReplacedValuesAreListed(t *testing.T) {
 		t.Errorf("Replaced counts %d values for public.edges; the changelog lists %d", got, replacedTotal)
 	}
 	h.checkChangelog("edges", nil)
+}
+
+// TestTooLargeValuesAreListed captures values larger than capture keeps,
+// copied by the initial snapshot and streamed, in text, bytea, numeric,
+// jsonb and array columns: each is null in both Delta tables and listed in
+// _replaced (checked against PostgreSQL value by value), a value of
+// exactly the limit is kept, and the count of replaced values follows.
+func TestTooLargeValuesAreListed(t *testing.T) {
+	const limit = 1000
+	h := newHarnessWith(t, func(c *source.Config) { c.MaxValueBytes = limit }, `
+		CREATE TABLE big (id int PRIMARY KEY, t text, b bytea, n numeric, j jsonb, a text[]);
+		INSERT INTO big VALUES
+			(1, repeat('x', 1001), NULL, 1.5, NULL, NULL),
+			(2, repeat('y', 1000), '\x00', 2.5, '{}', '{a}');`, "big")
+	a := h.applier()
+	h.apply(a)
+	h.exec(`INSERT INTO big VALUES (3, 'small', decode(repeat('ab', 500), 'hex'), repeat('9', 1001)::numeric,
+			('{"k": "' || repeat('z', 1000) || '"}')::jsonb, ARRAY[repeat('q', 600), repeat('r', 600)])`,
+		`UPDATE big SET t = 'now small', b = decode(repeat('cd', 499), 'hex') WHERE id = 1`,
+		`UPDATE big SET t = repeat('w', 2000) WHERE id = 2`)
+	h.apply(a)
+
+	checked, replacedTotal := h.checkReplaced("big")
+	if checked != 3 {
+		t.Fatalf("checked %d rows, want 3", checked)
+	}
+	// Row 1 copied (t), row 3 inserted (b, n, j, a), row 2 updated (t).
+	if got := a.Replaced()["public.big"]; got != int64(replacedTotal) || got != 6 {
+		t.Errorf("Replaced counts %d values for public.big; the changelog lists %d, want 6", got, replacedTotal)
+	}
+	// The mirror holds PostgreSQL's rows with the values too large, by
+	// the size of their text, null.
+	nulled := func(c string) string {
+		return fmt.Sprintf("CASE WHEN octet_length(%[1]s::text) > %[2]d THEN NULL ELSE %[1]s END AS %[1]s", c, limit)
+	}
+	h.exec(`CREATE VIEW big_kept AS SELECT id, ` + strings.Join([]string{nulled("t"), nulled("b"), nulled("n"), nulled("j"), nulled("a")}, ", ") + ` FROM big`)
+	h.compare("mirror of big", h.pgRows("big_kept"), h.deltaRows(h.snapshot("public.big"), "big_kept"))
 }
 
 // checkReplaced compares the latest changelog row of each row of table (an

@@ -402,7 +402,7 @@ type rowChange struct {
 	// replaced names the data columns of the changelog's image of the
 	// change (the old row of a delete, the new row otherwise) whose values
 	// are stored other than PostgreSQL holds them.
-	replaced []any
+	replaced *replaced
 }
 
 // convertChange converts the values of a change of schema version m.

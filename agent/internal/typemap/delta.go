@@ -107,7 +107,7 @@ func ConverterFor(dt delta.DataType, column string, w Warner) Converter {
 	}
 	return func(v *store.Value) any {
 		switch v.Kind {
-		case store.KindNull:
+		case store.KindNull, store.KindTooLarge:
 			return nil
 		case store.KindUnchanged:
 			return Unchanged

@@ -21,7 +21,9 @@ import (
 //	array        an element replaced as its type says
 //
 // A value whose kind does not fit its column (as capture queued it) is
-// written as null or as its text, and is replaced too.
+// written as null or as its text, and is replaced too. A value capture did
+// not keep, being larger than source.max_value_size (store.KindTooLarge),
+// is null in every column; the applier lists it without a check.
 
 // ReplacedCheck reports whether a value of a column is stored other than
 // PostgreSQL holds it.
