@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -35,6 +36,15 @@ const SocketName = "lakeside.sock"
 // it holds of the queue, so that a transaction that kills the agent each
 // time it is applied is quarantined (see applier.MaxCrashExits).
 const CrashRecordName = applier.CrashRecordName
+
+// captureMaxValue is capture's limit for source.max_value_size: zero keeps
+// every value PostgreSQL can send (at most 1 GB).
+func captureMaxValue(size int64) int64 {
+	if size == 0 {
+		return math.MaxInt32
+	}
+	return size
+}
 
 // Agent is one running agent.
 type Agent struct {
@@ -94,6 +104,7 @@ func (c *Config) sourceConfig(log *slog.Logger) source.Config {
 		Snapshot:               c.Source.Snapshot == SnapshotInitial,
 		StatusInterval:         c.Source.StatusInterval,
 		LogicalDecodingWorkMem: c.Source.LogicalDecodingWorkMem,
+		MaxValueBytes:          captureMaxValue(c.Source.MaxValueSize),
 		BackfillChunkRows:      c.Source.BackfillChunkRows,
 		BackfillRowsPerSecond:  c.Source.BackfillRowsPerSecond,
 		Logger:                 log,

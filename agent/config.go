@@ -201,7 +201,22 @@ type SourceConfig struct {
 	// BackfillRowsPerSecond bounds the rows a backfill copies per
 	// second; zero (the default) is no bound.
 	BackfillRowsPerSecond int `yaml:"backfill_rows_per_second" config:"limit"`
+	// MaxValueSize is the largest value the agent stores, in bytes of
+	// the text PostgreSQL sends (DefaultMaxValueSize; zero keeps every
+	// value, up to PostgreSQL's 1 GB). A larger value is stored as null
+	// and listed in the changelog's _replaced, so that one value cannot
+	// take more memory than the agent has.
+	MaxValueSize int64 `yaml:"max_value_size" config:"size"`
 }
+
+// Values of source.max_value_size.
+const (
+	// DefaultMaxValueSize is the default.
+	DefaultMaxValueSize = source.DefaultMaxValueBytes
+	// minMaxValueSize is the smallest accepted, so that a size written
+	// without its unit is not taken for a few bytes.
+	minMaxValueSize = 1 << 20
+)
 
 // MaxBackfillChunkRows is the largest source.backfill_chunk_rows.
 const MaxBackfillChunkRows = 1_000_000
@@ -320,6 +335,7 @@ func defaultConfig() Config {
 			StatusInterval:         DefaultStatusInterval,
 			LogicalDecodingWorkMem: DefaultLogicalDecodingWorkMem,
 			BackfillChunkRows:      DefaultBackfillChunkRows,
+			MaxValueSize:           DefaultMaxValueSize,
 		},
 		Delta: DeltaConfig{
 			FlushInterval:   DefaultFlushInterval,
@@ -410,6 +426,9 @@ func (s *SourceConfig) validate(p *configParser) error {
 	}
 	if s.BackfillChunkRows > MaxBackfillChunkRows {
 		return p.fieldErrorf(&s.BackfillChunkRows, "%q is out of range (a chunk's rows are held in memory: at most %d)", cutValue(p.field(&s.BackfillChunkRows).text), MaxBackfillChunkRows)
+	}
+	if s.MaxValueSize != 0 && s.MaxValueSize < minMaxValueSize {
+		return p.fieldErrorf(&s.MaxValueSize, "%d bytes is smaller than 1MiB (write it like 256MiB; 0 keeps every value)", s.MaxValueSize)
 	}
 	return nil
 }
