@@ -137,10 +137,20 @@ func (rd *relationDecoder) decodeTuple(tuple []byte, slab *valueSlab) ([]store.V
 	return vals, nil
 }
 
+// largeMessage is the size from which a row message is decoded from the
+// connection's buffer and only the values kept are copied (ownValues),
+// rather than copied whole first: a value over the limit is then never
+// copied, and a kept one once.
+const largeMessage = 1 << 20
+
 // rowChangeOf parses and decodes a row message into a change; captured is
 // false, and nothing decoded, for a change of a table passed over.
 func (st *stream) rowChangeOf(data []byte) (xid uint32, c store.Change, captured bool, err error) {
-	rc, err := parseRowChange(bytes.Clone(data), st.inStream)
+	large := len(data) >= largeMessage
+	if !large {
+		data = bytes.Clone(data)
+	}
+	rc, err := parseRowChange(data, st.inStream)
 	if err != nil {
 		return 0, store.Change{}, false, fmt.Errorf("parse pgoutput message: %w", err)
 	}
@@ -155,5 +165,20 @@ func (st *stream) rowChangeOf(data []byte) (xid uint32, c store.Change, captured
 	if c.Old, err = rd.decodeTuple(rc.old, &st.slab); err != nil {
 		return 0, store.Change{}, false, err
 	}
+	if large {
+		ownValues(c.New)
+		ownValues(c.Old)
+	}
 	return rc.xid, c, true, nil
+}
+
+// ownValues gives the values the bytes they keep of what they were
+// decoded from, which the caller reuses, as copies of their own.
+func ownValues(vals []store.Value) {
+	for i := range vals {
+		if vals[i].Bytes != nil {
+			vals[i].Bytes = bytes.Clone(vals[i].Bytes)
+		}
+		ownValues(vals[i].Elems)
+	}
 }

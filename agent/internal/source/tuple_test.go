@@ -1,6 +1,7 @@
 package source
 
 import (
+	"bytes"
 	"encoding/binary"
 	"testing"
 
@@ -95,5 +96,28 @@ func TestValueLargerThanTheLimit(t *testing.T) {
 	if vals[0].Int != 2 || vals[1].Kind != store.KindTooLarge || vals[1].Int != 6 || texts[1] != nil ||
 		vals[2].Kind != store.KindBytes || len(vals[2].Bytes) != 1 {
 		t.Fatalf("copy: %+v", vals)
+	}
+}
+
+// TestLargeRowMessageKeepsNothingOfItsBuffer decodes a row message of
+// more than largeMessage bytes, then overwrites the message: the values
+// kept are intact, arrays' elements too.
+func TestLargeRowMessageKeepsNothingOfItsBuffer(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), largeMessage)
+	msg := append([]byte{'I', 0, 0, 0, 7, 'N'}, tupleData([]byte("5"), big, []byte(`{a,"b c"}`))...)
+	rel := &store.Relation{Key: store.RelationKey{OID: 7}, Schema: "s", Name: "t",
+		Columns: []store.Column{{Name: "id", TypeOID: 20}, {Name: "v", TypeOID: 25}, {Name: "a", TypeOID: 1009}}}
+	st := &stream{rels: map[uint32]*relationDecoder{7: newRelationDecoder(typemap.New(), rel, DefaultMaxValueBytes)},
+		tables: map[uint32]*capturedTable{7: {}}}
+	_, c, captured, err := st.rowChangeOf(msg)
+	if err != nil || !captured {
+		t.Fatalf("captured %v, err %v", captured, err)
+	}
+	for i := range msg {
+		msg[i] = 0
+	}
+	if v := c.New; v[0].Int != 5 || !bytes.Equal(v[1].Bytes, big) || len(v[2].Elems) != 2 ||
+		string(v[2].Elems[0].Bytes) != "a" || string(v[2].Elems[1].Bytes) != "b c" {
+		t.Fatalf("values after the message was reused: id %d, text of %d bytes, array %+v", v[0].Int, len(v[1].Bytes), v[2].Elems)
 	}
 }
