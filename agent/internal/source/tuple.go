@@ -159,10 +159,17 @@ func (st *stream) rowChangeOf(data []byte) (xid uint32, c store.Change, captured
 		return 0, store.Change{}, false, err
 	}
 	c = store.Change{Op: rc.op, Relation: rd.rel.Key, OldIsKey: rc.oldKind == 'K'}
-	if c.New, err = rd.decodeTuple(rc.new, &st.slab); err != nil {
+	slab := &st.slab
+	if large {
+		// Values of their own, which the stream's slab would keep
+		// until it is used up: a large value goes once its
+		// transaction is queued.
+		slab = new(valueSlab)
+	}
+	if c.New, err = rd.decodeTuple(rc.new, slab); err != nil {
 		return 0, store.Change{}, false, err
 	}
-	if c.Old, err = rd.decodeTuple(rc.old, &st.slab); err != nil {
+	if c.Old, err = rd.decodeTuple(rc.old, slab); err != nil {
 		return 0, store.Change{}, false, err
 	}
 	if large {
