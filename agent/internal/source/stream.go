@@ -21,9 +21,13 @@ import (
 // replConn is a connection in logical replication mode.
 type replConn = *pgconn.PgConn
 
-// spillChanges is how many changes of a transaction are held in memory
-// before they go to the spool: no transaction, however large, is held whole.
-const spillChanges = 2048
+// spillChanges and spillBytes are how many changes of a transaction, and
+// bytes of their values, are held in memory before they go to the spool:
+// no transaction, however large or wide, is held whole.
+const (
+	spillChanges = 2048
+	spillBytes   = 16 << 20
+)
 
 // ackEvery is the shortest time between two status updates sent because the
 // durable position moved. Each update costs the walsender work (it may save
@@ -87,6 +91,9 @@ type stream struct {
 	open      map[uint32]bool
 	buf       []store.Change
 	bufSubXid uint32
+	// txnBytes and bufBytes are the bytes of the values of txn's changes
+	// and of buf, while they hold any.
+	txnBytes, bufBytes int
 
 	slab valueSlab
 
@@ -817,21 +824,29 @@ func (st *stream) add(subXid uint32, c store.Change) error {
 			st.trk.note(st.rels, st.txn.Xid, st.txn.Xid, &c)
 		}
 	}
+	size := valuesBytes(c.New) + valuesBytes(c.Old)
 	if st.inStream {
-		if len(st.buf) > 0 && (subXid != st.bufSubXid || len(st.buf) >= spillChanges) {
+		if len(st.buf) > 0 && (subXid != st.bufSubXid || len(st.buf) >= spillChanges || st.bufBytes+size > spillBytes) {
 			if err := st.flushStream(); err != nil {
 				return err
 			}
 		}
+		if len(st.buf) == 0 {
+			st.bufBytes = 0
+		}
 		st.bufSubXid = subXid
 		st.buf = append(st.buf, c)
+		st.bufBytes += size
 		return nil
 	}
 	if !st.inTxn {
 		return errors.New("change outside a transaction")
 	}
+	if len(st.txn.Changes) == 0 {
+		st.txnBytes = 0
+	}
 	st.txn.Changes = append(st.txn.Changes, c)
-	if len(st.txn.Changes) >= spillChanges {
+	if st.txnBytes += size; len(st.txn.Changes) >= spillChanges || st.txnBytes >= spillBytes {
 		st.spilled = true
 		changes := st.txn.Changes
 		st.txn.Changes = nil

@@ -3,6 +3,7 @@ package source
 import (
 	"bytes"
 	"encoding/binary"
+	"log/slog"
 	"testing"
 
 	"github.com/lakeside/lakeside/agent/internal/typemap"
@@ -119,5 +120,31 @@ func TestLargeRowMessageKeepsNothingOfItsBuffer(t *testing.T) {
 	if v := c.New; v[0].Int != 5 || !bytes.Equal(v[1].Bytes, big) || len(v[2].Elems) != 2 ||
 		string(v[2].Elems[0].Bytes) != "a" || string(v[2].Elems[1].Bytes) != "b c" {
 		t.Fatalf("values after the message was reused: id %d, text of %d bytes, array %+v", v[0].Int, len(v[1].Bytes), v[2].Elems)
+	}
+}
+
+// TestWideTransactionSpillsByBytes adds changes of 1 MiB values to a
+// transaction and to a stream block: each goes to the spool once it holds
+// spillBytes of values, long before spillChanges changes.
+func TestWideTransactionSpillsByBytes(t *testing.T) {
+	value := bytes.Repeat([]byte("v"), 1<<20)
+	change := store.Change{Op: store.OpInsert, New: []store.Value{{Kind: store.KindString, Bytes: value}}}
+	for _, streamed := range []bool{false, true} {
+		w := newQueueWriter(nil, slog.New(slog.DiscardHandler), 0, nil, nil)
+		st := &stream{s: &Source{writer: w}, inTxn: !streamed, inStream: streamed}
+		n := 0
+		for n < spillChanges && len(w.ops) == 0 {
+			if err := st.add(1, change); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		if len(w.ops) == 0 {
+			t.Fatalf("streamed %v: %d changes of 1 MiB held in memory", streamed, n)
+		}
+		op := <-w.ops
+		if op.kind != opSpoolAppend || len(op.changes)*len(value) > spillBytes {
+			t.Fatalf("streamed %v: spilled %d changes of 1 MiB (kind %v), want at most %d MiB", streamed, len(op.changes), op.kind, spillBytes>>20)
+		}
 	}
 }
