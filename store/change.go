@@ -138,3 +138,16 @@ type Txn struct {
 	TxnHeader
 	Changes []Change
 }
+
+// ValuesBytes returns the bytes that values and their elements hold: what
+// they take in memory beyond their fixed size.
+func ValuesBytes(values []Value) int {
+	n := 0
+	for i := range values {
+		n += len(values[i].Bytes)
+		if len(values[i].Elems) > 0 {
+			n += ValuesBytes(values[i].Elems)
+		}
+	}
+	return n
+}

@@ -439,6 +439,7 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 	} else {
 		// The values are converted once, for both tables.
 		x.rc = st.cols.convertChange(m, ch)
+		x.size = store.ValuesBytes(ch.New) + store.ValuesBytes(ch.Old)
 	}
 	if a.adder != nil {
 		a.adder.add(x)

@@ -42,6 +42,8 @@ type adder struct {
 	// header is the copy of the header of the transaction being read that
 	// its additions share (the queue reuses its own).
 	header *store.TxnHeader
+	// batchBytes is the bytes of converted values the batch holds.
+	batchBytes int
 }
 
 // addition is one change for its table's changelog, mirror or both: its
@@ -61,10 +63,19 @@ type addition struct {
 	op         store.Op
 	toCL, toMR bool
 	mem        *store.ChunkMemory
+	// size is the bytes of the values converted for rc, which, unlike
+	// the values of ins (views of the state file), are held in memory.
+	size int
 }
 
-// additionBatch is how many changes are handed over at a time.
-const additionBatch = 256
+// additionBatch is how many changes are handed over at a time, and
+// additionBytes how many bytes of converted values: at most six batches
+// are in memory at once (work's four, the one being added and the one
+// filling).
+const (
+	additionBatch = 256
+	additionBytes = 4 << 20
+)
 
 // newAdder starts the adding goroutine of a flush whose chunks are read
 // into memory from pool.
@@ -124,7 +135,9 @@ func (d *adder) release(mem *store.ChunkMemory) {
 // queue appends x to the batch, and hands the batch over once it is full.
 func (d *adder) queue(x addition) {
 	d.batch = append(d.batch, x)
-	if len(d.batch) == additionBatch {
+	d.batchBytes += x.size
+	if len(d.batch) == additionBatch || d.batchBytes >= additionBytes {
+		d.batchBytes = 0
 		d.work <- d.batch
 		select {
 		case d.batch = <-d.free:
@@ -137,6 +150,7 @@ func (d *adder) queue(x addition) {
 // sync waits until every change queued is added.
 func (d *adder) sync() {
 	if len(d.batch) > 0 {
+		d.batchBytes = 0
 		d.work <- d.batch
 		d.batch = make([]addition, 0, additionBatch)
 	}

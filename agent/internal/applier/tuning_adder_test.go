@@ -162,3 +162,29 @@ func applyAllocating(t *testing.T, a *Applier) uint64 {
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc
 }
+
+// TestAdderHandsOverByBytes queues changes holding 1 MiB of converted
+// values each: a batch is handed over once it holds additionBytes of
+// them, long before additionBatch changes.
+func TestAdderHandsOverByBytes(t *testing.T) {
+	d := &adder{work: make(chan []addition, 4), free: make(chan []addition, 6), batch: make([]addition, 0, additionBatch)}
+	st := &sourceTable{}
+	n := 0
+	for len(d.work) == 0 && n < additionBatch {
+		d.queue(addition{st: st, size: 1 << 20})
+		n++
+	}
+	if len(d.work) == 0 || n != additionBytes>>20 {
+		t.Fatalf("handed over after %d changes of 1 MiB, want %d", n, additionBytes>>20)
+	}
+	if batch := <-d.work; len(batch) != n {
+		t.Fatalf("the batch holds %d changes, want %d", len(batch), n)
+	}
+	// Small changes fill a batch by count.
+	for range additionBatch {
+		d.queue(addition{st: st, size: 10})
+	}
+	if batch := <-d.work; len(batch) != additionBatch {
+		t.Fatalf("a batch of small changes holds %d, want %d", len(batch), additionBatch)
+	}
+}

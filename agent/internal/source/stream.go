@@ -824,7 +824,7 @@ func (st *stream) add(subXid uint32, c store.Change) error {
 			st.trk.note(st.rels, st.txn.Xid, st.txn.Xid, &c)
 		}
 	}
-	size := valuesBytes(c.New) + valuesBytes(c.Old)
+	size := store.ValuesBytes(c.New) + store.ValuesBytes(c.Old)
 	if st.inStream {
 		if len(st.buf) > 0 && (subXid != st.bufSubXid || len(st.buf) >= spillChanges || st.bufBytes+size > spillBytes) {
 			if err := st.flushStream(); err != nil {

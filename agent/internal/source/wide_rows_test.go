@@ -141,7 +141,7 @@ func TestBackfillOfWideRowsKeepsChunksSmall(t *testing.T) {
 		bytes, rows, widest := 0, 0, 0
 		for _, c := range txn.Changes {
 			if c.Op == store.OpSnapshot {
-				n := valuesBytes(c.New)
+				n := store.ValuesBytes(c.New)
 				bytes, rows, widest = bytes+n, rows+1, max(widest, n)
 			}
 		}

@@ -109,22 +109,11 @@ func opWeight(op *writeOp) int64 {
 func changesWeight(changes []store.Change) int64 {
 	n := 0
 	for i := range changes {
-		n += valuesBytes(changes[i].New) + valuesBytes(changes[i].Old)
+		n += store.ValuesBytes(changes[i].New) + store.ValuesBytes(changes[i].Old)
 	}
 	return int64(len(changes) + n/weightBytes)
 }
 
-// valuesBytes returns the bytes that values and their elements hold.
-func valuesBytes(values []store.Value) int {
-	n := 0
-	for i := range values {
-		n += len(values[i].Bytes)
-		if len(values[i].Elems) > 0 {
-			n += valuesBytes(values[i].Elems)
-		}
-	}
-	return n
-}
 
 // queueWriter applies writeOps to the state file from one goroutine, many per
 // bbolt transaction (group commit), and publishes the durable checkpoint.
