@@ -143,10 +143,16 @@ type pending struct {
 	// appender: the rows it appends come after every key here.
 	maxKey  []byte
 	changes int
+	// scratch is where a change is encoded before it is stored, kept
+	// for the next unless it grew past maxScratch.
 	scratch []byte
 	// decimals makes the decimals of the entries read back.
 	decimals typemap.DecimalSlab
 }
+
+// maxScratch is the largest encoding buffer pending keeps between two
+// changes.
+const maxScratch = 1 << 20
 
 // pendingRef locates a record in the blocks: its key at
 // blocks[block][off:off+klen], its encoded entry after it, up to end.
@@ -193,6 +199,10 @@ func (p *pending) add(key []byte, e *entry) error {
 	off := len(b)
 	b = append(append(b, key...), p.scratch...)
 	p.blocks[last] = b
+	if cap(p.scratch) > maxScratch {
+		// A huge change's encoding is not kept for the next ones.
+		p.scratch = nil
+	}
 	had := cap(p.refs)
 	p.refs = append(p.refs, pendingRef{block: int32(last), off: int32(off), klen: int32(len(key)), end: int32(len(b))})
 	p.size += (cap(p.refs) - had) * refSize
@@ -278,11 +288,8 @@ func (p *pending) spill() error {
 	p.runs = append(p.runs, f.Name())
 	p.sortRefs()
 	w := bufio.NewWriterSize(f, 256<<10)
-	var buf []byte
 	for _, r := range p.refs {
-		buf = appendLengthPrefixed(buf[:0], p.key(r))
-		buf = appendLengthPrefixed(buf, p.body(r))
-		if _, err := w.Write(buf); err != nil {
+		if err := writeLengthPrefixed(w, p.key(r), p.body(r)); err != nil {
 			f.Close()
 			return fmt.Errorf("spill: %w", err)
 		}
@@ -445,8 +452,17 @@ func spillDir(tablesDir, table string) string {
 	return filepath.Join(tablesDir, ".spill", table)
 }
 
-// appendLengthPrefixed appends b to dst after its length.
-func appendLengthPrefixed(dst, b []byte) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(b)))
-	return append(dst, b...)
+// writeLengthPrefixed writes each of parts after its length (a uvarint),
+// from where it is: a huge part is not copied first.
+func writeLengthPrefixed(w *bufio.Writer, parts ...[]byte) error {
+	var n [binary.MaxVarintLen64]byte
+	for _, b := range parts {
+		if _, err := w.Write(binary.AppendUvarint(n[:0], uint64(len(b)))); err != nil {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
