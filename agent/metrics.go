@@ -18,6 +18,7 @@ type collector struct {
 	capturedTxns, receivedChanges, ignored    *prometheus.Desc
 	deltaCommits, deltaFilesAdded             *prometheus.Desc
 	deltaFilesRemoved, uploadErrors           *prometheus.Desc
+	uploadStalls                              *prometheus.Desc
 	vacuumRuns, vacuumFailures                *prometheus.Desc
 	vacuumFiles, vacuumBytes, vacuumLast      *prometheus.Desc
 	applyFailing, applyTableFailing, replaced *prometheus.Desc
@@ -45,6 +46,7 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 		backlogVersions:   d("replica_backlog_versions", "Versions committed locally and not yet replicated."),
 		requests:          d("replica_requests_total", "Requests sent to the replica."),
 		uploadErrors:      d("replica_errors_total", "Requests to the replica that failed."),
+		uploadStalls:      d("replica_stalls_total", "Requests to the replica cancelled because nothing of them moved for a while, or too slowly."),
 		versions:          d("replica_versions_total", "Delta versions replicated."),
 		uploadedBytes:     d("replica_bytes_total", "Bytes replicated."),
 		online:            d("replica_online", "1 while the replica is reachable."),
@@ -74,7 +76,7 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.confirmed, c.checkpoint, c.lag, c.lagSeconds, c.queueTxns, c.queueBytes, c.paused,
 		c.clients, c.tableVersion, c.remoteVersion, c.backlogBytes, c.backlogVersions, c.requests, c.versions, c.uploadedBytes, c.online,
-		c.capturedTxns, c.receivedChanges, c.ignored, c.deltaCommits, c.deltaFilesAdded, c.deltaFilesRemoved, c.uploadErrors,
+		c.capturedTxns, c.receivedChanges, c.ignored, c.deltaCommits, c.deltaFilesAdded, c.deltaFilesRemoved, c.uploadErrors, c.uploadStalls,
 		c.vacuumRuns, c.vacuumFailures, c.vacuumFiles, c.vacuumBytes, c.vacuumLast, c.applyFailing, c.applyTableFailing, c.replaced,
 		c.backfillRows, c.backfillChunks, c.backfillRunning} {
 		ch <- d
@@ -154,6 +156,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.backlogVersions, float64(u.BacklogVersions))
 		counter(c.requests, float64(u.Requests))
 		counter(c.uploadErrors, float64(u.Errors))
+		counter(c.uploadStalls, float64(u.Stalls))
 		counter(c.versions, float64(u.Versions))
 		counter(c.uploadedBytes, float64(u.BytesUploaded))
 		online := 0.0

@@ -136,9 +136,12 @@ type UploadStatus struct {
 	BacklogBytes    int64  `json:"backlog_bytes"`
 	Requests        int64  `json:"requests"`
 	Errors          int64  `json:"errors"`
-	Versions        int64  `json:"versions"`
-	BytesUploaded   int64  `json:"bytes_uploaded"`
-	LastError       string `json:"last_error,omitempty"`
+	// Stalls counts the errors that were stalls: requests cancelled
+	// because nothing of them moved for a while.
+	Stalls        int64  `json:"stalls,omitempty"`
+	Versions      int64  `json:"versions"`
+	BytesUploaded int64  `json:"bytes_uploaded"`
+	LastError     string `json:"last_error,omitempty"`
 }
 
 // QueueStatus summarises the queue.
@@ -283,7 +286,7 @@ func (a *Agent) Status() (*Status, error) {
 	remote := map[string]uploader.TableStatus{}
 	if a.up != nil {
 		us := a.up.Status()
-		st.Upload = &UploadStatus{Target: a.cfg.Replica.Target(), Online: us.Online, Requests: us.Requests, Errors: us.Failures,
+		st.Upload = &UploadStatus{Target: a.cfg.Replica.Target(), Online: us.Online, Requests: us.Requests, Errors: us.Failures, Stalls: us.Stalls,
 			Versions: us.Versions, BytesUploaded: us.BytesUploaded, LastError: us.LastError}
 		for _, t := range us.Tables {
 			remote[t.Name] = t

@@ -31,6 +31,11 @@ var (
 	// after a conflict; see Uploader.Resume.
 	ErrTableStopped = errors.New("table replication stopped")
 
+	// ErrStalled means a request to the replica was cancelled because
+	// nothing of it moved for a while, or it went slower than a minimum
+	// rate: a bucket that stalls is an offline replica, retried.
+	ErrStalled = errors.New("replica request stalled")
+
 	// ErrLocal means a local file needed for the upload is missing or
 	// unreadable; it is not a remote failure and does not make the uploader
 	// go offline.

@@ -41,6 +41,8 @@ type instrumented struct {
 	hook     func(ctx context.Context, r Request) error
 	requests *atomic.Int64
 	failures *atomic.Int64
+	// stalls counts the failures that were stalls (ErrStalled).
+	stalls *atomic.Int64
 }
 
 func (c *instrumented) do(ctx context.Context, op, key string, fn func() error) error {
@@ -65,6 +67,9 @@ func (c *instrumented) do(ctx context.Context, op, key string, fn func() error) 
 		return err
 	}
 	c.failures.Add(1)
+	if errors.Is(err, ErrStalled) {
+		c.stalls.Add(1)
+	}
 	return &remoteError{err}
 }
 

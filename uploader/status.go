@@ -37,8 +37,11 @@ type Status struct {
 	// failed (unreachable, refused, broken off); Versions counts commits
 	// uploaded; BytesUploaded counts bytes of files and commits uploaded.
 	// Requests/Versions is the request cost per committed version.
-	Requests      int64
-	Failures      int64
+	Requests int64
+	Failures int64
+	// Stalls counts the failures that were stalls: requests cancelled
+	// because nothing of them moved for a while (ErrStalled).
+	Stalls        int64
 	Versions      int64
 	BytesUploaded int64
 	Tables        []TableStatus
@@ -95,6 +98,7 @@ func (u *Uploader) Status() Status {
 		LastError:     u.lastError,
 		Requests:      u.requests.Load(),
 		Failures:      u.failures.Load(),
+		Stalls:        u.stalls.Load(),
 		Versions:      u.versions.Load(),
 		BytesUploaded: u.bytes.Load(),
 	}

@@ -91,6 +91,7 @@ type Uploader struct {
 
 	requests atomic.Int64
 	failures atomic.Int64
+	stalls   atomic.Int64
 	versions atomic.Int64
 	bytes    atomic.Int64
 }
@@ -152,7 +153,7 @@ func New(opts Options) (*Uploader, error) {
 		tables: map[string]*tableState{},
 		online: true,
 	}
-	u.client = &instrumented{c: opts.Client, hook: opts.Hook, requests: &u.requests, failures: &u.failures}
+	u.client = &instrumented{c: opts.Client, hook: opts.Hook, requests: &u.requests, failures: &u.failures, stalls: &u.stalls}
 	if mp, ok := opts.Client.(MultipartClient); ok {
 		u.client.mp = mp
 	}

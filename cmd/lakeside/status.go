@@ -80,6 +80,9 @@ func printStatus(w io.Writer, st *agent.Status) {
 		if u.LastError != "" {
 			fmt.Fprintf(tw, "replica error:\t%s\n", u.LastError)
 		}
+		if u.Stalls > 0 {
+			fmt.Fprintf(tw, "replica stalls:\t%d requests cancelled: the replica stopped answering or went too slow\n", u.Stalls)
+		}
 	}
 	for _, b := range st.Backfills {
 		fmt.Fprintf(tw, "backfill:\t%s\n", backfillLine(b))

@@ -10,6 +10,9 @@
 // minio.Options.MaxRetries to 1. 4xx answers such as 412 Precondition Failed
 // are never retried. A failure left after the retries is returned to the
 // uploader, which treats the remote as offline and backs off between passes.
+// Each attempt runs under deadlines (deadline.go): one whose bytes stop
+// moving, or that goes slower than a minimum rate, is cancelled and fails
+// with uploader.ErrStalled, and is retried like a connection error.
 //
 // # Integrity
 //
@@ -72,6 +75,9 @@ type Config struct {
 	// Transport is the underlying HTTP transport (tests wrap it); nil uses
 	// a clone of http.DefaultTransport.
 	Transport http.RoundTripper
+	// Deadlines bound each attempt of a request; the zero value uses
+	// DefaultDeadlines.
+	Deadlines Deadlines
 }
 
 // RetryPolicy is the capped exponential backoff of HTTP retries.
@@ -134,7 +140,7 @@ func New(cfg Config) (*Client, error) {
 		Secure:       secure,
 		Region:       region,
 		BucketLookup: lookup,
-		Transport:    newRetryTransport(cfg.Transport, cfg.Retry),
+		Transport:    newRetryTransport(cfg.Transport, cfg.Retry, cfg.Deadlines),
 		// One retry policy: retryablehttp's. MaxRetries 1 means a single
 		// attempt in minio-go.
 		MaxRetries: 1,
@@ -149,9 +155,9 @@ func New(cfg Config) (*Client, error) {
 // more than the uploader's requests in flight at once.
 const idleConnsPerHost = 64
 
-// newRetryTransport wraps base in a go-retryablehttp round tripper with
-// policy.
-func newRetryTransport(base http.RoundTripper, policy RetryPolicy) http.RoundTripper {
+// newRetryTransport wraps base, each of whose attempts runs under
+// deadlines, in a go-retryablehttp round tripper with policy.
+func newRetryTransport(base http.RoundTripper, policy RetryPolicy, deadlines Deadlines) http.RoundTripper {
 	if base == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		// The uploader's workers, its commits and its deletes go to one
@@ -163,6 +169,10 @@ func newRetryTransport(base http.RoundTripper, policy RetryPolicy) http.RoundTri
 	if policy == (RetryPolicy{}) {
 		policy = DefaultRetry()
 	}
+	if deadlines == (Deadlines{}) {
+		deadlines = DefaultDeadlines()
+	}
+	base = deadlineTransport{next: base, d: deadlines}
 	rc := retryablehttp.NewClient()
 	rc.HTTPClient = &http.Client{Transport: base}
 	rc.Logger = nil
