@@ -251,6 +251,82 @@ func TestLiveViewConnectionsAreCapped(t *testing.T) {
 	}
 }
 
+// TestLiveViewSilentConnectionsAreEvicted holds 3000 connections that
+// send nothing and 500 that send half a request header, three times the
+// agent's cap: a fresh client's /healthz, /api/v1/status and WebSocket
+// stream are answered all the same (the connections waiting longest for a
+// header make room), and the Delta tables keep committing.
+func TestLiveViewSilentConnectionsAreEvicted(t *testing.T) {
+	la := startLiveAgent(t, "", hardeningSchema)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range 3500 {
+		c, err := net.Dial("tcp", la.addr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		if i >= 3000 {
+			fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.")
+		}
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	for _, path := range []string{"/healthz", "/api/v1/status"} {
+		start := time.Now()
+		resp, err := client.Get("http://" + la.addr + path)
+		if err != nil {
+			t.Fatalf("GET %s beside 3500 silent connections: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s beside 3500 silent connections: status %d", path, resp.StatusCode)
+		}
+		t.Logf("GET %s answered in %v", path, time.Since(start).Round(time.Millisecond))
+	}
+	dialer := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	ws, _, err := dialer.Dial("ws://"+la.addr+"/api/v1/stream?tables=public.stock", nil)
+	if err != nil {
+		t.Fatalf("a WebSocket stream beside 3500 silent connections: %v", err)
+	}
+	defer ws.Close()
+	ws.SetReadDeadline(time.Now().Add(time.Minute))
+	var hello struct{ Type string }
+	if err := ws.ReadJSON(&hello); err != nil || hello.Type != "hello" {
+		t.Fatalf("stream hello: %+v, %v", hello, err)
+	}
+	// More silent connections come while the stream serves: it is never
+	// the one closed.
+	for i := range 1500 {
+		c, err := net.Dial("tcp", la.addr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns = append(conns, c)
+	}
+	la.exec(`INSERT INTO stock SELECT g, g FROM generate_series(101, 200) g`)
+	la.waitApplied(la.d)
+	var page struct{ Rows []any }
+	if code, _ := la.get("/api/v1/tables/public.stock/rows?limit=1000", &page); code != http.StatusOK || len(page.Rows) != 200 {
+		t.Errorf("after more rows: status %d, %d rows, want 200", code, len(page.Rows))
+	}
+	for {
+		var msg struct {
+			Type string
+			Last bool
+		}
+		if err := ws.ReadJSON(&msg); err != nil {
+			t.Fatalf("the stream was cut beside the silent connections: %v", err)
+		}
+		if msg.Type == "changes" || msg.Type == "refetch" {
+			break
+		}
+	}
+}
+
 // TestLiveViewStreamTablesAreDeduplicated: ?tables= naming a table 3000
 // times subscribes to it once; more distinct names than the cap are
 // refused.

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/url"
@@ -95,9 +96,11 @@ func (p hostPolicy) allowsOrigin(r *http.Request) bool {
 
 // guard answers only requests whose Host is allowed (unless a token is
 // required, which a rebound page cannot know) and whose Origin is allowed,
-// and marks every answer nosniff.
+// and marks every answer nosniff. A request it sees has its header: its
+// connection is serving, and not closed to make room (connLimiter).
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.conns.serving(r.Context())
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if r.URL.Path != "/healthz" {
 			if *s.token.Load() == "" && !s.hosts.allows(r.Host) {
@@ -113,46 +116,77 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	})
 }
 
-// connLimiter keeps at most cap connections open: when a connection
-// arrives at the cap, the longest-idle keep-alive connection is closed to
-// make room, and with none idle the new one is closed at once.
+// connLimiter keeps at most cap connections open. When a connection
+// arrives at the cap, one that is not serving a request is closed to make
+// room: first the one waiting longest for a complete request header (a
+// client that connects and sends nothing, or half a header, would
+// otherwise hold its slot until the header timeout, and a few thousand of
+// them would lock every client out), then the longest-idle keep-alive
+// connection. A connection serving a request (a WebSocket stream too) is
+// never closed; with every one serving, the new one is closed at once.
 type connLimiter struct {
 	cap  int
 	open atomic.Int64
 
-	mu   sync.Mutex
-	idle map[net.Conn]time.Time // keep-alive connections waiting for a request, since when
+	mu sync.Mutex
+	// waiting are the connections that have not sent a complete request
+	// header since they opened or were last idle, since when; idle the
+	// keep-alive connections waiting for a request, since when.
+	waiting map[net.Conn]time.Time
+	idle    map[net.Conn]time.Time
 }
 
 func newConnLimiter(cap int) *connLimiter {
-	return &connLimiter{cap: cap, idle: map[net.Conn]time.Time{}}
+	return &connLimiter{cap: cap, waiting: map[net.Conn]time.Time{}, idle: map[net.Conn]time.Time{}}
 }
 
 // listener returns ln with the cap applied.
 func (l *connLimiter) listener(ln net.Listener) net.Listener { return &limitedListener{ln, l} }
 
-// connState is the server's ConnState hook, which tells idle connections.
+// connKey is the request context key of the connection a request came on.
+type connKey struct{}
+
+// connContext is the server's ConnContext hook: requests know their
+// connection, for serving.
+func (l *connLimiter) connContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// connState is the server's ConnState hook: a new connection, or one that
+// starts reading a request, waits for its header; an idle one waits for a
+// request.
 func (l *connLimiter) connState(c net.Conn, state http.ConnState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if state == http.StateIdle {
-		l.idle[c] = time.Now()
-		return
-	}
+	delete(l.waiting, c)
 	delete(l.idle, c)
+	switch state {
+	case http.StateNew, http.StateActive:
+		l.waiting[c] = time.Now()
+	case http.StateIdle:
+		l.idle[c] = time.Now()
+	}
 }
 
-// makeRoom closes the longest-idle connection; it reports false when
-// none is idle.
+// serving records that the connection of a request's context has sent its
+// header: it serves the request now.
+func (l *connLimiter) serving(ctx context.Context) {
+	if c, ok := ctx.Value(connKey{}).(net.Conn); ok {
+		l.mu.Lock()
+		delete(l.waiting, c)
+		l.mu.Unlock()
+	}
+}
+
+// makeRoom closes the connection waiting longest for a request header, or
+// else the longest-idle one; it reports false when every one is serving.
 func (l *connLimiter) makeRoom() bool {
 	l.mu.Lock()
-	var oldest net.Conn
-	var since time.Time
-	for c, t := range l.idle {
-		if oldest == nil || t.Before(since) {
-			oldest, since = c, t
-		}
+	oldest := oldestConn(l.waiting)
+	if oldest == nil {
+		oldest = oldestConn(l.idle)
 	}
+	delete(l.waiting, oldest)
 	delete(l.idle, oldest)
 	l.mu.Unlock()
 	if oldest == nil {
@@ -160,6 +194,18 @@ func (l *connLimiter) makeRoom() bool {
 	}
 	oldest.Close()
 	return true
+}
+
+// oldestConn returns the connection of conns with the earliest time, or nil.
+func oldestConn(conns map[net.Conn]time.Time) net.Conn {
+	var oldest net.Conn
+	var since time.Time
+	for c, t := range conns {
+		if oldest == nil || t.Before(since) {
+			oldest, since = c, t
+		}
+	}
+	return oldest
 }
 
 type limitedListener struct {

@@ -213,6 +213,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		ConnState:         s.conns.connState,
+		ConnContext:       s.conns.connContext,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 1)
