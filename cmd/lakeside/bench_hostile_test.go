@@ -24,7 +24,8 @@ import (
 // TestBenchLiveViewUnderAttack measures the live view and the Delta tables
 // with 200 stream clients on a 100k-row table (over the in-memory limit, so
 // served from its mirror) while PostgreSQL commits about 2k transactions/s,
-// once calm and once with 3000 idle connections plus a loop of every
+// once calm and once with 3000 idle connections, 3000 silent ones and 500
+// sending half a request header, plus a loop of every
 // hostile request of the security review. It reports the agent's peak
 // memory and descriptors, the commit → client latency and the Delta
 // freshness of both runs side by side.
@@ -147,6 +148,18 @@ func TestBenchLiveViewUnderAttack(t *testing.T) {
 				c.SetReadDeadline(time.Now().Add(5 * time.Second))
 				bufio.NewReader(c).ReadString('\n')
 			}
+			// Then 3000 connections that send nothing and 500 that
+			// send half a request header.
+			for i := range 3500 {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				idle = append(idle, c)
+				if i >= 3000 {
+					fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.")
+				}
+			}
 			requests := []struct {
 				path string
 				host string
@@ -239,7 +252,7 @@ func TestBenchLiveViewUnderAttack(t *testing.T) {
 			r.name, r.r.rssMiB, r.r.fds, r.r.p50.Round(time.Millisecond), r.r.p99.Round(time.Millisecond),
 			r.r.fresh99.Round(time.Millisecond), r.r.freshMx.Round(time.Millisecond), r.r.txnPerSec, r.r.hostile)
 	}
-	fmt.Printf("  200 stream clients on a 100000-row table served from its mirror, 2k txn/s for 10 s; under attack also 3000 idle\n")
-	fmt.Printf("  connections and 4 loops of hostile requests; p99 ratio under attack/calm %.2f; load %s\n",
+	fmt.Printf("  200 stream clients on a 100000-row table served from its mirror, 2k txn/s for 10 s; under attack also 3000 idle,\n")
+	fmt.Printf("  3000 silent and 500 half-header connections and 4 loops of hostile requests; p99 ratio under attack/calm %.2f; load %s\n",
 		float64(attacked.p99)/float64(calm.p99), loadAvg())
 }
