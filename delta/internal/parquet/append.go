@@ -187,8 +187,7 @@ func (b *RowBuilder) Bytes(field int, v []byte) {
 	case c.kind != flatString && c.kind != flatBinary:
 		b.fail(c, errKind("bytes", c))
 	default:
-		c.data = append(c.data, v...)
-		c.ends = append(c.ends, len(c.data))
+		c.appendBytes(v)
 		c.addValue()
 	}
 }

@@ -5,10 +5,12 @@ import "sync"
 // ColumnBuffers lends the column buffers of closed data writers to the next
 // writers of the same data columns (WriteOptions.Buffers). A table written
 // file after file then fills buffers that already have a row group's room,
-// instead of allocating and growing new ones for every file. It holds at
-// most maxFreeBytes; Release drops what it holds: a caller that writes in
-// bursts releases it when a burst ends, so that idle buffers do not stay
-// in memory. It is safe for concurrent use.
+// instead of allocating and growing new ones for every file. The columns
+// come back emptied, without room grown for values far longer than the
+// others (see rowGroupColumns.reset), and it holds at most maxFreeBytes;
+// Release drops what it holds: a caller that writes in bursts releases it
+// when a burst ends, so that idle buffers do not stay in memory. It is
+// safe for concurrent use.
 type ColumnBuffers struct {
 	mu sync.Mutex
 	// free holds the columns of closed writers by data schema (its

@@ -71,6 +71,9 @@ type rowGroupColumns struct {
 // encodeJob is a row group being encoded.
 type encodeJob struct {
 	g *rowGroupColumns
+	// keepBytes is the most room for byte array values a column of g
+	// keeps once emptied (see flatColumn.shrink).
+	keepBytes int
 	// err is the job's error, to be read once committed is closed.
 	err error
 	// committed is closed when the row group is in the file, or failed.
@@ -128,8 +131,10 @@ func (c *columnarWriter) newRowGroupColumns(like *rowGroupColumns) *rowGroupColu
 		leaf += numLeaves(f.Type)
 	}
 	if like != nil {
+		// The bytes of the last row may take like past maxBytes: they are
+		// not those of every row group.
 		for i, col := range g.cols {
-			col.reserve(like.rows, len(like.cols[i].data))
+			col.reserve(like.rows, min(len(like.cols[i].data), c.maxBytes))
 		}
 		for _, col := range g.nested {
 			col.reserve(like.rows)
@@ -208,12 +213,12 @@ func (c *columnarWriter) full(g *rowGroupColumns) bool {
 }
 
 // dataBytes returns the bytes of the byte array values of the row group's
-// flat columns. A full writer asks after every row: it sums the columns
-// that hold such values only.
+// flat columns, huge ones included. A full writer asks after every row: it
+// sums the columns that hold such values only.
 func (g *rowGroupColumns) dataBytes() int {
 	n := 0
 	for _, col := range g.byteCols {
-		n += len(col.data)
+		n += len(col.data) + col.hugeBytes
 	}
 	return n
 }
@@ -263,7 +268,7 @@ func (c *columnarWriter) encode(more bool) error {
 	if n := len(c.encoding); n > 0 {
 		prev = c.encoding[n-1]
 	}
-	job := &encodeJob{g: g, committed: make(chan struct{})}
+	job := &encodeJob{g: g, keepBytes: keepBytesFactor * c.maxBytes, committed: make(chan struct{})}
 	c.encoding = append(c.encoding, job)
 	if c.inline {
 		job.run(prev, c.stats)
@@ -272,6 +277,12 @@ func (c *columnarWriter) encode(more bool) error {
 	go job.run(prev, c.stats)
 	return nil
 }
+
+// keepBytesFactor times maxBytes is the most room for byte array values
+// a column keeps for the next row groups: room its row groups take (up to
+// maxBytes, and the bytes of the row that reaches it) with some to spare,
+// but not room grown for values far longer than the others.
+const keepBytesFactor = 2
 
 // waitOldest waits for the oldest row group being encoded and returns the
 // writer's error.
@@ -308,7 +319,7 @@ func (c *columnarWriter) close() error {
 func (j *encodeJob) run(prev *encodeJob, stats *statsCollector) {
 	defer close(j.committed)
 	g := j.g
-	defer g.reset()
+	defer g.reset(j.keepBytes)
 	bounds, err := g.encode()
 	if prev != nil {
 		<-prev.committed
@@ -348,8 +359,13 @@ func (g *rowGroupColumns) encode() ([]colBounds, error) {
 				return nil, errColumn(col.field, err)
 			}
 		}
+		// parquet-go has copied the values: a huge one need not wait for
+		// the row group's commit.
+		col.releaseHuge()
 	}
-	clear(g.buf)
+	// Values of earlier slices may lie past the last: a huge one must not
+	// stay until the next row group.
+	clear(g.buf[:cap(g.buf)])
 	for _, col := range g.nested {
 		bounds[col.pos] = colBounds{values: col.values}
 		if err := col.encode(writers[col.leaf:], g.rows); err != nil {
@@ -370,10 +386,14 @@ func (g *rowGroupColumns) truncate(rows, nested int) {
 	}
 }
 
-// reset empties the columns.
-func (g *rowGroupColumns) reset() {
+// reset empties the columns, which then keep at most keepBytes of room
+// for the byte array values of each.
+func (g *rowGroupColumns) reset(keepBytes int) {
 	g.truncate(0, len(g.nested))
 	g.rows = 0
+	for _, col := range g.byteCols {
+		col.shrink(keepBytes)
+	}
 }
 
 // errNull is the error of a null value in a non-nullable column.

@@ -20,7 +20,10 @@
 // is encoded and committed on goroutines of its own while the next fills
 // (columns.go). A RowBuilder (append.go) appends a row value by value without
 // boxing any, and ColumnBuffers (buffers.go) lends the columns of closed
-// writers to the next. Files named tuning_*.go hold performance tricks, each
+// writers to the next. A huge string or binary value (hugeValueBytes) is
+// held apart from the others, its pages have short bounds (schema.go) and
+// wait for their row group's turn in a temporary file (pagebuffers.go), so
+// that the writer holds few copies of it at once. Files named tuning_*.go hold performance tricks, each
 // with an off switch and the benchmark that measures it named in its doc
 // comment.
 package parquet

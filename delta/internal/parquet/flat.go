@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/big"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 	"unsafe"
@@ -69,7 +70,75 @@ type flatColumn struct {
 	// ends the end offset of each in it.
 	data []byte
 	ends []int
+	// huge holds the huge values (see hugeValueBytes) of a BYTE_ARRAY
+	// column, in order, which take no bytes of data; hugeBytes is their
+	// length.
+	huge      []hugeValue
+	hugeBytes int
 }
+
+// hugeValueBytes is the length from which a byte array value is huge. A
+// huge value is held apart from the others, not appended to the bytes of
+// its column: they would grow to hold it, copying all before it, and keep
+// that room for the row groups after. A string is then not copied at all,
+// and the copy of a []byte is dropped once handed to parquet-go. The
+// Parquet statistics of a page with a huge bound have short ones (see
+// byteArrayType). Values this long are rare: a data file of ordinary
+// values is written exactly as it would be without the special case.
+const hugeValueBytes = 1 << 20
+
+// hugeValue is a huge value of a column and its index k among the
+// column's values. Its bytes are only read, never written: they may be a
+// string's.
+type hugeValue struct {
+	k     int
+	bytes []byte
+}
+
+// addHuge appends the huge value x, whose bytes it keeps as they are.
+func (c *flatColumn) addHuge(x []byte) {
+	c.huge = append(c.huge, hugeValue{k: len(c.ends), bytes: x})
+	c.hugeBytes += len(x)
+	c.ends = append(c.ends, len(c.data))
+}
+
+// appendBytes appends a BYTE_ARRAY value, copying its bytes.
+func (c *flatColumn) appendBytes(x []byte) {
+	if len(x) >= hugeValueBytes {
+		c.addHuge(bytes.Clone(x))
+		return
+	}
+	c.data = append(c.data, x...)
+	c.ends = append(c.ends, len(c.data))
+}
+
+// valueBytes returns the bytes of byte array value k, where h is the index
+// in huge of the first huge value from k on, which it moves past k.
+func (c *flatColumn) valueBytes(k int, h *int) []byte {
+	if *h < len(c.huge) && c.huge[*h].k == k {
+		*h++
+		return c.huge[*h-1].bytes
+	}
+	return c.data[c.end(k-1):c.ends[k]]
+}
+
+// hugeFrom returns the index in huge of the first huge value from value k
+// on.
+func (c *flatColumn) hugeFrom(k int) int {
+	h, _ := slices.BinarySearchFunc(c.huge, k, func(v hugeValue, k int) int { return v.k - k })
+	return h
+}
+
+// releaseHuge drops the bytes of the huge values, once parquet-go has
+// copied them: until truncated, the column then reads them as empty.
+func (c *flatColumn) releaseHuge() {
+	for i := range c.huge {
+		c.huge[i].bytes = nil
+	}
+}
+
+// stringBytes returns the bytes of s, not copied: they must not be written.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // newFlatColumn returns the column of a leaf field, whose type parquetSchema
 // accepted.
@@ -206,7 +275,11 @@ func (c *flatColumn) put(v any) bool {
 		return ok
 	case flatString:
 		x, ok := v.(string)
-		if ok {
+		switch {
+		case !ok:
+		case len(x) >= hugeValueBytes:
+			c.addHuge(stringBytes(x))
+		default:
 			c.data = append(c.data, x...)
 			c.ends = append(c.ends, len(c.data))
 		}
@@ -214,8 +287,7 @@ func (c *flatColumn) put(v any) bool {
 	case flatBinary:
 		x, ok := v.([]byte)
 		if ok {
-			c.data = append(c.data, x...)
-			c.ends = append(c.ends, len(c.data))
+			c.appendBytes(x)
 		}
 		return ok
 	case flatDate:
@@ -295,7 +367,18 @@ func (c *flatColumn) reserve(rows, dataBytes int) {
 // capBytes returns the memory the column's slices take, by their room.
 func (c *flatColumn) capBytes() int {
 	return cap(c.present) + cap(c.bools) + 4*cap(c.ints32) + 8*cap(c.ints64) + 4*cap(c.floats) +
-		8*cap(c.doubles) + cap(c.data) + int(unsafe.Sizeof(0))*cap(c.ends)
+		8*cap(c.doubles) + cap(c.data) + int(unsafe.Sizeof(0))*cap(c.ends) +
+		int(unsafe.Sizeof(hugeValue{}))*cap(c.huge) + c.hugeBytes
+}
+
+// shrink drops the bytes of byte array values of the empty column when
+// they have room for more than keepBytes: room a row group of ordinary
+// values never takes, which would stay with the column for every row
+// group after.
+func (c *flatColumn) shrink(keepBytes int) {
+	if cap(c.data) > keepBytes {
+		c.data = nil
+	}
 }
 
 // growTo returns s with room for n elements in all.
@@ -331,6 +414,16 @@ func (c *flatColumn) truncate(rows int) {
 	case flatString, flatBinary, flatDecimalWide:
 		c.ends = c.ends[:n]
 		c.data = c.data[:c.end(n-1)]
+		for len(c.huge) > 0 && c.huge[len(c.huge)-1].k >= n {
+			last := &c.huge[len(c.huge)-1]
+			c.hugeBytes -= len(last.bytes)
+			*last = hugeValue{}
+			c.huge = c.huge[:len(c.huge)-1]
+		}
+		if len(c.huge) == 0 {
+			// releaseHuge leaves the bytes it dropped counted.
+			c.hugeBytes = 0
+		}
 	}
 }
 
@@ -374,9 +467,17 @@ func (c *flatColumn) appendValues(dst []parquet.Value, from, to, k int) ([]parqu
 			value = parquet.FixedLenByteArrayValue
 		}
 		start := c.end(k - 1)
+		if len(c.huge) == 0 {
+			k = leveled(out, present, c.ends, k, def, func(v *parquet.Value, end int) {
+				*v = value(c.data[start:end])
+				start = end
+			})
+			break
+		}
+		j, h := k, c.hugeFrom(k)
 		k = leveled(out, present, c.ends, k, def, func(v *parquet.Value, end int) {
-			*v = value(c.data[start:end])
-			start = end
+			*v = value(c.valueBytes(j, &h))
+			j++
 		})
 	}
 	return dst, k
@@ -523,18 +624,23 @@ func (c *flatColumn) fromInt64(x int64) any {
 }
 
 // stringBounds returns the smallest and largest strings of the column, or
-// the first that is not valid UTF-8.
+// the first that is not valid UTF-8; of each, only the beginning the stats
+// keep of it (see keptBound): the statsPrefix of a bound, the beginning of
+// an invalid string up to its first invalid byte, which is not valid UTF-8
+// either.
 func (c *flatColumn) stringBounds() (lo, hi, unbounded any) {
 	if !c.allUTF8() {
+		h := 0
 		for k := range c.count {
-			if x := c.data[c.end(k-1):c.ends[k]]; !utf8.Valid(x) {
-				return nil, nil, string(x)
+			if x := c.valueBytes(k, &h); !utf8.Valid(x) {
+				return nil, nil, string(invalidPrefix(x))
 			}
 		}
 	}
 	var a, b []byte
+	h := 0
 	for k := range c.count {
-		x := c.data[c.end(k-1):c.ends[k]]
+		x := c.valueBytes(k, &h)
 		switch {
 		case k == 0:
 			a, b = x, x
@@ -544,17 +650,43 @@ func (c *flatColumn) stringBounds() (lo, hi, unbounded any) {
 			b = x
 		}
 	}
-	return string(a), string(b), nil
+	return boundString(a), boundString(b), nil
+}
+
+// boundString returns the statsPrefix of a string bound, as a string of
+// its own.
+func boundString(x []byte) string {
+	return strings.Clone(statsPrefix(unsafe.String(unsafe.SliceData(x), len(x))))
+}
+
+// invalidPrefix returns the beginning of x, which is not valid UTF-8,
+// through its first byte that starts no valid character. Alone, that byte
+// (not ASCII) is no valid character either, so the prefix is not valid
+// UTF-8.
+func invalidPrefix(x []byte) []byte {
+	for i := 0; i < len(x); {
+		r, size := utf8.DecodeRune(x[i:])
+		if r == utf8.RuneError && size == 1 {
+			return x[:i+1]
+		}
+		i += size
+	}
+	return x
 }
 
 // allUTF8 reports whether every value of a string column is valid UTF-8,
 // checking the values' bytes in one piece: they are when the whole is and
 // no value but the first starts with a continuation byte (none starts or
-// ends inside a character). One check of a row group's bytes costs a small
-// part of one check per value.
+// ends inside a character), and every huge value is. One check of a row
+// group's bytes costs a small part of one check per value.
 func (c *flatColumn) allUTF8() bool {
 	if !utf8.Valid(c.data[:c.end(c.count-1)]) {
 		return false
+	}
+	for _, v := range c.huge {
+		if !utf8.Valid(v.bytes) {
+			return false
+		}
 	}
 	for _, start := range c.ends[:max(c.count-1, 0)] {
 		if start < len(c.data) && !utf8.RuneStart(c.data[start]) {

@@ -1,11 +1,13 @@
 package parquet
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/big"
 	"reflect"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress"
@@ -80,9 +82,9 @@ func parquetNode(dt types.DataType, nullable bool) (parquet.Node, error) {
 		case types.TypeDouble:
 			n = parquet.Leaf(parquet.DoubleType)
 		case types.TypeString:
-			n = parquet.String()
+			n = parquet.Leaf(byteArrayType{Type: parquet.String().Type(), text: true})
 		case types.TypeBinary:
-			n = parquet.Leaf(parquet.ByteArrayType)
+			n = parquet.Leaf(byteArrayType{Type: parquet.ByteArrayType})
 		case types.TypeDate:
 			n = parquet.Date()
 		case types.TypeTimestamp:
@@ -263,3 +265,110 @@ func flbaDecimalPaths(st *types.StructType) [][]string {
 	walk(st, nil)
 	return out
 }
+
+// byteArrayType is the parquet-go type of a string (text) or binary
+// column, whose pages give short bounds when they hold a huge value (see
+// hugeValueBytes). parquet-go copies a page's bounds whole into the column
+// index it builds, then cuts them to parquet.DefaultColumnIndexSizeLimit
+// bytes, and into the statistics of the column chunk, which stay in memory
+// until the file is closed and go into its footer. With short bounds a
+// huge value is copied once fewer for each bound it is, and the footer
+// does not hold it.
+type byteArrayType struct {
+	parquet.Type
+	text bool
+}
+
+// NewColumnBuffer returns parquet-go's column buffer, whose pages have
+// short bounds when they hold a huge value.
+func (t byteArrayType) NewColumnBuffer(columnIndex, numValues int) parquet.ColumnBuffer {
+	return &boundedColumnBuffer{ColumnBuffer: t.Type.NewColumnBuffer(columnIndex, numValues), text: t.text}
+}
+
+// boundedColumnBuffer is a column buffer of byte arrays whose pages have
+// short bounds when they hold a huge value. (It takes parquet-go's methods
+// of column buffers, unexported ones too, from the one it holds.)
+type boundedColumnBuffer struct {
+	parquet.ColumnBuffer
+	text bool
+}
+
+// Page returns the values of the buffer as a page, with short bounds if it
+// has a huge one: a page of ordinary values is returned as it is, after a
+// look at its size.
+func (b *boundedColumnBuffer) Page() parquet.Page {
+	p := b.ColumnBuffer.Page()
+	if p.Size() < hugeValueBytes {
+		return p
+	}
+	lo, hi, ok := p.Bounds()
+	if !ok || len(lo.ByteArray()) < hugeValueBytes && len(hi.ByteArray()) < hugeValueBytes {
+		return p
+	}
+	if x := lo.ByteArray(); len(x) >= hugeValueBytes {
+		lo = parquet.ByteArrayValue(bytes.Clone(x[:boundPrefixLen(x)])).Level(lo.RepetitionLevel(), lo.DefinitionLevel(), lo.Column())
+	}
+	if x := hi.ByteArray(); len(x) >= hugeValueBytes {
+		// Without a short upper bound, the page keeps the value.
+		if bound := upperBound(x, b.text); bound != nil {
+			hi = parquet.ByteArrayValue(bound).Level(hi.RepetitionLevel(), hi.DefinitionLevel(), hi.Column())
+		}
+	}
+	return &boundedPage{Page: p, lo: lo, hi: hi}
+}
+
+// boundPrefixBytes is about how many bytes of a huge value a short bound
+// keeps: more than the column index keeps of a bound
+// (parquet.DefaultColumnIndexSizeLimit), so that the index is the one
+// parquet-go would write with the whole value, and few enough to be cheap.
+const boundPrefixBytes = 64
+
+// boundPrefixLen returns the length of the prefix of a huge value x that a
+// short bound keeps: boundPrefixBytes, less the bytes of a character cut
+// there, so that the prefix of a string is one.
+func boundPrefixLen(x []byte) int {
+	n := boundPrefixBytes
+	for i := 1; i < utf8.UTFMax && !utf8.RuneStart(x[n]); i++ {
+		n--
+	}
+	return n
+}
+
+// upperBound returns a short value larger than the huge value x, which
+// begins as x does for more than the column index keeps, or nil if it
+// finds none: for a string, its prefix followed by U+10FFFF; for a binary
+// value, its prefix with the last byte that is not 0xff incremented.
+func upperBound(x []byte, text bool) []byte {
+	p := x[:boundPrefixLen(x)]
+	if text {
+		bound := append(bytes.Clone(p), string(utf8.MaxRune)...)
+		if bytes.Compare(bound, x) <= 0 {
+			// x goes on with U+10FFFF, or bytes that are not UTF-8.
+			return nil
+		}
+		return bound
+	}
+	for i := len(p) - 1; i >= parquet.DefaultColumnIndexSizeLimit; i-- {
+		if p[i] != 0xff {
+			bound := bytes.Clone(p[:i+1])
+			bound[i]++
+			return bound
+		}
+	}
+	return nil
+}
+
+// boundedPage is a page of byte arrays that has short bounds for a huge
+// smallest or largest value: a prefix of it for the smallest, a larger
+// value that begins alike for the largest (see upperBound). Parquet lets
+// the bounds of a column chunk's statistics be such values, as long as
+// they are still values of the column's logical type (parquet.thrift,
+// Statistics); parquet-go's column index keeps the same beginning of them
+// as of the values.
+type boundedPage struct {
+	parquet.Page
+	lo, hi parquet.Value
+}
+
+// Bounds returns the short bounds of the page.
+func (p *boundedPage) Bounds() (lo, hi parquet.Value, ok bool) { return p.lo, p.hi, true }

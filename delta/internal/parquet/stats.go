@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -112,11 +113,61 @@ func (c *colStats) observe(v any) {
 		}
 	}
 	if c.min == nil || compareValues(v, c.min) < 0 {
-		c.min = v
+		c.min = keptBound(v)
 	}
 	if c.max == nil || compareValues(v, c.max) > 0 {
-		c.max = v
+		c.max = keptBound(v)
 	}
+}
+
+// keptBound returns what the stats keep of a new bound v: v, or the
+// statsPrefix of a long string, as a string of its own. The stats of a
+// column then hold about as much of a long value as they write, and do not
+// keep alive the value they would share their bytes with.
+//
+// A kept prefix orders like the value, for the bounds of the file: if v is
+// smaller than the kept minimum p, so is it than the minimum, whose prefix
+// p is; if v is not smaller than p but smaller than the minimum m, then
+// statsPrefix(p) ≤ statsPrefix(v) ≤ statsPrefix(m) by statsPrefix's order,
+// and statsPrefix(p) = statsPrefix(m) = p, so v has the prefix p, which
+// the stats keep; and likewise for the maximum.
+func keptBound(v any) any {
+	if s, ok := v.(string); ok && len(s) > keptStringBytes {
+		if p := statsPrefix(s); len(p) < len(s) {
+			return strings.Clone(p)
+		}
+	}
+	return v
+}
+
+// keptStringBytes is the longest string the stats keep whole as a bound:
+// the statsPrefix of a short string is about as long as the string, and
+// copying it at every new bound would cost more than keeping the string
+// alive.
+const keptStringBytes = 256
+
+// statsPrefix returns the beginning of s that its minValues and maxValues
+// depend on: its first StringStatsPrefixLength characters, then any run of
+// maxRune after them and the character that ends the run (truncateString
+// and truncateMaxString make the same strings of it as of s).
+//
+// Prefixes keep the order of strings: if s ≤ t, then statsPrefix(s) ≤
+// statsPrefix(t). Where s and t first differ, at character i, either both
+// prefixes hold character i, and differ there as s and t do, or one of them
+// ends before it; that one ends where it does because of characters s and
+// t share, so the other ends there too and the prefixes are equal (if s is
+// a prefix of t, statsPrefix(s) is one of statsPrefix(t) likewise). And
+// statsPrefix(statsPrefix(s)) = statsPrefix(s).
+func statsPrefix(s string) string {
+	n, last := 0, false
+	for i, r := range s {
+		if last {
+			return s[:i]
+		}
+		n++
+		last = n > StringStatsPrefixLength && r != maxRune
+	}
+	return s
 }
 
 // hasBounds reports whether Spark records minValues and maxValues for a type.
@@ -264,15 +315,15 @@ func truncateMaxString(s string, n int) (string, bool) {
 		return s, true
 	}
 	// The prefix plus the largest character beats s unless s continues with
-	// that character; extend the prefix past any such characters.
-	rest := s[len(prefix):]
-	for len(rest) > 0 {
-		r, size := utf8.DecodeRuneInString(rest)
+	// that character; extend the prefix past any such characters (slicing
+	// s: a long run of them, appended one by one, took quadratic time).
+	end := len(prefix)
+	for end < len(s) {
+		r, size := utf8.DecodeRuneInString(s[end:])
 		if r != maxRune {
-			return prefix + string(maxRune), true
+			return s[:end] + string(maxRune), true
 		}
-		prefix += rest[:size]
-		rest = rest[size:]
+		end += size
 	}
 	return s, true
 }

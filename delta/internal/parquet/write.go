@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/big"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -107,6 +108,7 @@ type Writer struct {
 	dataIdx []int
 	stats   *statsCollector
 	columns *columnarWriter
+	pages   *pageBuffers
 	closed  bool
 	// row is the builder Row returns; fieldCols locates each field's
 	// column for it (made at the first row).
@@ -181,13 +183,15 @@ func (w *Writer) Create(path string) error {
 	if w.opts.NoWriteback {
 		out = f
 	}
-	w.writer = parquet.NewGenericWriter[any](out, w.options...)
+	maxBytes := int(w.opts.RowGroupBytes)
+	if maxBytes <= 0 {
+		maxBytes = DefaultRowGroupBytes
+	}
+	w.pages = newPageBuffers(filepath.Dir(path), maxBytes)
+	w.writer = parquet.NewGenericWriter[any](out, append(slices.Clip(w.options), parquet.ColumnPageBuffers(w.pages))...)
 	w.stats = newStatsCollector(w.data)
 	w.columns = newColumnarWriter(w.writer, w.data, w.stats, w.rg, w.opts.Buffers, w.key)
-	w.columns.maxBytes = int(w.opts.RowGroupBytes)
-	if w.columns.maxBytes <= 0 {
-		w.columns.maxBytes = DefaultRowGroupBytes
-	}
+	w.columns.maxBytes = maxBytes
 	w.columns.expectRows = int(min(w.opts.ExpectedRows, w.rg))
 	w.columns.inline = w.opts.Inline
 	return nil
@@ -495,7 +499,9 @@ func leafValue(dt types.DataType, v any) (parquet.Value, error) {
 	case float64:
 		return parquet.DoubleValue(x), nil
 	case string:
-		return parquet.ByteArrayValue([]byte(x)), nil
+		// parquet-go copies the bytes of the values it is given, and never
+		// writes them.
+		return parquet.ByteArrayValue(stringBytes(x)), nil
 	case []byte:
 		return parquet.ByteArrayValue(x), nil
 	case time.Time:
