@@ -89,8 +89,9 @@ func appendEntry(dst []byte, e *entry) []byte {
 }
 
 // decodeEntryInto decodes an entry written by appendEntry into e, using
-// its row's memory again; decimals makes its decimals.
-func decodeEntryInto(e *entry, b []byte, decimals *typemap.DecimalSlab) error {
+// its row's memory again; decimals makes its decimals. With owned, b is
+// e's own (typemap.DecodeOwnedRow).
+func decodeEntryInto(e *entry, b []byte, owned bool, decimals *typemap.DecimalSlab) error {
 	if len(b) == 0 {
 		return typemap.ErrSpillCorrupt
 	}
@@ -104,7 +105,11 @@ func decodeEntryInto(e *entry, b []byte, decimals *typemap.DecimalSlab) error {
 		e.row = nil
 		return nil
 	}
-	row, _, err := typemap.DecodeRow(e.row, b[1+n:], decimals)
+	decode := typemap.DecodeRow
+	if owned {
+		decode = typemap.DecodeOwnedRow
+	}
+	row, _, err := decode(e.row, b[1+n:], decimals)
 	e.row = row
 	return err
 }
@@ -229,7 +234,7 @@ func (p *pending) get(key []byte) (*entry, error) {
 	var acc *entry
 	for _, i := range p.byKey[string(key)] {
 		e := &entry{}
-		if err := decodeEntryInto(e, p.body(p.refs[i]), &p.decimals); err != nil {
+		if err := decodeEntryInto(e, p.body(p.refs[i]), false, &p.decimals); err != nil {
 			return nil, fmt.Errorf("pending changes: %w", err)
 		}
 		if acc == nil {
@@ -310,7 +315,10 @@ func (p *pending) spill() error {
 type mergeSource struct {
 	age       int
 	key, body []byte
-	next      func() error
+	// owned says that body is the entry's own memory, never written
+	// again (runSource).
+	owned bool
+	next  func() error
 }
 
 type sourceHeap []*mergeSource
@@ -348,14 +356,27 @@ func runSource(age int, r *bufio.Reader) *mergeSource {
 		if kbuf, err = read(kbuf); err != nil {
 			return err // io.EOF at the end
 		}
-		if bbuf, err = read(bbuf); errors.Is(err, io.EOF) {
+		// A huge entry is read into memory of its own, which its row
+		// then refers to (owned) instead of copying it, and which is
+		// not kept for the entries after it.
+		body, err := read(bbuf)
+		if s.owned = cap(body) >= ownedEntryBytes; !s.owned {
+			bbuf = body
+		} else {
+			bbuf = nil
+		}
+		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		s.key, s.body = kbuf, bbuf
+		s.key, s.body = kbuf, body
 		return err
 	}
 	return s
 }
+
+// ownedEntryBytes is the size from which an entry read back from a run is
+// its row's own.
+const ownedEntryBytes = 1 << 20
 
 // memorySource returns the source walking the sorted references.
 func (p *pending) memorySource(age int) *mergeSource {
@@ -423,7 +444,7 @@ func (p *pending) iterate(fn func(key []byte, e *entry) error) error {
 				decoded = append(decoded, &entry{})
 			}
 			e := decoded[n]
-			if err := decodeEntryInto(e, s.body, &p.decimals); err != nil {
+			if err := decodeEntryInto(e, s.body, s.owned, &p.decimals); err != nil {
 				return fmt.Errorf("read spill: %w", err)
 			}
 			if acc == nil {

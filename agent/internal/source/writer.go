@@ -114,7 +114,6 @@ func changesWeight(changes []store.Change) int64 {
 	return int64(len(changes) + n/weightBytes)
 }
 
-
 // queueWriter applies writeOps to the state file from one goroutine, many per
 // bbolt transaction (group commit), and publishes the durable checkpoint.
 type queueWriter struct {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/lakeside/lakeside/delta"
 )
@@ -54,7 +55,21 @@ func AppendRow(dst []byte, row []any) []byte {
 // memory, and returns it with the bytes after it; decimals makes its
 // decimals.
 func DecodeRow(row []any, b []byte, decimals *DecimalSlab) ([]any, []byte, error) {
-	d := valueDecoder{b: b, decimals: decimals}
+	return decodeRow(valueDecoder{b: b, decimals: decimals}, row)
+}
+
+// DecodeOwnedRow is DecodeRow for bytes b that the caller hands over and
+// never writes again: a string of ownedStringBytes or more is then a view
+// of b, not a copy, so that a huge value read back is not held twice.
+func DecodeOwnedRow(row []any, b []byte, decimals *DecimalSlab) ([]any, []byte, error) {
+	return decodeRow(valueDecoder{b: b, decimals: decimals, owned: true}, row)
+}
+
+// ownedStringBytes is the length from which DecodeOwnedRow makes a string
+// a view of its bytes.
+const ownedStringBytes = 1 << 20
+
+func decodeRow(d valueDecoder, row []any) ([]any, []byte, error) {
 	n, err := d.uvarint()
 	if err != nil || n > uint64(len(d.b)) {
 		return nil, nil, ErrSpillCorrupt
@@ -118,6 +133,8 @@ type valueDecoder struct {
 	b []byte
 	// decimals makes the decimals (see DecimalSlab).
 	decimals *DecimalSlab
+	// owned says that b is never written again (DecodeOwnedRow).
+	owned bool
 }
 
 // ErrSpillCorrupt is returned for spilled bytes that AppendRow did not
@@ -208,6 +225,9 @@ func (d *valueDecoder) value() (any, error) {
 		return v, nil
 	case tagString:
 		b, err := d.bytes()
+		if err == nil && d.owned && len(b) >= ownedStringBytes {
+			return unsafe.String(&b[0], len(b)), nil
+		}
 		return string(b), err
 	case tagBytes:
 		b, err := d.bytes()
