@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -206,6 +207,70 @@ func TestLiveViewKeysAreBounded(t *testing.T) {
 		len(page.Rows) != 1 || page.Rows[0].Key != `["2000"]` {
 		t.Errorf("rows after 1999.5: status %d, %s; want the row of 2000", code, body)
 	}
+}
+
+// TestLiveViewFloatKeysPageInPostgreSQLsOrder pages a table keyed by
+// float8 holding NaN, ±Infinity, -0 and numbers five rows at a time: every
+// row comes once, in PostgreSQL's order (NaN last).
+func TestLiveViewFloatKeysPageInPostgreSQLsOrder(t *testing.T) {
+	la := startLiveAgent(t, "", `CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL);
+INSERT INTO stock VALUES (1, 1);
+CREATE TABLE prices (id float8 PRIMARY KEY, p int);
+INSERT INTO prices VALUES ('NaN', 1), ('Infinity', 2), ('-Infinity', 3), ('-0', 4);
+INSERT INTO prices SELECT (g - 14) * 1.25, g FROM generate_series(1, 28) g WHERE g <> 14;
+INSERT INTO prices VALUES (1e300, 5)`)
+	var want []string
+	rows, err := la.conn.Query(context.Background(), `SELECT id::text FROM prices ORDER BY prices.id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, canonFloat(t, s))
+	}
+	if rows.Err() != nil || len(want) != 32 {
+		t.Fatalf("PostgreSQL holds %d rows (%v), want 32", len(want), rows.Err())
+	}
+	var got []string
+	after := ""
+	for range 100 {
+		var page struct {
+			Rows []struct{ Key string }
+			Next string
+		}
+		code, body := la.get("/api/v1/tables/public.prices/rows?limit=5&after="+url.QueryEscape(after), &page)
+		if code != http.StatusOK {
+			t.Fatalf("rows after %q: status %d, %s", after, code, body)
+		}
+		for _, r := range page.Rows {
+			var key []any
+			if err := json.Unmarshal([]byte(r.Key), &key); err != nil || len(key) != 1 {
+				t.Fatalf("key %s: %v", r.Key, err)
+			}
+			got = append(got, canonFloat(t, fmt.Sprint(key[0])))
+		}
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("paged five at a time:\n got  %v\n want %v", got, want)
+	}
+}
+
+// canonFloat returns the float a text holds (PostgreSQL's, or the live
+// view's JSON) in one form.
+func canonFloat(t *testing.T, s string) string {
+	t.Helper()
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
 // TestLiveViewConnectionsAreCapped: idle keep-alive connections past

@@ -10,8 +10,9 @@ import (
 )
 
 // Compare orders two queued values of a column as PostgreSQL's default
-// operators would for the mapped types: numbers by value, text by bytes,
-// NULL first.
+// operators would for the mapped types: numbers by value (floats with NaN
+// above every number and equal to itself, -0 equal to 0: a total order),
+// text by bytes, NULL first.
 func Compare(a, b store.Value) int {
 	if a.Kind == store.KindNull || b.Kind == store.KindNull {
 		switch {
@@ -26,18 +27,25 @@ func Compare(a, b store.Value) int {
 	case store.KindBool, store.KindInt16, store.KindInt32, store.KindInt64, store.KindDate, store.KindTimestamp, store.KindTime:
 		return cmp.Compare(a.Int, b.Int)
 	case store.KindFloat32, store.KindFloat64:
-		fa, fb := floatOf(a), floatOf(b)
-		switch {
-		case fa < fb:
-			return -1
-		case fa > fb:
-			return 1
-		}
-		return 0
+		return compareFloats(floatOf(a), floatOf(b))
 	case store.KindNumeric:
 		return compareNumericText(string(a.Bytes), string(b.Bytes))
 	}
 	return slices.Compare(a.Bytes, b.Bytes)
+}
+
+// compareFloats orders floats as PostgreSQL does: NaN above every number,
+// -0 equal to 0.
+func compareFloats(a, b float64) int {
+	switch an, bn := math.IsNaN(a), math.IsNaN(b); {
+	case an && bn:
+		return 0
+	case an:
+		return 1
+	case bn:
+		return -1
+	}
+	return cmp.Compare(a, b)
 }
 
 func floatOf(v store.Value) float64 {

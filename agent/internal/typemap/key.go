@@ -132,7 +132,15 @@ func appendOrderedInt(dst []byte, v int64) []byte {
 	return binary.BigEndian.AppendUint64(dst, uint64(v)^(1<<63))
 }
 
+// appendOrderedFloat appends f so that the bytes order as PostgreSQL
+// orders floats: -0 as 0, and every NaN as one, above +Infinity.
 func appendOrderedFloat(dst []byte, f float64) []byte {
+	switch {
+	case f == 0:
+		f = 0
+	case math.IsNaN(f):
+		f = math.NaN()
+	}
 	b := math.Float64bits(f)
 	if b&(1<<63) != 0 {
 		b = ^b

@@ -2,6 +2,8 @@ package typemap
 
 import (
 	"bytes"
+	"cmp"
+	"math"
 	"testing"
 
 	"github.com/lakeside/lakeside/store"
@@ -39,4 +41,50 @@ func TestValueKeyTellsValuesApart(t *testing.T) {
 			t.Fatalf("value %d and its copy encode differently", i)
 		}
 	}
+}
+
+// TestFloatOrderIsPostgreSQLs orders special floats by Compare and by
+// their key bytes: -Infinity, the numbers (-0 equal to 0), +Infinity, then
+// NaN, equal to itself; a total order, so that sorting and paging agree.
+func TestFloatOrderIsPostgreSQLs(t *testing.T) {
+	negNaN := math.Float64frombits(math.Float64bits(math.NaN()) | 1<<63)
+	ordered := [][]float64{{math.Inf(-1)}, {-1.5}, {math.Copysign(0, -1), 0}, {1e-30}, {2}, {math.Inf(1)}, {math.NaN(), negNaN}}
+	rank := func(f float64) int {
+		for i, group := range ordered {
+			for _, g := range group {
+				if math.Float64bits(f) == math.Float64bits(g) {
+					return i
+				}
+			}
+		}
+		t.Fatalf("%v not in the order", f)
+		return 0
+	}
+	var all []float64
+	for _, g := range ordered {
+		all = append(all, g...)
+	}
+	for _, kind := range []store.Kind{store.KindFloat64, store.KindFloat32} {
+		for _, a := range all {
+			for _, b := range all {
+				va, vb := floatValue(kind, a), floatValue(kind, b)
+				want := cmp.Compare(rank(a), rank(b))
+				if got := Compare(va, vb); got != want {
+					t.Errorf("%v: Compare(%v, %v) = %d, want %d", kind, a, b, got, want)
+				}
+				ka, kb := AppendKeyValue(nil, a), AppendKeyValue(nil, b)
+				if got := bytes.Compare(ka, kb); got != want {
+					t.Errorf("key bytes of %v and %v compare %d, want %d", a, b, got, want)
+				}
+			}
+		}
+	}
+}
+
+// floatValue returns f as a queued value of kind.
+func floatValue(kind store.Kind, f float64) store.Value {
+	if kind == store.KindFloat32 {
+		return store.Value{Kind: kind, Int: int64(math.Float32bits(float32(f)))}
+	}
+	return store.Value{Kind: kind, Int: int64(math.Float64bits(f))}
 }
