@@ -40,10 +40,17 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
+	// What the commands print is escaped for the terminal (terminal.go);
+	// the agent's log escapes what it writes itself.
+	logOut := stderr
+	tout, terr := &terminalWriter{w: stdout}, &terminalWriter{w: stderr}
+	defer tout.flush()
+	defer terr.flush()
+	stdout, stderr = tout, terr
 	var cmd command
 	switch args[0] {
 	case "run":
-		cmd = &runCommand{stderr: stderr}
+		cmd = &runCommand{stderr: logOut}
 	case "check":
 		cmd = &checkCommand{stdout: stdout}
 	case "status":
