@@ -128,6 +128,10 @@ type queueWriter struct {
 
 	durable atomic.Uint64 // the checkpoint known to be fsync'd
 	stopped chan struct{}
+	// quit is closed when the writer is asked to stop: a wait for disk
+	// space ends then.
+	quit      chan struct{}
+	closeOnce sync.Once
 	// onDurable is called after each durable write, if set.
 	onDurable func()
 	// behind reports whether capture is draining a backlog, if set.
@@ -153,6 +157,7 @@ func newQueueWriter(db *store.DB, log *slog.Logger, checkpoint store.LSN, onDura
 		log:       log,
 		ops:       make(chan writeOp, maxBatchOps),
 		stopped:   make(chan struct{}),
+		quit:      make(chan struct{}),
 		onDurable: onDurable,
 		behind:    behind,
 
@@ -216,9 +221,13 @@ func (w *queueWriter) failed() error {
 	return w.err
 }
 
-// close stops the writer after it has applied everything sent so far.
+// close stops the writer after it has applied everything sent so far, or
+// at once while it waits for disk space. Calling it again waits the same.
 func (w *queueWriter) close() error {
-	close(w.ops)
+	w.closeOnce.Do(func() {
+		close(w.quit)
+		close(w.ops)
+	})
 	<-w.stopped
 	return w.failed()
 }
@@ -309,12 +318,23 @@ func (w *queueWriter) next(open *openTxn) (op writeOp, ok, commitNow bool) {
 // write again.
 func (w *queueWriter) retryFull(write func() error, open *openTxn) error {
 	err := write()
+	if err == nil || !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	since := time.Now()
+	w.log.Error("state disk is full; capture is paused until space is freed", "path", w.db.Path(), "err", err)
 	for err != nil && errors.Is(err, syscall.ENOSPC) {
-		w.log.Error("state disk is full; capture is paused until space is freed", "path", w.db.Path(), "err", err)
-		time.Sleep(w.fullDiskPause)
+		select {
+		case <-w.quit:
+			return fmt.Errorf("stopped while the state disk is full: %w", err)
+		case <-time.After(w.fullDiskPause):
+		}
 		if err = open.reapply(w.db); err == nil {
 			err = write()
 		}
+	}
+	if err == nil {
+		w.log.Info("state disk has room again; capture resumes", "path", w.db.Path(), "paused", time.Since(since).Round(time.Millisecond))
 	}
 	return err
 }

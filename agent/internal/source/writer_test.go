@@ -246,12 +246,42 @@ func TestWriterRetriesAFullDiskWithEverythingApplied(t *testing.T) {
 	if got := h.queued(); len(got) != 2 || got[0] != 100 || got[1] != 200 {
 		t.Fatalf("queued %v after the disk had room again, want [100 200]", got)
 	}
-	if n := h.log.count("state disk is full"); n != 2 {
-		t.Fatalf("logged a full disk %d times, want 2", n)
+	if n := h.log.count("state disk is full"); n != 1 {
+		t.Fatalf("logged a full disk %d times for two retries, want once", n)
+	}
+	if n := h.log.count("capture resumes"); n != 1 {
+		t.Fatalf("logged the recovery %d times, want once", n)
 	}
 	// The writer goes on after the disk has room.
 	h.appendTxn(300)
 	h.syncTo(300)
+}
+
+// TestWriterStopsOnAFullDisk stops a writer that waits for disk space:
+// it stops at once, with the full disk as its error, and nothing of what
+// it could not write counts as durable.
+func TestWriterStopsOnAFullDisk(t *testing.T) {
+	h := newWriterHarness(t, true, func(w *queueWriter) {
+		w.fullDiskPause = time.Hour
+		w.beforeCommit = func() error { return syscall.ENOSPC }
+	})
+	h.appendTxn(100)
+	for h.log.count("state disk is full") == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.w.close() }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("close on a full disk: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the writer waited for disk space instead of stopping")
+	}
+	if d := h.w.Durable(); d >= 100 {
+		t.Fatalf("durable %s after a commit that never happened", d)
+	}
 }
 
 func TestWriterFailureFailsEverySync(t *testing.T) {
