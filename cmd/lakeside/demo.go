@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,6 +61,10 @@ SELECT id, (random() * 100)::int, 'aisle ' || (id % 7 + 1) FROM products;
 `
 
 func (c *demoCommand) Run(ctx context.Context) error {
+	// Run as `make demo | tee demo.log`, the pipe's reader dies with the
+	// same Ctrl-C: a write to it must fail, not kill the demo before it
+	// removes its PostgreSQL and its directories.
+	signal.Ignore(syscall.SIGPIPE)
 	if c.duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.duration)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,5 +82,66 @@ func TestDemo(t *testing.T) {
 				t.Errorf("%s in %s is at version %d, want the workload's commits", table, root, v)
 			}
 		}
+	}
+}
+
+// TestDemoCleansUpWhenItsPipeIsGone runs the demo as `lakeside demo | tee`
+// would, then does what Ctrl-C does: the pipe's reader goes, and the
+// demo's process group gets SIGINT. The demo still stops its PostgreSQL
+// and removes every directory it made.
+func TestDemoCleansUpWhenItsPipeIsGone(t *testing.T) {
+	tmp, err := os.MkdirTemp("", "lakeside-demo-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(tmp)
+	// The throwaway cluster runs as postgres when the test runs as root.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "demo", "--listen", freeAddr(t))
+	cmd.Env = append(os.Environ(), "LAKESIDE_TEST_MAIN=1", "TMPDIR="+tmp)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+
+	var seen strings.Builder
+	buf := make([]byte, 4096)
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(seen.String(), "captured txn"); {
+		r.SetReadDeadline(deadline)
+		n, err := r.Read(buf)
+		if err != nil {
+			t.Fatalf("the demo did not capture a transaction: %v\n%s", err, seen.String())
+		}
+		seen.Write(buf[:n])
+	}
+	r.Close()
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the demo did not stop on SIGINT")
+	}
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("the demo left %s behind", filepath.Join(tmp, e.Name()))
+	}
+	out, _ := exec.Command("pgrep", "-f", tmp).Output()
+	if len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("processes of the demo still run: %s", out)
+		exec.Command("pkill", "-KILL", "-f", tmp).Run()
 	}
 }
