@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
@@ -26,8 +28,9 @@ const (
 	colDeleted    = "_deleted"
 )
 
-// reserved reports whether a column name is one the applier adds. A source
-// column with such a name is renamed with the suffix "__col".
+// reserved reports whether a column name is one the applier adds, as it
+// names them: what a Delta table's schema holds besides the data columns.
+// (A source column of such a name is renamed: see clashes.)
 func reserved(name string) bool {
 	switch name {
 	case colOp, colLSN, colXid, colCommitTS, colSeq, colBefore, colUnchanged, colReplaced, colCommitDate, colDeleted:
@@ -211,6 +214,19 @@ func (c *columns) addExisting(st *delta.StructType) {
 	}
 }
 
+// findByIdentity returns the data column of the same table OID and
+// attnum as column col of schema version rel, or -1.
+func (c *columns) findByIdentity(rel *store.Relation, col store.Column) int {
+	if col.AttNum > 0 {
+		for i := range c.cols {
+			if c.cols[i].attnum == col.AttNum && c.cols[i].oid == rel.Key.OID {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
 // find returns the data column that holds column col of schema version
 // rel, or -1: the one of the same table OID and attnum; else a live one of
 // the same name whose identity is not known or is of another OID (a
@@ -218,12 +234,8 @@ func (c *columns) addExisting(st *delta.StructType) {
 // again, whose columns continue by name). With adopt, a column found by
 // name takes col's identity.
 func (c *columns) find(rel *store.Relation, col store.Column, name string, adopt bool) int {
-	if col.AttNum > 0 {
-		for i := range c.cols {
-			if c.cols[i].attnum == col.AttNum && c.cols[i].oid == rel.Key.OID {
-				return i
-			}
-		}
+	if i := c.findByIdentity(rel, col); i >= 0 {
+		return i
 	}
 	for _, i := range c.order {
 		d := &c.cols[i]
@@ -237,13 +249,101 @@ func (c *columns) find(rel *store.Relation, col store.Column, name string, adopt
 	return -1
 }
 
-// sourceName is the data column name of a source column: its name, with
-// "__col" appended to a name the applier's own columns use.
-func sourceName(col store.Column) string {
-	if reserved(col.Name) {
+// Names of the columns that readers of the change data feed add to a
+// mirror's rows (Spark's table_changes, delta-rs's load_cdf).
+const (
+	cdfChangeType      = "_change_type"
+	cdfCommitVersion   = "_commit_version"
+	cdfCommitTimestamp = "_commit_timestamp"
+)
+
+// Data column names. A source column is named as in PostgreSQL, except
+// where that would give a Delta schema two columns Spark takes for one
+// (Delta column names are case-insensitive) or a column a reader adds:
+//
+//   - a name that is, case aside, one of the applier's own columns
+//     (reserved) or one that change data feed readers add (_change_type,
+//     _commit_version, _commit_timestamp) gets "__col" appended;
+//   - a name that is then, case aside, another column's gets "__col",
+//     then "__col2", "__col3" … appended, whichever is free first, the
+//     columns taken in their order in the table.
+//
+// A column keeps the name its Delta tables gave it as long as that name is
+// still one of these for its PostgreSQL name and free: the Delta schema
+// records it, so it holds across restarts and schema versions, and a
+// column dropped or renamed does not rename another.
+
+// clashes reports whether a source column name, case aside, is one of the
+// applier's columns or of the columns change data feed readers add.
+func clashes(name string) bool {
+	switch strings.ToLower(name) {
+	case colOp, colLSN, colXid, colCommitTS, colSeq, colBefore, colUnchanged, colReplaced, colCommitDate, colDeleted,
+		cdfChangeType, cdfCommitVersion, cdfCommitTimestamp:
+		return true
+	}
+	return false
+}
+
+// baseName is a source column's data column name before other columns
+// are considered.
+func baseName(col store.Column) string {
+	if clashes(col.Name) {
 		return col.Name + "__col"
 	}
 	return col.Name
+}
+
+// nameForms reports whether name is base, or base with "__col" or
+// "__colN" appended (N from 2): a name the rules give a column of base.
+func nameForms(name, base string) bool {
+	rest, ok := strings.CutPrefix(name, base)
+	if !ok {
+		return false
+	}
+	if rest == "" || rest == "__col" {
+		return true
+	}
+	n, ok := strings.CutPrefix(rest, "__col")
+	if !ok || n == "" || n[0] == '0' {
+		return false
+	}
+	for _, r := range n {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return n != "1"
+}
+
+// names returns the data column name of each column of schema version rel
+// (see the rules above).
+func (c *columns) names(rel *store.Relation) []string {
+	out := make([]string, len(rel.Columns))
+	taken := make(map[string]bool, len(rel.Columns))
+	// First the columns whose data column keeps its name.
+	for i, col := range rel.Columns {
+		if j := c.findByIdentity(rel, col); j >= 0 {
+			n := c.cols[j].name
+			if f := strings.ToLower(n); nameForms(n, baseName(col)) && !taken[f] && !clashes(n) {
+				out[i], taken[f] = n, true
+			}
+		}
+	}
+	for i, col := range rel.Columns {
+		if out[i] != "" {
+			continue
+		}
+		base := baseName(col)
+		n := base
+		for k := 1; taken[strings.ToLower(n)]; k++ {
+			n = base + "__col"
+			if k > 1 {
+				n += strconv.Itoa(k)
+			}
+		}
+		out[i], taken[strings.ToLower(n)] = n, true
+	}
+	return out
 }
 
 // newPhysicalName returns a physical name for a new column: "col-" and a
@@ -265,8 +365,9 @@ func (c *columns) evolve(target *store.Relation) bool {
 	changed := false
 	live := make(map[int]bool, len(target.Columns))
 	order := make([]int, 0, len(target.Columns))
-	for _, col := range target.Columns {
-		name, dt := sourceName(col), c.tm.DeltaType(col)
+	names := c.names(target)
+	for k, col := range target.Columns {
+		name, dt := names[k], c.tm.DeltaType(col)
 		i := c.find(target, col, name, true)
 		if i < 0 {
 			i = len(c.cols)
@@ -316,8 +417,9 @@ func (c *columns) keyOf(rel *store.Relation) []int {
 		return nil
 	}
 	var out []int
+	names := c.names(rel)
 	for _, i := range rel.KeyColumns() {
-		if j := c.find(rel, rel.Columns[i], sourceName(rel.Columns[i]), false); j >= 0 {
+		if j := c.find(rel, rel.Columns[i], names[i], false); j >= 0 {
 			out = append(out, j)
 		}
 	}
@@ -352,8 +454,9 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 	for _, c := range []*adderColumns{&m.onAdder, &m.quietOnAdder} {
 		c.conv, c.put = make([]typemap.Converter, n), make([]typemap.Putter, n)
 	}
+	names := c.names(rel)
 	for i, col := range rel.Columns {
-		name := sourceName(col)
+		name := names[i]
 		j := c.find(rel, col, name, false)
 		if j < 0 {
 			j = len(c.cols)
