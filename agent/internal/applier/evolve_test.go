@@ -309,3 +309,31 @@ func TestIdleApplierLeavesAFailingTableToItsRetry(t *testing.T) {
 	h.apply(a)
 	h.checkMirror("items")
 }
+
+// TestColumnAddedInTheTransactionOfRows adds a column with a default in
+// the middle of a transaction that inserts and updates rows before and
+// after it, as migrations run in one transaction do: every row that
+// exists when the column is added has its default in the mirror, as in
+// PostgreSQL, wherever it is in the flush.
+func TestColumnAddedInTheTransactionOfRows(t *testing.T) {
+	h := newHarness(t, `
+		CREATE TABLE m (id int PRIMARY KEY, a text, b int);
+		INSERT INTO m SELECT g, 'a' || g, g FROM generate_series(1, 50) g;`, "m")
+	a := h.applier()
+	h.apply(a)
+	h.exec(`BEGIN`,
+		`INSERT INTO m VALUES (102, 'new', 1)`,
+		`UPDATE m SET a = 'before' WHERE id = 4`,
+		`ALTER TABLE m ADD COLUMN e text DEFAULT 'dflt'`,
+		`INSERT INTO m VALUES (103, 'after', 2)`,
+		`UPDATE m SET e = 'upd' WHERE id = 2`,
+		`UPDATE m SET a = 'later' WHERE id = 102`,
+		`COMMIT`)
+	h.apply(a)
+	h.checkMirror("m")
+	// And in a flush of its own, with rows of the old version only.
+	h.exec(`BEGIN`, `INSERT INTO m VALUES (200, 'x', 3)`, `ALTER TABLE m ADD COLUMN f int DEFAULT 7`, `COMMIT`,
+		`UPDATE m SET b = -b WHERE id = 1`)
+	h.apply(a)
+	h.checkMirror("m")
+}

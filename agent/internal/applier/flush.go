@@ -430,7 +430,7 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 	}
 	x := addition{st: st, h: h, seq: seq, toCL: toCL, toMR: toMR}
 	m := st.cols.mapping(rel)
-	if (ch.Op == store.OpInsert || ch.Op == store.OpSnapshot) && ch.Old == nil && !slices.ContainsFunc(ch.New, isUnchanged) {
+	if (ch.Op == store.OpInsert || ch.Op == store.OpSnapshot) && ch.Old == nil && !slices.ContainsFunc(ch.New, isUnchanged) && len(m.fill) == 0 {
 		// An insert (or a copied row) goes as queued: its values are
 		// written into the tables' columns as they are (putter), not
 		// converted to Go values and built into rows first, which took

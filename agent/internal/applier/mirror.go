@@ -251,7 +251,7 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 	if rc.op == store.OpInsert || rc.op == store.OpSnapshot {
 		// A copied row is an insert too: an insert of a key the mirror
 		// holds replaces its row (an upsert), and a multiset gets a copy.
-		return m.insert(ctx, a, key(rc.newRow), &insertRow{row: rc.newRow})
+		return m.insert(ctx, a, key(rc.mirrorRow), &insertRow{row: rc.mirrorRow})
 	}
 	// Any other change ends the appender.
 	if err := m.endAppend(); err != nil {
@@ -282,7 +282,7 @@ func (m *mirror) add(ctx context.Context, a *Applier, rc *rowChange) error {
 		}
 		return p.add(key(old), e)
 	case store.OpUpdate:
-		row, old := rc.newRow, rc.oldRow
+		row, old := rc.mirrorRow, rc.oldRow
 		if old != nil && !rc.oldIsKey {
 			row = fillUnchanged(row, old)
 		}

@@ -120,6 +120,11 @@ type relMapping struct {
 	// values the changelog took: each value not representable is counted
 	// once.
 	onAdder, quietOnAdder adderColumns
+	// fill holds, for a version older than a column added with a
+	// default in this flush, that default for its data column: a row of
+	// the version existed when the column was added, so PostgreSQL holds
+	// it with the default, wherever it is in the flush.
+	fill map[int]any
 }
 
 // adderColumns are converters and putters of a schema version's columns.
@@ -487,6 +492,20 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 	for i, j := range m.dst {
 		m.src[j] = i
 	}
+	for j := range c.cols {
+		if d := &c.cols[j]; d.live && d.added != nil && m.src[j] < 0 {
+			v, err := c.tm.Decoder(*d.added).Value([]byte(d.added.Missing))
+			if err != nil {
+				c.log.Warn("default of an added column not readable; rows of an older version keep it null",
+					"table", rel.TableName(), "column", d.name, "err", err)
+				continue
+			}
+			if m.fill == nil {
+				m.fill = map[int]any{}
+			}
+			m.fill[j] = typemap.ConverterFor(d.typ, rel.TableName()+"."+d.name, noWarnings{})(&v)
+		}
+	}
 	c.rels[rel.Key] = m
 	c.last = m
 	return m
@@ -506,6 +525,9 @@ type rowChange struct {
 	// change (the old row of a delete, the new row otherwise) whose values
 	// are stored other than PostgreSQL holds them.
 	replaced *replaced
+	// mirrorRow is the row the mirror takes: newRow, with the defaults of
+	// columns added after its version filled in (relMapping.fill).
+	mirrorRow []any
 }
 
 // convertChange converts the values of a change of schema version m.
@@ -516,6 +538,13 @@ func (c *columns) convertChange(m *relMapping, ch *store.Change) *rowChange {
 		image = ch.Old
 	}
 	rc.replaced = m.replacedIn(c.cols, image)
+	rc.mirrorRow = rc.newRow
+	if len(m.fill) > 0 && rc.newRow != nil {
+		rc.mirrorRow = slices.Clone(rc.newRow)
+		for j, v := range m.fill {
+			rc.mirrorRow[j] = v
+		}
+	}
 	return rc
 }
 
