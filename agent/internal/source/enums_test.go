@@ -30,6 +30,11 @@ func TestEnumValueRenamedIsCopied(t *testing.T) {
 	h.start()
 	h.waitStreaming()
 	h.waitXid(h.xid(`INSERT INTO items (id) VALUES (2)`))
+	// A rename before the watcher's first look would be its baseline.
+	h.waitFor("the watcher's first look at the labels", func(r *store.Reader) bool {
+		l, err := r.EnumLabels()
+		return err == nil && len(l) > 0
+	})
 	const renamed = "an enum value of a captured table's column was renamed"
 	for n, sqls := range [][]string{
 		{`ALTER TYPE mood ADD VALUE 'meh'`, `ALTER TYPE unused RENAME VALUE 'x' TO 'y'`, `ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'`},
