@@ -323,22 +323,8 @@ func TestLiveViewConnectionsAreCapped(t *testing.T) {
 // header make room), and the Delta tables keep committing.
 func TestLiveViewSilentConnectionsAreEvicted(t *testing.T) {
 	la := startLiveAgent(t, "", hardeningSchema)
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for i := range 3500 {
-		c, err := net.Dial("tcp", la.addr)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		conns = append(conns, c)
-		if i >= 3000 {
-			fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.")
-		}
-	}
+	holdConnections(t, la.addr, 3000, "")
+	holdConnections(t, la.addr, 500, "GET /healthz HTTP/1.1\r\nHost: 127.0.")
 	client := &http.Client{Timeout: 10 * time.Second}
 	for _, path := range []string{"/healthz", "/api/v1/status"} {
 		start := time.Now()
@@ -365,13 +351,7 @@ func TestLiveViewSilentConnectionsAreEvicted(t *testing.T) {
 	}
 	// More silent connections come while the stream serves: it is never
 	// the one closed.
-	for i := range 1500 {
-		c, err := net.Dial("tcp", la.addr)
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		conns = append(conns, c)
-	}
+	holdConnections(t, la.addr, 1500, "")
 	la.exec(`INSERT INTO stock SELECT g, g FROM generate_series(101, 200) g`)
 	la.waitApplied(la.d)
 	var page struct{ Rows []any }
@@ -388,6 +368,22 @@ func TestLiveViewSilentConnectionsAreEvicted(t *testing.T) {
 		}
 		if msg.Type == "changes" || msg.Type == "refetch" {
 			break
+		}
+	}
+}
+
+// holdConnections opens n connections to addr that send what, and nothing
+// more, until the test ends.
+func holdConnections(t *testing.T, addr string, n int, what string) {
+	t.Helper()
+	for i := range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if what != "" {
+			fmt.Fprint(c, what)
 		}
 	}
 }
