@@ -752,6 +752,13 @@ var errNoRelation = errors.New("change refers to an unknown schema version")
 // rather than drop rows.
 var errFileRows = errors.New("data file and its stats disagree")
 
+// errVersionBoundary stops a table's flush at a change of a schema
+// version the flush met after changes of an earlier one (a version
+// recorded at a position the batch was read past, as the catalog watcher
+// may while capture catches up): the table is not failing, it continues
+// from there in a flush of its own at once (settle).
+var errVersionBoundary = errors.New("schema version met inside a flush")
+
 // errSchemaMismatch reports a change whose values do not match its schema
 // version: the schema history is wrong, and nothing is guessed.
 var errSchemaMismatch = errors.New("change does not match its schema version")

@@ -1,6 +1,7 @@
 package applier
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -159,6 +160,12 @@ func (a *Applier) settle(upTo store.LSN, failed tableErrors) store.LSN {
 		if b == nil {
 			b = &behindTable{at: old}
 			a.behind[name] = b
+		}
+		if errors.Is(err, errVersionBoundary) {
+			// Not a failure: the table goes on from there at once.
+			b.retry, b.backoff, b.yield = now, 0, false
+			a.log.Info("table continues in a flush of its own at a schema version met inside a flush", "table", name, "err", err, "at", b.at)
+			continue
 		}
 		if b.err == nil {
 			b.since = now

@@ -397,7 +397,7 @@ func (a *Applier) applyChange(ctx context.Context, rels map[store.RelationKey]*s
 			if !first {
 				// Not before the flush's first change of the table:
 				// it fails, and its retry starts a flush there.
-				st.fail(fmt.Errorf("%w: schema version %s of %s inside a flush", errSchemaMismatch, target.Key.LSN, rel.TableName()))
+				st.fail(fmt.Errorf("%w: schema version %s of %s", errVersionBoundary, target.Key.LSN, rel.TableName()))
 				return nil
 			}
 			if err := a.evolve(ctx, st, target); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -418,4 +419,68 @@ func TestIdleApplierTrimsWhatAReaderHeldBack(t *testing.T) {
 			t.Fatalf("%d transactions still queued after the reader read them all", queuedTxns(t, db))
 		}
 	}
+}
+
+// TestSchemaVersionMetInsideAFlushIsABoundary records a schema version of
+// the table (a column added) at a position the batch had already been read
+// past, as the catalog watcher may while capture catches up, and queues a
+// transaction of that version after it: the flush meets the version after
+// changes of the one before. That is a boundary, not a failure: nothing is
+// reported failing, no error is logged, and every change is applied.
+func TestSchemaVersionMetInsideAFlushIsABoundary(t *testing.T) {
+	ctx := context.Background()
+	txns := readAheadQueue()
+	db, dir := openQueued(t, ordersRelation(), txns[:2]...)
+	tablesDir := filepath.Join(dir, "tables")
+	var logBuf lockedBuffer
+	a := New(Config{TablesDir: tablesDir, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))}, db)
+	if err := a.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if upTo, _, _, err := a.nextBatch(); err != nil || upTo != txns[1].EndLSN {
+		t.Fatalf("batch up to %s, %v", upTo, err)
+	}
+	a.readAhead(ctx, txns[1].EndLSN)
+	wider := ordersRelation()
+	wider.Key.LSN = txns[1].CommitLSN - 1
+	wider.Columns = append(wider.Columns, store.Column{Name: "note", TypeOID: 25, TypeMod: -1})
+	last := *txns[2]
+	last.Changes = nil
+	for _, ch := range txns[2].Changes {
+		ch.Relation = wider.Key
+		ch.New = append(ch.New, store.Value{Kind: store.KindString, Bytes: []byte("n")})
+		if ch.Old != nil {
+			ch.Old = append(ch.Old, store.Value{})
+		}
+		last.Changes = append(last.Changes, ch)
+	}
+	if err := db.Update(func(w *store.Writer) error {
+		if err := w.PutRelation(wider); err != nil {
+			return err
+		}
+		return w.AppendTxn(&last, 0)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	upTo, _, _, err := a.nextBatch()
+	if err != nil || upTo != last.EndLSN {
+		t.Fatalf("batch up to %s, %v", upTo, err)
+	}
+	err = a.flush(ctx, upTo)
+	if f := a.Failures(); len(f) != 0 {
+		t.Fatalf("failures after a version met inside a flush: %+v (flush: %v)", f, err)
+	}
+	if strings.Contains(logBuf.String(), "level=ERROR") {
+		t.Fatalf("an error was logged:\n%s", logBuf.String())
+	}
+	if err := a.applyAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f := a.Failures(); len(f) != 0 {
+		t.Fatalf("failures after the table caught up: %+v", f)
+	}
+	if l := appliedPosition(t, db); l != last.EndLSN {
+		t.Fatalf("applied position %s, want %s", l, last.EndLSN)
+	}
+	checkReadAheadTables(t, tablesDir)
 }
