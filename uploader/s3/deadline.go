@@ -20,9 +20,9 @@ import (
 // request has a watchdog (deadlineTransport, below the retries): it is
 // cancelled when no byte of it has moved for Deadlines.Stall (connecting,
 // sending the body, waiting for the answer, reading it), or when it takes
-// longer than Stall plus its body's size at Deadlines.MinRate, so that a
-// trickle cannot hold it either while a large part on a slow uplink still
-// completes. A cancelled attempt fails with uploader.ErrStalled, which the
+// longer than twice Stall plus its body's size at Deadlines.MinRate, so
+// that a trickle cannot hold it either while a large part on a slow uplink
+// still completes. A cancelled attempt fails with uploader.ErrStalled, which the
 // retries retry and the uploader counts and reports as a stall.
 
 // Deadlines bound each attempt of a request.
@@ -31,8 +31,8 @@ type Deadlines struct {
 	// sending its body, waiting for the answer or reading it.
 	Stall time.Duration
 	// MinRate, in bytes per second, bounds the time a request takes in
-	// all: Stall, plus its body's bytes (and then its answer's) at this
-	// rate.
+	// all: twice Stall, plus its body's bytes (and then its answer's) at
+	// this rate.
 	MinRate int64
 }
 
@@ -100,9 +100,11 @@ func (w *watchdog) tooSlow() {
 	w.fire(fmt.Sprintf("slower than %d bytes/s", w.d.MinRate))
 }
 
-// allowed returns how long moving size bytes may take.
+// allowed returns how long moving size bytes may take: twice Stall, so
+// that a request that stops moving is told by the stall, plus size at
+// MinRate.
 func (w *watchdog) allowed(size int64) time.Duration {
-	d := w.d.Stall
+	d := 2 * w.d.Stall
 	if size > 0 && w.d.MinRate > 0 {
 		d += time.Duration(size) * time.Second / time.Duration(w.d.MinRate)
 	}

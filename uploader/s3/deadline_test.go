@@ -49,11 +49,11 @@ func TestDeadlines(t *testing.T) {
 	if !errors.Is(err, uploader.ErrStalled) || !strings.Contains(err.Error(), "no progress for 200ms") {
 		t.Fatalf("a server that never answers: %v", err)
 	}
-	// 50 bytes over a second, at least 10 bytes/s: Stall plus 5 s.
+	// 50 bytes over a second, at least 10 bytes/s: twice Stall plus 5 s.
 	if body, err := get(Deadlines{Stall: 200 * time.Millisecond, MinRate: 10}, "/trickle"); err != nil || len(body) != 50 {
 		t.Fatalf("a slow answer within the minimum rate: %d bytes, %v", len(body), err)
 	}
-	// At least 1000 bytes/s: Stall plus 50 ms.
+	// At least 1000 bytes/s: twice Stall plus 50 ms.
 	_, err = get(Deadlines{Stall: 200 * time.Millisecond, MinRate: 1000}, "/trickle")
 	if !errors.Is(err, uploader.ErrStalled) || !strings.Contains(err.Error(), "slower than 1000 bytes/s") {
 		t.Fatalf("an answer slower than the minimum rate: %v", err)
