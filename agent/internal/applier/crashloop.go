@@ -15,11 +15,14 @@ import (
 // A transaction that kills the agent while it is applied (a value too
 // large for its memory, a bug not known yet) would kill it again at every
 // restart, for ever, and every table would stop with it. The crash-loop
-// breaker ends that. While the applier holds part of the queue in memory
-// it says so in a small file beside the state file (the crash record); a
-// batch applied or dropped clears it, and so does a clean stop. A start
-// that finds the record set knows the last run ended abnormally while it
-// held that part. From then on the batches in that part hold one
+// breaker ends that. While the applier works on part of the queue (reads
+// it ahead, or flushes it: decodes, converts, writes and commits) it says
+// so in a small file beside the state file (the crash record); the end of
+// the work clears it, and so does a clean stop. Waiting between two
+// slices read ahead is not work: an agent killed then (by an operator, a
+// power cut) was not killed by what it read. A start that finds the
+// record set knows the last run ended abnormally while it worked on that
+// part. From then on the batches in that part hold one
 // transaction each, so that the next abnormal exit names the transaction.
 // A transaction held at MaxCrashExits abnormal exits in a row is
 // quarantined: it is not decoded again, and each table it changes fails
@@ -32,7 +35,8 @@ import (
 // PostgreSQL holds them.
 //
 // The record is written without fsync: it must outlive the process, not
-// the machine, and it is written twice a flush.
+// the machine, and it is written twice a flush and twice a slice read
+// ahead.
 
 // MaxCrashExits is how many abnormal exits in a row, each while the same
 // transaction was applied, quarantine it.

@@ -25,10 +25,12 @@ func (a *Applier) readAhead(ctx context.Context, upTo store.LSN) (more bool) {
 		return false
 	}
 	done, err := a.ingest(ctx, upTo, a.readAheadSlice)
+	// What was read waits for the flush: the crash record names only the
+	// work under way (crashloop.go).
+	a.releaseBatch()
 	if err != nil {
 		a.reset()
 		a.buffers.Release()
-		a.releaseBatch()
 		a.readAheadFailed = true
 		if ctx.Err() == nil {
 			a.log.Debug("reading ahead stopped until the next flush", "err", err)
