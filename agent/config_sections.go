@@ -80,6 +80,8 @@ func validateReplica(p *configParser, r *uploader.Config) error {
 			return p.fieldErrorf(&r.URL, "unsupported scheme %q (write s3://bucket/prefix or file:///path)", cutValue(scheme))
 		case errors.Is(err, uploader.ErrURLSyntax):
 			return p.fieldErrorf(&r.URL, "is not a valid URL (write s3://bucket/prefix or file:///path)")
+		case errors.Is(err, uploader.ErrStallTimeout):
+			return p.fieldErrorf(&r.StallTimeout, "%s is under 1s: a request would be cancelled while it is only slow (the default is 30s)", r.StallTimeout)
 		case errors.Is(err, uploader.ErrSite):
 			return p.fieldErrorf(&r.Site, "%q is not a valid name (use a name without a slash or backslash, other than \".\" and \"..\", e.g. branch-17)", cutValue(r.Site))
 		}

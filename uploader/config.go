@@ -40,6 +40,9 @@ type Config struct {
 	MaxBackoff time.Duration `yaml:"max_backoff"`
 	// Concurrency is the number of files uploaded at once; zero means 4.
 	Concurrency int `yaml:"concurrency"`
+	// StallTimeout is how long a request to S3 may go without a byte of
+	// it moving before it is cancelled and retried; zero means 30s.
+	StallTimeout time.Duration `yaml:"stall_timeout"`
 }
 
 // Errors of Validate, which wraps them with the key at fault. Their text
@@ -56,6 +59,9 @@ var (
 	ErrURLQuery = errors.New("must not have a query string or fragment")
 	// ErrURLSyntax means the URL does not parse.
 	ErrURLSyntax = errors.New("not a valid URL")
+	// ErrStallTimeout means the stall timeout is under a second, which
+	// would cancel requests that are only slow.
+	ErrStallTimeout = errors.New("must be at least 1s")
 	// ErrURLScheme means the URL's scheme is neither s3 nor file.
 	ErrURLScheme = errors.New("unsupported scheme (want s3 or file)")
 	// ErrSite means Site is empty or not a single path element.
@@ -100,6 +106,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBacklog < 0 || c.MaxBytesPerSecond < 0 || c.Concurrency < 0 {
 		return errors.New("replica: max_backlog, max_bytes_per_second and concurrency must not be negative")
+	}
+	if c.StallTimeout != 0 && c.StallTimeout < time.Second {
+		return fmt.Errorf("replica stall_timeout: %w", ErrStallTimeout)
 	}
 	return nil
 }

@@ -102,6 +102,50 @@ func TestReplicaOutageBackpressureAndCatchUp(t *testing.T) {
 	t.Logf("paused with %d bytes of slot lag; the remote caught up to version %d", lagBefore, lv)
 }
 
+// TestStalledBucketIsAnOfflineReplica runs the agent against a bucket that
+// takes requests and stops answering, while two tables change: their
+// uploads are cancelled and retried, status counts the stalls and names
+// them, and once the bucket answers again every table is uploaded.
+func TestStalledBucketIsAnOfflineReplica(t *testing.T) {
+	s3 := s3test.Start(t)
+	px := s3test.NewStallingProxy(t, s3)
+	bucket := s3.NewBucket()
+	section := fmt.Sprintf("replica:\n  url: s3://%s/lake\n  site: branch1\n  endpoint: %s\n  region: %s\n  access_key_id: %s\n  secret_access_key: %s\n"+
+		"  poll_interval: 200ms\n  max_backoff: 1s\n  stall_timeout: 1s\n", bucket, px.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey)
+	e := newE2EWith(t, []string{"public.a", "public.b"}, section)
+	e.exec(`CREATE TABLE a (id int PRIMARY KEY)`, `CREATE TABLE b (id int PRIMARY KEY)`,
+		`INSERT INTO a VALUES (1)`, `INSERT INTO b VALUES (1)`)
+	d := e.start()
+	e.waitRemote(d, "first upload")
+
+	px.Stall(true)
+	e.exec(`INSERT INTO a SELECT g FROM generate_series(2, 100) g`, `INSERT INTO b SELECT g FROM generate_series(2, 100) g`)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		st := e.status()
+		if u := st.Upload; u != nil && !u.Online && u.Stalls > 0 && strings.Contains(u.LastError, "stalled") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no stall reported: %+v; log:\n%s", st.Upload, d.log())
+		}
+	}
+	out, _, _ := e.lakeside("status", "--config", e.configPath)
+	if !strings.Contains(out, "replica stalls:") {
+		t.Fatalf("status does not name the stalls:\n%s", out)
+	}
+
+	px.Stall(false)
+	e.waitApplied(d)
+	e.waitRemote(d, "catch-up after the bucket answers again")
+	e.stop(d)
+	remote := &e2e{t: t, conn: e.conn, stateDir: t.TempDir()}
+	if err := s3.Download(context.Background(), bucket, "lake/branch1/", filepath.Join(remote.stateDir, "tables")); err != nil {
+		t.Fatal(err)
+	}
+	remote.compareMirror(t, "public.a", `SELECT id FROM a`, "id")
+	remote.compareMirror(t, "public.b", `SELECT id FROM b`, "id")
+}
+
 // waitRemote waits until every local table's version is on the remote.
 func (e *e2e) waitRemote(d *daemon, what string) {
 	e.t.Helper()

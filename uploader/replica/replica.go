@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/lakeside/lakeside/uploader"
 	"github.com/lakeside/lakeside/uploader/file"
@@ -54,6 +55,17 @@ func Open(cfg uploader.Config, transport http.RoundTripper) (uploader.ReplicaCli
 			Bucket:          u.Host,
 			Prefix:          prefix + cfg.Site,
 			Transport:       transport,
+			Deadlines:       deadlines(cfg.StallTimeout),
 		})
 	}
+}
+
+// deadlines returns the S3 deadlines of replica.stall_timeout (zero: the
+// default).
+func deadlines(stall time.Duration) s3.Deadlines {
+	d := s3.DefaultDeadlines()
+	if stall > 0 {
+		d.Stall = stall
+	}
+	return d
 }
