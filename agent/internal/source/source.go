@@ -263,7 +263,13 @@ func (s *Source) Run(ctx context.Context) error {
 	go w.run()
 
 	err := s.loop(ctx)
-	if cerr := w.close(); err == nil && cerr != nil {
+	cerr := w.close()
+	switch {
+	case errors.Is(cerr, errStoppedWhileFull) && ctx.Err() != nil:
+		// A stop is a stop, full disk or not: nothing unwritten was
+		// acknowledged.
+		s.log.Warn("stopped while the state disk is full; PostgreSQL sends what was not written again at the next start")
+	case err == nil && cerr != nil:
 		err = cerr
 	}
 	return err

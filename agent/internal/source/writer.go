@@ -313,6 +313,11 @@ func (w *queueWriter) next(open *openTxn) (op writeOp, ok, commitNow bool) {
 	}
 }
 
+// errStoppedWhileFull ends a writer stopped while it waited for disk
+// space: what it could not write was never acknowledged, and PostgreSQL
+// sends it again at the next start.
+var errStoppedWhileFull = errors.New("stopped while the state disk is full")
+
 // retryFull runs write, and while it fails because the disk is full, rolls
 // the open transaction back, waits, applies its operations again and runs
 // write again.
@@ -326,7 +331,7 @@ func (w *queueWriter) retryFull(write func() error, open *openTxn) error {
 	for err != nil && errors.Is(err, syscall.ENOSPC) {
 		select {
 		case <-w.quit:
-			return fmt.Errorf("stopped while the state disk is full: %w", err)
+			return fmt.Errorf("%w: %w", errStoppedWhileFull, err)
 		case <-time.After(w.fullDiskPause):
 		}
 		if err = open.reapply(w.db); err == nil {
