@@ -1,6 +1,7 @@
 package applier
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,9 +35,9 @@ import (
 // over, since the copy that follows in the queue brings its rows as
 // PostgreSQL holds them.
 //
-// The record is written without fsync: it must outlive the process, not
-// the machine, and it is written twice a flush and twice a slice read
-// ahead.
+// The record is written without fsync, in one write to a file kept open:
+// it must outlive the process, not the machine, and it is written twice a
+// flush and twice a slice read ahead.
 
 // MaxCrashExits is how many abnormal exits in a row, each while the same
 // transaction was applied, quarantine it.
@@ -91,8 +92,11 @@ type crashLoop struct {
 	path string
 	mu   sync.Mutex
 	rec  crashRecord
-	// written is the record as last written.
+	// written is the record as last written, f the file open for it and
+	// size the file's length.
 	written []byte
+	f       *os.File
+	size    int
 }
 
 // load reads the record a run before left, and turns what it held at an
@@ -107,7 +111,11 @@ func (c *crashLoop) load() (crashRecord, error) {
 	case err != nil:
 		return c.rec, fmt.Errorf("read crash record: %w", err)
 	}
-	c.written = data
+	c.written, c.size = bytes.TrimSpace(data), len(data)
+	if len(c.written) == 0 {
+		c.written = nil
+		return c.rec, nil
+	}
 	var rec crashRecord
 	if err := json.Unmarshal(data, &rec); err != nil {
 		// It is advisory: a record cut short by a crash as it was
@@ -194,38 +202,49 @@ func (c *crashLoop) release(table string) bool {
 func (c *crashLoop) remove() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.rec, c.written = crashRecord{}, nil
+	c.rec, c.written, c.size = crashRecord{}, nil, 0
+	if c.f != nil {
+		c.f.Close()
+		c.f = nil
+	}
 	if err := os.Remove(c.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove crash record: %w", err)
 	}
 	return nil
 }
 
-// writeLocked writes the record when it changed, through a file renamed
-// over it, so that a crash leaves the old record or the new one. An empty
-// record is no file.
+// writeLocked writes the record when it changed, over the one before
+// from the file's start, padded with spaces to the length of the longest
+// written: one write to a file kept open, which a process killed meanwhile
+// leaves whole (a machine that stops may leave it cut, and a record that
+// does not parse counts nothing). An empty record is blank.
 func (c *crashLoop) writeLocked() error {
 	var data []byte
 	if c.rec.Applying != nil || c.rec.Suspect != nil || len(c.rec.Quarantined) > 0 {
 		data, _ = json.Marshal(c.rec)
 	}
-	if string(data) == string(c.written) && (data != nil || c.written == nil) {
+	if bytes.Equal(data, c.written) {
 		return nil
 	}
 	c.written = data
-	if data == nil {
-		if err := os.Remove(c.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("clear crash record: %w", err)
+	if c.f == nil {
+		if data == nil && c.size == 0 {
+			return nil
 		}
-		return nil
+		f, err := os.OpenFile(c.path, os.O_RDWR|os.O_CREATE, 0o640)
+		if err != nil {
+			return fmt.Errorf("write crash record: %w", err)
+		}
+		c.f = f
 	}
-	tmp := c.path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o640); err != nil {
+	buf := data
+	if len(buf) < c.size {
+		buf = append(bytes.Clone(data), bytes.Repeat([]byte{' '}, c.size-len(data))...)
+	}
+	if _, err := c.f.WriteAt(buf, 0); err != nil {
 		return fmt.Errorf("write crash record: %w", err)
 	}
-	if err := os.Rename(tmp, c.path); err != nil {
-		return fmt.Errorf("write crash record: %w", err)
-	}
+	c.size = max(c.size, len(buf))
 	return nil
 }
 
