@@ -607,11 +607,11 @@ func (a *Applier) nextBatch() (upTo store.LSN, changes int64, full bool, err err
 		if err != nil {
 			return err
 		}
+		// Batches in the part of the queue the last run was killed
+		// working on hold one transaction each (crashloop.go).
+		narrow := a.crash != nil && a.crash.narrow(sc.base)
 		return r.Txns(max(sc.base, sc.upTo), func(h *store.TxnHeader, _ *store.TxnCursor) error {
-			if sc.upTo != 0 && a.crash != nil && a.crash.narrow(sc.base) {
-				// The last run ended abnormally applying this part
-				// of the queue: one transaction at a time finds the
-				// one that did it (crashloop.go).
+			if sc.upTo != 0 && narrow {
 				sc.full = true
 				return store.ErrStopScan
 			}

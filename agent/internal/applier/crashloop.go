@@ -171,6 +171,13 @@ func (c *crashLoop) narrow(from store.LSN) bool {
 	return c.rec.Suspect != nil && from < c.rec.Suspect.Through
 }
 
+// anyQuarantined reports whether a transaction is quarantined.
+func (c *crashLoop) anyQuarantined() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.rec.Quarantined) > 0
+}
+
 // quarantined returns the quarantined transaction ending at end, or nil.
 func (c *crashLoop) quarantined(end store.LSN) *quarantinedTxn {
 	c.mu.Lock()

@@ -300,6 +300,7 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 			}()
 		}
 		var read int64
+		quarantine := a.crash != nil && a.crash.anyQuarantined()
 		return r.Txns(max(a.scan.base, a.read.upTo), func(h *store.TxnHeader, cur *store.TxnCursor) error {
 			if h.EndLSN > upTo {
 				return store.ErrStopScan
@@ -309,7 +310,7 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 				return store.ErrStopScan
 			}
 			a.read.txns++
-			if a.crash != nil {
+			if quarantine {
 				if q := a.crash.quarantined(h.EndLSN); q != nil {
 					a.read.upTo = max(a.read.upTo, h.EndLSN)
 					return a.quarantine(ctx, rels, h, cur, q)
