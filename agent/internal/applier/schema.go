@@ -421,8 +421,16 @@ func (c *columns) keyOf(rel *store.Relation) []int {
 	if rel.Multiset() {
 		return nil
 	}
+	return c.keyNamed(rel, c.names(rel))
+}
+
+// keyNamed is keyOf for a version whose columns' data column names are
+// names (columns.names), for a caller that has them.
+func (c *columns) keyNamed(rel *store.Relation, names []string) []int {
+	if rel.Multiset() {
+		return nil
+	}
 	var out []int
-	names := c.names(rel)
 	for _, i := range rel.KeyColumns() {
 		if j := c.find(rel, rel.Columns[i], names[i], false); j >= 0 {
 			out = append(out, j)
@@ -484,7 +492,7 @@ func (c *columns) mapping(rel *store.Relation) *relMapping {
 			ac.cols.put[i] = typemap.PutterFor(dt, ac.cols.conv[i])
 		}
 	}
-	m.keys = c.keyOf(rel)
+	m.keys = c.keyNamed(rel, names)
 	m.src = make([]int, len(c.cols))
 	for i := range m.src {
 		m.src[i] = -1

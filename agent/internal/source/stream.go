@@ -850,9 +850,20 @@ func (st *stream) add(subXid uint32, c store.Change) error {
 		st.spilled = true
 		changes := st.txn.Changes
 		st.txn.Changes = nil
-		return st.s.writer.send(writeOp{kind: opSpoolAppend, spool: store.SpoolID(st.txn.Xid), subXid: st.txn.Xid, changes: changes})
+		return st.s.writer.send(writeOp{kind: opSpoolAppend, spool: store.SpoolID(st.txn.Xid), subXid: st.txn.Xid, changes: changes,
+			weight: heldWeight(changes, st.txnBytes)})
 	}
 	return nil
+}
+
+// heldWeight is the writer's weight of an operation of the changes the
+// stream held, whose values hold size bytes (txnBytes, bufBytes), counted
+// as add took them rather than again (opWeight).
+func heldWeight(changes []store.Change, size int) int64 {
+	if len(changes) == 0 {
+		size = 0 // the count of changes held before
+	}
+	return 1 + weightOf(len(changes), size)
 }
 
 // flushStream spools the buffered changes of the current stream block.
@@ -862,7 +873,8 @@ func (st *stream) flushStream() error {
 	}
 	changes := st.buf
 	st.buf = nil
-	return st.s.writer.send(writeOp{kind: opSpoolAppend, spool: store.SpoolID(st.streamXid), subXid: st.bufSubXid, changes: changes})
+	return st.s.writer.send(writeOp{kind: opSpoolAppend, spool: store.SpoolID(st.streamXid), subXid: st.bufSubXid, changes: changes,
+		weight: heldWeight(changes, st.bufBytes)})
 }
 
 // commit queues the transaction that just committed, unless it is at or
@@ -887,7 +899,8 @@ func (st *stream) commit(m *pglogrepl.CommitMessage) error {
 	st.s.txnsQueued.Add(1)
 	if st.spilled {
 		if len(st.txn.Changes) > 0 {
-			if err := st.s.writer.send(writeOp{kind: opSpoolAppend, spool: id, subXid: h.Xid, changes: st.txn.Changes}); err != nil {
+			if err := st.s.writer.send(writeOp{kind: opSpoolAppend, spool: id, subXid: h.Xid, changes: st.txn.Changes,
+				weight: heldWeight(st.txn.Changes, st.txnBytes)}); err != nil {
 				return err
 			}
 		}
@@ -896,7 +909,7 @@ func (st *stream) commit(m *pglogrepl.CommitMessage) error {
 	}
 	txn := &store.Txn{TxnHeader: h, Changes: st.txn.Changes}
 	st.txn = store.Txn{}
-	return st.s.writer.send(writeOp{kind: opAppendTxn, txn: txn})
+	return st.s.writer.send(writeOp{kind: opAppendTxn, txn: txn, weight: heldWeight(txn.Changes, st.txnBytes)})
 }
 
 // streamCommit queues a streamed transaction from its spool.

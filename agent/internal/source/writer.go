@@ -111,8 +111,12 @@ func changesWeight(changes []store.Change) int64 {
 	for i := range changes {
 		n += store.ValuesBytes(changes[i].New) + store.ValuesBytes(changes[i].Old)
 	}
-	return int64(len(changes) + n/weightBytes)
+	return weightOf(len(changes), n)
 }
+
+// weightOf returns the weight of n changes whose values hold size bytes,
+// for a caller that counted them (stream.add).
+func weightOf(n, size int) int64 { return int64(n + size/weightBytes) }
 
 // queueWriter applies writeOps to the state file from one goroutine, many per
 // bbolt transaction (group commit), and publishes the durable checkpoint.
@@ -175,7 +179,9 @@ func (w *queueWriter) Durable() store.LSN { return store.LSN(w.durable.Load()) }
 // send queues an operation, waiting while too many changes are in memory.
 // It fails only when the writer has failed.
 func (w *queueWriter) send(op writeOp) error {
-	op.weight = opWeight(&op)
+	if op.weight == 0 {
+		op.weight = opWeight(&op)
+	}
 	w.mu.Lock()
 	for w.err == nil && w.pending > 0 && w.pending+op.weight > maxPendingWeight {
 		w.cond.Wait()
