@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/big"
 	"os"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	pq "github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
@@ -39,6 +41,18 @@ func ReadFile(ctx context.Context, path string, st *types.StructType) ([]types.R
 // BatchRows is the most rows ReadBatches hands over at once.
 const BatchRows = 16 * 1024
 
+// readerProperties are the Parquet reader's properties: arrow-go's
+// defaults, but for its limits on the size of a page (64 MiB compressed,
+// 256 MiB not), which a page holding one large value passes (a value of a
+// column may be up to PostgreSQL's 1 GB); Parquet's own limit, a page's
+// size being an int32, is kept.
+func readerProperties() *pq.ReaderProperties {
+	props := pq.NewReaderProperties(memory.DefaultAllocator)
+	props.MaxCompressedPageSize = math.MaxInt32
+	props.MaxUncompressedPageSize = math.MaxInt32
+	return props
+}
+
 // ReadBatches reads a Parquet file as ReadFile does, and hands its rows to
 // fn in order, at most BatchRows at a time, which fn may keep. The memory
 // it holds is a batch's, whatever the file's size.
@@ -46,7 +60,7 @@ func ReadBatches(ctx context.Context, path string, st *types.StructType, fn func
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("read parquet: %w", err)
 	}
-	pr, err := file.OpenParquetFile(path, false)
+	pr, err := file.OpenParquetFile(path, false, file.WithReadProps(readerProperties()))
 	if err != nil {
 		return fmt.Errorf("read parquet %s: %w", path, err)
 	}
