@@ -27,6 +27,11 @@ type (
 	// next writers of the same data columns (WriteOptions.Buffers). It is
 	// safe for concurrent use.
 	ColumnBuffers = parquet.ColumnBuffers
+	// EncodeGate lets the data writers that share it encode one row group
+	// holding a huge value at a time (WriteOptions.EncodeGate), so that
+	// writers side by side do not hold their copies of such a value at
+	// once. It is safe for concurrent use.
+	EncodeGate = parquet.EncodeGate
 )
 
 // Compression codecs for data files.

@@ -234,6 +234,9 @@ type Applier struct {
 	// and of one flush to the next; they are released when the queue is
 	// applied or a flush fails.
 	buffers delta.ColumnBuffers
+	// gate has the flush's data writers encode one row group holding a
+	// huge value at a time.
+	gate delta.EncodeGate
 	// warnings counts values that could not be represented in this flush;
 	// warnMu guards it while the flush writes its tables' data at once.
 	warnings map[string]int
@@ -733,7 +736,7 @@ func (a *Applier) Warn(where, problem string) {
 // expectRows rows (a hint; zero when not known), of which it holds
 // TargetFileRows at most.
 func (a *Applier) writeOptions(expectRows int64) delta.WriteOptions {
-	return delta.WriteOptions{Compression: a.cfg.Compression, CreatedBy: a.cfg.EngineInfo, Buffers: &a.buffers,
+	return delta.WriteOptions{Compression: a.cfg.Compression, CreatedBy: a.cfg.EngineInfo, Buffers: &a.buffers, EncodeGate: &a.gate,
 		RowGroupRows: a.cfg.RowGroupRows, ExpectedRows: min(expectRows, a.cfg.TargetFileRows), NoWriteback: a.cfg.NoWriteback}
 }
 

@@ -44,6 +44,9 @@ type columnarWriter struct {
 	// (key), and takes this one's back (see newColumnarWriter).
 	buffers *ColumnBuffers
 	key     string
+	// gate, when set, is entered to encode a row group holding a huge
+	// value (see WriteOptions.EncodeGate).
+	gate *EncodeGate
 }
 
 // encodingRowGroups is the most row groups a writer encodes at once; with
@@ -74,6 +77,8 @@ type encodeJob struct {
 	// keepBytes is the most room for byte array values a column of g
 	// keeps once emptied (see flatColumn.shrink).
 	keepBytes int
+	// gate is the writer's EncodeGate, or nil.
+	gate *EncodeGate
 	// err is the job's error, to be read once committed is closed.
 	err error
 	// committed is closed when the row group is in the file, or failed.
@@ -212,6 +217,17 @@ func (c *columnarWriter) full(g *rowGroupColumns) bool {
 	return g.rows >= c.maxRows || g.dataBytes() >= c.maxBytes
 }
 
+// hasHuge reports whether a flat column of the row group holds a huge
+// value.
+func (g *rowGroupColumns) hasHuge() bool {
+	for _, col := range g.byteCols {
+		if len(col.huge) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // dataBytes returns the bytes of the byte array values of the row group's
 // flat columns, huge ones included. A full writer asks after every row: it
 // sums the columns that hold such values only.
@@ -268,7 +284,7 @@ func (c *columnarWriter) encode(more bool) error {
 	if n := len(c.encoding); n > 0 {
 		prev = c.encoding[n-1]
 	}
-	job := &encodeJob{g: g, keepBytes: keepBytesFactor * c.maxBytes, committed: make(chan struct{})}
+	job := &encodeJob{g: g, keepBytes: keepBytesFactor * c.maxBytes, gate: c.gate, committed: make(chan struct{})}
 	c.encoding = append(c.encoding, job)
 	if c.inline {
 		job.run(prev, c.stats)
@@ -320,7 +336,9 @@ func (j *encodeJob) run(prev *encodeJob, stats *statsCollector) {
 	defer close(j.committed)
 	g := j.g
 	defer g.reset(j.keepBytes)
+	leave := j.gate.enter(g)
 	bounds, err := g.encode()
+	leave()
 	if prev != nil {
 		<-prev.committed
 		if prev.err != nil {

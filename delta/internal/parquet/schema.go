@@ -297,7 +297,10 @@ type boundedColumnBuffer struct {
 // has a huge one: a page of ordinary values is returned as it is, after a
 // look at its size.
 func (b *boundedColumnBuffer) Page() parquet.Page {
-	p := b.ColumnBuffer.Page()
+	p := b.hugePage()
+	if p == nil {
+		p = b.ColumnBuffer.Page()
+	}
 	if p.Size() < hugeValueBytes {
 		return p
 	}
@@ -315,6 +318,26 @@ func (b *boundedColumnBuffer) Page() parquet.Page {
 		}
 	}
 	return &boundedPage{Page: p, lo: lo, hi: hi}
+}
+
+// hugePage returns the page of a buffer that holds one value, a huge one,
+// or nil for any other buffer. parquet-go copies the values of a buffer
+// of one value into a new buffer to make its page, taking them for
+// unordered (orderOfUint32 calls fewer than two offsets unordered); this
+// page refers to the value where the buffer holds it.
+func (b *boundedColumnBuffer) hugePage() parquet.Page {
+	if b.ColumnBuffer.Len() != 1 {
+		return nil
+	}
+	var v [1]parquet.Value
+	if n, _ := b.ColumnBuffer.ReadValuesAt(v[:], 0); n != 1 {
+		return nil
+	}
+	x := v[0].ByteArray()
+	if len(x) < hugeValueBytes {
+		return nil
+	}
+	return b.ColumnBuffer.Type().NewPage(b.ColumnBuffer.Column(), 1, encoding.ByteArrayValues(x, []uint32{0, uint32(len(x))}))
 }
 
 // boundPrefixBytes is about how many bytes of a huge value a short bound

@@ -82,6 +82,10 @@ type WriteOptions struct {
 	// copies the columns several times over. It is a hint: more rows or
 	// fewer may be written.
 	ExpectedRows int64
+	// EncodeGate, when set, is shared with the writers side by side of
+	// this one, which then encode one row group holding a huge value at
+	// a time (see EncodeGate).
+	EncodeGate *EncodeGate
 	// Inline encodes each full row group on the goroutine that writes
 	// the rows, not on goroutines of its own: for a writer whose CPU
 	// must stay on its thread, as a compaction at low priority's does.
@@ -194,6 +198,7 @@ func (w *Writer) Create(path string) error {
 	w.columns.maxBytes = maxBytes
 	w.columns.expectRows = int(min(w.opts.ExpectedRows, w.rg))
 	w.columns.inline = w.opts.Inline
+	w.columns.gate = w.opts.EncodeGate
 	return nil
 }
 
