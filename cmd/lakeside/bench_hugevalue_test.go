@@ -9,8 +9,9 @@ import (
 )
 
 // TestBenchHugeValueMemory measures the agent's peak memory, live view on,
-// while it captures and applies one update of a value of 1, 16, 64, 128 and
-// 256 MiB, each in an agent started for it: its peak anonymous memory (what
+// while it captures and applies one update of a value of 1, 16, 64, 128,
+// 256 and 384 MiB (source.max_value_size off), each update of the last,
+// each in an agent started for it: its peak anonymous memory (what
 // the kernel cannot reclaim, and kills for at MemoryMax) above its own
 // before the update (the baseline, measured in the same run), that excess
 // as a multiple of the value's size, which says the largest value a
@@ -18,10 +19,11 @@ import (
 // (page cache, which the kernel reclaims first).
 func TestBenchHugeValueMemory(t *testing.T) {
 	e := newE2EWith(t, []string{"public.big"}, "http:\n  listen: "+freeAddr(t)+"\n")
+	e.setSource("  max_value_size: 0\n")
 	e.exec(`CREATE TABLE big (id int PRIMARY KEY, v text)`, `INSERT INTO big VALUES (1, 'a')`)
 	const mib = 1 << 20
 	t.Logf("%-8s %10s %14s %16s %8s %14s %10s", "value", "baseline", "peak anonymous", "peak - baseline", "x value", "peak mapped", "applied in")
-	for _, size := range []int{1, 16, 64, 128, 256} {
+	for _, size := range []int{1, 16, 64, 128, 256, 384} {
 		d := e.start()
 		waitState(t, e, d, "streaming")
 		e.waitApplied(d)

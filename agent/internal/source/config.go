@@ -98,7 +98,7 @@ type Config struct {
 
 // DefaultMaxValueBytes is the largest value capture keeps unless
 // Config.MaxValueBytes says otherwise.
-const DefaultMaxValueBytes = 128 << 20
+const DefaultMaxValueBytes = 256 << 20
 
 // DefaultWatchInterval is how often the catalog watcher looks at the
 // captured tables unless Config.WatchInterval says otherwise: a dropped and
