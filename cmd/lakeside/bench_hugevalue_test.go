@@ -19,7 +19,7 @@ import (
 // (page cache, which the kernel reclaims first).
 func TestBenchHugeValueMemory(t *testing.T) {
 	e := newE2EWith(t, []string{"public.big"}, "http:\n  listen: "+freeAddr(t)+"\n")
-	e.setSource("  max_value_size: 0\n")
+	e.setSourceKey("max_value_size", "0")
 	e.exec(`CREATE TABLE big (id int PRIMARY KEY, v text)`, `INSERT INTO big VALUES (1, 'a')`)
 	const mib = 1 << 20
 	t.Logf("%-8s %10s %14s %16s %8s %14s %10s", "value", "baseline", "peak anonymous", "peak - baseline", "x value", "peak mapped", "applied in")

@@ -100,20 +100,6 @@ state_dir: %s
 	return e
 }
 
-// setSource adds lines (YAML, indented as keys of source:) to the
-// configuration's source section.
-func (e *e2e) setSource(lines string) {
-	e.t.Helper()
-	b, err := os.ReadFile(e.configPath)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	cfg := strings.Replace(string(b), "  status_interval: 1s\n", "  status_interval: 1s\n"+lines, 1)
-	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-}
-
 func (e *e2e) exec(sqls ...string) {
 	e.t.Helper()
 	for _, s := range sqls {
