@@ -132,6 +132,26 @@ func (r *Relation) SameShape(o *Relation) bool {
 		r.ReplicaIdentity == o.ReplicaIdentity && slices.Equal(r.Columns, o.Columns)
 }
 
+// SameShapeButMissing reports whether o has r's shape but, perhaps, for
+// the text of its columns' missing values (Column.Missing). PostgreSQL
+// prints that text from the catalog each time it is read: an enum label
+// renamed (ALTER TYPE … RENAME VALUE) changes it with no change to the
+// table, and no Relation message tells the stream.
+func (r *Relation) SameShapeButMissing(o *Relation) bool {
+	if r.Key.OID != o.Key.OID || r.Schema != o.Schema || r.Name != o.Name || r.Table != o.Table ||
+		r.ReplicaIdentity != o.ReplicaIdentity || len(r.Columns) != len(o.Columns) {
+		return false
+	}
+	for i, c := range r.Columns {
+		d := o.Columns[i]
+		c.Missing, d.Missing = "", ""
+		if c != d {
+			return false
+		}
+	}
+	return true
+}
+
 // QualifiedName returns "schema.name" as PostgreSQL sent them.
 func (r *Relation) QualifiedName() string { return r.Schema + "." + r.Name }
 

@@ -129,7 +129,10 @@ type chunkWindow struct {
 	// of a chunk that truncates first.
 	low, truncAt store.LSN
 	lowSeen      bool
-	result       chan chunkResult
+	// redo says why the chunk is copied again, found at its low
+	// watermark.
+	redo   string
+	result chan chunkResult
 }
 
 // chunkResult is what the stream did with a chunk.

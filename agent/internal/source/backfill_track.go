@@ -419,8 +419,12 @@ func (st *stream) queueBackfillTruncate(win *chunkWindow, low store.LSN) error {
 	if err != nil {
 		return err
 	}
-	if key == (store.RelationKey{}) || low+1 <= st.lastQueued {
-		win.lowSeen = false // the high watermark redoes the chunk
+	switch {
+	case key == (store.RelationKey{}):
+		win.redo = "the table's columns changed while it was copied"
+		return nil
+	case low+1 <= st.lastQueued:
+		win.redo = "the chunk's low watermark came before a transaction queued"
 		return nil
 	}
 	win.truncAt = low
@@ -440,6 +444,10 @@ func (st *stream) queueBackfillTruncate(win *chunkWindow, low store.LSN) error {
 func (st *stream) finishChunk(win *chunkWindow, high store.LSN) error {
 	res := chunkResult{}
 	defer func() { win.result <- res }()
+	if win.redo != "" {
+		res.redo = win.redo
+		return nil
+	}
 	if !win.ready || !win.lowSeen || (win.truncate && win.truncAt == 0) {
 		res.redo = "the chunk's watermarks came out of order"
 		return nil
@@ -501,7 +509,10 @@ func (st *stream) finishChunk(win *chunkWindow, high store.LSN) error {
 // columns changed while the chunk was copied.
 func (st *stream) backfillRelation(rel *store.Relation) (store.RelationKey, error) {
 	if rd, ok := st.rels[rel.Key.OID]; ok {
-		if !rd.rel.SameShape(rel) {
+		// A copy reads the catalog anew: the text of a missing value
+		// may have changed with no change to the table, and its rows
+		// hold every value.
+		if !rd.rel.SameShapeButMissing(rel) {
 			return store.RelationKey{}, nil
 		}
 		return rd.rel.Key, nil
