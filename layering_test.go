@@ -15,21 +15,23 @@ const module = "github.com/lakeside/lakeside/"
 // path prefix: imports point down the data flow (cmd → agent → store,
 // delta, uploader), the stages of agent do not import one another (agent
 // wires them) but share the type table, and delta and store import nothing
-// of the module. Inside delta, the protocol imports its Parquet engine and
-// both import the data types, never the reverse. The longest matching
-// prefix applies.
+// of the module; nor does internal/backoff, below every stage that
+// retries. Inside delta, the protocol imports its Parquet engine and both
+// import the data types, never the reverse. The longest matching prefix
+// applies.
 var layers = map[string][]string{
 	"cmd/":                    {"agent", "store", "delta", "uploader", "internal/pgcluster"},
 	"agent":                   {"agent/", "store", "delta", "uploader"},
-	"agent/internal/source":   {"agent/internal/typemap", "store"},
-	"agent/internal/applier":  {"agent/internal/typemap", "store", "delta"},
+	"agent/internal/source":   {"agent/internal/typemap", "store", "internal/backoff"},
+	"agent/internal/applier":  {"agent/internal/typemap", "store", "delta", "internal/backoff"},
 	"agent/internal/live":     {"agent/internal/live/", "agent/internal/typemap", "store", "delta"},
 	"agent/internal/typemap":  {"store", "delta"},
+	"internal/backoff":        {},
 	"internal/pgcluster":      {},
 	"internal/pgtest":         {"internal/pgcluster"},
 	"internal/s3test":         {},
 	"internal/deltatest":      {"delta"},
-	"uploader":                {"uploader/", "store", "delta"},
+	"uploader":                {"uploader/", "store", "delta", "internal/backoff"},
 	"delta":                   {"delta/internal/parquet", "delta/internal/types"},
 	"delta/internal/parquet":  {"delta/internal/types"},
 	"delta/internal/types":    {},
