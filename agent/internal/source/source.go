@@ -260,7 +260,7 @@ func (s *Source) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.writer = w
 	s.mu.Unlock()
-	go w.run()
+	go w.run(ctx)
 
 	err := s.loop(ctx)
 	cerr := w.close()

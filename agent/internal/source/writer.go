@@ -133,7 +133,7 @@ type queueWriter struct {
 	durable atomic.Uint64 // the checkpoint known to be fsync'd
 	stopped chan struct{}
 	// quit is closed when the writer is asked to stop: a wait for disk
-	// space ends then.
+	// space ends then, as it does when the context run was given ends.
 	quit      chan struct{}
 	closeOnce sync.Once
 	// onDurable is called after each durable write, if set.
@@ -241,13 +241,16 @@ func (w *queueWriter) close() error {
 // run applies operations until ops is closed or a write fails for a reason
 // other than a full disk. A full disk pauses the writer (and so, through
 // backpressure, the reading from PostgreSQL) and retries; nothing is dropped.
+// The pause ends the writer, with errStoppedWhileFull, when it is closed or
+// when ctx ends: capture, held up by the backpressure, cannot close it then,
+// and its senders get the error instead of waiting for disk space.
 //
 // Each operation is applied as it arrives, into a bbolt transaction that is
 // committed (fsync'd) once no more operations are waiting: many operations
 // share one fsync under load (group commit). While capture drains a backlog
 // (behind), commits are at most catchUpCommitEvery apart instead, so that
 // fsyncs take less of the time the walsender waits for its socket to drain.
-func (w *queueWriter) run() {
+func (w *queueWriter) run(ctx context.Context) {
 	defer close(w.stopped)
 	var open openTxn
 	w.lastCommit = time.Now()
@@ -255,28 +258,28 @@ func (w *queueWriter) run() {
 		op, ok, commitNow := w.next(&open)
 		switch {
 		case commitNow:
-			if !w.commit(&open) {
+			if !w.commit(ctx, &open) {
 				return
 			}
 			continue
 		case !ok:
-			w.commit(&open)
+			w.commit(ctx, &open)
 			return
 		}
 		if op.kind == opSpoolCommit && open.tx != nil && open.tx.SpoolTouched(op.spool) {
 			// A spool is committed in a transaction of its own (see
 			// store.Writer.SpoolCommit).
-			if !w.commit(&open) {
+			if !w.commit(ctx, &open) {
 				return
 			}
 		}
-		if err := w.retryFull(func() error { return open.apply(w.db, op) }, &open); err != nil {
+		if err := w.retryFull(ctx, func() error { return open.apply(w.db, op) }, &open); err != nil {
 			open.ops = append(open.ops, op)
 			w.abort(&open, err)
 			return
 		}
 		if op.done != nil || open.weight >= maxOpenWeight || len(open.ops) >= maxBatchOps {
-			if !w.commit(&open) {
+			if !w.commit(ctx, &open) {
 				return
 			}
 		}
@@ -326,8 +329,9 @@ var errStoppedWhileFull = errors.New("stopped while the state disk is full")
 
 // retryFull runs write, and while it fails because the disk is full, rolls
 // the open transaction back, waits, applies its operations again and runs
-// write again.
-func (w *queueWriter) retryFull(write func() error, open *openTxn) error {
+// write again. The wait ends with errStoppedWhileFull when the writer is
+// closed or ctx ends.
+func (w *queueWriter) retryFull(ctx context.Context, write func() error, open *openTxn) error {
 	err := write()
 	if err == nil || !errors.Is(err, syscall.ENOSPC) {
 		return err
@@ -338,6 +342,8 @@ func (w *queueWriter) retryFull(write func() error, open *openTxn) error {
 		select {
 		case <-w.quit:
 			return fmt.Errorf("%w: %w", errStoppedWhileFull, err)
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w: %w", errStoppedWhileFull, ctx.Err(), err)
 		case <-time.After(w.fullDiskPause):
 		}
 		if err = open.reapply(w.db); err == nil {
@@ -352,7 +358,7 @@ func (w *queueWriter) retryFull(write func() error, open *openTxn) error {
 
 // commit commits the open transaction, if any, and publishes what became
 // durable. It returns false when the writer failed.
-func (w *queueWriter) commit(open *openTxn) bool {
+func (w *queueWriter) commit(ctx context.Context, open *openTxn) bool {
 	if open.tx == nil {
 		return true
 	}
@@ -360,7 +366,7 @@ func (w *queueWriter) commit(open *openTxn) bool {
 	if announce {
 		w.onCatchUpCommit(true)
 	}
-	err := w.retryFull(func() error { return open.commit(w.beforeCommit) }, open)
+	err := w.retryFull(ctx, func() error { return open.commit(w.beforeCommit) }, open)
 	if announce {
 		w.onCatchUpCommit(false)
 	}

@@ -22,6 +22,9 @@ type writerHarness struct {
 	w       *queueWriter
 	commits atomic.Int64
 	log     *messageCounter
+	// cancel ends the context the writer runs with, as a stop of
+	// capture does.
+	cancel context.CancelFunc
 }
 
 // messageCounter is a slog.Handler that counts the records of each message.
@@ -69,8 +72,11 @@ func newWriterHarness(t *testing.T, behind bool, setup func(w *queueWriter)) *wr
 	if setup != nil {
 		setup(h.w)
 	}
-	go h.w.run()
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go h.w.run(ctx)
 	t.Cleanup(func() { h.w.close() })
+	t.Cleanup(cancel)
 	return h
 }
 
@@ -278,6 +284,56 @@ func TestWriterStopsOnAFullDisk(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the writer waited for disk space instead of stopping")
+	}
+	if d := h.w.Durable(); d >= 100 {
+		t.Fatalf("durable %s after a commit that never happened", d)
+	}
+}
+
+// TestWriterStopsOnAFullDiskWhenCancelled stops capture while the writer
+// waits for disk space and a sender waits for the writer (backpressure):
+// capture cannot close the writer then, so the wait must end with the
+// writer's context. The sender gets the stop as its error within a few
+// seconds, not once the disk has room (here: an hour).
+func TestWriterStopsOnAFullDiskWhenCancelled(t *testing.T) {
+	h := newWriterHarness(t, true, func(w *queueWriter) {
+		w.fullDiskPause = time.Hour
+		w.beforeCommit = func() error { return syscall.ENOSPC }
+	})
+	h.appendTxn(100)
+	for deadline := time.Now().Add(10 * time.Second); h.log.count("state disk is full") == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer did not find the disk full")
+		}
+	}
+	// An operation as heavy as all that may wait in memory waits for the
+	// writer, as capture does once the writer falls behind.
+	sent := make(chan error, 1)
+	go func() { sent <- h.w.send(writeOp{kind: opSync, weight: maxPendingWeight}) }()
+	select {
+	case err := <-sent:
+		t.Fatalf("a send past the memory limit did not wait for the writer: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	h.cancel()
+	select {
+	case err := <-sent:
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, errStoppedWhileFull) || !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("send after a stop on a full disk: %v, want the stop, the full disk and context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stop on a full disk waited for disk space")
+	}
+	// Capture, no longer held up, closes the writer.
+	closed := make(chan error, 1)
+	go func() { closed <- h.w.close() }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, errStoppedWhileFull) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("close after a stop on a full disk: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the writer did not close")
 	}
 	if d := h.w.Durable(); d >= 100 {
 		t.Fatalf("durable %s after a commit that never happened", d)
