@@ -1,6 +1,7 @@
 package source
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -173,14 +174,14 @@ func (st *stream) notice(was tableState, rel *store.Relation) {
 // pg_attribute row changed (the stamp): the storage then holds no value a
 // later schema change rewrote (a transaction in progress, streamed, shows
 // its truncate to no one, and is not noted).
-func (st *stream) noteTruncate(rel *store.Relation) error {
+func (st *stream) noteTruncate(ctx context.Context, rel *store.Relation) error {
 	oid := rel.Key.OID
 	was := st.baseline(rel)
 	delete(st.noted, oid)
-	if committed, err := st.awaitCommitVisible(); err != nil || !committed {
+	if committed, err := st.awaitCommitVisible(ctx); err != nil || !committed {
 		return err
 	}
-	facts, err := st.columnFacts(oid)
+	facts, err := st.columnFacts(ctx, oid)
 	if err != nil {
 		return err
 	}

@@ -218,7 +218,14 @@ func (st *stream) receive(ctx context.Context) error {
 	}
 	switch msg := raw.(type) {
 	case *pgproto3.CopyData:
-		return st.copyData(ctx, msg.Data)
+		err := st.copyData(ctx, msg.Data)
+		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// A catalog read ended by the stop: the stream shuts
+			// down as between two messages (it acknowledges only
+			// what the writer made durable).
+			return errStopping
+		}
+		return err
 	case *pgproto3.ErrorResponse:
 		return fmt.Errorf("replication: %w", pgconn.ErrorResponseToPgError(msg))
 	case *pgproto3.CopyDone:
@@ -372,7 +379,7 @@ func (st *stream) copyData(ctx context.Context, data []byte) error {
 			st.received = l
 		}
 		st.walEnd = max(st.walEnd, store.LSN(xld.ServerWALEnd))
-		if err := st.handle(xld.WALData, store.LSN(xld.WALStart)); err != nil {
+		if err := st.handle(ctx, xld.WALData, store.LSN(xld.WALStart)); err != nil {
 			return err
 		}
 		st.s.receivedLSN.Store(uint64(st.received))
@@ -385,8 +392,9 @@ func (st *stream) copyData(ctx context.Context, data []byte) error {
 // idle reports whether no transaction is in progress on this connection.
 func (st *stream) idle() bool { return !st.inTxn && !st.inStream && len(st.open) == 0 }
 
-// handle decodes one pgoutput message.
-func (st *stream) handle(data []byte, at store.LSN) error {
+// handle decodes one pgoutput message. The catalog reads it makes end with
+// ctx.
+func (st *stream) handle(ctx context.Context, data []byte, at store.LSN) error {
 	switch data[0] {
 	case 'I', 'U', 'D':
 		xid, c, captured, err := st.rowChangeOf(data)
@@ -402,7 +410,7 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 	}
 	switch m := msg.(type) {
 	case *pglogrepl.RelationMessageV2:
-		return st.relation(&m.RelationMessage, at)
+		return st.relation(ctx, &m.RelationMessage, at)
 	case *pglogrepl.BeginMessage:
 		st.inTxn, st.spilled = true, false
 		st.txn = store.Txn{TxnHeader: store.TxnHeader{Xid: m.Xid}}
@@ -420,7 +428,7 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 			if err := st.add(m.Xid, store.Change{Op: store.OpTruncate, Relation: rd.rel.Key}); err != nil {
 				return err
 			}
-			if err := st.noteTruncate(rd.rel); err != nil {
+			if err := st.noteTruncate(ctx, rd.rel); err != nil {
 				return err
 			}
 		}
@@ -446,7 +454,7 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 		}
 		return st.s.writer.send(writeOp{kind: opSpoolAbort, spool: store.SpoolID(m.Xid), subXid: m.SubXid})
 	case *pglogrepl.LogicalDecodingMessageV2:
-		return st.message(&m.LogicalDecodingMessage)
+		return st.message(ctx, &m.LogicalDecodingMessage)
 	}
 	// Type and origin messages carry nothing to capture.
 	return nil
@@ -454,10 +462,10 @@ func (st *stream) handle(data []byte, at store.LSN) error {
 
 // message handles a logical decoding message by its prefix; a message of
 // another prefix is someone else's and passed over.
-func (st *stream) message(m *pglogrepl.LogicalDecodingMessage) error {
+func (st *stream) message(ctx context.Context, m *pglogrepl.LogicalDecodingMessage) error {
 	switch m.Prefix {
 	case tableMessagePrefix:
-		return st.tableMessage(m)
+		return st.tableMessage(ctx, m)
 	case backfillPrefix:
 		if !m.Transactional {
 			return st.watermark(m)
@@ -473,19 +481,19 @@ func (st *stream) message(m *pglogrepl.LogicalDecodingMessage) error {
 // new version is keyed by the newest position received, raised above every
 // version of the table already recorded: keys never collide, and a version
 // is never overwritten while queued changes still refer to it.
-func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
+func (st *stream) relation(ctx context.Context, m *pglogrepl.RelationMessage, at store.LSN) error {
 	t, ok := st.tables[m.RelationID]
 	if !ok {
 		st.ignored[m.RelationID] = true
 		st.passedOver[m.RelationID] = m
 		if _, logged := st.s.noted.LoadOrStore(m.RelationID, true); !logged {
 			level, msg := slog.LevelWarn, "passing over the changes of a table not in source.tables (the publication has more tables than the agent captures)"
-			if st.partitionOfCaptured(m.RelationID) {
+			if st.partitionOfCaptured(ctx, m.RelationID) {
 				// PostgreSQL describes a partition too; its changes
 				// come as the partitioned table's.
 				level, msg = slog.LevelDebug, "a partition of a captured table; its changes come as the table's"
 			}
-			st.s.log.Log(context.Background(), level, msg, "oid", m.RelationID, "schema", m.Namespace, "table", m.RelationName)
+			st.s.log.Log(ctx, level, msg, "oid", m.RelationID, "schema", m.Namespace, "table", m.RelationName)
 		}
 		return nil
 	}
@@ -512,10 +520,10 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 	// describes: a committed transaction's, once PostgreSQL makes it
 	// visible. A streamed transaction is still in progress, and its own
 	// changes are not in the catalog (facts.apply).
-	if _, err := st.awaitCommitVisible(); err != nil {
+	if _, err := st.awaitCommitVisible(ctx); err != nil {
 		return err
 	}
-	facts, err := st.columnFacts(m.RelationID)
+	facts, err := st.columnFacts(ctx, m.RelationID)
 	if err != nil {
 		return err
 	}
@@ -529,9 +537,9 @@ func (st *stream) relation(m *pglogrepl.RelationMessage, at store.LSN) error {
 		// message was written): its columns are as they were.
 		keepFacts(rel, cur.rel)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	tctx, cancel := context.WithTimeout(ctx, catalogTimeout)
 	defer cancel()
-	if err := resolveTypes(ctx, st.sql, rel.Columns, st.types.Known); err != nil {
+	if err := resolveTypes(tctx, st.sql, rel.Columns, st.types.Known); err != nil {
 		return err
 	}
 	if err := st.recordVersion(rel, at); err != nil {
@@ -712,9 +720,9 @@ func (f columnFacts) describe(cols []store.Column) bool {
 // key (the message flags the replica identity's columns, every column
 // under REPLICA IDENTITY FULL), the dimensions an array column is declared
 // with, and the constant default rows stored before the column was added
-// read (attmissingval).
-func (st *stream) columnFacts(oid uint32) (columnFacts, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// read (attmissingval). The reads end with ctx, or after catalogTimeout.
+func (st *stream) columnFacts(ctx context.Context, oid uint32) (columnFacts, error) {
+	ctx, cancel := context.WithTimeout(ctx, catalogTimeout)
 	defer cancel()
 	rows, err := st.sql.Query(ctx, catalogColumnsQuery, oid)
 	if err != nil {
@@ -731,6 +739,14 @@ func (st *stream) columnFacts(oid uint32) (columnFacts, error) {
 	f.state.fileNode = uint32(storage)
 	return f, nil
 }
+
+// Bounds of the stream's reads of the catalog: of a table's columns and
+// types, and of whether a table passed over is a partition of a captured
+// one (a question for a log message only).
+const (
+	catalogTimeout   = 30 * time.Second
+	partitionTimeout = 5 * time.Second
+)
 
 // catalogColumnsQuery reads the published columns of table $1 (generated
 // columns are not published) in attnum order: name, attnum, dimensions,
@@ -764,13 +780,14 @@ func scanCatalogColumns(rows pgx.Rows) (columnFacts, error) {
 }
 
 // partitionOfCaptured reports whether the table oid is a partition of a
-// captured table (false when the catalog cannot say).
-func (st *stream) partitionOfCaptured(oid uint32) bool {
+// captured table (false when the catalog cannot say, within
+// partitionTimeout or before ctx ends).
+func (st *stream) partitionOfCaptured(ctx context.Context, oid uint32) bool {
 	roots := make([]uint32, 0, len(st.tables))
 	for root := range st.tables {
 		roots = append(roots, root)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, partitionTimeout)
 	defer cancel()
 	var in bool
 	err := st.sql.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_partition_ancestors($1) a WHERE a.relid = ANY ($2::oid[]))`,

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -105,7 +106,7 @@ func (m *messageRelation) relation(oid uint32, table string) (*store.Relation, e
 // has reached it. A message of another agent's slot, about a table not
 // captured, or already acted on (sent again after a restart) is passed
 // over.
-func (st *stream) tableMessage(m *pglogrepl.LogicalDecodingMessage) error {
+func (st *stream) tableMessage(ctx context.Context, m *pglogrepl.LogicalDecodingMessage) error {
 	if m.Transactional {
 		return nil
 	}
@@ -120,7 +121,7 @@ func (st *stream) tableMessage(m *pglogrepl.LogicalDecodingMessage) error {
 	at := store.LSN(m.LSN)
 	switch tm.Kind {
 	case kindRecreated:
-		return st.recreated(&tm, at)
+		return st.recreated(ctx, &tm, at)
 	case kindSchema:
 		t := st.tables[tm.OID]
 		if t == nil || t.identity != tm.Table || tm.Relation == nil {
@@ -145,7 +146,7 @@ func (st *stream) tableMessage(m *pglogrepl.LogicalDecodingMessage) error {
 // with the new generation in one write), and the new OID's changes are
 // captured from here on. The new table's rows are copied by Config.Backfill,
 // which the watcher asks for once the truncate is durable.
-func (st *stream) recreated(tm *tableMessage, at store.LSN) error {
+func (st *stream) recreated(ctx context.Context, tm *tableMessage, at store.LSN) error {
 	old := st.tables[tm.OldOID]
 	if old == nil || old.identity != tm.Table {
 		return nil // taken over already, or not captured
@@ -199,7 +200,7 @@ func (st *stream) recreated(tm *tableMessage, at store.LSN) error {
 		// (a publication FOR ALL TABLES), and does not again.
 		delete(st.ignored, tm.OID)
 		delete(st.passedOver, tm.OID)
-		return st.relation(m, at)
+		return st.relation(ctx, m, at)
 	}
 	return nil
 }

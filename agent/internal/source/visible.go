@@ -27,8 +27,8 @@ var errNotVisible = errors.New("transaction committed but not visible yet")
 // until it commits). PostgreSQL writes a commit to the WAL, where the
 // walsender decodes it, a moment before it makes the transaction visible,
 // and a synchronous standby holds it back for as long as the standby takes
-// to confirm it.
-func (st *stream) awaitCommitVisible() (bool, error) {
+// to confirm it. The wait ends with ctx.
+func (st *stream) awaitCommitVisible(ctx context.Context) (bool, error) {
 	if st.inStream || !st.inTxn {
 		return false, nil
 	}
@@ -37,12 +37,12 @@ func (st *stream) awaitCommitVisible() (bool, error) {
 		return true, nil
 	}
 	wait := cmp.Or(st.s.visibleWait, visibleWait)
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
 		var snap string
-		err := st.sql.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snap)
-		if err != nil && ctx.Err() == nil {
+		err := st.sql.QueryRow(wctx, `SELECT pg_current_snapshot()::text`).Scan(&snap)
+		if err != nil && wctx.Err() == nil {
 			return false, fmt.Errorf("read a snapshot: %w", err)
 		}
 		if err == nil {
@@ -56,7 +56,10 @@ func (st *stream) awaitCommitVisible() (bool, error) {
 			}
 		}
 		select {
-		case <-ctx.Done():
+		case <-wctx.Done():
+			if err := ctx.Err(); err != nil {
+				return false, fmt.Errorf("wait for transaction %d to be visible: %w", xid, err)
+			}
 			return false, fmt.Errorf("%w: transaction %d, within %s (a synchronous standby may hold it back); its schema change is read again after a reconnect",
 				errNotVisible, xid, wait)
 		case <-time.After(delay):

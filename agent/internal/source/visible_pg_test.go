@@ -137,6 +137,46 @@ func TestSchemaVersionWaitsForItsTransactionToBeVisible(t *testing.T) {
 	}
 }
 
+// TestStopEndsTheWaitForAVisibleCommit stops the source while it waits for
+// a transaction a synchronous standby holds back to become visible: the
+// wait ends with the stop, within seconds, not after its bound (a minute
+// here), and the stop is clean.
+func TestStopEndsTheWaitForAVisibleCommit(t *testing.T) {
+	h := newHarness(t, map[string]string{"synchronous_standby_names": "nobody", "synchronous_commit": "local"})
+	h.exec(itemsTable, `INSERT INTO items SELECT g, g, 'n' FROM generate_series(1, 10) g`)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	h.visibleWait = time.Minute
+	h.start()
+	h.waitStreaming()
+	ctx := context.Background()
+	ddl := pgtest.Conn(t, h.dsn)
+	var pid int
+	if err := ddl.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := addFillRename(ctx, ddl, `UPDATE items SET c5 = id * 2`, nil, `SET LOCAL synchronous_commit = on`)
+		done <- err
+	}()
+	t.Cleanup(func() {
+		h.exec(fmt.Sprintf(`SELECT pg_cancel_backend(%d)`, pid))
+		<-done
+	})
+	// The commit waits for the standby, and the source looks at the
+	// snapshot for it to become visible.
+	h.waitSQL(`SELECT wait_event = 'SyncRep' FROM pg_stat_activity WHERE pid = ` + fmt.Sprint(pid))
+	h.waitSQL(`SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE 'SELECT pg_current_snapshot()%'`)
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if err := h.stop(); err != nil {
+		t.Fatalf("stop while waiting for a visible commit: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("stop took %v while the source waited for a visible commit", took)
+	}
+}
+
 // TestSchemaVersionOfAStreamedTransactionNumbersItsNewColumns checks the
 // same of a transaction PostgreSQL streams while it runs: the catalog shows
 // the column it added no one before it commits.
