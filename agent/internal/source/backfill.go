@@ -23,6 +23,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/lakeside/lakeside/agent/internal/typemap"
+	"github.com/lakeside/lakeside/internal/backoff"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -497,19 +498,21 @@ func (s *Source) runBackfills(ctx context.Context, tables map[uint32]*capturedTa
 			b.conn.Close(context.WithoutCancel(ctx))
 		}
 	}()
-	backoff := time.Second
+	// A failed copy is tried again after 1 s, doubling to a minute.
+	retry := backoff.New(backoff.Policy{Min: time.Second, Max: time.Minute, Factor: 2})
 	for {
 		err := b.next(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err == nil:
-			backoff = time.Second
+			retry.Reset()
 			continue
 		case s.writer.failed() != nil:
 			return err
 		}
-		b.log.Warn("backfill failed; trying again", "err", err, "backoff", backoff.String())
+		wait := retry.Next()
+		b.log.Warn("backfill failed; trying again", "err", err, "backoff", wait.String())
 		if b.conn != nil {
 			b.conn.Close(context.WithoutCancel(ctx))
 			b.conn = nil
@@ -519,9 +522,8 @@ func (s *Source) runBackfills(ctx context.Context, tables map[uint32]*capturedTa
 			return nil
 		case req := <-s.resyncs:
 			req.done <- b.resync(ctx, req)
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, time.Minute)
 	}
 }
 
@@ -697,7 +699,9 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 		defer func() { b.chunks = nil }()
 	}
 	b.rowBytes, b.narrow = 0, false
-	backoff := 100 * time.Millisecond
+	// A chunk is copied again after 100 ms, doubling to 5 s while it
+	// must be again.
+	again := backoff.New(backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second, Factor: 2})
 	lastLog := time.Now()
 	var redone, replaced, restarts int64
 	// held is a chunk copied whose high watermark is not written yet;
@@ -751,20 +755,19 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 			prog.Page, prog.Rows, prog.Chunks, prog.Truncate = 0, 0, 0, true
 			b.s.noteBackfill(&prog, true, restarts)
 			redone++
-		case res.redo != "":
-			log.Info("backfill copies a chunk again", "why", res.redo, "backoff", backoff.String())
-			redone++
 		}
 		if !res.queued {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(backoff):
+			wait := again.Next()
+			if res.redo != "" {
+				log.Info("backfill copies a chunk again", "why", res.redo, "backoff", wait.String())
+				redone++
 			}
-			backoff = min(2*backoff, 5*time.Second)
+			if backoff.Sleep(ctx, wait) != nil {
+				return nil
+			}
 			continue
 		}
-		backoff = 100 * time.Millisecond
+		again.Reset()
 		prog = *next
 		replaced += int64(res.replaced)
 		if prog.Done {

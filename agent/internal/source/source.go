@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeside/lakeside/agent/internal/typemap"
+	"github.com/lakeside/lakeside/internal/backoff"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -276,7 +276,8 @@ func (s *Source) Run(ctx context.Context) error {
 }
 
 func (s *Source) loop(ctx context.Context) error {
-	backoff := minBackoff
+	// Full jitter keeps a fleet of branch agents from reconnecting in step.
+	retry := backoff.New(backoff.Policy{Min: minBackoff, Max: maxBackoff, Factor: 2, Jitter: backoff.Full})
 	var downSince time.Time
 	attempts := 0
 	for {
@@ -289,7 +290,7 @@ func (s *Source) loop(ctx context.Context) error {
 				downSince = time.Time{}
 			}
 			attempts = 0
-			backoff = minBackoff
+			retry.Reset()
 		})
 		if ctx.Err() != nil {
 			return nil
@@ -312,15 +313,11 @@ func (s *Source) loop(ctx context.Context) error {
 			}
 			s.log.Warn(msg, "err", err, "max_backoff", maxBackoff.String())
 		}
-		// Full jitter keeps a fleet of branch agents from reconnecting in step.
-		sleep := minBackoff + rand.N(backoff)
+		sleep := retry.Next()
 		s.beat(sleep + startupGrace)
-		select {
-		case <-ctx.Done():
+		if backoff.Sleep(ctx, sleep) != nil {
 			return nil
-		case <-time.After(sleep):
 		}
-		backoff = min(backoff*2, maxBackoff)
 	}
 }
 

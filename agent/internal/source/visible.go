@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lakeside/lakeside/internal/backoff"
 )
 
 // visibleWait bounds stream.awaitCommitVisible. The stream answers no keepalive
@@ -39,7 +41,9 @@ func (st *stream) awaitCommitVisible(ctx context.Context) (bool, error) {
 	wait := cmp.Or(st.s.visibleWait, visibleWait)
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+	// The snapshot is looked at again after 1 ms, doubling to 100 ms.
+	retry := backoff.New(backoff.Policy{Min: time.Millisecond, Max: 100 * time.Millisecond, Factor: 2})
+	for {
 		var snap string
 		err := st.sql.QueryRow(wctx, `SELECT pg_current_snapshot()::text`).Scan(&snap)
 		if err != nil && wctx.Err() == nil {
@@ -55,14 +59,12 @@ func (st *stream) awaitCommitVisible(ctx context.Context) (bool, error) {
 				return true, nil
 			}
 		}
-		select {
-		case <-wctx.Done():
+		if retry.Wait(wctx) != nil {
 			if err := ctx.Err(); err != nil {
 				return false, fmt.Errorf("wait for transaction %d to be visible: %w", xid, err)
 			}
 			return false, fmt.Errorf("%w: transaction %d, within %s (a synchronous standby may hold it back); its schema change is read again after a reconnect",
 				errNotVisible, xid, wait)
-		case <-time.After(delay):
 		}
 	}
 }
