@@ -34,6 +34,7 @@ import (
 
 	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/internal/backoff"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -444,7 +445,10 @@ func (a *Applier) Run(ctx context.Context) error {
 		}
 	}()
 	sched := &schedule{interval: a.cfg.FlushInterval, flushChanges: int64(a.cfg.FlushChanges), maxDefer: a.cfg.MaxDefer}
-	backoff := time.Duration(0)
+	// A flush that failed as a whole is tried again after 1 s, doubling
+	// to 30 s; retrying says one did.
+	retry := backoff.New(backoff.Policy{Min: time.Second, Max: 30 * time.Second, Factor: 2})
+	retrying := false
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -501,15 +505,15 @@ func (a *Applier) Run(ctx context.Context) error {
 					// own (settle logged them).
 					a.failFlush(nil)
 					sched.flushed(a.now().Sub(now), full)
-					backoff = 0
+					retry.Reset()
+					retrying = false
 					continue
 				case ctx.Err() != nil:
 					return nil
 				}
 				a.failFlush(err)
-				backoff = min(max(2*backoff, time.Second), 30*time.Second)
-				a.log.Error("apply failed; retrying", "err", err, "retry_in", backoff)
-				wait = backoff
+				wait, retrying = retry.Next(), true
+				a.log.Error("apply failed; retrying", "err", err, "retry_in", wait)
 			default:
 				// Not due yet: what is queued is read meanwhile, so
 				// that the flush has only the newest changes left to
@@ -522,20 +526,25 @@ func (a *Applier) Run(ctx context.Context) error {
 			}
 		}
 		timer := time.NewTimer(wait)
+		woken := true
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return nil
 		case <-a.notify:
-			if backoff > 0 {
-				<-timer.C
-			}
 		case req := <-a.compactions:
 			req.done <- a.applyCompaction(ctx, req)
-			if backoff > 0 {
-				<-timer.C
-			}
 		case <-timer.C:
+			woken = false
+		}
+		if woken && retrying {
+			// A retry waits its backoff out, whatever arrives.
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return nil
+			case <-timer.C:
+			}
 		}
 		timer.Stop()
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lakeside/lakeside/internal/backoff"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -46,9 +47,10 @@ type behindTable struct {
 	// catches up.
 	err error
 	// since is when it first failed, or began to wait for its copy;
-	// retry is when it is tried again, after backoff.
+	// retry is when it is tried again, after tableBackoff of failures,
+	// the failures since it last applied.
 	since, retry time.Time
-	backoff      time.Duration
+	failures     int
 	// waiting is set while the table waits for its copy
 	// (tuning_copywait.go), and waitingChanges counts the changes it
 	// held meanwhile.
@@ -64,6 +66,13 @@ const (
 	minTableBackoff = time.Second
 	maxTableBackoff = time.Minute
 )
+
+// tableBackoff returns the wait before a failing table is retried after
+// its nth failure in a row, counting from 0: minTableBackoff doubling to
+// maxTableBackoff.
+func tableBackoff(n int) time.Duration {
+	return backoff.Policy{Min: minTableBackoff, Max: maxTableBackoff, Factor: 2}.Delay(n)
+}
 
 // tableErrors reports the source tables a flush could not apply, by name;
 // the flush committed the others.
@@ -153,7 +162,7 @@ func (a *Applier) settle(upTo store.LSN, failed tableErrors) store.LSN {
 		if b.err != nil {
 			a.log.Info("table applies again; catching up", "table", name, "failing_since", b.since, "at", b.at, "through", a.through)
 		}
-		b.err, b.backoff, b.retry, b.yield = nil, 0, now, true
+		b.err, b.failures, b.retry, b.yield = nil, 0, now, true
 	}
 	for name, err := range failed {
 		b := a.behind[name]
@@ -163,7 +172,7 @@ func (a *Applier) settle(upTo store.LSN, failed tableErrors) store.LSN {
 		}
 		if errors.Is(err, errVersionBoundary) {
 			// Not a failure: the table goes on from there at once.
-			b.retry, b.backoff, b.yield = now, 0, false
+			b.retry, b.failures, b.yield = now, 0, false
 			a.log.Info("table continues in a flush of its own at a schema version met inside a flush", "table", name, "err", err, "at", b.at)
 			continue
 		}
@@ -171,10 +180,11 @@ func (a *Applier) settle(upTo store.LSN, failed tableErrors) store.LSN {
 			b.since = now
 		}
 		b.err = err
-		b.backoff = min(max(2*b.backoff, minTableBackoff), maxTableBackoff)
-		b.retry = now.Add(b.backoff)
+		wait := tableBackoff(b.failures)
+		b.failures++
+		b.retry = now.Add(wait)
 		a.log.Error("table cannot be applied; its changes stay queued and it is retried", "table", name, "err", err,
-			"failing_since", b.since, "at", b.at, "retry_in", b.backoff)
+			"failing_since", b.since, "at", b.at, "retry_in", wait)
 	}
 	floor := a.through
 	for _, b := range a.behind {
