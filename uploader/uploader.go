@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
 
+	"github.com/lakeside/lakeside/internal/backoff"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -173,19 +173,19 @@ func (u *Uploader) Notify() {
 // and every PollInterval; while the remote is unreachable they run after a
 // growing backoff instead, and a Notify only refreshes the backlog.
 func (u *Uploader) Run(ctx context.Context) error {
-	var backoff time.Duration
+	// Jitter in the upper half, so agents do not retry in step.
+	retry := backoff.New(backoff.Policy{Min: u.opts.MinBackoff, Max: u.opts.MaxBackoff, Factor: 2, Jitter: backoff.Equal})
 	for {
 		err := u.SyncOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
 		wait := u.opts.PollInterval
-		if isRemote(err) {
-			backoff = min(max(backoff*2, u.opts.MinBackoff), u.opts.MaxBackoff)
-			// Full jitter in the upper half, so agents do not retry in step.
-			wait = backoff/2 + rand.N(backoff/2+1)
+		offline := isRemote(err)
+		if offline {
+			wait = retry.Next()
 		} else {
-			backoff = 0
+			retry.Reset()
 		}
 		timer := time.NewTimer(wait)
 	waiting:
@@ -197,7 +197,7 @@ func (u *Uploader) Run(ctx context.Context) error {
 			case <-timer.C:
 				break waiting
 			case <-u.notify:
-				if backoff == 0 {
+				if !offline {
 					timer.Stop()
 					break waiting
 				}

@@ -36,7 +36,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -47,6 +46,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/lakeside/lakeside/internal/backoff"
 	"github.com/lakeside/lakeside/uploader"
 )
 
@@ -194,14 +194,7 @@ func jitterBackoff(minWait, maxWait time.Duration, attempt int, resp *http.Respo
 			return min(time.Duration(s)*time.Second, maxWait)
 		}
 	}
-	ceil := minWait << min(attempt, 30)
-	if ceil <= 0 || ceil > maxWait {
-		ceil = maxWait
-	}
-	if ceil <= minWait {
-		return minWait
-	}
-	return minWait + rand.N(ceil-minWait)
+	return backoff.Policy{Min: minWait, Max: maxWait, Factor: 2, Jitter: backoff.Full}.Delay(attempt)
 }
 
 // Type returns "s3".
