@@ -88,7 +88,7 @@ func (q *queueHub) commit(changes ...store.Change) {
 
 func (q *queueHub) poll() {
 	q.t.Helper()
-	if err := q.hub.poll(); err != nil {
+	if err := q.hub.poll(q.t.Context()); err != nil {
 		q.t.Fatal(err)
 	}
 }

@@ -242,7 +242,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	var last time.Time
 	for {
 		if h.backlog == nil || !h.backlog.Backlogged() || time.Since(last) >= deferredPoll {
-			if err := h.poll(); err != nil {
+			if err := h.poll(ctx); err != nil {
 				return fmt.Errorf("live view: %w", err)
 			}
 			last = time.Now()
@@ -253,7 +253,10 @@ func (h *Hub) Run(ctx context.Context) error {
 			return nil
 		case <-h.notify:
 			if gap := minPollGap - time.Since(last); gap > 0 {
-				time.Sleep(gap)
+				select {
+				case <-ctx.Done():
+				case <-time.After(gap):
+				}
 			}
 		case <-tick.C:
 		}
@@ -269,8 +272,9 @@ func epochOf(s *store.SlotState) string {
 }
 
 // poll applies the transactions queued since the last poll and sends them.
-func (h *Hub) poll() error {
-	if err := h.resetIfNewEpoch(context.Background()); err != nil {
+// The mirrors it loads when the queue begins a new epoch are read under ctx.
+func (h *Hub) poll(ctx context.Context) error {
+	if err := h.resetIfNewEpoch(ctx); err != nil {
 		return err
 	}
 	var batch []retainedTxn

@@ -119,8 +119,11 @@ func (mr *mirrorReads) work(ctx context.Context, f func() error) error {
 	start := time.Now()
 	err := f()
 	// The slot rests as long as it worked, so that the slots take at
-	// most half of the CPUs they stand for.
-	time.Sleep(time.Since(start))
+	// most half of the CPUs they stand for; not past the request.
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Since(start)):
+	}
 	return err
 }
 
