@@ -81,27 +81,32 @@ type travelTo struct {
 	byTime bool
 }
 
-// timeTravel reads ?version= and ?as_of=; ok is false when neither is set.
-func timeTravel(r *http.Request) (at travelTo, ok bool, err error) {
+// set reports whether at asks for a version other than the latest.
+func (at travelTo) set() bool {
+	return at.byVersion || at.byTime
+}
+
+// timeTravel reads ?version= and ?as_of=; neither reads the latest.
+func timeTravel(r *http.Request) (travelTo, error) {
 	q := r.URL.Query()
 	if v := q.Get("version"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			return travelTo{}, false, fmt.Errorf("version must be a non-negative integer, not %q", cut(v))
+			return travelTo{}, fmt.Errorf("version must be a non-negative integer, not %q", cut(v))
 		}
 		if q.Get("as_of") != "" {
-			return travelTo{}, false, errors.New("give version or as_of, not both")
+			return travelTo{}, errors.New("give version or as_of, not both")
 		}
-		return travelTo{version: n, byVersion: true}, true, nil
+		return travelTo{version: n, byVersion: true}, nil
 	}
 	if v := q.Get("as_of"); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
-			return travelTo{}, false, fmt.Errorf("as_of must be an RFC 3339 time, not %q", cut(v))
+			return travelTo{}, fmt.Errorf("as_of must be an RFC 3339 time, not %q", cut(v))
 		}
-		return travelTo{asOf: t, byTime: true}, true, nil
+		return travelTo{asOf: t, byTime: true}, nil
 	}
-	return travelTo{}, false, nil
+	return travelTo{}, nil
 }
 
 // cut shortens a client's text for an error message.
@@ -113,6 +118,8 @@ func cut(s string) string {
 	return s
 }
 
+// serveRows answers a page of a table's rows in key order: up to ?limit=
+// of them after the cursor ?after=, and the cursor of the next page.
 func (s *Server) serveRows(w http.ResponseWriter, r *http.Request) {
 	table := r.PathValue("table")
 	limit := defaultRowLimit
@@ -125,78 +132,39 @@ func (s *Server) serveRows(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	after := r.URL.Query().Get("after")
-	to, travel, err := timeTravel(r)
+	to, err := timeTravel(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if travel || s.hub.overflowed(table) {
-		// Made and sent in a worker slot (see mirrorReads.workers).
-		err = s.hub.mirrorReads.work(r.Context(), func() error {
-			ms, err := s.hub.scanMirror(r.Context(), table, to)
-			if err != nil {
-				return err
-			}
-			var afterKey []byte
-			if after != "" {
-				if afterKey, err = ms.cursor(after); err != nil {
-					return err
-				}
-			}
-			rows, _, more, err := ms.page(r.Context(), afterKey, limit)
-			if err != nil {
-				return err
-			}
-			resp := map[string]any{"table": table, "rows": rows, "version": ms.version}
-			if rows == nil {
-				resp["rows"] = []Row{}
-			}
-			if more {
-				resp["next"] = rows[len(rows)-1].Key
-			}
-			writeJSON(w, http.StatusOK, resp)
-			return nil
-		})
+	err = s.hub.withRows(r.Context(), table, to, func(src rowSource) error {
+		page, err := readPage(r.Context(), s.hub.types, src, after, limit)
 		if err != nil {
-			s.writeLookupError(w, err)
+			return err
 		}
-		return
-	}
-	rows, next, err := s.hub.rowsPage(table, after, limit)
+		page.Table = table
+		writeJSON(w, http.StatusOK, page)
+		return nil
+	})
 	if err != nil {
 		s.writeLookupError(w, err)
-		return
 	}
-	if rows == nil {
-		rows = []Row{}
-	}
-	resp := map[string]any{"table": table, "rows": rows}
-	if next != "" {
-		resp["next"] = next
-	}
-	writeJSON(w, http.StatusOK, resp)
 }
 
+// serveRow answers the row of a table whose key the path gives.
 func (s *Server) serveRow(w http.ResponseWriter, r *http.Request) {
 	table, key := r.PathValue("table"), r.PathValue("key")
-	to, travel, err := timeTravel(r)
+	to, err := timeTravel(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	var row Row
 	var found bool
-	if travel || s.hub.overflowed(table) {
-		err = s.hub.mirrorReads.work(r.Context(), func() error {
-			ms, err := s.hub.scanMirror(r.Context(), table, to)
-			if err == nil {
-				row, found, err = ms.find(r.Context(), key)
-			}
-			return err
-		})
-	} else {
-		row, found, err = s.hub.row(table, key)
-	}
+	err = s.hub.withRows(r.Context(), table, to, func(src rowSource) (err error) {
+		row, found, err = findRow(r.Context(), s.hub.types, src, key)
+		return err
+	})
 	if err != nil {
 		s.writeLookupError(w, err)
 		return

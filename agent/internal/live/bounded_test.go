@@ -276,12 +276,11 @@ func TestMirrorRowOfAHugeValueIsBounded(t *testing.T) {
 	ms := &mirrorScan{types: h.types, rel: q.rel, deleted: -1, maxValue: h.maxValue,
 		schema: delta.NewStructType(delta.NewField("id", delta.TypeInteger, false), delta.NewField("body", delta.TypeString, true),
 			delta.NewField("data", delta.TypeBinary, true))}
-	for i, c := range q.rel.Columns {
-		ms.byType = append(ms.byType, h.types.Lookup(c.TypeOID))
-		ms.keyField = append(ms.keyField, i == 0)
-	}
+	ms.setFields()
 	body, data := hugeDoc()
-	row, key := ms.render(delta.Row{int32(7), string(body), data})
+	r := delta.Row{int32(7), string(body), data}
+	key := ms.keyVals(r)
+	row := ms.render(keyedRow{vals: key, row: r})
 	if row.Key != "[7]" || len(key) != 1 || key[0].Int != 7 {
 		t.Fatalf("key %q %+v, want [7]", row.Key, key)
 	}

@@ -804,71 +804,6 @@ func (h *Hub) closeAll() {
 	}
 }
 
-// rowsPage returns up to limit current rows of a table after the given key,
-// in key order, and the key to continue from ("" at the end).
-func (h *Hub) rowsPage(table string, after string, limit int) ([]Row, string, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	t := h.tables[table]
-	if t == nil {
-		return nil, "", h.missingLocked(table)
-	}
-	keys := t.sortedKeys()
-	start := 0
-	if after != "" {
-		var afterKey []store.Value
-		if r := t.rows[after]; r != nil {
-			afterKey = r.key
-		} else {
-			v, err := keyValues(h.types, t.rel, after)
-			if err != nil {
-				return nil, "", fmt.Errorf("%w: %v", errBadKey, err)
-			}
-			afterKey = v
-		}
-		start, _ = slices.BinarySearchFunc(keys, afterKey, func(k string, after []store.Value) int {
-			if c := compareKeys(t.rows[k].key, after); c != 0 {
-				return c
-			}
-			return -1 // equal keys come before: start after them
-		})
-	}
-	end := min(start+limit, len(keys))
-	rows := make([]Row, 0, end-start)
-	for _, k := range keys[start:end] {
-		rows = append(rows, Row{Key: k, Values: t.rows[k].json})
-	}
-	next := ""
-	if end < len(keys) {
-		next = keys[end-1]
-	}
-	return rows, next, nil
-}
-
-// row returns one current row by key.
-func (h *Hub) row(table, key string) (Row, bool, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	t := h.tables[table]
-	if t == nil {
-		return Row{}, false, h.missingLocked(table)
-	}
-	if r := t.rows[key]; r != nil {
-		return Row{Key: key, Values: r.json}, true, nil
-	}
-	// Accept the key's text form as well as its JSON form.
-	want, err := keyValues(h.types, t.rel, key)
-	if err != nil {
-		return Row{}, false, fmt.Errorf("%w: %v", errBadKey, err)
-	}
-	for k, r := range t.rows {
-		if compareKeys(r.key, want) == 0 {
-			return Row{Key: k, Values: r.json}, true, nil
-		}
-	}
-	return Row{}, false, nil
-}
-
 // errUnknownTable means a request named a table that is not replicated.
 var errUnknownTable = errors.New("unknown table")
 
@@ -883,33 +818,6 @@ func (h *Hub) missingLocked(table string) error {
 		return fmt.Errorf("table %q: %w", table, errNotCaptured)
 	}
 	return fmt.Errorf("%w %q", errUnknownTable, table)
-}
-
-// keyValues parses a key given by a client: a JSON array of the key values
-// (as the API returns them), or for a one-column key the plain text.
-func keyValues(types *typemap.Map, rel *store.Relation, s string) ([]store.Value, error) {
-	keyCols := rel.KeyColumns()
-	var parts []json.RawMessage
-	if err := json.Unmarshal([]byte(s), &parts); err != nil || len(parts) != len(keyCols) {
-		if len(keyCols) != 1 {
-			return nil, fmt.Errorf("key must be a JSON array of %d values", len(keyCols))
-		}
-		text, _ := json.Marshal(s)
-		parts = []json.RawMessage{text}
-	}
-	out := make([]store.Value, len(keyCols))
-	for i, ci := range keyCols {
-		var text string
-		if err := json.Unmarshal(parts[i], &text); err != nil {
-			text = string(parts[i])
-		}
-		v, err := types.ParseKey(rel.Columns[ci].TypeOID, text)
-		if err != nil {
-			return nil, fmt.Errorf("key column %s: %w", rel.Columns[ci].Name, err)
-		}
-		out[i] = v
-	}
-	return out, nil
 }
 
 func sortedStrings(s []string) []string {
@@ -976,23 +884,24 @@ func (h *Hub) overflowed(table string) bool {
 }
 
 // mirrorSnapshot sends the rows of a table too large for memory from its
-// mirror's latest version, a page at a time as the files are read; clients
-// that ask for the same version at the same offset share the encoded
-// pages. The mirror may trail or lead the client's offset by a flush; the
-// changes that follow are whole rows by key, so the client converges on
-// the current rows either way. It stops at the first page send refuses.
+// mirror's latest version, a page at a time as the files are read, in the
+// files' order (clients order the rows themselves); clients that ask for
+// the same version at the same offset share the encoded pages. The mirror
+// may trail or lead the client's offset by a flush; the changes that
+// follow are whole rows by key, so the client converges on the current
+// rows either way. It stops at the first page send refuses.
 func (h *Hub) mirrorSnapshot(ctx context.Context, table, offset string, send func([]byte) bool) error {
 	ms, err := h.scanMirror(ctx, table, travelTo{})
 	if err != nil {
 		return err
 	}
 	const pageRows = 1000
-	var after []byte
+	var at position
 	for {
-		id := fmt.Sprintf("%s\x00%d\x00%s\x00%x", ms.rel.DirName(), ms.version, offset, after)
+		id := fmt.Sprintf("%s\x00%d\x00%s\x00%d.%d", ms.rel.DirName(), ms.snapVersion, offset, at.file, at.row)
 		p, err := h.mirrorReads.page(id, func() (p encodedPage, err error) {
 			err = h.mirrorReads.work(context.WithoutCancel(ctx), func() error {
-				p, err = h.encodeMirrorPage(ctx, ms, table, offset, after, pageRows)
+				p, err = h.encodeMirrorPage(ctx, ms, table, offset, at, pageRows)
 				return err
 			})
 			return p, err
@@ -1003,23 +912,28 @@ func (h *Hub) mirrorSnapshot(ctx context.Context, table, offset string, send fun
 		if !send(p.data) || !p.more {
 			return nil
 		}
-		after = p.last
+		at = p.next
 	}
 }
 
-// encodeMirrorPage makes the snapshot page of a mirror after a key. The
-// page is shared by the clients that ask for it meanwhile, so it is made
-// whatever becomes of the request that asked first.
-func (h *Hub) encodeMirrorPage(ctx context.Context, ms *mirrorScan, table, offset string, after []byte, pageRows int) (encodedPage, error) {
-	rows, last, more, err := ms.page(context.WithoutCancel(ctx), after, pageRows)
+// encodeMirrorPage makes the snapshot page of a mirror from a position.
+// The page is shared by the clients that ask for it meanwhile, so it is
+// made whatever becomes of the request that asked first.
+func (h *Hub) encodeMirrorPage(ctx context.Context, ms *mirrorScan, table, offset string, at position, pageRows int) (encodedPage, error) {
+	rows := []Row{}
+	next, err := ms.scan(context.WithoutCancel(ctx), at, func(kr keyedRow) bool {
+		if len(rows) == pageRows {
+			return false
+		}
+		rows = append(rows, ms.render(kr))
+		return true
+	})
 	if err != nil {
 		return encodedPage{}, err
 	}
-	if rows == nil {
-		rows = []Row{}
-	}
+	more := next.file < len(ms.files)
 	data, err := json.Marshal(Snapshot{Type: TypeSnapshot, Offset: offset, Table: table, Rows: rows, Last: !more})
-	return encodedPage{data: data, last: last, more: more}, err
+	return encodedPage{data: data, next: next, more: more}, err
 }
 
 // mirrorTables returns which of the given tables are served from mirrors.

@@ -51,6 +51,13 @@ func (a fakeAgent) Ready() error {
 
 func newFixture(t *testing.T, cfg Config, schema ...string) *fixture {
 	t.Helper()
+	return newFixtureOf(t, cfg, []string{"stock"}, schema...)
+}
+
+// newFixtureOf returns a fixture that captures the given tables of the
+// public schema, which schema creates.
+func newFixtureOf(t *testing.T, cfg Config, tables []string, schema ...string) *fixture {
+	t.Helper()
 	c := pgtest.Start(t)
 	dsn := c.DSN(pgtest.NewDatabase(t, c))
 	f := &fixture{t: t, conn: pgtest.Conn(t, dsn), cfg: cfg}
@@ -63,9 +70,15 @@ func newFixture(t *testing.T, cfg Config, schema ...string) *fixture {
 	}
 	f.db = db
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	captured := make([]source.Table, len(tables))
+	configured := []string{"public.later"}
+	for i, n := range tables {
+		captured[i] = source.Table{Schema: "public", Name: n}
+		configured = append(configured, "public."+n)
+	}
 	f.src = source.New(source.Config{DSN: dsn, Slot: "live", Publication: "live", Snapshot: true,
-		Tables: []source.Table{{Schema: "public", Name: "stock"}}, StatusInterval: time.Second, Logger: log}, db)
-	f.hub = NewHub(db, HubConfig{TablesDir: cfg.TablesDir, SourceTables: []string{"public.stock", "public.later"}, Logger: log})
+		Tables: captured, StatusInterval: time.Second, Logger: log}, db)
+	f.hub = NewHub(db, HubConfig{TablesDir: cfg.TablesDir, SourceTables: configured, Logger: log})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 3)
 	go func() { f.src.Run(ctx); done <- struct{}{} }()

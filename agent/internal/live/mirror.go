@@ -27,8 +27,12 @@ import (
 // mirror's data files sorted by row key, with disjoint key ranges recorded
 // in each file's tags (see the applier's mirror.go), so a page of rows
 // needs only the files its key range overlaps, read one at a time. Rows
-// are paged in the mirror's key order: the order of typemap.AppendKey,
-// which is PostgreSQL's for integer, text, date and timestamp keys.
+// are paged in PostgreSQL's key order, as the rows in memory are (see
+// rowSource): the byte order of the files' keys (typemap.AppendKey) is
+// that order for keys of integers, floats, text, bytea, dates and
+// timestamps; a page of a key it is not (numeric, a multiset's) merges
+// the rows after the cursor of every file. A snapshot for stream clients,
+// who order rows themselves, reads the files in their order instead.
 //
 // What the reads hold in memory is bounded by mirrorReadBudget whatever
 // the clients do: a read waits (as long as its request lasts) until the
@@ -97,10 +101,10 @@ type mirrorReads struct {
 }
 
 // encodedPage is a snapshot page of a mirror as sent to stream clients,
-// with the key of its last row and whether rows follow.
+// with the position of the row that follows it, if more do.
 type encodedPage struct {
 	data []byte
-	last []byte
+	next position
 	more bool
 }
 
@@ -166,7 +170,7 @@ func (mr *mirrorReads) page(id string, encode func() (encodedPage, error)) (enco
 		if err != nil {
 			return nil, err
 		}
-		mr.pages.put(id, p, int64(len(p.data)+len(p.last)))
+		mr.pages.put(id, p, int64(len(p.data)))
 		return p, nil
 	})
 	if err != nil {
@@ -185,24 +189,35 @@ type mirrorFile struct {
 	minKey, maxKey []byte
 }
 
-// mirrorScan reads the rows of one mirror snapshot by key range.
+// mirrorScan reads the rows of one mirror snapshot by key range. It is
+// the rowSource of tables served from their mirrors.
 type mirrorScan struct {
-	reads   *mirrorReads
-	types   *typemap.Map
-	rel     *store.Relation
-	version int64
-	schema  *delta.StructType
+	reads *mirrorReads
+	types *typemap.Map
+	rel   *store.Relation
+	// snapVersion is the snapshot's version.
+	snapVersion int64
+	schema      *delta.StructType
 	// archive is where the table's pruned files are kept
 	// ("<url>/<site>/<dir>"), or empty when none are pruned.
 	archive string
-	// keyIdx are the schema fields of the row key, in order; with
-	// multiset the key is every data field.
+	// keyIdx are the schema fields of the files' key, in order (-1 for a
+	// field the schema lacks); with multiset the key is every data field.
 	keyIdx   []int
 	multiset bool
+	// relKey are the schema fields of rel's key columns, in order (-1
+	// for a column the schema lacks): the key values rows are paged by.
+	relKey []int
+	// ordered is set when the files' byte keys order the rows as their
+	// key values do (bytesOrder): a page reads the files from its
+	// cursor's on, not all. exact, which ordered implies, is set when
+	// they are equal only for equal key values (bytesEqual): a row is
+	// looked for only in the file whose key range holds its byte key.
+	ordered, exact bool
 	// deleted is the soft-delete field, or -1.
 	deleted int
-	// keying names the schema and the key that a data file's rows are
-	// read and keyed with, for the cache of decoded files.
+	// keying names the schema, the keys and the types that a data file's
+	// rows are read and keyed with, for the cache of decoded files.
 	keying string
 	// byType is the type table row of each schema field.
 	byType []typemap.Type
@@ -246,32 +261,76 @@ func (h *Hub) scanMirror(ctx context.Context, table string, at travelTo) (*mirro
 // newMirrorScan returns the scan of a mirror's snapshot, whose table is in
 // the directory root, laid out per the table's schema version rel.
 func (h *Hub) newMirrorScan(root string, snap *delta.Snapshot, rel *store.Relation) (*mirrorScan, error) {
-	ms := &mirrorScan{reads: h.mirrorReads, types: h.types, rel: rel, version: snap.Version(), schema: snap.Schema(), deleted: -1,
+	return h.mirrorScanOf(rel, mirrorLayout{root: root, version: snap.Version(), schema: snap.Schema(),
+		conf: snap.Metadata().Configuration, adds: snap.Files()})
+}
+
+// mirrorLayout is what a scan reads of a mirror snapshot: the table's
+// directory, and the snapshot's version, schema, configuration and data
+// files.
+type mirrorLayout struct {
+	root    string
+	version int64
+	schema  *delta.StructType
+	conf    map[string]string
+	adds    []*delta.Add
+}
+
+// mirrorScanOf returns the scan of the mirror snapshot l, laid out per the
+// table's schema version rel.
+func (h *Hub) mirrorScanOf(rel *store.Relation, l mirrorLayout) (*mirrorScan, error) {
+	ms := &mirrorScan{reads: h.mirrorReads, types: h.types, rel: rel, snapVersion: l.version, schema: l.schema, deleted: -1,
 		maxValue: h.maxValue}
 	if h.archive != "" {
 		ms.archive = h.archive + "/" + rel.DirName()
 	}
-	conf := snap.Metadata().Configuration
-	fieldIdx, physicalIdx := map[string]int{}, map[string]int{}
+	ms.setFields()
+	if err := ms.setMirrorKey(l.conf); err != nil {
+		return nil, err
+	}
+	if err := ms.setFiles(l.root, l.adds); err != nil {
+		return nil, err
+	}
+	ms.ordered, ms.exact = ms.keyedBy(bytesOrder), ms.keyedBy(bytesEqual)
+	kinds := make([]store.Kind, len(ms.byType))
+	for i, t := range ms.byType {
+		kinds[i] = t.Kind
+	}
+	ms.keying = fmt.Sprintf("%v\x00%v\x00%d\x00%v\x00%v\x00%s", ms.keyIdx, ms.multiset, ms.deleted, ms.relKey, kinds, ms.schema)
+	return ms, nil
+}
+
+// setFields maps the relation's columns to the schema's fields: their
+// types, and which fields hold the relation's key.
+func (ms *mirrorScan) setFields() {
+	fieldIdx := map[string]int{}
 	for i, f := range ms.schema.Fields {
 		fieldIdx[f.Name] = i
-		physicalIdx[f.PhysicalName()] = i
 		if f.Name == softDeleteColumn {
 			ms.deleted = i
 		}
 	}
 	ms.byType = make([]typemap.Type, len(ms.schema.Fields))
-	for _, c := range rel.Columns {
+	for _, c := range ms.rel.Columns {
 		if i, ok := fieldIdx[c.Name]; ok {
-			ms.byType[i] = h.types.Lookup(c.TypeOID)
+			ms.byType[i] = ms.types.Lookup(c.TypeOID)
 		}
 	}
 	ms.keyField = make([]bool, len(ms.schema.Fields))
-	rel.KeyOf(func(ci int) {
-		if i, ok := fieldIdx[rel.Columns[ci].Name]; ok {
+	ms.rel.KeyOf(func(ci int) {
+		i, ok := fieldIdx[ms.rel.Columns[ci].Name]
+		if !ok {
+			i = -1
+		} else {
 			ms.keyField[i] = true
 		}
+		ms.relKey = append(ms.relKey, i)
 	})
+}
+
+// setMirrorKey reads which fields the mirror's files are keyed by from the
+// table's configuration conf.
+func (ms *mirrorScan) setMirrorKey(conf map[string]string) error {
 	if conf[confMirrorMultiset] == "true" {
 		ms.multiset = true
 		for i := range ms.schema.Fields {
@@ -279,26 +338,28 @@ func (h *Hub) newMirrorScan(root string, snap *delta.Snapshot, rel *store.Relati
 				ms.keyIdx = append(ms.keyIdx, i)
 			}
 		}
-	} else {
-		var names []string
-		if err := json.Unmarshal([]byte(conf[confMirrorKey]), &names); err != nil {
-			return nil, fmt.Errorf("read %s: bad %s: %w", rel.TableName(), confMirrorKey, err)
-		}
-		// The key names physical names (the names of tables written
-		// before column mapping).
-		for _, n := range names {
-			i, ok := physicalIdx[n]
-			if !ok {
-				i = -1
-			}
-			ms.keyIdx = append(ms.keyIdx, i)
-		}
+		return nil
 	}
-	ms.keying = fmt.Sprintf("%v\x00%v\x00%d\x00%s", ms.keyIdx, ms.multiset, ms.deleted, ms.schema)
-	for _, add := range snap.Files() {
+	var names []string
+	if err := json.Unmarshal([]byte(conf[confMirrorKey]), &names); err != nil {
+		return fmt.Errorf("read %s: bad %s: %w", ms.rel.TableName(), confMirrorKey, err)
+	}
+	// The key names physical names (the names of tables written before
+	// column mapping).
+	for _, n := range names {
+		i := slices.IndexFunc(ms.schema.Fields, func(f *delta.StructField) bool { return f.PhysicalName() == n })
+		ms.keyIdx = append(ms.keyIdx, i)
+	}
+	return nil
+}
+
+// setFiles lists the snapshot's data files, adds, in key order, with their
+// key ranges.
+func (ms *mirrorScan) setFiles(root string, adds []*delta.Add) error {
+	for _, add := range adds {
 		path, err := delta.ResolvePath(root, add.Path)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		f := mirrorFile{path: path, logPath: add.Path, size: add.Size}
 		minKey, errMin := hex.DecodeString(add.Tags[tagMirrorMinKey])
@@ -309,39 +370,91 @@ func (h *Hub) newMirrorScan(root string, snap *delta.Snapshot, rel *store.Relati
 		ms.files = append(ms.files, f)
 	}
 	slices.SortStableFunc(ms.files, func(a, b mirrorFile) int { return bytes.Compare(a.minKey, b.minKey) })
-	return ms, nil
+	return nil
 }
 
-// rowKey returns the mirror key of a row of the snapshot's fields, as the
-// applier encodes it.
-func (ms *mirrorScan) rowKey(row []any) []byte {
-	return typemap.AppendRowKey(nil, row, ms.keyIdx, ms.multiset)
-}
-
-// cursor returns the mirror key of a key a client gives (as the API
-// returns them): the key of the row the client's key values would have.
-func (ms *mirrorScan) cursor(key string) ([]byte, error) {
-	vals, err := keyValues(ms.types, ms.rel, key)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errBadKey, err)
+// keyedBy reports whether the files' byte keys are the encodings of the
+// relation's key columns, each of whose values encode as encodes says:
+// every file has a key range, and the mirror is keyed by those columns.
+func (ms *mirrorScan) keyedBy(encodes func(delta.DataType, store.Kind) bool) bool {
+	if ms.multiset || !slices.Equal(ms.keyIdx, ms.relKey) {
+		return false
 	}
-	row := make([]any, len(ms.schema.Fields))
-	n := 0
-	var missing []string
-	ms.rel.KeyOf(func(ci int) {
-		name := ms.rel.Columns[ci].Name
-		i := slices.IndexFunc(ms.schema.Fields, func(f *delta.StructField) bool { return f.Name == name })
-		if i < 0 {
-			missing = append(missing, name)
-		} else if n < len(vals) {
-			row[i] = typemap.ConverterFor(ms.schema.Fields[i].Type, name, quiet{})(&vals[n])
+	for _, f := range ms.files {
+		if f.maxKey == nil {
+			return false
 		}
-		n++
-	})
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("%w: the mirror has no column %s", errBadKey, strings.Join(missing, ", "))
 	}
-	return ms.rowKey(row), nil
+	for _, i := range ms.relKey {
+		if i < 0 || !encodes(ms.schema.Fields[i].Type, ms.byType[i].Kind) {
+			return false
+		}
+	}
+	return true
+}
+
+// bytesOrder reports whether typemap.AppendKeyValue encodes the values of
+// a Delta type dt, queued as kind k, in the order typemap.Compare gives
+// them. A decimal, or a numeric kept as a string, is encoded as its text,
+// whose bytes put 10 before 9 and -1 before -2.
+func bytesOrder(dt delta.DataType, k store.Kind) bool {
+	switch dt {
+	case delta.TypeBoolean, delta.TypeByte, delta.TypeShort, delta.TypeInteger, delta.TypeLong, delta.TypeFloat, delta.TypeDouble,
+		delta.TypeBinary, delta.TypeDate, delta.TypeTimestamp, delta.TypeTimestampNTZ:
+		return true
+	case delta.TypeString:
+		return k == store.KindString
+	}
+	return false
+}
+
+// bytesEqual reports whether typemap.AppendKeyValue encodes values of a
+// Delta type dt, queued as kind k, that typemap.Compare finds equal, and
+// only those, as the same bytes: those it encodes in order, and decimals,
+// written with their column's scale (a numeric kept as a string is kept as
+// PostgreSQL printed it: 1.5 and 1.50 are equal).
+func bytesEqual(dt delta.DataType, k store.Kind) bool {
+	_, decimal := dt.(delta.DecimalType)
+	return decimal || bytesOrder(dt, k)
+}
+
+// keyVals returns the values of a row's key columns (the relation's, in
+// order), as the rows in memory hold them; NULL for a column the snapshot
+// lacks.
+func (ms *mirrorScan) keyVals(row delta.Row) []store.Value {
+	vals := make([]store.Value, len(ms.relKey))
+	for n, i := range ms.relKey {
+		if i >= 0 {
+			vals[n] = ms.byType[i].FromDelta(row[i], ms.schema.Fields[i].Type)
+		}
+	}
+	return vals
+}
+
+// byteKey returns the mirror key a row of the key values vals would have.
+// Only for a snapshot keyed by the relation's key (see keyedBy).
+func (ms *mirrorScan) byteKey(vals []store.Value) []byte {
+	var k []byte
+	for n, i := range ms.relKey {
+		f := ms.schema.Fields[i]
+		k = typemap.AppendKeyValue(k, typemap.ConverterFor(f.Type, f.Name, quiet{})(&vals[n]))
+	}
+	return k
+}
+
+// checkKey returns an error naming the key columns the snapshot lacks: a
+// client's key cannot be looked up in it.
+func (ms *mirrorScan) checkKey() error {
+	var missing []string
+	for n, ci := range ms.rel.KeyColumns() {
+		if ms.relKey[n] < 0 {
+			missing = append(missing, ms.rel.Columns[ci].Name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: the mirror has no column %s", errBadKey, strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // quiet is a typemap.Warner that says nothing: a client's key that does
@@ -350,22 +463,25 @@ type quiet struct{}
 
 func (quiet) Warn(string, string) {}
 
-// keyedRow is a mirror row with its key.
+// keyedRow is a mirror row with the values of its key.
 type keyedRow struct {
-	key []byte
-	row delta.Row
+	vals []store.Value
+	row  delta.Row
 }
 
+// key returns the key values of a keyed row.
+func (kr keyedRow) key() []store.Value { return kr.vals }
+
 // fileRows returns a data file's rows (without soft-deleted ones) with
-// their keys, in key order.
+// their key values, in key order.
 func (ms *mirrorScan) fileRows(ctx context.Context, f mirrorFile) ([]keyedRow, error) {
 	return ms.reads.rows(ctx, f.path+"\x00"+ms.keying, f.size, func(ctx context.Context) ([]keyedRow, error) {
 		rows, err := delta.ReadParquetFile(ctx, f.path, ms.schema)
 		if errors.Is(err, fs.ErrNotExist) && ms.archive != "" {
-			return nil, &prunedError{table: ms.rel.TableName(), version: ms.version, remote: ms.archive + "/" + f.logPath}
+			return nil, &prunedError{table: ms.rel.TableName(), version: ms.snapVersion, remote: ms.archive + "/" + f.logPath}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read %s at version %d: %w", ms.rel.TableName(), ms.version, err)
+			return nil, fmt.Errorf("read %s at version %d: %w", ms.rel.TableName(), ms.snapVersion, err)
 		}
 		out := make([]keyedRow, 0, len(rows))
 		for _, r := range rows {
@@ -374,116 +490,154 @@ func (ms *mirrorScan) fileRows(ctx context.Context, f mirrorFile) ([]keyedRow, e
 					continue
 				}
 			}
-			out = append(out, keyedRow{key: ms.rowKey(r), row: r})
+			out = append(out, keyedRow{vals: ms.keyVals(r), row: r})
 		}
-		slices.SortStableFunc(out, func(a, b keyedRow) int { return bytes.Compare(a.key, b.key) })
+		slices.SortStableFunc(out, func(a, b keyedRow) int { return compareKeys(a.vals, b.vals) })
 		return out, nil
 	})
 }
 
+// relation returns the schema version the snapshot's rows are rendered by.
+func (ms *mirrorScan) relation() *store.Relation { return ms.rel }
+
+// version returns the snapshot's version.
+func (ms *mirrorScan) version() *int64 { return &ms.snapVersion }
+
 // page returns up to limit rows whose keys follow after (nil: from the
-// first), in key order, the key of the last one, and whether rows follow
-// it.
+// first), in key order, and whether rows follow the last one. It reads
+// the files whose key ranges end after the cursor, until it has limit rows
+// and one more, or, when the byte order of the keys is not theirs (see
+// ordered), merges the rows after the cursor of every file.
 //
 // Callers hold a worker slot (mirrorReads.work) while they make and send it.
-func (ms *mirrorScan) page(ctx context.Context, after []byte, limit int) (rows []Row, last []byte, more bool, err error) {
-	for fi, f := range ms.files {
-		if after != nil && f.maxKey != nil && bytes.Compare(f.maxKey, after) <= 0 {
-			continue
+func (ms *mirrorScan) page(ctx context.Context, after []store.Value, limit int) ([]Row, bool, error) {
+	files, err := ms.filesAfter(after)
+	if err != nil {
+		return nil, false, err
+	}
+	var got []keyedRow
+	for _, f := range files {
+		if ms.ordered && len(got) > limit {
+			break // the files that follow hold greater keys only
 		}
 		krs, err := ms.fileRows(ctx, f)
 		if err != nil {
-			return nil, nil, false, err
+			return nil, false, err
 		}
-		start := 0
-		if after != nil {
-			start, _ = slices.BinarySearchFunc(krs, after, func(kr keyedRow, k []byte) int {
-				if c := bytes.Compare(kr.key, k); c != 0 {
-					return c
-				}
-				return -1 // equal keys come before: start after them
-			})
-		}
-		for _, kr := range krs[start:] {
-			if len(rows) == limit {
-				return rows, last, true, nil
-			}
-			row, _ := ms.render(kr.row)
-			rows = append(rows, row)
-			last = kr.key
-		}
-		if len(rows) == limit {
-			// The files that follow hold greater keys only.
-			return rows, last, fi < len(ms.files)-1, nil
-		}
+		krs = krs[indexAfter(krs, after, keyedRow.key):]
+		got = mergeRows(got, krs[:min(len(krs), limit+1)], limit+1)
 	}
-	return rows, last, false, nil
+	rows := make([]Row, min(len(got), limit))
+	for i := range rows {
+		rows[i] = ms.render(got[i])
+	}
+	return rows, len(got) > limit, nil
 }
 
-// find returns the row whose key a client gives.
+// filesAfter returns the data files that may hold rows whose keys follow
+// after: when the snapshot is ordered, those whose key ranges end at or
+// after it, otherwise all.
+func (ms *mirrorScan) filesAfter(after []store.Value) ([]mirrorFile, error) {
+	if after == nil {
+		return ms.files, nil
+	}
+	if err := ms.checkKey(); err != nil {
+		return nil, err
+	}
+	if !ms.ordered {
+		return ms.files, nil
+	}
+	k := ms.byteKey(after)
+	i := slices.IndexFunc(ms.files, func(f mirrorFile) bool { return bytes.Compare(f.maxKey, k) >= 0 })
+	if i < 0 {
+		return nil, nil
+	}
+	return ms.files[i:], nil
+}
+
+// mergeRows returns the first n rows of a and b, each in key order, in key
+// order.
+func mergeRows(a, b []keyedRow, n int) []keyedRow {
+	out := make([]keyedRow, 0, min(n, len(a)+len(b)))
+	for len(out) < n && len(a)+len(b) > 0 {
+		if len(b) == 0 || len(a) > 0 && compareKeys(a[0].vals, b[0].vals) <= 0 {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return out
+}
+
+// find returns the row whose key equals key.
 //
 // Callers hold a worker slot (mirrorReads.work).
-func (ms *mirrorScan) find(ctx context.Context, key string) (Row, bool, error) {
-	want, err := ms.cursor(key)
-	if err != nil {
+func (ms *mirrorScan) find(ctx context.Context, key []store.Value) (Row, bool, error) {
+	if err := ms.checkKey(); err != nil {
 		return Row{}, false, err
 	}
+	var k []byte
+	if ms.exact {
+		k = ms.byteKey(key)
+	}
 	for _, f := range ms.files {
-		if f.maxKey != nil && (bytes.Compare(want, f.minKey) < 0 || bytes.Compare(want, f.maxKey) > 0) {
+		if k != nil && (bytes.Compare(k, f.minKey) < 0 || bytes.Compare(k, f.maxKey) > 0) {
 			continue
 		}
 		krs, err := ms.fileRows(ctx, f)
 		if err != nil {
 			return Row{}, false, err
 		}
-		if i, ok := slices.BinarySearchFunc(krs, want, func(kr keyedRow, k []byte) int { return bytes.Compare(kr.key, k) }); ok {
-			row, _ := ms.render(krs[i].row)
-			return row, true, nil
+		if i, ok := indexOf(krs, key, keyedRow.key); ok {
+			return ms.render(krs[i]), true, nil
 		}
 	}
 	return Row{}, false, nil
 }
 
-// each calls fn with every row of the snapshot and its key values, a data
-// file at a time, until fn returns false.
-func (ms *mirrorScan) each(ctx context.Context, fn func(Row, []store.Value) (more bool)) error {
-	for _, f := range ms.files {
-		krs, err := ms.fileRows(ctx, f)
+// position is a place in a snapshot's rows in the order of its data
+// files: a file, and a row of it in key order.
+type position struct{ file, row int }
+
+// scan calls fn with the rows of the snapshot from at on, in the order of
+// its data files (not key order, unless the snapshot is ordered), until fn
+// returns false. It returns the position of the row fn refused, or past
+// the last file.
+func (ms *mirrorScan) scan(ctx context.Context, at position, fn func(keyedRow) bool) (position, error) {
+	for ; at.file < len(ms.files); at = (position{file: at.file + 1}) {
+		krs, err := ms.fileRows(ctx, ms.files[at.file])
 		if err != nil {
-			return err
+			return at, err
 		}
-		for _, kr := range krs {
-			if !fn(ms.render(kr.row)) {
-				return nil
+		for ; at.row < len(krs); at.row++ {
+			if !fn(krs[at.row]) {
+				return at, nil
 			}
 		}
 	}
-	return nil
+	return at, nil
+}
+
+// each calls fn with every row of the snapshot and its key values, a data
+// file at a time, until fn returns false.
+func (ms *mirrorScan) each(ctx context.Context, fn func(Row, []store.Value) (more bool)) error {
+	_, err := ms.scan(ctx, position{}, func(kr keyedRow) bool { return fn(ms.render(kr), kr.vals) })
+	return err
 }
 
 // render renders a mirror row as the live rows are, so that a client sees
-// one format (each value bounded by maxValue), and returns the values of
-// its key too.
-func (ms *mirrorScan) render(row delta.Row) (Row, []store.Value) {
+// one format (each value bounded by maxValue).
+func (ms *mirrorScan) render(kr keyedRow) Row {
 	values := make(map[string]json.RawMessage, len(ms.schema.Fields))
-	byName := make(map[string]store.Value, len(ms.schema.Fields))
 	for i, f := range ms.schema.Fields {
-		if i == ms.deleted {
-			continue
+		switch {
+		case i == ms.deleted:
+		case ms.keyField[i]:
+			// Key values are converted whole: they key the row.
+			values[f.Name] = typemap.BoundedJSON(ms.byType[i].FromDelta(kr.row[i], f.Type), ms.maxValue)
+		default:
+			values[f.Name] = ms.byType[i].BoundedJSONFromDelta(kr.row[i], f.Type, ms.maxValue)
 		}
-		if !ms.keyField[i] {
-			values[f.Name] = ms.byType[i].BoundedJSONFromDelta(row[i], f.Type, ms.maxValue)
-			continue
-		}
-		v := ms.byType[i].FromDelta(row[i], f.Type)
-		byName[f.Name] = v
-		values[f.Name] = typemap.BoundedJSON(v, ms.maxValue)
 	}
-	// Only the key columns are set: keyOf reads no other.
-	ordered := make([]store.Value, len(ms.rel.Columns))
-	for i, c := range ms.rel.Columns {
-		ordered[i] = byName[c.Name]
-	}
-	keyVals, key := keyOf(ms.rel, ordered)
-	return Row{Key: key, Values: values}, keyVals
+	return Row{Key: keyString(kr.vals), Values: values}
 }

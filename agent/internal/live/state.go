@@ -3,6 +3,7 @@ package live
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 
 	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/store"
@@ -46,22 +47,30 @@ func newTableState(rel *store.Relation, maxValue int) *tableState {
 }
 
 // keyOf returns the key values of a row laid out per rel, and their string
-// form: the JSON array of the key values. Key values are rendered whole,
-// never truncated: the key identifies the row, and clients send it back.
+// form (keyString).
 func keyOf(rel *store.Relation, vals []store.Value) ([]store.Value, string) {
 	var key []store.Value
-	b := []byte{'['}
 	rel.KeyOf(func(i int) {
-		if i >= len(vals) {
-			return
+		if i < len(vals) {
+			key = append(key, vals[i])
 		}
-		if len(key) > 0 {
+	})
+	return key, keyString(key)
+}
+
+// keyString returns the string form of key values: the JSON array of the
+// values, which identifies a row to clients and is the cursor of its page.
+// Key values are rendered whole, never truncated: the key identifies the
+// row, and clients send it back.
+func keyString(key []store.Value) string {
+	b := []byte{'['}
+	for i, v := range key {
+		if i > 0 {
 			b = append(b, ',')
 		}
-		key = append(key, vals[i])
-		b = append(b, typemap.JSON(vals[i])...)
-	})
-	return key, string(append(b, ']'))
+		b = append(b, typemap.JSON(v)...)
+	}
+	return string(append(b, ']'))
 }
 
 // apply applies one change and describes it for clients. ok is false for a
@@ -229,9 +238,19 @@ func (t *tableState) sortedKeys() []string {
 	for k := range t.rows {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b string) int { return compareKeys(t.rows[a].key, t.rows[b].key) })
+	slices.SortFunc(keys, func(a, b string) int {
+		if c := compareKeys(t.rows[a].key, t.rows[b].key); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b) // keys equal in value, such as arrays
+	})
 	t.sorted, t.sortedOK = keys, true
 	return keys
+}
+
+// keyVals returns the key values of the row of key k.
+func (t *tableState) keyVals(k string) []store.Value {
+	return t.rows[k].key
 }
 
 // compareKeys orders key values as PostgreSQL's default operators would for

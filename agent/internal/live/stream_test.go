@@ -499,7 +499,7 @@ func TestRestartedHubOnAnEmptyQueueIsAtTheAppliedPosition(t *testing.T) {
 		}
 	}
 	want := f.tableRows()
-	if rows, _, err := h2.rowsPage("public.stock", "", 1000); err != nil || len(rows) != len(want) {
+	if rows, _, err := (memRows{h: h2, table: "public.stock"}).page(context.Background(), nil, 1000); err != nil || len(rows) != len(want) {
 		t.Fatalf("the restarted hub has %d rows of public.stock, PostgreSQL %d (%v)", len(rows), len(want), err)
 	}
 }
