@@ -17,12 +17,19 @@ const (
 	maxRowLimit     = 10000
 )
 
+// readiness is the answer of /readyz: "ready", or "not ready" and why.
+type readiness struct {
+	Reason *string `json:"reason,omitempty"`
+	Status string  `json:"status"`
+}
+
 func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 	if err := s.agent.Ready(); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": err.Error()})
+		reason := err.Error()
+		writeJSON(w, http.StatusServiceUnavailable, readiness{Status: "not ready", Reason: &reason})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	writeJSON(w, http.StatusOK, readiness{Status: "ready"})
 }
 
 func (s *Server) serveStatus(w http.ResponseWriter, _ *http.Request) {
@@ -37,19 +44,31 @@ func (s *Server) serveStatus(w http.ResponseWriter, _ *http.Request) {
 // tableListing is one entry of GET /api/v1/tables.
 type tableListing struct {
 	TableInfo
-	Versions map[string]*int64 `json:"versions"`
+	Versions tableVersions `json:"versions"`
+}
+
+// tableVersions are the latest versions of a table's local Delta tables,
+// null for one not made yet.
+type tableVersions struct {
+	Changelog *int64 `json:"changelog"`
+	Mirror    *int64 `json:"mirror"`
+}
+
+// tablesList is the answer of GET /api/v1/tables.
+type tablesList struct {
+	Tables []tableListing `json:"tables"`
 }
 
 func (s *Server) serveTables(w http.ResponseWriter, r *http.Request) {
 	infos := s.hub.TableInfos()
 	out := make([]tableListing, len(infos))
 	for i, ti := range infos {
-		out[i] = tableListing{TableInfo: ti, Versions: map[string]*int64{
-			"mirror":    s.deltaVersion(r, ti.dir),
-			"changelog": s.deltaVersion(r, ti.dir+store.ChangelogSuffix),
+		out[i] = tableListing{TableInfo: ti, Versions: tableVersions{
+			Mirror:    s.deltaVersion(r, ti.dir),
+			Changelog: s.deltaVersion(r, ti.dir+store.ChangelogSuffix),
 		}}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tables": out})
+	writeJSON(w, http.StatusOK, tablesList{Tables: out})
 }
 
 // deltaVersion returns the latest version of the local Delta table in the
@@ -185,6 +204,14 @@ type historyEntry struct {
 	LSNRange  any            `json:"lsn_range,omitempty"`
 }
 
+// historyPage is the answer of GET /history: versions of a mirror, newest
+// first, and the version to continue before, if older ones remain.
+type historyPage struct {
+	History    []historyEntry `json:"history"`
+	NextBefore *int64         `json:"next_before,omitempty"`
+	Table      string         `json:"table"`
+}
+
 // The versions one /history request reads at most.
 const (
 	defaultHistoryLimit = 100
@@ -258,9 +285,9 @@ func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, e)
 	}
-	resp := map[string]any{"table": table, "history": out}
+	resp := historyPage{Table: table, History: out}
 	if v >= 0 && len(out) == limit {
-		resp["next_before"] = out[len(out)-1].Version
+		resp.NextBefore = &out[len(out)-1].Version
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

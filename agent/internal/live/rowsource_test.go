@@ -335,6 +335,14 @@ func pageSource(t *testing.T, h *Hub, src rowSource, limit int) (ids, cursors []
 func TestResponsesEncodeAsTheMapsTheyReplaced(t *testing.T) {
 	v0, v7 := int64(0), int64(7)
 	rows := []Row{{Key: `["a"]`, Values: map[string]json.RawMessage{"k": json.RawMessage(`"a"`)}}}
+	info := TableInfo{Name: "public.t", Columns: []ColumnInfo{{Name: "k", Type: "text"}}, Key: []string{"k"}}
+	history := []historyEntry{{Version: 8, Timestamp: "2024-01-01T00:00:00Z", Operation: "WRITE"}}
+	reason := "source is starting"
+	// mapListing is a table's listing as it was, its versions a map.
+	type mapListing struct {
+		TableInfo
+		Versions map[string]*int64 `json:"versions"`
+	}
 	for _, tc := range []struct {
 		name      string
 		typed, as any
@@ -346,6 +354,15 @@ func TestResponsesEncodeAsTheMapsTheyReplaced(t *testing.T) {
 			map[string]any{"table": "public.t", "rows": rows, "version": v0}},
 		{"rows of a version with next", rowsPage{Table: "public.t", Rows: rows, Version: &v7, Next: rows[0].Key},
 			map[string]any{"table": "public.t", "rows": rows, "version": v7, "next": rows[0].Key}},
+		{"tables", tablesList{Tables: []tableListing{{TableInfo: info, Versions: tableVersions{Mirror: &v7}}}},
+			map[string]any{"tables": []mapListing{{TableInfo: info, Versions: map[string]*int64{"mirror": &v7, "changelog": nil}}}}},
+		{"no tables", tablesList{Tables: []tableListing{}}, map[string]any{"tables": []tableListing{}}},
+		{"history", historyPage{Table: "public.t", History: history}, map[string]any{"table": "public.t", "history": history}},
+		{"history with next", historyPage{Table: "public.t", History: history, NextBefore: &history[0].Version},
+			map[string]any{"table": "public.t", "history": history, "next_before": history[0].Version}},
+		{"ready", readiness{Status: "ready"}, map[string]string{"status": "ready"}},
+		{"not ready", readiness{Status: "not ready", Reason: &reason}, map[string]string{"status": "not ready", "reason": reason}},
+		{"error", errorBody{Error: "bad key"}, map[string]string{"error": "bad key"}},
 	} {
 		got, want := httptest.NewRecorder(), httptest.NewRecorder()
 		writeJSON(got, http.StatusOK, tc.typed)

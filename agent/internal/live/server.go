@@ -237,7 +237,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
+// errorBody is the answer to a request that failed.
+type errorBody struct {
+	Error string `json:"error"`
+}
+
 // writeError answers with {"error": message}.
 func writeError(w http.ResponseWriter, status int, message string) {
-	writeJSON(w, status, map[string]string{"error": message})
+	writeJSON(w, status, errorBody{Error: message})
 }
