@@ -6,7 +6,7 @@ import (
 )
 
 // TuningOff says which of the agent's performance tricks are off. Each
-// trick is measured and earns its place (docs/architecture.md lists them
+// trick is measured and earns its place (docs/tuning.md lists them
 // with their benchmarks), and each has a plain way of doing the same work
 // that its switch selects: to measure a trick against, or to rule it out
 // when something goes wrong. The zero value leaves every trick on.

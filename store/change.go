@@ -46,7 +46,7 @@ func (o Op) String() string {
 }
 
 // Kind tells how a Value is represented. Each kind is one target type of the
-// type mapping in docs/architecture.md; the column's declared type lives in the Relation.
+// type mapping in docs/types.md; the column's declared type lives in the Relation.
 type Kind uint8
 
 // The value kinds.

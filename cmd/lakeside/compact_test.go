@@ -57,7 +57,7 @@ func checkOptimizeVersions(t *testing.T, tbl *delta.Table) []int64 {
 	return deltatest.OptimizeVersions(t, tbl, func(v int64, acts []delta.Action) { checkSameFileRows(t, tbl, v, acts) })
 }
 
-// smallFileBound is the bound of docs/architecture.md on the small files a
+// smallFileBound is the bound of docs/compaction.md on the small files a
 // changelog partition holds after a compaction pass: fewer than
 // compact_min_files that bins could take, and the files no bin takes,
 // each more than twice the next smaller one.
@@ -105,7 +105,7 @@ func checkSmallFiles(t *testing.T, tbl *delta.Table, targetRows int64) (files, s
 // the change data feed on, through some hundreds of flushes of a few
 // changes each (a 50 ms flush interval in place of 1 s) and a compaction
 // schedule of a second, replicating to a real S3 server: once the last
-// pass ran, the small files are within the bound of docs/architecture.md,
+// pass ran, the small files are within the bound of docs/compaction.md,
 // every OPTIMIZE version reads the rows of the version before it and
 // writes no change data, the mirror equals PostgreSQL row by row, and the
 // replica reads completely at its latest versions in the middle of the run

@@ -18,7 +18,7 @@ import (
 )
 
 // The table of testdata/sql/types.sql has a column of every type in
-// the type mapping of docs/architecture.md. Columns whose mapping is "string" are read back by
+// the type mapping of docs/types.md. Columns whose mapping is "string" are read back by
 // the test as ::text, the rest in pgx's binary format, so the captured text
 // decoding is checked against an independent decoder.
 

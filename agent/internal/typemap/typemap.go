@@ -17,7 +17,7 @@
 //
 // A type without a row is captured as the text PostgreSQL prints and stored
 // as a Delta string, so a new type never stops the pipeline. The policy is
-// written out in docs/architecture.md ("Type mapping").
+// written out in docs/types.md.
 package typemap
 
 import (
