@@ -92,13 +92,14 @@ $(NFPM):
 $(STATICCHECK):
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-# vet runs go vet, gofmt, staticcheck and the import layering check
-# (layering_test.go: imports point down the data flow).
+# vet runs go vet, gofmt, staticcheck, the import layering check
+# (layering_test.go: imports point down the data flow) and the check of the
+# docs' references to the code (docs_test.go).
 vet: $(STATICCHECK)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(STATICCHECK) ./...
-	$(GO) test -count=1 -run '^TestImportLayering$$' .
+	$(GO) test -count=1 -run '^(TestImportLayering|TestDocs)$$' .
 
 # test-short runs the tests that start nothing (no PostgreSQL, S3 server,
 # browser or package build), in about a minute.
