@@ -2,6 +2,7 @@ package source
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -478,10 +479,24 @@ type backfiller struct {
 	// copy's chunks hold fewer rows than configured.
 	rowBytes int
 	narrow   bool
+	// gaveWay holds the tables whose copy gave way to the others' (see
+	// redosBeforeGivingWay), which pending passes over while another
+	// copy is pending.
+	gaveWay map[uint32]bool
 }
 
 // errResyncAgain ends a copy that a resync of the same table replaces.
 var errResyncAgain = errors.New("copy asked for again")
+
+// errGaveWay ends a copy that gives way to the other tables' copies.
+var errGaveWay = errors.New("copy gave way to the others")
+
+// redosBeforeGivingWay is how many times in a row a chunk is copied again,
+// or how many times the copy starts over, before the copy gives way to the
+// other tables' copies, if any is pending: whatever keeps its chunks from being queued,
+// one table's copy never holds the others back for ever. It resumes, from
+// the last chunk queued, once they are done.
+const redosBeforeGivingWay = 8
 
 // runBackfills runs the backfiller until ctx is cancelled. A copy that
 // fails (a lost connection, a table that is gone) is logged and tried
@@ -551,7 +566,7 @@ func (b *backfiller) next(ctx context.Context) error {
 		}
 	}
 	err = b.copyTable(ctx, rec)
-	if errors.Is(err, errResyncAgain) {
+	if errors.Is(err, errResyncAgain) || errors.Is(err, errGaveWay) {
 		return nil
 	}
 	return err
@@ -564,14 +579,37 @@ func (b *backfiller) pending() (*store.Backfill, error) {
 	if err := b.s.db.View(func(r *store.Reader) (err error) { recs, err = r.Backfills(); return err }); err != nil {
 		return nil, fmt.Errorf("read backfills: %w", err)
 	}
+	var gaveWay *store.Backfill
 	for _, c := range inConfigOrder(b.s.cfg.Tables, b.tables) {
 		rec := recs[c.oid]
-		if rec == nil || rec.Done || (rec.Reason == ReasonAdded && !b.s.cfg.Snapshot) {
+		switch {
+		case rec == nil || rec.Done || (rec.Reason == ReasonAdded && !b.s.cfg.Snapshot):
+			continue
+		case b.gaveWay[c.oid]:
+			if gaveWay == nil {
+				gaveWay = rec
+			}
 			continue
 		}
 		return rec, nil
 	}
-	return nil, nil
+	clear(b.gaveWay)
+	return gaveWay, nil
+}
+
+// othersPending reports whether a copy of a table other than oid's is
+// pending.
+func (b *backfiller) othersPending(oid uint32) (bool, error) {
+	var recs map[uint32]*store.Backfill
+	if err := b.s.db.View(func(r *store.Reader) (err error) { recs, err = r.Backfills(); return err }); err != nil {
+		return false, fmt.Errorf("read backfills: %w", err)
+	}
+	for _, c := range b.tables {
+		if rec := recs[c.oid]; c.oid != oid && rec != nil && !rec.Done && (rec.Reason != ReasonAdded || b.s.cfg.Snapshot) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // resync records a copy of a table again (see Source.Resync and
@@ -704,6 +742,9 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 	again := backoff.New(backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second, Factor: 2})
 	lastLog := time.Now()
 	var redone, replaced, restarts int64
+	// inARow counts the chunks copied again, and the copy's starts over,
+	// since the last chunk queued.
+	inARow := 0
 	// held is a chunk copied whose high watermark is not written yet;
 	// early says why the chunk after the last one queued is to be
 	// copied again, found before it was copied.
@@ -757,6 +798,24 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 			redone++
 		}
 		if !res.queued {
+			inARow++
+		}
+		if (!res.queued || res.restart != "") && max(inARow, int(restarts)) >= redosBeforeGivingWay {
+			others, err := b.othersPending(rec.OID)
+			if err != nil {
+				return err
+			}
+			if others {
+				log.Warn("backfill gives way to the other tables' copies, and resumes after them",
+					"chunks_copied_again_in_a_row", inARow, "starts_over", restarts, "why", cmp.Or(res.redo, res.restart))
+				if b.gaveWay == nil {
+					b.gaveWay = map[uint32]bool{}
+				}
+				b.gaveWay[rec.OID] = true
+				return errGaveWay
+			}
+		}
+		if !res.queued {
 			wait := again.Next()
 			if res.redo != "" {
 				log.Info("backfill copies a chunk again", "why", res.redo, "backoff", wait.String())
@@ -768,6 +827,7 @@ func (b *backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 			continue
 		}
 		again.Reset()
+		inARow = 0
 		prog = *next
 		replaced += int64(res.replaced)
 		if prog.Done {
