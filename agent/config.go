@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/agent/internal/source"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/uploader"
@@ -276,9 +277,9 @@ func (c *Config) SlogLevel() slog.Level {
 
 // LoadConfig reads the YAML file at path and parses it with ParseConfig,
 // using path as the name in error messages. The file must be a regular file
-// of at most MaxConfigBytes (see ReadSmallFile).
+// of at most config.MaxFileBytes (see config.ReadSmallFile).
 func LoadConfig(path string) (*Config, error) {
-	data, _, err := ReadSmallFile(path, MaxConfigBytes)
+	data, _, err := config.ReadSmallFile(path, config.MaxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}

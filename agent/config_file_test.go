@@ -6,15 +6,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lakeside/lakeside/agent/config"
 )
 
 // TestLoadConfigRefusesUnsuitableFiles checks that a configuration that is
-// not a regular file, or is larger than MaxConfigBytes, is refused without
+// not a regular file, or is larger than config.MaxFileBytes, is refused without
 // being read, and that a file of exactly the limit is read.
 func TestLoadConfigRefusesUnsuitableFiles(t *testing.T) {
 	dir := t.TempDir()
 	big := filepath.Join(dir, "big.yaml")
-	if err := os.WriteFile(big, []byte(strings.Repeat("#", MaxConfigBytes+1)), 0o600); err != nil {
+	if err := os.WriteFile(big, []byte(strings.Repeat("#", config.MaxFileBytes+1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for path, want := range map[string]string{
@@ -23,15 +25,15 @@ func TestLoadConfigRefusesUnsuitableFiles(t *testing.T) {
 		big:         "is 1048577 bytes, larger than the 1 MiB limit",
 	} {
 		_, err := LoadConfig(path)
-		if !errors.Is(err, ErrUnsuitableFile) || !strings.Contains(err.Error(), want) {
-			t.Errorf("LoadConfig(%s) = %v, want ErrUnsuitableFile and %q", path, err, want)
+		if !errors.Is(err, config.ErrUnsuitableFile) || !strings.Contains(err.Error(), want) {
+			t.Errorf("LoadConfig(%s) = %v, want config.ErrUnsuitableFile and %q", path, err, want)
 		}
 	}
 	limit := filepath.Join(dir, "limit.yaml")
-	if err := os.WriteFile(limit, []byte(strings.Repeat("#", MaxConfigBytes)), 0o600); err != nil {
+	if err := os.WriteFile(limit, []byte(strings.Repeat("#", config.MaxFileBytes)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadConfig(limit); errors.Is(err, ErrUnsuitableFile) || !strings.Contains(err.Error(), "the file is empty") {
-		t.Errorf("LoadConfig(file of MaxConfigBytes) = %v, want it read (and found empty)", err)
+	if _, err := LoadConfig(limit); errors.Is(err, config.ErrUnsuitableFile) || !strings.Contains(err.Error(), "the file is empty") {
+		t.Errorf("LoadConfig(file of config.MaxFileBytes) = %v, want it read (and found empty)", err)
 	}
 }

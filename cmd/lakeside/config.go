@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/agent/config"
 )
 
 // environmentFile is the name, next to the configuration file, of the file of
@@ -27,7 +28,7 @@ const environmentFile = "environment"
 // environment the variables of the environment file next to it that are not
 // set already. An environment file that cannot be read is named in the error
 // when the configuration does not load without it; one that is not a
-// regular file of at most agent.MaxConfigBytes, or that others may write,
+// regular file of at most config.MaxFileBytes, or that others may write,
 // is refused (see checkEnvironmentOwner).
 //
 // Both files are read whole in the background, so that a signal that ends
@@ -53,8 +54,8 @@ func loadConfig(ctx context.Context, path string) (*agent.Config, error) {
 // loadConfigFiles is loadConfig without the context.
 func loadConfigFiles(path string) (*agent.Config, error) {
 	envPath := filepath.Join(filepath.Dir(path), environmentFile)
-	data, fi, readErr := agent.ReadSmallFile(envPath, agent.MaxConfigBytes)
-	if errors.Is(readErr, agent.ErrUnsuitableFile) {
+	data, fi, readErr := config.ReadSmallFile(envPath, config.MaxFileBytes)
+	if errors.Is(readErr, config.ErrUnsuitableFile) {
 		// Not one that the user running the command may not read: a wrong
 		// file in its place.
 		return nil, readErr

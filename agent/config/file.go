@@ -1,4 +1,6 @@
-package agent
+// Package config is the agent's configuration. So far it holds the reading
+// of the configuration file and of the environment file beside it.
+package config
 
 import (
 	"errors"
@@ -9,10 +11,10 @@ import (
 	"syscall"
 )
 
-// MaxConfigBytes is the largest configuration file LoadConfig reads, and the
+// MaxFileBytes is the largest configuration file the agent reads, and the
 // largest environment file the command line reads beside it. A real file is
 // a few kilobytes; the limit keeps a wrong path from filling the memory.
-const MaxConfigBytes = 1 << 20
+const MaxFileBytes = 1 << 20
 
 // ErrUnsuitableFile is matched (errors.Is) by the errors of ReadSmallFile
 // that refuse a file for its kind or its size, rather than fail to open or
