@@ -59,7 +59,8 @@ import (
 //     keys of a section, `source.{dsn, slot}`. A span of the form
 //     section.snake_case, whose section is one of the configuration's, must
 //     be a key the configuration decoder knows: the known keys are derived
-//     from the yaml tags of agent.Config and the section types it holds.
+//     from the yaml tags of config.Config (agent/config) and the section
+//     types it holds.
 //
 // A code span may not cross a paragraph (an unmatched backtick fails), so
 // that no reference escapes the check.
@@ -217,7 +218,7 @@ func newCodeIndex(t *testing.T) *codeIndex {
 	}
 	c.keys, c.sections = configKeys(t, c.syntax)
 	if len(c.keys) < 20 {
-		t.Fatalf("found %d configuration keys: the test misreads agent.Config", len(c.keys))
+		t.Fatalf("found %d configuration keys: the test misreads config.Config", len(c.keys))
 	}
 	return c
 }
@@ -319,9 +320,12 @@ func receiverType(e ast.Expr) string {
 	return ""
 }
 
+// configDir is the directory of the configuration's package.
+const configDir = "agent/config"
+
 // configKeys derives the configuration keys from the yaml tags of
-// agent.Config: a field whose type is a struct of the module is a section
-// of keys, any other field a key.
+// config.Config, in configDir: a field whose type is a struct of the
+// module is a section of keys, any other field a key.
 func configKeys(t *testing.T, syntax map[string][]*ast.File) (keys, sections map[string]bool) {
 	keys, sections = map[string]bool{}, map[string]bool{}
 	// structs finds a struct type by package directory and name; imports
@@ -384,11 +388,11 @@ func configKeys(t *testing.T, syntax map[string][]*ast.File) (keys, sections map
 			keys[prefix+name] = true
 		}
 	}
-	root, ok := structs["agent.Config"]
+	root, ok := structs[configDir+".Config"]
 	if !ok {
-		t.Fatal("no struct type Config in agent")
+		t.Fatalf("no struct type Config in %s", configDir)
 	}
-	walk("agent", root, "")
+	walk(configDir, root, "")
 	return keys, sections
 }
 
@@ -445,7 +449,7 @@ func (c *codeIndex) check(s string) (problem string, isRef bool) {
 	}
 	if m := keyRe.FindStringSubmatch(s); m != nil && c.sections[m[1]] {
 		if key := m[1] + "." + m[2]; !c.keys[key] {
-			return fmt.Sprintf("%s is not a configuration key (agent.Config's yaml tags)", key), true
+			return fmt.Sprintf("%s is not a configuration key (config.Config's yaml tags)", key), true
 		}
 		return "", true
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
 
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/agent/internal/applier"
 	"github.com/lakeside/lakeside/agent/internal/live"
 	"github.com/lakeside/lakeside/agent/internal/live/web"
@@ -48,7 +49,7 @@ func captureMaxValue(size int64) int64 {
 
 // Agent is one running agent.
 type Agent struct {
-	cfg     *Config
+	cfg     *config.Config
 	log     *slog.Logger
 	version string
 
@@ -73,12 +74,12 @@ type Agent struct {
 	// reloadMu guards effective, the configuration as changed by reloads
 	// (cfg stays as started).
 	reloadMu  sync.Mutex
-	effective *Config
+	effective *config.Config
 }
 
 // New returns an agent for cfg; nothing starts until Run. version goes into
 // the Delta tables' commitInfo.
-func New(cfg *Config, log *slog.Logger, version string) *Agent {
+func New(cfg *config.Config, log *slog.Logger, version string) *Agent {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -95,13 +96,13 @@ func (a *Agent) ShareCPUs(catchingUp, otherwise int) {
 }
 
 // sourceConfig converts the configuration for the replication source.
-func (c *Config) sourceConfig(log *slog.Logger) source.Config {
+func sourceConfig(c *config.Config, log *slog.Logger) source.Config {
 	return source.Config{
 		DSN:                    c.Source.DSN,
 		Slot:                   c.Source.Slot,
 		Publication:            c.Source.Publication,
 		Tables:                 c.Source.Tables,
-		Snapshot:               c.Source.Snapshot == SnapshotInitial,
+		Snapshot:               c.Source.Snapshot == config.SnapshotInitial,
 		StatusInterval:         c.Source.StatusInterval,
 		LogicalDecodingWorkMem: c.Source.LogicalDecodingWorkMem,
 		MaxValueBytes:          captureMaxValue(c.Source.MaxValueSize),
@@ -185,7 +186,7 @@ func (a *Agent) Open() error {
 	if archiveOf(a.cfg) != "" {
 		appCfg.Restore = a.up.Restore
 	}
-	if a.cfg.HTTP.Listen != HTTPOff {
+	if a.cfg.HTTP.Listen != config.HTTPOff {
 		// The live view reads every transaction before the queue lets it
 		// go. Without it (http.listen: off) the hub does not run.
 		appCfg.Reader = a.hub
@@ -207,7 +208,7 @@ func (a *Agent) Open() error {
 		Hold:           a.copying,
 	}, a.app)
 
-	srcCfg := a.cfg.sourceConfig(a.log.With("component", "source"))
+	srcCfg := sourceConfig(a.cfg, a.log.With("component", "source"))
 	srcCfg.PlainConnection = a.tuningOff.PollConn
 	srcCfg.FreshChunkMemory = a.tuningOff.ChunkMemory
 	srcCfg.SeparateChunkQuery = a.tuningOff.ChunkQuery
@@ -218,7 +219,7 @@ func (a *Agent) Open() error {
 	}
 	a.src = source.New(srcCfg, db)
 	a.metrics = a.newMetrics()
-	if a.cfg.HTTP.Listen != HTTPOff {
+	if a.cfg.HTTP.Listen != config.HTTPOff {
 		a.server = live.NewServer(live.Config{
 			Listen:         a.cfg.HTTP.Listen,
 			Token:          a.cfg.HTTP.Token,

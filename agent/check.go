@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/agent/internal/source"
 	"github.com/lakeside/lakeside/uploader"
 	"github.com/lakeside/lakeside/uploader/replica"
@@ -36,8 +37,8 @@ const replicaCheckTimeout = 15 * time.Second
 // CheckPostgres runs the capture preflight: the connection, then the
 // server's settings, the role and the tables. An error means a check could
 // not be made at all.
-func CheckPostgres(ctx context.Context, cfg *Config) ([]Check, error) {
-	scfg := cfg.sourceConfig(nil)
+func CheckPostgres(ctx context.Context, cfg *config.Config) ([]Check, error) {
+	scfg := sourceConfig(cfg, nil)
 	conn, err := scfg.Connect(ctx)
 	if err != nil {
 		return []Check{{Name: "connect to PostgreSQL", Problem: err.Error(),
@@ -61,7 +62,7 @@ func CheckPostgres(ctx context.Context, cfg *Config) ([]Check, error) {
 // captures. It returns a passed check per such table. When there is no
 // state to say which tables are captured (the agent never ran), it
 // changes nothing.
-func followRenames(ctx context.Context, conn *pgx.Conn, cfg *Config, scfg *source.Config) ([]Check, error) {
+func followRenames(ctx context.Context, conn *pgx.Conn, cfg *config.Config, scfg *source.Config) ([]Check, error) {
 	st, err := ReadStatus(ctx, cfg)
 	if err != nil {
 		return nil, nil
@@ -89,7 +90,7 @@ func followRenames(ctx context.Context, conn *pgx.Conn, cfg *Config, scfg *sourc
 // CheckStateDir checks that state_dir is writable and has room: at least
 // 1 GiB free beyond replica.max_backlog, the budget of data waiting for the
 // replica.
-func CheckStateDir(cfg *Config) []Check {
+func CheckStateDir(cfg *config.Config) []Check {
 	name := "state_dir " + cfg.StateDir + " is writable"
 	dir := cfg.StateDir
 	for {
@@ -130,7 +131,7 @@ func CheckStateDir(cfg *Config) []Check {
 // CheckReplica checks that the replica is reachable and writable by writing
 // a small object under the site's prefix, reading it back and removing it.
 // It returns nothing when replication is off.
-func CheckReplica(ctx context.Context, cfg *Config) []Check {
+func CheckReplica(ctx context.Context, cfg *config.Config) []Check {
 	if cfg.Replica.URL == "" {
 		return nil
 	}

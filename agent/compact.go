@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/agent/internal/applier"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/uploader"
@@ -30,7 +31,7 @@ type TableCompact = applier.TableCompact
 
 // compactOptions returns the compaction options of cfg, for the tables
 // named (every table when none) and with the engine of version.
-func compactOptions(cfg *Config, version string, log *slog.Logger) applier.CompactOptions {
+func compactOptions(cfg *config.Config, version string, log *slog.Logger) applier.CompactOptions {
 	return applier.CompactOptions{
 		TablesDir:      cfg.Delta.TablesDir,
 		TargetFileSize: cfg.Delta.TargetFileSize,
@@ -133,7 +134,7 @@ func checkTableName(ctx context.Context, tablesDir, name string) error {
 // flushes); otherwise the command holds the state file, so that no agent
 // starts meanwhile, and commits to the tables itself, without the
 // bandwidth limit.
-func RunCompact(ctx context.Context, cfg *Config, table string, dryRun bool, version string, log *slog.Logger) (*CompactReport, error) {
+func RunCompact(ctx context.Context, cfg *config.Config, table string, dryRun bool, version string, log *slog.Logger) (*CompactReport, error) {
 	q := url.Values{"dry_run": {strconv.FormatBool(dryRun)}}
 	if table != "" {
 		q.Set("table", table)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/internal/s3test"
 	"github.com/lakeside/lakeside/uploader"
 )
@@ -22,8 +23,8 @@ func TestPruneDeletesOnlyWhatIsUploaded(t *testing.T) {
 	srv := s3test.Start(t)
 	bucket := srv.NewBucket()
 	stateDir := t.TempDir()
-	cfg := &Config{StateDir: stateDir,
-		Delta: DeltaConfig{TablesDir: filepath.Join(stateDir, "tables"), VacuumRetention: DefaultVacuumRetention,
+	cfg := &config.Config{StateDir: stateDir,
+		Delta: config.Delta{TablesDir: filepath.Join(stateDir, "tables"), VacuumRetention: config.DefaultVacuumRetention,
 			LocalRetention: time.Hour},
 		Replica: uploader.Config{URL: "s3://" + bucket + "/lake", Site: "branch-1", Endpoint: srv.Endpoint(),
 			Region: s3test.Region, AccessKeyID: s3test.AccessKey, SecretAccessKey: s3test.SecretKey}}

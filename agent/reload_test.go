@@ -7,12 +7,13 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/agent/internal/live"
 )
 
-func parse(t *testing.T, extra string) *Config {
+func parse(t *testing.T, extra string) *config.Config {
 	t.Helper()
-	cfg, err := ParseConfig("lakeside.yaml", []byte(`source:
+	cfg, err := config.Parse("lakeside.yaml", []byte(`source:
   dsn: "host=/tmp dbname=shop"
   tables: [public.stock]
 state_dir: /var/lib/lakeside
@@ -21,25 +22,6 @@ state_dir: /var/lib/lakeside
 		t.Fatal(err)
 	}
 	return cfg
-}
-
-func TestDiff(t *testing.T) {
-	old := parse(t, "log:\n  level: info\nhttp:\n  listen: 0.0.0.0:8080\n  token: token-a-0123456789\n")
-	next := parse(t, "log:\n  level: debug\n  format: json\nhttp:\n  listen: 0.0.0.0:8080\n  token: token-b-0123456789\ndelta:\n  flush_interval: 5s\n")
-	var got []string
-	for _, c := range Diff(old, next) {
-		got = append(got, c.Key)
-		if c.Live != (c.Key == "log.level" || c.Key == "http.token") {
-			t.Errorf("%s: live = %v", c.Key, c.Live)
-		}
-	}
-	want := []string{"delta.flush_interval", "http.token", "log.level", "log.format"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("Diff = %v, want %v", got, want)
-	}
-	if d := Diff(old, old); len(d) != 0 {
-		t.Fatalf("Diff of a configuration with itself = %v", d)
-	}
 }
 
 func TestReload(t *testing.T) {
@@ -96,7 +78,7 @@ func TestReloadTakesOnEveryLiveKey(t *testing.T) {
 	if want := []string{"replica.max_bytes_per_second", "http.token", "log.level"}; !slices.Equal(live, want) {
 		t.Fatalf("live changes = %v, want %v", live, want)
 	}
-	for _, c := range Diff(a.effective, next) {
+	for _, c := range config.Diff(a.effective, next) {
 		if c.Live {
 			t.Errorf("%s is live but Reload did not take it on", c.Key)
 		}

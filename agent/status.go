@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/agent/internal/applier"
 	"github.com/lakeside/lakeside/agent/internal/source"
 	"github.com/lakeside/lakeside/store"
@@ -322,7 +323,7 @@ func AskStatus(ctx context.Context, stateDir string) (*Status, error) {
 // control socket, or, when none answers, reads the state file. An agent
 // that holds the state file is asked again once the wait for the file's
 // lock has failed: it may have been starting, its socket not open yet.
-func ReadStatus(ctx context.Context, cfg *Config) (*Status, error) {
+func ReadStatus(ctx context.Context, cfg *config.Config) (*Status, error) {
 	st, err := AskStatus(ctx, cfg.StateDir)
 	if !errors.Is(err, ErrNoAgent) {
 		return st, err

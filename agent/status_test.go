@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -18,7 +19,7 @@ import (
 // starting answers then. One that never answers is still reported so.
 func TestReadStatusAsksAStartingAgentAgain(t *testing.T) {
 	stateDir := t.TempDir()
-	cfg := &Config{StateDir: stateDir}
+	cfg := &config.Config{StateDir: stateDir}
 	db, err := store.Open(stateDir, store.Options{})
 	if err != nil {
 		t.Fatal(err)

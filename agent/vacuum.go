@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
 	"github.com/lakeside/lakeside/uploader"
@@ -76,7 +77,7 @@ type vacuumSettings struct {
 }
 
 // vacuumSettingsOf returns the settings of cfg.
-func vacuumSettingsOf(cfg *Config, dryRun bool) vacuumSettings {
+func vacuumSettingsOf(cfg *config.Config, dryRun bool) vacuumSettings {
 	return vacuumSettings{retention: cfg.Delta.VacuumRetention, localRetention: cfg.Delta.LocalRetention, dryRun: dryRun}
 }
 
@@ -321,7 +322,7 @@ var ErrAgentNotAnswering = errors.New("the running agent does not answer")
 // opens the state file itself, vacuums, and, unless dryRun, deletes from the
 // replica what is already safe to delete there (an unreachable replica is
 // reported, not an error: the agent does it on its next run).
-func RunVacuum(ctx context.Context, cfg *Config, dryRun bool, log *slog.Logger) (*VacuumReport, error) {
+func RunVacuum(ctx context.Context, cfg *config.Config, dryRun bool, log *slog.Logger) (*VacuumReport, error) {
 	rep, db, err := askAgentOrOpen[VacuumReport](ctx, cfg, "/vacuum?dry_run="+strconv.FormatBool(dryRun), "vacuum report")
 	if rep != nil || err != nil {
 		return rep, err
@@ -346,7 +347,7 @@ func RunVacuum(ctx context.Context, cfg *Config, dryRun bool, log *slog.Logger) 
 
 // openUploader returns an uploader for the configured replica on db, for a
 // single pass outside a running agent.
-func openUploader(cfg *Config, db *store.DB, log *slog.Logger) (*uploader.Uploader, error) {
+func openUploader(cfg *config.Config, db *store.DB, log *slog.Logger) (*uploader.Uploader, error) {
 	client, err := replica.Open(cfg.Replica, nil)
 	if err != nil {
 		return nil, fmt.Errorf("replica: %w", err)
@@ -361,7 +362,7 @@ func openUploader(cfg *Config, db *store.DB, log *slog.Logger) (*uploader.Upload
 
 // archiveOf returns where the tables' pruned data files are kept, the
 // replica's "<url>/<site>", or "" when nothing is pruned.
-func archiveOf(cfg *Config) string {
+func archiveOf(cfg *config.Config) string {
 	if cfg.Delta.LocalRetention <= 0 || cfg.Replica.URL == "" {
 		return ""
 	}
@@ -374,7 +375,7 @@ func archiveOf(cfg *Config) string {
 // vacuum keeps (delta.vacuum_retention for removed files, the log's
 // retention as in vacuumTables), and their own VACUUM keeps the same
 // window. Without it nothing is set.
-func tableProperties(cfg *Config) map[string]string {
+func tableProperties(cfg *config.Config) map[string]string {
 	if archiveOf(cfg) == "" {
 		return nil
 	}
@@ -390,7 +391,7 @@ func tableProperties(cfg *Config) map[string]string {
 // answers, it opens the state file instead, for the caller to do the work
 // and close it; an agent that holds the file without answering is an
 // error (ErrAgentNotAnswering).
-func askAgentOrOpen[R any](ctx context.Context, cfg *Config, path, what string) (*R, *store.DB, error) {
+func askAgentOrOpen[R any](ctx context.Context, cfg *config.Config, path, what string) (*R, *store.DB, error) {
 	sock := filepath.Join(cfg.StateDir, SocketName)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://lakeside"+path, nil)
 	if err != nil {

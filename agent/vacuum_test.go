@@ -12,6 +12,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/internal/deltatest"
 	"github.com/lakeside/lakeside/internal/s3test"
@@ -54,7 +55,7 @@ func (v *vacuumTable) exists(version int) bool {
 }
 
 // syncOnce runs one upload pass on the state file, as the agent would.
-func syncOnce(t *testing.T, cfg *Config) error {
+func syncOnce(t *testing.T, cfg *config.Config) error {
 	t.Helper()
 	db, err := store.Open(cfg.StateDir, store.Options{})
 	if err != nil {
@@ -77,8 +78,8 @@ func TestVacuumNeverDeletesWhatIsNotUploaded(t *testing.T) {
 	srv := s3test.Start(t)
 	bucket := srv.NewBucket()
 	stateDir := t.TempDir()
-	cfg := &Config{StateDir: stateDir,
-		Delta: DeltaConfig{TablesDir: filepath.Join(stateDir, "tables"), VacuumRetention: DefaultVacuumRetention},
+	cfg := &config.Config{StateDir: stateDir,
+		Delta: config.Delta{TablesDir: filepath.Join(stateDir, "tables"), VacuumRetention: config.DefaultVacuumRetention},
 		Replica: uploader.Config{URL: "s3://" + bucket + "/lake", Site: "branch-1", Endpoint: srv.Endpoint(),
 			Region: s3test.Region, AccessKeyID: s3test.AccessKey, SecretAccessKey: s3test.SecretKey}}
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
@@ -157,8 +158,8 @@ func TestVacuumTotalsCountFailures(t *testing.T) {
 
 func TestVacuumThroughRunningAgent(t *testing.T) {
 	stateDir := t.TempDir()
-	cfg := &Config{StateDir: stateDir,
-		Delta: DeltaConfig{TablesDir: filepath.Join(stateDir, "tables"), VacuumRetention: DefaultVacuumRetention}}
+	cfg := &config.Config{StateDir: stateDir,
+		Delta: config.Delta{TablesDir: filepath.Join(stateDir, "tables"), VacuumRetention: config.DefaultVacuumRetention}}
 	now := time.Now()
 	vt := newVacuumTable(t, filepath.Join(cfg.Delta.TablesDir, "public.items"), now.AddDate(0, 0, -40))
 	vt.rewrite(now.AddDate(0, 0, -30))

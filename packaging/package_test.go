@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/agent/config"
 )
 
 // Paths the package installs or creates.
@@ -507,8 +507,8 @@ func checkResourceLimits(t *testing.T, settings map[string]string) {
 	if t.Failed() {
 		return
 	}
-	if need := int64(goMemoryLimit + agent.DefaultMaxClients*clientQueueBytes); high <= need {
-		t.Errorf("MemoryHigh is %d bytes, not above the %d the agent may need by default (GOMEMLIMIT and %d full stream queues)", high, need, agent.DefaultMaxClients)
+	if need := int64(goMemoryLimit + config.DefaultMaxClients*clientQueueBytes); high <= need {
+		t.Errorf("MemoryHigh is %d bytes, not above the %d the agent may need by default (GOMEMLIMIT and %d full stream queues)", high, need, config.DefaultMaxClients)
 	}
 	if high >= hard {
 		t.Errorf("MemoryHigh (%d bytes) is not below MemoryMax (%d bytes)", high, hard)
@@ -901,7 +901,7 @@ func writeFile(t *testing.T, path, text string) {
 func TestConfigDocumentsEveryKey(t *testing.T) {
 	documented := documentedKeys(readFile(t, "lakeside.yaml"))
 	known := map[string]bool{}
-	for _, key := range configKeys(reflect.TypeFor[agent.Config](), "") {
+	for _, key := range configKeys(reflect.TypeFor[config.Config](), "") {
 		known[key] = true
 		if !documented[key] {
 			t.Errorf("lakeside.yaml does not document %s", key)

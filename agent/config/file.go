@@ -1,5 +1,3 @@
-// Package config is the agent's configuration. So far it holds the reading
-// of the configuration file and of the environment file beside it.
 package config
 
 import (
@@ -11,7 +9,7 @@ import (
 	"syscall"
 )
 
-// MaxFileBytes is the largest configuration file the agent reads, and the
+// MaxFileBytes is the largest configuration file Load reads, and the
 // largest environment file the command line reads beside it. A real file is
 // a few kilobytes; the limit keeps a wrong path from filling the memory.
 const MaxFileBytes = 1 << 20

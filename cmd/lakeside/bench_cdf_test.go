@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/delta"
 )
 
@@ -90,7 +91,7 @@ func TestBenchChangeDataFeed(t *testing.T) {
 // bytesUploaded returns the bytes the agent has uploaded to its replica.
 func (e *e2e) bytesUploaded() int64 {
 	e.t.Helper()
-	cfg, err := agent.LoadConfig(e.configPath)
+	cfg, err := config.Load(e.configPath)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/internal/pgtest"
 )
@@ -289,7 +290,7 @@ func (e *e2e) recvLogical(slot, endpos string) time.Duration {
 // which pg_recvlogical gets too: both sessions decode with the same memory
 // (at 1MiB, both drained the 1M-row transaction a few per cent faster than
 // at the server's 64MB).
-var baselineDecodingWorkMem = fmt.Sprintf("%dkB", agent.DefaultLogicalDecodingWorkMem>>10)
+var baselineDecodingWorkMem = fmt.Sprintf("%dkB", config.DefaultLogicalDecodingWorkMem>>10)
 
 // walLSN returns the server's current WAL position.
 func (e *e2e) walLSN() string {

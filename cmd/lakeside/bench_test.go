@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/internal/pgtest"
 	"github.com/lakeside/lakeside/store"
 )
@@ -218,7 +219,7 @@ func TestBenchLargeTransactionLatency(t *testing.T) {
 	fmt.Println()
 	fmt.Printf("large transaction (%dk rows), commit to queued, median of %d rounds\n", rows/1000, benchRounds)
 	var nextID int64
-	for _, setting := range []string{strconv.Itoa(agent.DefaultLogicalDecodingWorkMem>>10) + "KiB", agent.ServerDecodingWorkMem} {
+	for _, setting := range []string{strconv.Itoa(config.DefaultLogicalDecodingWorkMem>>10) + "KiB", config.ServerDecodingWorkMem} {
 		e.setSourceKey("logical_decoding_work_mem", setting)
 		d := e.start()
 		waitState(t, e, d, "streaming")

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/lakeside/lakeside/agent"
 	"github.com/lakeside/lakeside/agent/config"
 )
 
@@ -33,9 +32,9 @@ const environmentFile = "environment"
 //
 // Both files are read whole in the background, so that a signal that ends
 // ctx ends the wait at once, whatever the files are stored on.
-func loadConfig(ctx context.Context, path string) (*agent.Config, error) {
+func loadConfig(ctx context.Context, path string) (*config.Config, error) {
 	type result struct {
-		cfg *agent.Config
+		cfg *config.Config
 		err error
 	}
 	done := make(chan result, 1)
@@ -52,7 +51,7 @@ func loadConfig(ctx context.Context, path string) (*agent.Config, error) {
 }
 
 // loadConfigFiles is loadConfig without the context.
-func loadConfigFiles(path string) (*agent.Config, error) {
+func loadConfigFiles(path string) (*config.Config, error) {
 	envPath := filepath.Join(filepath.Dir(path), environmentFile)
 	data, fi, readErr := config.ReadSmallFile(envPath, config.MaxFileBytes)
 	if errors.Is(readErr, config.ErrUnsuitableFile) {
@@ -74,7 +73,7 @@ func loadConfigFiles(path string) (*agent.Config, error) {
 			}
 		}
 	}
-	cfg, err := agent.LoadConfig(path)
+	cfg, err := config.Load(path)
 	if err != nil && readErr != nil && !errors.Is(readErr, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w (%s was not read: %v)", err, envPath, readErr)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/internal/pgcluster"
 	"github.com/lakeside/lakeside/store"
 )
@@ -107,7 +108,7 @@ replica:
 http:
   listen: %s
 `, cluster.DSN("shop"), filepath.Join(dir, "state"), filepath.Join(dir, "replica"), c.listen)
-	cfg, err := agent.ParseConfig("demo.yaml", []byte(yaml))
+	cfg, err := config.Parse("demo.yaml", []byte(yaml))
 	if err != nil {
 		return err
 	}

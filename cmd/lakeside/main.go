@@ -15,7 +15,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/agent/config"
 )
 
 // Version is set at build time from git describe.
@@ -106,7 +106,7 @@ Usage:
 }
 
 // newLogger builds the logger the configuration asks for, at level.
-func newLogger(cfg *agent.Config, level slog.Leveler, w io.Writer) *slog.Logger {
+func newLogger(cfg *config.Config, level slog.Leveler, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.Log.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
@@ -116,7 +116,7 @@ func newLogger(cfg *agent.Config, level slog.Leveler, w io.Writer) *slog.Logger 
 
 // configFlag registers --config on fs.
 func configFlag(fs *flag.FlagSet) *string {
-	return fs.String("config", agent.DefaultConfigPath, "configuration `file`")
+	return fs.String("config", config.DefaultPath, "configuration `file`")
 }
 
 // writeJSON writes v as indented JSON, the form of the commands' --json.

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/internal/pgcluster"
 	"github.com/lakeside/lakeside/internal/pgtest"
@@ -191,7 +192,7 @@ func (e *e2e) stop(d *daemon) time.Duration {
 // status asks the running (or stopped) agent for its status.
 func (e *e2e) status() *agent.Status {
 	e.t.Helper()
-	cfg, err := agent.LoadConfig(e.configPath)
+	cfg, err := config.Load(e.configPath)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -218,7 +219,7 @@ func (e *e2e) waitCaughtUp(d *daemon) {
 			e.t.Fatalf("agent exited while catching up; log:\n%s", d.stderr)
 		default:
 		}
-		cfg, _ := agent.LoadConfig(e.configPath)
+		cfg, _ := config.Load(e.configPath)
 		if st, err := agent.ReadStatus(context.Background(), cfg); err == nil && st.Running {
 			if cp, err := pglogrepl.ParseLSN(st.CheckpointLSN); err == nil && cp >= target {
 				return
@@ -413,7 +414,7 @@ func (e *e2e) waitApplied(d *daemon) {
 	e.waitCaughtUp(d)
 	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
-		cfg, _ := agent.LoadConfig(e.configPath)
+		cfg, _ := config.Load(e.configPath)
 		if st, err := agent.ReadStatus(context.Background(), cfg); err == nil && st.Running && st.Queue.Entries == 0 {
 			return
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/internal/s3test"
 )
@@ -151,7 +152,7 @@ func (e *e2e) waitRemote(d *daemon, what string) {
 	e.t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
-		cfg, _ := agent.LoadConfig(e.configPath)
+		cfg, _ := config.Load(e.configPath)
 		st, err := agent.ReadStatus(context.Background(), cfg)
 		if err == nil && st.Running && len(st.Tables) > 0 && st.Upload != nil && st.Upload.BacklogVersions == 0 {
 			synced := true

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/agent/config"
 )
 
 // resyncCommand asks the running agent to copy a table again: the
@@ -33,7 +34,7 @@ func (c *resyncCommand) ParseFlags(args []string) error {
 	if fs.NArg() != 1 {
 		return errors.New("want one table, as schema.table")
 	}
-	if _, err := agent.ParseTableName(fs.Arg(0)); err != nil {
+	if _, err := config.ParseTableName(fs.Arg(0)); err != nil {
 		return err
 	}
 	c.configPath, c.table = *path, fs.Arg(0)

@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"bytes"
@@ -32,7 +32,7 @@ import (
 // pointer to its field; the parser turns that pointer into the key path and
 // the line of the key.
 
-// configParser carries the state of one ParseConfig call.
+// configParser carries the state of one Parse call.
 type configParser struct {
 	name string
 	// fields maps every field of the configuration being decoded, by its
@@ -106,6 +106,20 @@ func yamlKey(sf reflect.StructField) string {
 		return ""
 	}
 	return name
+}
+
+// hasYAMLFields reports whether t is a configuration section (a struct whose
+// fields are keys) rather than a value such as a duration or a table name.
+func hasYAMLFields(t reflect.Type) bool {
+	if t.Kind() != reflect.Struct {
+		return false
+	}
+	for i := range t.NumField() {
+		if t.Field(i).Tag.Get("yaml") != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // sectionKeys returns the keys of a section type, in the order they are
@@ -513,7 +527,7 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// expand replaces ${NAME} references in s, as described on ParseConfig.
+// expand replaces ${NAME} references in s, as described on Parse.
 // Its errors are the problem alone; the caller adds the key.
 func expand(s string) (string, error) {
 	if !strings.Contains(s, "${") {

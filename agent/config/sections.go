@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"errors"
@@ -23,7 +23,7 @@ const minTargetFileSize = 1 << 20
 
 // validate checks the delta section and fills its tables directory, by
 // default below the state directory stateDir.
-func (d *DeltaConfig) validate(p *configParser, stateDir *string) error {
+func (d *Delta) validate(p *configParser, stateDir *string) error {
 	if !p.isSet(&d.TablesDir) {
 		d.TablesDir = filepath.Join(*stateDir, "tables")
 	}
@@ -93,7 +93,7 @@ func validateReplica(p *configParser, r *uploader.Config) error {
 // validate checks the http section: an address the server can listen on,
 // with a port from 1 to 65535, and a token of at least live.MinTokenLength
 // characters whenever it is reachable from the network.
-func (h *HTTPConfig) validate(p *configParser) error {
+func (h *HTTP) validate(p *configParser) error {
 	for _, host := range h.AllowedHosts {
 		if !isHostName(host) {
 			return p.fieldErrorf(&h.AllowedHosts, "%q is not a host name or address (write it without scheme or port, e.g. branch-17.example or 10.0.0.5)", cutValue(host))

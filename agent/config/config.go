@@ -1,4 +1,11 @@
-package agent
+// Package config is the agent's configuration: the types that are the
+// schema of lakeside.yaml (Config and its sections), their defaults, the
+// YAML decoder that reads a file against them and reports every problem
+// at its line, their validation, the reading of the file (Load, Parse) and
+// the keys that differ between two configurations (Diff), which a reload
+// reports. Package agent wires the stages from a Config; this package
+// knows nothing of a running agent.
+package config
 
 import (
 	"fmt"
@@ -14,16 +21,15 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/agent/internal/source"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/uploader"
 )
 
-// DefaultConfigPath is where the packaged agent reads its configuration.
-const DefaultConfigPath = "/etc/lakeside/lakeside.yaml"
+// DefaultPath is where the packaged agent reads its configuration.
+const DefaultPath = "/etc/lakeside/lakeside.yaml"
 
-// Default values applied by ParseConfig when a key is absent or null.
+// Default values applied by Parse when a key is absent or null.
 const (
 	DefaultSlot           = "lakeside"
 	DefaultPublication    = "lakeside"
@@ -79,29 +85,29 @@ const maxIdentifierBytes = 63
 
 // Config is the agent's configuration, read from /etc/lakeside/lakeside.yaml.
 //
-// It is produced by LoadConfig or ParseConfig, which reject unknown keys,
-// expand ${VAR} references from the environment, apply defaults and
-// validate every field, so a *Config obtained from them is ready to use.
+// It is produced by Load or Parse, which reject unknown keys, expand ${VAR}
+// references from the environment, apply defaults and validate every
+// field, so a *Config obtained from them is ready to use.
 //
 // Config and its section types are the schema of the file: a field's yaml
-// tag is the one place its key is spelled in Go. ParseConfig derives from
-// the tags the keys each section allows, the key path of every error and
-// how each value is parsed (from the field's Go type, or from its config
-// tag for a syntax the type does not imply), and packaging/lakeside.yaml
+// tag is the one place its key is spelled in Go. Parse derives from the
+// tags the keys each section allows, the key path of every error and how
+// each value is parsed (from the field's Go type, or from its config tag
+// for a syntax the type does not imply), and packaging/lakeside.yaml
 // documents exactly these keys.
 type Config struct {
-	Source   SourceConfig `yaml:"source"`
-	StateDir string       `yaml:"state_dir"`
-	Delta    DeltaConfig  `yaml:"delta"`
+	Source   Source `yaml:"source"`
+	StateDir string `yaml:"state_dir"`
+	Delta    Delta  `yaml:"delta"`
 	// Replica is the remote copy of the Delta tables; replication is off
 	// when Replica.URL is empty.
 	Replica uploader.Config `yaml:"replica"`
-	HTTP    HTTPConfig      `yaml:"http"`
-	Log     LogConfig       `yaml:"log"`
+	HTTP    HTTP            `yaml:"http"`
+	Log     Log             `yaml:"log"`
 }
 
-// DeltaConfig configures the local Delta tables.
-type DeltaConfig struct {
+// Delta is the delta section: the local Delta tables.
+type Delta struct {
 	// TablesDir holds the tables, <state_dir>/tables by default.
 	TablesDir string `yaml:"tables_dir"`
 	// FlushInterval is the longest a committed change waits before it is
@@ -149,8 +155,8 @@ type DeltaConfig struct {
 	CompactBytesPerSecond int64 `yaml:"compact_bytes_per_second" config:"size"`
 }
 
-// HTTPConfig configures the live view's HTTP server.
-type HTTPConfig struct {
+// HTTP is the http section: the live view's HTTP server.
+type HTTP struct {
 	// Listen is the address, 127.0.0.1:8080 by default; "off" disables
 	// the server.
 	Listen string `yaml:"listen"`
@@ -169,8 +175,8 @@ type HTTPConfig struct {
 	MaxConnections int `yaml:"max_connections"`
 }
 
-// SourceConfig describes the PostgreSQL database to replicate from.
-type SourceConfig struct {
+// Source is the source section: the PostgreSQL database to replicate from.
+type Source struct {
 	// DSN is the connection string (a postgres:// URL or key=value pairs).
 	// It is required and parses with pgconn.ParseConfig. It may hold a
 	// password, so it must never be logged or echoed in errors.
@@ -222,8 +228,8 @@ const (
 // MaxBackfillChunkRows is the largest source.backfill_chunk_rows.
 const MaxBackfillChunkRows = 1_000_000
 
-// LogConfig configures the agent's structured logs.
-type LogConfig struct {
+// Log is the log section: the agent's structured logs.
+type Log struct {
 	// Level is one of debug, info (the default), warn and error.
 	Level string `yaml:"level" reload:"live"`
 	// Format is text (the default) or json.
@@ -275,18 +281,18 @@ func (c *Config) SlogLevel() slog.Level {
 	}
 }
 
-// LoadConfig reads the YAML file at path and parses it with ParseConfig,
-// using path as the name in error messages. The file must be a regular file
-// of at most config.MaxFileBytes (see config.ReadSmallFile).
-func LoadConfig(path string) (*Config, error) {
-	data, _, err := config.ReadSmallFile(path, config.MaxFileBytes)
+// Load reads the YAML file at path and parses it with Parse, using path as
+// the name in error messages. The file must be a regular file of at most
+// MaxFileBytes (see ReadSmallFile).
+func Load(path string) (*Config, error) {
+	data, _, err := ReadSmallFile(path, MaxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return ParseConfig(path, data)
+	return Parse(path, data)
 }
 
-// ParseConfig parses, expands and validates a YAML configuration. The name
+// Parse parses, expands and validates a YAML configuration. The name
 // (usually the file name) prefixes error messages.
 //
 // Parsing is strict: unknown keys and values of the wrong type are errors.
@@ -306,7 +312,7 @@ func LoadConfig(path string) (*Config, error) {
 // found is reported: the keys are read in the order of the file (unknown
 // keys, keys set twice, values of the wrong kind or syntax), then the
 // sections are checked in the order of Config's fields.
-func ParseConfig(name string, data []byte) (*Config, error) {
+func Parse(name string, data []byte) (*Config, error) {
 	c := defaultConfig()
 	p := newConfigParser(name, &c)
 	required := p.path(&c.Source.DSN) + ", " + p.path(&c.Source.Tables) + " and " + p.path(&c.StateDir)
@@ -324,12 +330,12 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 }
 
 // defaultConfig returns the configuration of a file that sets no key: the
-// defaults that ParseConfig decodes the file over. Keys without a default
-// here are required, get a default that depends on another key (see the
+// defaults that Parse decodes the file over. Keys without a default here
+// are required, get a default that depends on another key (see the
 // validate methods), or are zero.
 func defaultConfig() Config {
 	return Config{
-		Source: SourceConfig{
+		Source: Source{
 			Slot:                   DefaultSlot,
 			Publication:            DefaultPublication,
 			Snapshot:               DefaultSnapshot,
@@ -338,7 +344,7 @@ func defaultConfig() Config {
 			BackfillChunkRows:      DefaultBackfillChunkRows,
 			MaxValueSize:           DefaultMaxValueSize,
 		},
-		Delta: DeltaConfig{
+		Delta: Delta{
 			FlushInterval:   DefaultFlushInterval,
 			FlushChanges:    DefaultFlushChanges,
 			TargetFileRows:  DefaultTargetFileRows,
@@ -352,8 +358,8 @@ func defaultConfig() Config {
 			CompactMinFiles:       DefaultCompactMinFiles,
 			CompactBytesPerSecond: DefaultCompactBytesPerSecond,
 		},
-		HTTP: HTTPConfig{Listen: DefaultHTTPListen, MaxClients: DefaultMaxClients},
-		Log:  LogConfig{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		HTTP: HTTP{Listen: DefaultHTTPListen, MaxClients: DefaultMaxClients},
+		Log:  Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 	}
 }
 
@@ -384,7 +390,7 @@ func (c *Config) validate(p *configParser) error {
 }
 
 // validate checks the source section.
-func (s *SourceConfig) validate(p *configParser) error {
+func (s *Source) validate(p *configParser) error {
 	if s.DSN == "" {
 		return p.fieldErrorf(&s.DSN, "a connection string is required (e.g. postgres://lakeside@db.example/shop or \"host=db.example dbname=shop user=lakeside\")")
 	}
@@ -435,7 +441,7 @@ func (s *SourceConfig) validate(p *configParser) error {
 }
 
 // validate checks the log section.
-func (l *LogConfig) validate(p *configParser) error {
+func (l *Log) validate(p *configParser) error {
 	switch l.Level {
 	case "debug", "info", "warn", "error":
 	default:

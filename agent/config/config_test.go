@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-const configTestdata = "../testdata/config"
+const configTestdata = "../../testdata/config"
 
 // testPassword appears in the DSN of the bad DSN fixtures; no error may
 // contain it.
@@ -138,14 +138,14 @@ func badConfigs() []badConfig {
 	}
 }
 
-func TestLoadConfigBad(t *testing.T) {
+func TestLoadBad(t *testing.T) {
 	setTestEnv(t)
 	for _, tc := range badConfigs() {
 		t.Run(tc.file, func(t *testing.T) {
 			path := filepath.Join(configTestdata, tc.file)
-			c, err := LoadConfig(path)
+			c, err := Load(path)
 			if err == nil {
-				t.Fatalf("LoadConfig(%s) = %+v, want an error", path, c)
+				t.Fatalf("Load(%s) = %+v, want an error", path, c)
 			}
 			msg := err.Error()
 			if !strings.HasPrefix(msg, path+":") {
@@ -211,24 +211,24 @@ type goodConfig struct {
 func goodConfigs() []goodConfig {
 	return []goodConfig{
 		{"sections.good.yml", Config{
-			Source: SourceConfig{
+			Source: Source{
 				DSN: "postgres://lakeside@localhost/shop", Slot: "lakeside", Publication: "lakeside",
 				Tables: []TableName{{Schema: "public", Name: "stock"}}, Snapshot: "initial", StatusInterval: 10 * time.Second,
 				LogicalDecodingWorkMem: 0, // "server"
 				MaxValueSize:           0, // every value
 			},
 			StateDir: "/var/lib/lakeside",
-			Delta: DeltaConfig{TablesDir: "/srv/delta", FlushInterval: 250 * time.Millisecond, FlushChanges: 5000, SoftDelete: true, ChangeDataFeed: true, TargetFileRows: 20000,
+			Delta: Delta{TablesDir: "/srv/delta", FlushInterval: 250 * time.Millisecond, FlushChanges: 5000, SoftDelete: true, ChangeDataFeed: true, TargetFileRows: 20000,
 				RowGroupRows: 5000, VacuumRetention: 72 * time.Hour, VacuumInterval: 6 * time.Hour,
 				Compaction: false, TargetFileSize: 64 << 20, CompactInterval: 5 * time.Minute, CompactMinFiles: 8, CompactBytesPerSecond: 0},
 			Replica: uploader.Config{URL: "s3://branch-data/lakeside", Site: "branch7", Endpoint: "http://127.0.0.1:9000", Region: "eu-west-1",
 				AccessKeyID: "AKIA", SecretAccessKey: "test-secret", MaxBacklog: 2 << 30, MaxBytesPerSecond: 1000000,
 				PollInterval: 5 * time.Second, MaxBackoff: 2 * time.Minute, Concurrency: 2, StallTimeout: 45 * time.Second},
-			HTTP: HTTPConfig{Listen: "0.0.0.0:8080", Token: "test-token-0123456789", MaxClients: 8},
-			Log:  LogConfig{Level: "info", Format: "text"},
+			HTTP: HTTP{Listen: "0.0.0.0:8080", Token: "test-token-0123456789", MaxClients: 8},
+			Log:  Log{Level: "info", Format: "text"},
 		}},
 		{"minimal.good.yml", Config{
-			Source: SourceConfig{
+			Source: Source{
 				DSN:                    "postgres://lakeside@localhost:5432/shop",
 				Slot:                   "lakeside",
 				Publication:            "lakeside",
@@ -239,10 +239,10 @@ func goodConfigs() []goodConfig {
 				MaxValueSize:           DefaultMaxValueSize,
 			},
 			StateDir: "/var/lib/lakeside",
-			Log:      LogConfig{Level: "info", Format: "text"},
+			Log:      Log{Level: "info", Format: "text"},
 		}},
 		{"full.good.yml", Config{
-			Source: SourceConfig{
+			Source: Source{
 				DSN:                    "host=db.branch.example port=5433 dbname=shop user=lakeside password=hunter22 sslmode=require",
 				Slot:                   "lakeside_branch_7",
 				Publication:            "Lakeside-Pub",
@@ -255,10 +255,10 @@ func goodConfigs() []goodConfig {
 				MaxValueSize:           64 << 20,
 			},
 			StateDir: "lakeside-state",
-			Log:      LogConfig{Level: "debug", Format: "json"},
+			Log:      Log{Level: "debug", Format: "json"},
 		}},
 		{"env.good.yml", Config{
-			Source: SourceConfig{
+			Source: Source{
 				DSN:         "postgres://branch7:s3cret@db.example/shop",
 				Slot:        "lakeside_site7",
 				Publication: "pub${NOT_EXPANDED}_$$_$x",
@@ -270,23 +270,23 @@ func goodConfigs() []goodConfig {
 				MaxValueSize:           DefaultMaxValueSize,
 			},
 			StateDir: "/srv/lakeside/state",
-			Log:      LogConfig{Level: "warn", Format: "text"},
+			Log:      Log{Level: "warn", Format: "text"},
 		}},
 		{"aliases.good.yml", Config{
-			Source: SourceConfig{
+			Source: Source{
 				DSN: "postgres://lakeside@localhost/shop", Slot: "lakeside_branch", Publication: "lakeside_branch",
 				Tables: []TableName{{Schema: "public", Name: "stock"}}, Snapshot: "initial", StatusInterval: 10 * time.Second,
 				LogicalDecodingWorkMem: DefaultLogicalDecodingWorkMem,
 				MaxValueSize:           DefaultMaxValueSize,
 			},
 			StateDir: "/var/lib/lakeside",
-			Delta: DeltaConfig{TablesDir: "/var/lib/lakeside", FlushInterval: DefaultFlushInterval, FlushChanges: DefaultFlushChanges,
+			Delta: Delta{TablesDir: "/var/lib/lakeside", FlushInterval: DefaultFlushInterval, FlushChanges: DefaultFlushChanges,
 				TargetFileRows: DefaultTargetFileRows, RowGroupRows: DefaultRowGroupRows,
 				VacuumRetention: DefaultVacuumRetention, VacuumInterval: DefaultVacuumInterval, Compaction: true, TargetFileSize: DefaultTargetFileSize, CompactInterval: DefaultCompactInterval, CompactMinFiles: DefaultCompactMinFiles, CompactBytesPerSecond: DefaultCompactBytesPerSecond},
-			Log: LogConfig{Level: "info", Format: "text"},
+			Log: Log{Level: "info", Format: "text"},
 		}},
 		{"replica_defaults.good.yml", Config{
-			Source: SourceConfig{
+			Source: Source{
 				DSN: "postgres://lakeside@localhost/shop", Slot: "lakeside", Publication: "lakeside",
 				Tables: []TableName{{Schema: "public", Name: "stock"}}, Snapshot: "initial", StatusInterval: 10 * time.Second,
 				LogicalDecodingWorkMem: DefaultLogicalDecodingWorkMem,
@@ -295,25 +295,25 @@ func goodConfigs() []goodConfig {
 			StateDir: "/var/lib/lakeside",
 			Replica: uploader.Config{URL: "file:///srv/replica", Site: "branch7",
 				PollInterval: 10 * time.Second, MaxBackoff: time.Minute, Concurrency: 4},
-			Log: LogConfig{Level: "info", Format: "text"},
+			Log: Log{Level: "info", Format: "text"},
 		}},
 		{"local_retention.good.yml", Config{
-			Source: SourceConfig{
+			Source: Source{
 				DSN: "postgres://lakeside@localhost/shop", Slot: "lakeside", Publication: "lakeside",
 				Tables: []TableName{{Schema: "public", Name: "stock"}}, Snapshot: "initial", StatusInterval: 10 * time.Second,
 				LogicalDecodingWorkMem: DefaultLogicalDecodingWorkMem,
 				MaxValueSize:           DefaultMaxValueSize,
 			},
 			StateDir: "/var/lib/lakeside",
-			Delta: DeltaConfig{TablesDir: "/var/lib/lakeside/tables", FlushInterval: DefaultFlushInterval, FlushChanges: DefaultFlushChanges,
+			Delta: Delta{TablesDir: "/var/lib/lakeside/tables", FlushInterval: DefaultFlushInterval, FlushChanges: DefaultFlushChanges,
 				TargetFileRows: DefaultTargetFileRows, RowGroupRows: DefaultRowGroupRows,
 				VacuumRetention: DefaultVacuumRetention, VacuumInterval: DefaultVacuumInterval, LocalRetention: 6 * time.Hour, Compaction: true, TargetFileSize: DefaultTargetFileSize, CompactInterval: DefaultCompactInterval, CompactMinFiles: DefaultCompactMinFiles, CompactBytesPerSecond: DefaultCompactBytesPerSecond},
 			Replica: uploader.Config{URL: "file:///srv/replica", Site: "branch7",
 				PollInterval: 10 * time.Second, MaxBackoff: time.Minute, Concurrency: 4},
-			Log: LogConfig{Level: "info", Format: "text"},
+			Log: Log{Level: "info", Format: "text"},
 		}},
 		{"nulls.good.yml", Config{
-			Source: SourceConfig{
+			Source: Source{
 				DSN:                    "postgres://lakeside@localhost/shop",
 				Slot:                   "lakeside",
 				Publication:            "lakeside",
@@ -324,22 +324,22 @@ func goodConfigs() []goodConfig {
 				MaxValueSize:           DefaultMaxValueSize,
 			},
 			StateDir: "relative/dir",
-			Log:      LogConfig{Level: "info", Format: "text"},
+			Log:      Log{Level: "info", Format: "text"},
 		}},
 	}
 }
 
-func TestLoadConfigGood(t *testing.T) {
+func TestLoadGood(t *testing.T) {
 	setTestEnv(t)
 	for _, tc := range goodConfigs() {
 		t.Run(tc.file, func(t *testing.T) {
-			got, err := LoadConfig(filepath.Join(configTestdata, tc.file))
+			got, err := Load(filepath.Join(configTestdata, tc.file))
 			if err != nil {
-				t.Fatalf("LoadConfig: %v", err)
+				t.Fatalf("Load: %v", err)
 			}
 			want := withSectionDefaults(tc.want)
 			if !reflect.DeepEqual(*got, want) {
-				t.Errorf("LoadConfig:\n got %+v\nwant %+v", *got, want)
+				t.Errorf("Load:\n got %+v\nwant %+v", *got, want)
 			}
 		})
 	}
@@ -406,19 +406,19 @@ func TestConfigSchema(t *testing.T) {
 	}
 }
 
-func TestLoadConfigMissingFile(t *testing.T) {
-	_, err := LoadConfig(filepath.Join(t.TempDir(), "nope.yaml"))
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
 	if !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("LoadConfig(missing file) = %v, want fs.ErrNotExist", err)
+		t.Errorf("Load(missing file) = %v, want fs.ErrNotExist", err)
 	}
 	if err != nil && !strings.HasPrefix(err.Error(), "read config: ") {
 		t.Errorf("error %q lacks the \"read config: \" prefix", err)
 	}
 }
 
-// TestParseConfigMessages checks errors built from inline documents,
+// TestParseMessages checks errors built from inline documents,
 // including the exact wording promised to operators.
-func TestParseConfigMessages(t *testing.T) {
+func TestParseMessages(t *testing.T) {
 	const valid = "source:\n  dsn: postgres://lakeside@localhost/shop\n  tables: [public.stock]\nstate_dir: /tmp/x\n"
 	tests := []struct {
 		name, data, want string
@@ -457,9 +457,9 @@ func TestParseConfigMessages(t *testing.T) {
 	t.Setenv("LAKESIDE_TEST_SCHEMA", "public")
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := ParseConfig("lakeside.yaml", []byte(tc.data))
+			c, err := Parse("lakeside.yaml", []byte(tc.data))
 			if err == nil {
-				t.Fatalf("ParseConfig = %+v, want an error containing %q", c, tc.want)
+				t.Fatalf("Parse = %+v, want an error containing %q", c, tc.want)
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q does not contain %q", err, tc.want)
@@ -471,10 +471,10 @@ func TestParseConfigMessages(t *testing.T) {
 	}
 }
 
-// TestParseConfigDSNHidesPassword checks that no DSN error reveals the
+// TestParseDSNHidesPassword checks that no DSN error reveals the
 // password, in URL and keyword/value form, even when pgconn's own reason
 // would quote it.
-func TestParseConfigDSNHidesPassword(t *testing.T) {
+func TestParseDSNHidesPassword(t *testing.T) {
 	tests := []struct {
 		dsn, password, want string
 	}{
@@ -491,9 +491,9 @@ func TestParseConfigDSNHidesPassword(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.want, func(t *testing.T) {
 			data := "source:\n  dsn: \"" + tc.dsn + "\"\n  tables: [public.stock]\nstate_dir: /tmp/x\n"
-			_, err := ParseConfig("lakeside.yaml", []byte(data))
+			_, err := Parse("lakeside.yaml", []byte(data))
 			if err == nil {
-				t.Fatalf("ParseConfig accepted DSN %q", tc.dsn)
+				t.Fatalf("Parse accepted DSN %q", tc.dsn)
 			}
 			msg := err.Error()
 			if !strings.HasPrefix(msg, "lakeside.yaml:2: source.dsn: invalid connection string: ") {
@@ -597,7 +597,7 @@ func TestSlogLevel(t *testing.T) {
 		"error": slog.LevelError,
 		"":      slog.LevelInfo,
 	} {
-		c := &Config{Log: LogConfig{Level: level}}
+		c := &Config{Log: Log{Level: level}}
 		if got := c.SlogLevel(); got != want {
 			t.Errorf("SlogLevel() with level %q = %v, want %v", level, got, want)
 		}
@@ -608,7 +608,7 @@ func TestSlogLevel(t *testing.T) {
 // valid: it must load with only PGPASSWORD set.
 func TestPackagedConfigLoads(t *testing.T) {
 	t.Setenv("PGPASSWORD", "secret")
-	cfg, err := LoadConfig("../packaging/lakeside.yaml")
+	cfg, err := Load("../../packaging/lakeside.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -623,13 +623,13 @@ func withSectionDefaults(c Config) Config {
 	if c.Source.BackfillChunkRows == 0 {
 		c.Source.BackfillChunkRows = DefaultBackfillChunkRows
 	}
-	if c.Delta == (DeltaConfig{}) {
-		c.Delta = DeltaConfig{TablesDir: filepath.Join(c.StateDir, "tables"), FlushInterval: DefaultFlushInterval,
+	if c.Delta == (Delta{}) {
+		c.Delta = Delta{TablesDir: filepath.Join(c.StateDir, "tables"), FlushInterval: DefaultFlushInterval,
 			FlushChanges: DefaultFlushChanges, TargetFileRows: DefaultTargetFileRows, RowGroupRows: DefaultRowGroupRows,
 			VacuumRetention: DefaultVacuumRetention, VacuumInterval: DefaultVacuumInterval, Compaction: true, TargetFileSize: DefaultTargetFileSize, CompactInterval: DefaultCompactInterval, CompactMinFiles: DefaultCompactMinFiles, CompactBytesPerSecond: DefaultCompactBytesPerSecond}
 	}
-	if reflect.DeepEqual(c.HTTP, HTTPConfig{}) {
-		c.HTTP = HTTPConfig{Listen: DefaultHTTPListen, MaxClients: DefaultMaxClients}
+	if reflect.DeepEqual(c.HTTP, HTTP{}) {
+		c.HTTP = HTTP{Listen: DefaultHTTPListen, MaxClients: DefaultMaxClients}
 	}
 	return c
 }
