@@ -27,10 +27,11 @@ import (
 //     the repository (`store/queue.go`, `agent/internal/live`) or one of
 //     agent/internal/ or delta/internal/ (`source/backfill.go`,
 //     `parquet/write.go`: the docs may leave those two prefixes out). The
-//     file or directory must exist; a pattern (`testdata/config/*.good.yml`)
-//     must match a file. A Go file is always named with its directory: a
-//     bare `flush.go` fails unless it is at the root (`layering_test.go`),
-//     since the docs' convention is that a path finds its file.
+//     file or directory must exist; a pattern
+//     (`agent/config/testdata/*.good.yml`) must match a file. A Go file is
+//     always named with its directory: a bare `flush.go` fails unless it
+//     is at the root (`layering_test.go`), since the docs' convention is
+//     that a path finds its file.
 //   - A path and a name: `applier/flush.go Applier.ingest`,
 //     `store/store.go Open`, or a package directory and a name
 //     (`delta/internal/parquet DefaultRowGroupBytes`). The name must be

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-const configTestdata = "../../testdata/config"
+const configTestdata = "testdata"
 
 // testPassword appears in the DSN of the bad DSN fixtures; no error may
 // contain it.
@@ -50,7 +50,7 @@ func setTestEnv(t *testing.T) {
 // to a few dozen bytes.
 const maxErrorBytes = 600
 
-// badConfig is a testdata/config/*.bad.yml file and the texts its error
+// badConfig is a testdata/*.bad.yml file and the texts its error
 // must contain; the first always includes the file name and line.
 type badConfig struct {
 	file string
@@ -201,7 +201,7 @@ func TestBadConfigsListed(t *testing.T) {
 	}
 }
 
-// goodConfig is a testdata/config/*.good.yml file and its expected value.
+// goodConfig is a testdata/*.good.yml file and its expected value.
 type goodConfig struct {
 	file string
 	want Config
