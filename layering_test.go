@@ -16,12 +16,16 @@ const module = "github.com/lakeside/lakeside/"
 // delta, uploader), the stages of agent do not import one another (agent
 // wires them) but share the type table, and delta and store import nothing
 // of the module; nor does internal/backoff, below every stage that
-// retries. Inside delta, the protocol imports its Parquet engine and both
+// retries. The configuration, agent/config, sits between agent and the
+// stages: it imports those whose types, defaults and checks make up its
+// schema (source's table names, live's listen check, uploader's replica
+// section, delta's row group size), never agent, and no stage imports it. Inside delta, the protocol imports its Parquet engine and both
 // import the data types, never the reverse. The longest matching prefix
 // applies.
 var layers = map[string][]string{
-	"cmd/":                    {"agent", "store", "delta", "uploader", "internal/pgcluster"},
+	"cmd/":                    {"agent", "agent/config", "store", "delta", "uploader", "internal/pgcluster"},
 	"agent":                   {"agent/", "store", "delta", "uploader"},
+	"agent/config":            {"agent/internal/source", "agent/internal/live", "uploader", "delta"},
 	"agent/internal/source":   {"agent/internal/typemap", "store", "internal/backoff"},
 	"agent/internal/applier":  {"agent/internal/typemap", "store", "delta", "internal/backoff"},
 	"agent/internal/live":     {"agent/internal/live/", "agent/internal/typemap", "store", "delta"},
