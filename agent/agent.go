@@ -1,7 +1,8 @@
 // Package agent wires a running Lakeside agent together: the state file, the
 // replication source, the applier that builds the local Delta tables, the
 // uploader that replicates them, the live view, and the control socket that
-// answers status queries.
+// answers status queries. It runs them from a config.Config, which package
+// agent/config reads and checks, and applies a reload to them.
 package agent
 
 import (
