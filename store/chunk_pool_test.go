@@ -12,7 +12,7 @@ import (
 // memory back at once: every chunk decodes to what was queued (no value
 // keeps a field of the one decoded there before), one ChunkMemory serves
 // them all, and the read allocates a small part of what reading it with
-// SharedChunks does. A callee that keeps each chunk gets new memory for
+// sharedChunks does. A callee that keeps each chunk gets new memory for
 // each.
 func TestRecycledChunksReuseMemory(t *testing.T) {
 	const chunkSize, chunks = 100, 30
@@ -83,7 +83,7 @@ func TestRecycledChunksReuseMemory(t *testing.T) {
 				if recycle {
 					return c.RecycledChunks(pool, func(_ []Change, mem *ChunkMemory) error { pool.Put(mem); return nil })
 				}
-				return c.SharedChunks(func([]Change) error { return nil })
+				return c.sharedChunks(func([]Change) error { return nil })
 			})
 		})
 	}

@@ -79,7 +79,8 @@ type decoder struct {
 	buf []byte
 	err error
 	// shared makes bytes return slices of buf, not copies, and values
-	// carve their slices from slab (see TxnCursor.SharedChunks).
+	// carve their slices from slab (see TxnCursor.RecycledChunks; without
+	// mem, only tests decode so: decodeSharedChunk).
 	shared   bool
 	slab     []Value
 	slabSize int
@@ -385,16 +386,9 @@ func decodeChunk(data []byte) (subXid uint32, changes []Change, err error) {
 	return decodeChunkWith(&d)
 }
 
-// decodeSharedChunk is decodeChunk for a caller that keeps nothing of the
-// changes once data may change (see TxnCursor.SharedChunks).
-func decodeSharedChunk(data []byte) (subXid uint32, changes []Change, err error) {
-	d := newDecoder(recordChunk, data)
-	d.shared = true
-	return decodeChunkWith(&d)
-}
-
-// decodeRecycledChunk is decodeSharedChunk into the memory of an earlier
-// chunk, mem (see TxnCursor.RecycledChunks).
+// decodeRecycledChunk is decodeChunk for a caller that keeps nothing of
+// the changes once data may change, into the memory of an earlier chunk,
+// mem (see TxnCursor.RecycledChunks).
 func decodeRecycledChunk(data []byte, mem *ChunkMemory) (subXid uint32, changes []Change, err error) {
 	d := newDecoder(recordChunk, data)
 	d.shared, d.mem, d.slab = true, mem, mem.values

@@ -242,22 +242,15 @@ func (t *TxnCursor) Chunks(fn func(changes []Change) error) error {
 	return t.chunks(decodeChunk, fn)
 }
 
-// SharedChunks is Chunks for a callee that keeps nothing of a chunk's
-// changes once it returns: their byte values are slices of the state file's
-// memory, valid only in the read transaction, and their value slices share
-// one allocation. A large transaction is read without copying it value by
-// value.
-func (t *TxnCursor) SharedChunks(fn func(changes []Change) error) error {
-	return t.chunks(decodeSharedChunk, fn)
-}
-
-// RecycledChunks is SharedChunks for a callee that hands each chunk's
-// memory back once it is done with the chunk's changes, which may be after
-// fn returns and in another goroutine, but not after the read transaction
-// ends: fn gets the changes and the memory they are decoded into, and puts
-// that memory back into pool. Each chunk is decoded into memory taken from
-// pool, so that reading a large transaction, whose chunks are handed back
-// as the callee goes, allocates nothing per chunk.
+// RecycledChunks is Chunks for a callee that hands each chunk's memory
+// back once it is done with the chunk's changes, which may be after fn
+// returns and in another goroutine, but not after the read transaction
+// ends: the changes' byte values are slices of the state file's memory,
+// valid only in the read transaction. fn gets the changes and the memory
+// they are decoded into, and puts that memory back into pool. Each chunk
+// is decoded into memory taken from pool, so that reading a large
+// transaction, whose chunks are handed back as the callee goes, allocates
+// nothing per chunk.
 func (t *TxnCursor) RecycledChunks(pool *ChunkPool, fn func(changes []Change, mem *ChunkMemory) error) error {
 	var mem *ChunkMemory
 	decode := func(data []byte) (uint32, []Change, error) {
@@ -293,8 +286,8 @@ func (t *TxnCursor) chunks(decode chunkDecoder, fn func(changes []Change) error)
 	return eachChunk(t.b, decode, func(_ uint32, changes []Change) error { return fn(changes) })
 }
 
-// chunkDecoder is decodeChunk, decodeSharedChunk, decodeChunkWithoutValues
-// or a decodeRecycledChunk with its memory.
+// chunkDecoder is decodeChunk, decodeChunkWithoutValues or a
+// decodeRecycledChunk with its memory (or, in tests, decodeSharedChunk).
 type chunkDecoder func(data []byte) (subXid uint32, changes []Change, err error)
 
 // eachChunk decodes the chunks of a queue entry or spool in order, descending

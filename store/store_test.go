@@ -181,7 +181,7 @@ func TestScanOfSmallTxnsAllocatesLittle(t *testing.T) {
 	scan := func() (n int) {
 		if err := db.View(func(r *Reader) error {
 			return r.Txns(0, func(h *TxnHeader, c *TxnCursor) error {
-				return c.SharedChunks(func(changes []Change) error { n += len(changes); return nil })
+				return c.sharedChunks(func(changes []Change) error { n += len(changes); return nil })
 			})
 		}); err != nil {
 			t.Fatal(err)
