@@ -12,7 +12,7 @@ import (
 
 var errKilled = errors.New("killed by the test")
 
-// killer is a Hook that fails every request from the k-th hook call on,
+// killer is a hook that fails every request from the k-th hook call on,
 // simulating a process killed at that point: before a request is sent, or
 // after it succeeded but before the uploader recorded it.
 type killer struct {
@@ -22,7 +22,7 @@ type killer struct {
 	order *orderChecker
 }
 
-func (k *killer) hook(ctx context.Context, r uploader.Request) error {
+func (k *killer) hook(ctx context.Context, r request) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if r.After && k.order != nil {
@@ -70,7 +70,7 @@ func TestKillAtRandomPoints(t *testing.T) {
 			if round >= 30 {
 				k.k = 0 // let it finish
 			}
-			u := newUploader(t, db, b, root, big, func(o *uploader.Options) { o.Hook = k.hook })
+			u := newUploader(t, db, b, root, big, withHook(k.hook))
 			err := u.SyncOnce(ctx)
 			switch {
 			case k.dead:

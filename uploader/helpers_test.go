@@ -232,7 +232,7 @@ func checkRemoteEqualsLocal(t testing.TB, b *backend, local *localTable, minVers
 	return latest
 }
 
-// orderChecker is a Hook that checks invariant 4 (docs/architecture.md) on
+// orderChecker is a hook that checks invariant 4 (docs/architecture.md) on
 // every successful request: every data file and checkpoint of version N goes
 // up before _delta_log/N.json, commits go up in order, and _last_checkpoint
 // only after the commit of the checkpoint it names.
@@ -248,7 +248,7 @@ func newOrderChecker(t testing.TB, root string) *orderChecker {
 	return &orderChecker{t: t, root: root, keys: map[string]bool{}, commit: map[string]int64{}}
 }
 
-func (o *orderChecker) hook(ctx context.Context, r uploader.Request) error {
+func (o *orderChecker) hook(ctx context.Context, r request) error {
 	if !r.After || (r.Op != "put" && r.Op != "complete-multipart") {
 		return nil
 	}

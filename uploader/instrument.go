@@ -3,21 +3,9 @@ package uploader
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"sync/atomic"
 )
-
-// Request describes one request to the replica, for Options.Hook.
-type Request struct {
-	// Op is "put", "get", "delete", "create-multipart", "upload-part",
-	// "complete-multipart" or "abort-multipart".
-	Op  string
-	Key string
-	// After is false when the hook runs before the request and true when
-	// it runs after the request succeeded.
-	After bool
-}
 
 // remoteError marks an error from the replica (as opposed to a local one):
 // it makes the uploader go offline and back off.
@@ -33,32 +21,19 @@ func isRemote(err error) bool {
 }
 
 // instrumented wraps a ReplicaClient: it counts requests and failed ones,
-// runs the hook (a failpoint in tests) around each one, and marks failures
-// as remote.
+// and marks failures as remote.
 type instrumented struct {
 	c        ReplicaClient
 	mp       MultipartClient
-	hook     func(ctx context.Context, r Request) error
 	requests *atomic.Int64
 	failures *atomic.Int64
 	// stalls counts the failures that were stalls (ErrStalled).
 	stalls *atomic.Int64
 }
 
-func (c *instrumented) do(ctx context.Context, op, key string, fn func() error) error {
-	if c.hook != nil {
-		if err := c.hook(ctx, Request{Op: op, Key: key}); err != nil {
-			c.failures.Add(1)
-			return &remoteError{fmt.Errorf("%s %s: %w", op, key, err)}
-		}
-	}
+func (c *instrumented) do(fn func() error) error {
 	c.requests.Add(1)
 	err := fn()
-	if err == nil && c.hook != nil {
-		if herr := c.hook(ctx, Request{Op: op, Key: key, After: true}); herr != nil {
-			err = fmt.Errorf("%s %s: %w", op, key, herr)
-		}
-	}
 	if err == nil {
 		return nil
 	}
@@ -74,12 +49,12 @@ func (c *instrumented) do(ctx context.Context, op, key string, fn func() error) 
 }
 
 func (c *instrumented) PutObject(ctx context.Context, key string, body Body, opts PutOptions) error {
-	return c.do(ctx, "put", key, func() error { return c.c.PutObject(ctx, key, body, opts) })
+	return c.do(func() error { return c.c.PutObject(ctx, key, body, opts) })
 }
 
 func (c *instrumented) GetObject(ctx context.Context, key string) (io.ReadCloser, error) {
 	var rc io.ReadCloser
-	err := c.do(ctx, "get", key, func() error {
+	err := c.do(func() error {
 		var err error
 		rc, err = c.c.GetObject(ctx, key)
 		return err
@@ -92,12 +67,12 @@ func (c *instrumented) GetObject(ctx context.Context, key string) (io.ReadCloser
 }
 
 func (c *instrumented) DeleteObject(ctx context.Context, key string) error {
-	return c.do(ctx, "delete", key, func() error { return c.c.DeleteObject(ctx, key) })
+	return c.do(func() error { return c.c.DeleteObject(ctx, key) })
 }
 
 func (c *instrumented) CreateMultipartUpload(ctx context.Context, key string) (string, error) {
 	var id string
-	err := c.do(ctx, "create-multipart", key, func() error {
+	err := c.do(func() error {
 		var err error
 		id, err = c.mp.CreateMultipartUpload(ctx, key)
 		return err
@@ -107,7 +82,7 @@ func (c *instrumented) CreateMultipartUpload(ctx context.Context, key string) (s
 
 func (c *instrumented) UploadPart(ctx context.Context, key, uploadID string, number int, body Body) (string, error) {
 	var etag string
-	err := c.do(ctx, "upload-part", key, func() error {
+	err := c.do(func() error {
 		var err error
 		etag, err = c.mp.UploadPart(ctx, key, uploadID, number, body)
 		return err
@@ -116,11 +91,11 @@ func (c *instrumented) UploadPart(ctx context.Context, key, uploadID string, num
 }
 
 func (c *instrumented) CompleteMultipartUpload(ctx context.Context, key, uploadID string, parts []Part, opts PutOptions) error {
-	return c.do(ctx, "complete-multipart", key, func() error {
+	return c.do(func() error {
 		return c.mp.CompleteMultipartUpload(ctx, key, uploadID, parts, opts)
 	})
 }
 
 func (c *instrumented) AbortMultipartUpload(ctx context.Context, key, uploadID string) error {
-	return c.do(ctx, "abort-multipart", key, func() error { return c.mp.AbortMultipartUpload(ctx, key, uploadID) })
+	return c.do(func() error { return c.mp.AbortMultipartUpload(ctx, key, uploadID) })
 }

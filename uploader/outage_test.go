@@ -79,16 +79,14 @@ func TestOutageAndRestart(t *testing.T) {
 	// Restart while offline: a new uploader on the same state.
 	// Slow requests and a small window make the catch-up last long enough
 	// for the reader to look at several intermediate versions.
-	slow := func(o *uploader.Options) {
-		o.Window = 2
-		o.Hook = func(ctx context.Context, r uploader.Request) error {
-			if !r.After {
-				time.Sleep(15 * time.Millisecond)
-			}
-			return nil
+	small := func(o *uploader.Options) { o.Window = 2 }
+	slow := withHook(func(ctx context.Context, r request) error {
+		if !r.After {
+			time.Sleep(15 * time.Millisecond)
 		}
-	}
-	u = newUploader(t, db, b, root, fast, slow)
+		return nil
+	})
+	u = newUploader(t, db, b, root, fast, small, slow)
 	stop = runUploader(u)
 	defer func() { stop() }()
 	for range 9 {

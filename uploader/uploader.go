@@ -64,10 +64,6 @@ type Options struct {
 	MaxBytesPerSecond int64
 	Limiter           Limiter
 
-	// Hook, when set, runs before every request and after every successful
-	// one; an error it returns fails the request. Tests use it as a
-	// failpoint to simulate a crash at the N-th request.
-	Hook func(ctx context.Context, r Request) error
 	// Now is the clock; it defaults to time.Now.
 	Now func() time.Time
 }
@@ -153,7 +149,7 @@ func New(opts Options) (*Uploader, error) {
 		tables: map[string]*tableState{},
 		online: true,
 	}
-	u.client = &instrumented{c: opts.Client, hook: opts.Hook, requests: &u.requests, failures: &u.failures, stalls: &u.stalls}
+	u.client = &instrumented{c: opts.Client, requests: &u.requests, failures: &u.failures, stalls: &u.stalls}
 	if mp, ok := opts.Client.(MultipartClient); ok {
 		u.client.mp = mp
 	}

@@ -37,7 +37,7 @@ func TestReplicateInOrder(t *testing.T) {
 		root := t.TempDir()
 		tables := []*localTable{newLocalTable(t, root, "public.items"), newLocalTable(t, root, "public.items_changes")}
 		order := newOrderChecker(t, root)
-		u := newUploader(t, openDB(t, t.TempDir()), b, root, func(o *uploader.Options) { o.Hook = order.hook })
+		u := newUploader(t, openDB(t, t.TempDir()), b, root, withHook(order.hook))
 		ctx := t.Context()
 		for round, n := range []int{4, 7, 12} { // versions 1..4, ..11, ..23
 			for range n {
@@ -191,19 +191,17 @@ func TestReplicaStartsFromLocalCheckpoint(t *testing.T) {
 		var u *uploader.Uploader
 		var atFirstPut sync.Once
 		var backlog uploader.Backlog
-		u = newUploader(t, openDB(t, t.TempDir()), b, root, func(o *uploader.Options) {
-			o.Hook = func(_ context.Context, r uploader.Request) error {
-				if r.Op == "put" {
-					atFirstPut.Do(func() { backlog = u.Backlog() })
-				}
-				if _, rel, _ := strings.Cut(r.Key, "/"); r.After && r.Op == "put" {
-					if v, ok := parseCommit(rel); ok {
-						commits = append(commits, v)
-					}
-				}
-				return nil
+		u = newUploader(t, openDB(t, t.TempDir()), b, root, withHook(func(_ context.Context, r request) error {
+			if r.Op == "put" {
+				atFirstPut.Do(func() { backlog = u.Backlog() })
 			}
-		})
+			if _, rel, _ := strings.Cut(r.Key, "/"); r.After && r.Op == "put" {
+				if v, ok := parseCommit(rel); ok {
+					commits = append(commits, v)
+				}
+			}
+			return nil
+		}))
 		for pass := range 2 {
 			if err := u.SyncOnce(ctx); err != nil {
 				t.Fatalf("pass %d: %v", pass, err)

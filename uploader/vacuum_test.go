@@ -92,7 +92,7 @@ type switchHook struct {
 	deletes    int
 }
 
-func (h *switchHook) hook(_ context.Context, r uploader.Request) error {
+func (h *switchHook) hook(_ context.Context, r request) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.down {
@@ -128,7 +128,7 @@ func TestVacuumWithReplica(t *testing.T) {
 		db := openDB(t, dbDir)
 		rt := newRewriteTable(t, root, "public.items")
 		h := &switchHook{}
-		u := newUploader(t, db, b, root, func(o *uploader.Options) { o.Hook = h.hook })
+		u := newUploader(t, db, b, root, withHook(h.hook))
 		ctx := t.Context()
 		key := func(v int) string { return rt.name + "/" + rt.files[v] }
 
@@ -196,7 +196,7 @@ func TestVacuumWithReplica(t *testing.T) {
 		// Restart: the delete is finished, file 3 goes, file 2 stays until
 		// it is gone locally, file 4 (current) stays.
 		db = openDB(t, dbDir)
-		u = newUploader(t, db, b, root, func(o *uploader.Options) { o.Hook = h.hook })
+		u = newUploader(t, db, b, root, withHook(h.hook))
 		if err := u.SyncOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -253,7 +253,7 @@ func TestExpireLogWithReplica(t *testing.T) {
 		root := t.TempDir()
 		rt := newRewriteTable(t, root, "public.items")
 		h := &switchHook{}
-		u := newUploader(t, openDB(t, t.TempDir()), b, root, func(o *uploader.Options) { o.Hook = h.hook })
+		u := newUploader(t, openDB(t, t.TempDir()), b, root, withHook(h.hook))
 		ctx := t.Context()
 		for d := range 9 {
 			rt.rewrite(d)
