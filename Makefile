@@ -36,6 +36,11 @@ NFPM_VERSION := v2.45.2
 STATICCHECK := $(BIN)/staticcheck
 STATICCHECK_VERSION := v0.8.2
 PACKAGE_ARCHS ?= amd64 arm64
+# TEST_TAGS compiles in the failpoints the crash tests simulate crashes at
+# (agent/internal/applier/failpoints_on.go); a build without the tag, as
+# `make build` and `make package` do, has none of them, and a test that
+# needs them skips itself.
+TEST_TAGS := -tags failpoints
 
 .PHONY: all build test test-short demo bench deps vet fmt clean package version
 
@@ -92,19 +97,21 @@ $(NFPM):
 $(STATICCHECK):
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-# vet runs go vet, gofmt, staticcheck, the import layering check
-# (layering_test.go: imports point down the data flow) and the check of the
-# docs' references to the code (docs_test.go).
+# vet runs go vet, gofmt, staticcheck (with and without the failpoints),
+# the import layering check (layering_test.go: imports point down the data
+# flow) and the check of the docs' references to the code (docs_test.go).
 vet: $(STATICCHECK)
 	$(GO) vet ./...
+	$(GO) vet $(TEST_TAGS) ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(STATICCHECK) ./...
+	$(STATICCHECK) $(TEST_TAGS) ./...
 	$(GO) test -count=1 -run '^(TestImportLayering|TestDocs)$$' .
 
 # test-short runs the tests that start nothing (no PostgreSQL, S3 server,
 # browser or package build), in about a minute.
 test-short:
-	$(GO) test -short -count=1 ./...
+	$(GO) test $(TEST_TAGS) -short -count=1 ./...
 
 # RACE_PACKAGES run a second time under the race detector: the packages whose
 # goroutines share state (capture reads and writes on goroutines of its own,
@@ -114,8 +121,8 @@ RACE_PACKAGES := ./agent ./agent/internal/applier ./agent/internal/source ./stor
 
 test: deps vet
 	mkdir -p dist/test-artifacts
-	$(GO) test -count=1 -timeout 30m -artifacts -outputdir $(CURDIR)/dist/test-artifacts ./...
-	$(GO) test -race -count=1 -timeout 15m $(RACE_PACKAGES)
+	$(GO) test $(TEST_TAGS) -count=1 -timeout 30m -artifacts -outputdir $(CURDIR)/dist/test-artifacts ./...
+	$(GO) test $(TEST_TAGS) -race -count=1 -timeout 15m $(RACE_PACKAGES)
 
 demo: deps build
 	$(BIN)/lakeside demo

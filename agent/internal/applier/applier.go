@@ -217,9 +217,9 @@ type Applier struct {
 	now func() time.Time
 	// arrivals records when changes arrive in the queue (Notify).
 	arrivals arrivals
-	// failpoint, when set, is called at the points a crash is simulated at
-	// in tests; an error (or a panic) there stops the flush.
-	failpoint func(point, table string) error
+	// failpoint holds the points a crash is simulated at in tests; it is
+	// empty unless built with the failpoints tag (failpoints_on.go).
+	failpoint failpoints
 
 	// evolved holds the schema versions evolveIdle has brought the Delta
 	// tables to.
@@ -721,12 +721,10 @@ func (a *Applier) applyAll(ctx context.Context) error {
 	}
 }
 
-// fail calls the failpoint, if any.
+// fail calls the failpoint, if any: only tests built with the failpoints
+// tag have one.
 func (a *Applier) fail(point, table string) error {
-	if a.failpoint == nil {
-		return nil
-	}
-	return a.failpoint(point, table)
+	return a.failpoint.fail(point, table)
 }
 
 // warn counts a value problem; flush logs the counts once per flush. It is

@@ -66,6 +66,7 @@ func (h *harness) changelogKeys(table string) map[string]string {
 }
 
 func TestExactlyOnceAcrossCrashes(t *testing.T) {
+	requireFailpoints(t)
 	h := newHarness(t, `
 		CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL, note text);
 		CREATE TABLE other (id int4 PRIMARY KEY, s text);
@@ -105,12 +106,12 @@ func TestExactlyOnceAcrossCrashes(t *testing.T) {
 		next += 1000
 		record()
 		a := h.applier(func(c *Config) { c.CheckpointInterval = 2; c.TargetFileRows = 300 })
-		a.failpoint = func(point, table string) error {
+		a.failpoint.set(func(point, table string) error {
 			if point == p.point && (p.table == "" || table == p.table) {
 				panic(errCrash)
 			}
 			return nil
-		}
+		})
 		crashed := func() (crashed bool) {
 			defer func() {
 				if r := recover(); r != nil {
@@ -156,17 +157,18 @@ func TestExactlyOnceAcrossCrashes(t *testing.T) {
 }
 
 func TestRetriesAfterAnErrorAndRunsUntilCancelled(t *testing.T) {
+	requireFailpoints(t)
 	h := newHarness(t, `CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`, "items")
 	a := h.applier()
 	a.cfg.FlushInterval = 10 * 1e6
 	failures := 0
-	a.failpoint = func(point, table string) error {
+	a.failpoint.set(func(point, table string) error {
 		if point == "after-commit" && table == "public.items_changes" && failures == 0 {
 			failures++
 			return errCrash
 		}
 		return nil
-	}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()

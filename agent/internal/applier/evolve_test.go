@@ -283,17 +283,18 @@ func (h *harness) waitVersionWith(table, column string) {
 // (a table the idle applier loaded would have been taken for one held out
 // of the flush, and its changes passed over).
 func TestIdleApplierLeavesAFailingTableToItsRetry(t *testing.T) {
+	requireFailpoints(t)
 	ctx := context.Background()
 	h := newHarness(t, `CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL)`, "items")
 	a := h.applier()
 	failed := false
-	a.failpoint = func(point, table string) error {
+	a.failpoint.set(func(point, table string) error {
 		if point == "after-commit" && table == "public.items_changes" && !failed {
 			failed = true
 			return errCrash
 		}
 		return nil
-	}
+	})
 	h.exec(`INSERT INTO items SELECT g, g FROM generate_series(1, 100) g`)
 	h.caughtUp()
 	var tableErrs tableErrors

@@ -23,6 +23,7 @@ import (
 // the other in their fixed order, and that value problems found by two
 // mirrors merging at the same time are each counted (run it with -race).
 func TestFlushWritesEveryTableBeforeCommitting(t *testing.T) {
+	requireFailpoints(t)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	orders, returns := ordersRelation(), returnsRelation()
 	db, dir := openRelations(t, orders, returns)
@@ -50,7 +51,7 @@ func TestFlushWritesEveryTableBeforeCommitting(t *testing.T) {
 	}
 	var commits []string
 	var filesAtFirstCommit map[string]int
-	a.failpoint = func(point, table string) error {
+	a.failpoint.set(func(point, table string) error {
 		if point != "before-commit" {
 			return nil
 		}
@@ -59,7 +60,7 @@ func TestFlushWritesEveryTableBeforeCommitting(t *testing.T) {
 		}
 		commits = append(commits, table)
 		return nil
-	}
+	})
 	if err := a.applyAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -139,6 +140,7 @@ func TestFullBatchLeavesTrimmingToTheNextFlush(t *testing.T) {
 // leaves them to the next flush when a transaction was queued while it
 // wrote: that flush is due at once, and trimming would hold it up.
 func TestFlushLeavesTrimmingToTheNextWhenMoreArrived(t *testing.T) {
+	requireFailpoints(t)
 	ctx := context.Background()
 	txns := readAheadQueue()
 	db, dir := openQueued(t, ordersRelation(), txns[0])
@@ -154,13 +156,13 @@ func TestFlushLeavesTrimmingToTheNextWhenMoreArrived(t *testing.T) {
 	}
 	// While the flush of the second transaction writes, the third is
 	// queued (at the failpoint before the applied position is recorded).
-	a.failpoint = func(point, _ string) error {
+	a.failpoint.set(func(point, _ string) error {
 		if point == "before-applied" {
-			a.failpoint = nil
+			a.failpoint.set(nil)
 			return db.Update(func(w *store.Writer) error { return w.AppendTxn(txns[2], 0) })
 		}
 		return nil
-	}
+	})
 	if err := db.Update(func(w *store.Writer) error { return w.AppendTxn(txns[1], 0) }); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 // in small full batches, and checks that the mirrors end with every row
 // and the changelogs with every change once.
 func TestStressCrashesWhileAppending(t *testing.T) {
+	requireFailpoints(t)
 	rels, q, tablesDir := newStress(t, 3000)
 	rng := q.rng
 	want := [2]int64{}
@@ -52,6 +53,7 @@ func TestStressCrashesWhileAppending(t *testing.T) {
 // existing mirror files: the mirrors must end holding exactly the live
 // rows, each with its last quantity, and the changelogs every change once.
 func TestStressCrashesWhileChanging(t *testing.T) {
+	requireFailpoints(t)
 	rels, q, tablesDir := newStress(t, 2000)
 	rng := q.rng
 	models := [2]*stressModel{newStressModel(rels[0], rng, 1), newStressModel(rels[1], rng, 1)}
@@ -77,6 +79,7 @@ func TestStressCrashesWhileChanging(t *testing.T) {
 // runs, 6 for returns, more than it takes; one round in three updates and
 // deletes earlier rows too.
 func TestStressCrashesWhileLoadingRanges(t *testing.T) {
+	requireFailpoints(t)
 	rels, q, tablesDir := newStress(t, 2000)
 	rng := q.rng
 	models := [2]*stressModel{newStressModel(rels[0], rng, 3), newStressModel(rels[1], rng, 6)}
@@ -217,7 +220,7 @@ func crashRounds(t *testing.T, db *store.DB, tablesDir string, rng *rand.Rand, r
 		}
 		crashAt := rng.IntN(12)
 		calls := 0
-		a.failpoint = func(point, table string) error {
+		a.failpoint.set(func(point, table string) error {
 			if slices.Contains(points, point) {
 				calls++
 				if calls == crashAt {
@@ -225,7 +228,7 @@ func crashRounds(t *testing.T, db *store.DB, tablesDir string, rng *rand.Rand, r
 				}
 			}
 			return nil
-		}
+		})
 		// Read ahead what is queued, then apply all of it.
 		if upTo, _, _, err := a.nextBatch(); err == nil && upTo != 0 && rng.IntN(2) == 0 {
 			a.readAhead(ctx, upTo)
