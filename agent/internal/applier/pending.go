@@ -71,8 +71,9 @@ func fillUnchanged(row, base []any) []any {
 	return out
 }
 
-// appendEntry appends the encoding of e (without its key) to dst.
-func appendEntry(dst []byte, e *entry) []byte {
+// appendEntry appends the encoding of e (without its key) to dst. It
+// fails on a value the spill codec cannot encode (typemap.ErrSpillType).
+func appendEntry(dst []byte, e *entry) ([]byte, error) {
 	flags := byte(0)
 	if e.deleted {
 		flags |= 1
@@ -82,10 +83,10 @@ func appendEntry(dst []byte, e *entry) []byte {
 	}
 	dst = append(dst, flags)
 	dst = binary.AppendVarint(dst, int64(e.count))
-	if e.row != nil {
-		dst = typemap.AppendRow(dst, e.row)
+	if e.row == nil {
+		return dst, nil
 	}
-	return dst
+	return typemap.AppendRow(dst, e.row)
 }
 
 // decodeEntryInto decodes an entry written by appendEntry into e, using
@@ -192,7 +193,10 @@ func (p *pending) add(key []byte, e *entry) error {
 	if bytes.Compare(key, p.maxKey) > 0 {
 		p.maxKey = append(p.maxKey[:0], key...)
 	}
-	p.scratch = appendEntry(p.scratch[:0], e)
+	var err error
+	if p.scratch, err = appendEntry(p.scratch[:0], e); err != nil {
+		return fmt.Errorf("pending changes: %w", err)
+	}
 	need := len(key) + len(p.scratch)
 	last := len(p.blocks) - 1
 	if last < 0 || cap(p.blocks[last])-len(p.blocks[last]) < need {

@@ -1,12 +1,14 @@
 package applier
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,5 +165,18 @@ func TestPendingKeepsItsGreatestKeyAcrossSpills(t *testing.T) {
 	}
 	if string(p.maxKey) != "z" {
 		t.Fatalf("greatest key %q after spills, want %q", p.maxKey, "z")
+	}
+}
+
+// TestPendingFailsOnAValueItCannotSpill adds a row holding a value of a Go
+// type the spill codec has no encoding for: add returns an error wrapping
+// typemap.ErrSpillType, which fails the table's flush (addChange), where
+// the codec once panicked and stopped the agent.
+func TestPendingFailsOnAValueItCannotSpill(t *testing.T) {
+	p := newPending(t.TempDir(), 100, 1<<20, false)
+	defer p.close()
+	err := p.add([]byte("k"), &entry{row: []any{int64(1), uint64(2)}})
+	if !errors.Is(err, typemap.ErrSpillType) || !strings.HasPrefix(err.Error(), "pending changes: spill: column 1: ") {
+		t.Fatalf("add = %v, want a pending changes error wrapping typemap.ErrSpillType", err)
 	}
 }

@@ -42,14 +42,25 @@ func appendBytes(dst, b []byte) []byte {
 	return append(dst, b...)
 }
 
-// AppendRow appends the encoding of row to dst.
-func AppendRow(dst []byte, row []any) []byte {
+// AppendRow appends the encoding of row to dst. A value of a Go type the
+// codec has no encoding for (not one of the Delta types', which no
+// converter or reader should make) is an error wrapping ErrSpillType, for
+// the caller to fail what it was doing (the applier: the table's flush)
+// rather than the process.
+func AppendRow(dst []byte, row []any) ([]byte, error) {
 	dst = binary.AppendUvarint(dst, uint64(len(row)))
-	for _, v := range row {
-		dst = appendRowValue(dst, v)
+	for i, v := range row {
+		var err error
+		if dst, err = appendRowValue(dst, v); err != nil {
+			return dst, fmt.Errorf("spill: column %d: %w", i, err)
+		}
 	}
-	return dst
+	return dst, nil
 }
+
+// ErrSpillType is returned by AppendRow for a value of a Go type it cannot
+// encode.
+var ErrSpillType = errors.New("no encoding for Go type")
 
 // DecodeRow decodes a row written by AppendRow at the start of b into row's
 // memory, and returns it with the bytes after it; decimals makes its
@@ -83,49 +94,52 @@ func decodeRow(d valueDecoder, row []any) ([]any, []byte, error) {
 	return row, d.b, nil
 }
 
-func appendRowValue(dst []byte, v any) []byte {
+func appendRowValue(dst []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:
-		return append(dst, tagNil)
+		return append(dst, tagNil), nil
 	case unchangedValue:
-		return append(dst, tagUnchanged)
+		return append(dst, tagUnchanged), nil
 	case bool:
 		if x {
-			return append(dst, tagTrue)
+			return append(dst, tagTrue), nil
 		}
-		return append(dst, tagFalse)
+		return append(dst, tagFalse), nil
 	case int8:
-		return binary.AppendVarint(append(dst, tagInt8), int64(x))
+		return binary.AppendVarint(append(dst, tagInt8), int64(x)), nil
 	case int16:
-		return binary.AppendVarint(append(dst, tagInt16), int64(x))
+		return binary.AppendVarint(append(dst, tagInt16), int64(x)), nil
 	case int32:
-		return binary.AppendVarint(append(dst, tagInt32), int64(x))
+		return binary.AppendVarint(append(dst, tagInt32), int64(x)), nil
 	case int64:
-		return binary.AppendVarint(append(dst, tagInt64), x)
+		return binary.AppendVarint(append(dst, tagInt64), x), nil
 	case float32:
-		return binary.BigEndian.AppendUint32(append(dst, tagFloat32), math.Float32bits(x))
+		return binary.BigEndian.AppendUint32(append(dst, tagFloat32), math.Float32bits(x)), nil
 	case float64:
-		return binary.BigEndian.AppendUint64(append(dst, tagFloat64), math.Float64bits(x))
+		return binary.BigEndian.AppendUint64(append(dst, tagFloat64), math.Float64bits(x)), nil
 	case string:
-		return appendBytes(append(dst, tagString), []byte(x))
+		return appendBytes(append(dst, tagString), []byte(x)), nil
 	case []byte:
-		return appendBytes(append(dst, tagBytes), x)
+		return appendBytes(append(dst, tagBytes), x), nil
 	case delta.Decimal:
 		if x.Unscaled != nil && x.Unscaled.IsInt64() {
 			dst = binary.AppendVarint(append(dst, tagDecimal64), int64(x.Scale))
-			return binary.AppendVarint(dst, x.Unscaled.Int64())
+			return binary.AppendVarint(dst, x.Unscaled.Int64()), nil
 		}
-		return appendBytes(append(dst, tagDecimal), []byte(x.String()))
+		return appendBytes(append(dst, tagDecimal), []byte(x.String())), nil
 	case time.Time:
-		return binary.AppendVarint(append(dst, tagTime), x.UnixMicro())
+		return binary.AppendVarint(append(dst, tagTime), x.UnixMicro()), nil
 	case []any:
 		dst = binary.AppendUvarint(append(dst, tagArray), uint64(len(x)))
 		for _, e := range x {
-			dst = appendRowValue(dst, e)
+			var err error
+			if dst, err = appendRowValue(dst, e); err != nil {
+				return dst, err
+			}
 		}
-		return dst
+		return dst, nil
 	}
-	panic(fmt.Sprintf("typemap: cannot spill a %T", v))
+	return dst, fmt.Errorf("%w %T", ErrSpillType, v)
 }
 
 // valueDecoder decodes values written by appendRowValue from b.

@@ -1,6 +1,8 @@
 package typemap
 
 import (
+	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"unsafe"
@@ -11,7 +13,10 @@ import (
 // was handed, DecodeRow a copy, and both copy the small one.
 func TestDecodeOwnedRowRefersToItsBytes(t *testing.T) {
 	huge := strings.Repeat("h", ownedStringBytes)
-	b := AppendRow(nil, []any{huge, "small"})
+	b, err := AppendRow(nil, []any{huge, "small"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	within := func(s string) bool {
 		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
 		start := uintptr(unsafe.Pointer(&b[0]))
@@ -27,5 +32,36 @@ func TestDecodeOwnedRowRefersToItsBytes(t *testing.T) {
 	row, _, err = DecodeRow(nil, b, nil)
 	if err != nil || row[0] != huge || within(row[0].(string)) {
 		t.Fatalf("DecodeRow referred to bytes it was not handed: %v", err)
+	}
+}
+
+// TestAppendRowFailsOnAnUnknownType spills rows holding a value of a Go
+// type no Delta type converts to, alone and inside an array: AppendRow
+// returns an error wrapping ErrSpillType that names the column and the
+// type, where it once panicked and stopped the agent.
+func TestAppendRowFailsOnAnUnknownType(t *testing.T) {
+	for _, tc := range []struct {
+		row  []any
+		want string
+	}{
+		{[]any{int64(1), uint64(2)}, "spill: column 1: no encoding for Go type uint64"},
+		{[]any{"a", nil, 3}, "spill: column 2: no encoding for Go type int"},
+		{[]any{[]any{int32(1), struct{}{}}}, "spill: column 0: no encoding for Go type struct {}"},
+		{[]any{map[string]any{"k": "v"}}, "spill: column 0: no encoding for Go type map[string]interface {}"},
+	} {
+		_, err := AppendRow(nil, tc.row)
+		if !errors.Is(err, ErrSpillType) || err.Error() != tc.want {
+			t.Errorf("AppendRow(%v) = %v, want %q", tc.row, err, tc.want)
+		}
+	}
+	// The types it encodes round-trip.
+	row := []any{nil, Unchanged, true, int8(1), int16(2), int32(3), int64(4), float32(5), float64(6), "s", []byte("b"), []any{int64(7), nil}}
+	b, err := AppendRow(nil, row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, rest, err := DecodeRow(nil, b, nil)
+	if err != nil || len(rest) != 0 || !reflect.DeepEqual(got, row) {
+		t.Fatalf("DecodeRow = %v, %d bytes left, %v; want %v", got, len(rest), err, row)
 	}
 }
