@@ -11,12 +11,11 @@ import (
 	"github.com/lakeside/lakeside/internal/pgtest"
 )
 
-// TestStuckCopyGivesWay resyncs a table without a key while a writer
-// keeps changing it, so that its copy starts over after every chunk, then
+// TestStuckCopyGivesWay resyncs a table without a key while writers
+// keep changing it, so that its copy starts over after every chunk, then
 // resyncs another table: the stuck copy gives way, the other table's copy
-// ends while the writer still runs (it waited until the first copy got
-// through by chance, or for ever for a chunk copied again without end,
-// as an enum rename once made) and its mirror equals PostgreSQL, and once the writer stops the
+// ends while the writers still run (it waited for ever behind a copy that
+// cannot progress) and its mirror equals PostgreSQL, and once the writer stops the
 // first copy resumes and ends too.
 func TestStuckCopyGivesWay(t *testing.T) {
 	e := newE2E(t, []string{"public.nokey", "public.other"})
@@ -24,27 +23,32 @@ func TestStuckCopyGivesWay(t *testing.T) {
 		`INSERT INTO nokey SELECT g, 'v' FROM generate_series(1, 2000) g`,
 		`CREATE TABLE other (id int PRIMARY KEY, v text)`,
 		`INSERT INTO other SELECT g, 'o' FROM generate_series(1, 100) g`)
-	e.setSourceKey("backfill_chunk_rows", "50")
+	e.setSourceKey("backfill_chunk_rows", "10")
 	d := e.start()
 	waitState(t, e, d, "streaming")
 	e.waitApplied(d)
 
+	// Two writers update random rows without a pause: every chunk's
+	// window sees a change, and the copy of a table without a key starts
+	// over.
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		conn := pgtest.Conn(t, e.dsn)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
+	for range 2 {
+		wg.Go(func() {
+			conn := pgtest.Conn(t, e.dsn)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := conn.Exec(context.Background(), `UPDATE nokey SET v = $1 WHERE n = $2`, time.Now().String(), rand.IntN(2000)+1); err != nil {
+					t.Error(err)
+					return
+				}
 			}
-			if _, err := conn.Exec(context.Background(), `UPDATE nokey SET v = $1 WHERE n = $2`, time.Now().String(), rand.IntN(2000)+1); err != nil {
-				t.Error(err)
-				return
-			}
-		}
-	})
+		})
+	}
 	stuck := make(chan string, 1)
 	go func() {
 		out, stderr, _ := e.lakeside("resync", "--config", e.configPath, "public.nokey")
