@@ -19,14 +19,17 @@ const module = "github.com/lakeside/lakeside/"
 // retries. The configuration, agent/config, sits between agent and the
 // stages: it imports those whose types, defaults and checks make up its
 // schema (source's table names, live's listen check, uploader's replica
-// section, delta's row group size), never agent, and no stage imports it. Inside delta, the protocol imports its Parquet engine and both
+// section, delta's row group size), never agent, and no stage imports it.
+// Inside capture, the stream imports the backfill, which talks to it
+// through interfaces of its own (backfill.Stream), never the reverse.
+// Inside delta, the protocol imports its Parquet engine and both
 // import the data types, never the reverse. The longest matching prefix
 // applies.
 var layers = map[string][]string{
 	"cmd/":                    {"agent", "agent/config", "store", "delta", "uploader", "internal/pgcluster"},
 	"agent":                   {"agent/", "store", "delta", "uploader"},
 	"agent/config":            {"agent/internal/source", "agent/internal/live", "uploader", "delta"},
-	"agent/internal/source":   {"agent/internal/typemap", "store", "internal/backoff"},
+	"agent/internal/source":   {"agent/internal/source/backfill", "agent/internal/typemap", "store", "internal/backoff"},
 	"agent/internal/applier":  {"agent/internal/typemap", "store", "delta", "internal/backoff"},
 	"agent/internal/live":     {"agent/internal/live/", "agent/internal/typemap", "store", "delta"},
 	"agent/internal/typemap":  {"store", "delta"},
@@ -42,6 +45,8 @@ var layers = map[string][]string{
 	"delta/internal/rowstest": {"delta/internal/types"},
 	"store":                   {},
 	"packaging":               {},
+	// Capture's backfill, below its stream.
+	"agent/internal/source/backfill": {"agent/internal/typemap", "store", "internal/backoff"},
 }
 
 // testHelpers are packages for tests only: no other code imports them.

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/lakeside/lakeside/agent/internal/source/backfill"
 	"github.com/lakeside/lakeside/internal/pgtest"
 	"github.com/lakeside/lakeside/store"
 )
@@ -409,7 +410,7 @@ func TestBackfillWithoutKeyThatKeepsChangingSaysSo(t *testing.T) {
 		`INSERT INTO bag SELECT g % 50, g % 50, 'dup' FROM generate_series(1, 300) g`)
 	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "bag"})
 	conn := pgtest.Conn(t, h.dsn)
-	const changed = restartsToReport + 1
+	const changed = backfill.RestartsToReport + 1
 	calls := 0
 	h.failpoint = func(point string) error {
 		if point == "backfill-copied" {

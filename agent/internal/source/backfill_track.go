@@ -3,93 +3,29 @@ package source
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/lakeside/lakeside/agent/internal/source/backfill"
 	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/store"
 )
 
-// The stream's side of a backfill (see backfill.go): while a table is
+// The stream's side of a backfill (package backfill): while a table is
 // copied, the stream notes the keys of the table's rows every transaction
 // changes, and at a chunk's high watermark decides which of the chunk's
-// rows to queue.
-
-// backfillPrefix is the prefix of the logical decoding messages that mark
-// a chunk's window in the WAL.
-const backfillPrefix = "lakeside.backfill"
+// rows to queue. It runs on the stream's state, in the stream's goroutine;
+// the handoff is where the backfiller (backfill.Stream) and the stream
+// meet.
 
 // maxTrackedKeys bounds the keys the stream holds for the table being
 // copied. A transaction whose keys would pass it is noted as changing
 // keys unknown: if it is one the chunk's copy does not see, the chunk is
 // copied again (correct, only slower).
 const maxTrackedKeys = 65536
-
-// watermark is the content of a watermark message.
-type watermark struct {
-	// ID names the chunk: the backfill's session nonce and the chunk's
-	// number, so that a message of an earlier session, read again after
-	// a restart, is passed over.
-	ID   string `json:"id"`
-	OID  uint32 `json:"oid"`
-	Mark string `json:"mark"` // "low" or "high"
-}
-
-// pgSnapshot is a transaction snapshot as pg_current_snapshot() prints it:
-// which transactions a chunk's copy sees.
-type pgSnapshot struct {
-	xmin, xmax uint64
-	xip        map[uint64]bool
-}
-
-// parseSnapshot parses "xmin:xmax:xip,xip,...".
-func parseSnapshot(s string) (pgSnapshot, error) {
-	parts := strings.Split(s, ":")
-	if len(parts) != 3 {
-		return pgSnapshot{}, fmt.Errorf("parse snapshot %q: want xmin:xmax:xip", s)
-	}
-	var snap pgSnapshot
-	var err error
-	if snap.xmin, err = strconv.ParseUint(parts[0], 10, 64); err != nil {
-		return pgSnapshot{}, fmt.Errorf("parse snapshot %q: %w", s, err)
-	}
-	if snap.xmax, err = strconv.ParseUint(parts[1], 10, 64); err != nil {
-		return pgSnapshot{}, fmt.Errorf("parse snapshot %q: %w", s, err)
-	}
-	snap.xip = map[uint64]bool{}
-	if parts[2] != "" {
-		for _, x := range strings.Split(parts[2], ",") {
-			xid, err := strconv.ParseUint(x, 10, 64)
-			if err != nil {
-				return pgSnapshot{}, fmt.Errorf("parse snapshot %q: %w", s, err)
-			}
-			snap.xip[xid] = true
-		}
-	}
-	return snap, nil
-}
-
-// visible reports whether the snapshot sees the committed transaction
-// xid (32 bits, as pgoutput sends it; widened by its distance from xmax,
-// which every transaction still in flight is within 2^31 of).
-func (s pgSnapshot) visible(xid uint32) bool {
-	full := int64(s.xmax) + int64(int32(xid-uint32(s.xmax)))
-	if full < 0 {
-		return true
-	}
-	x := uint64(full)
-	return x < s.xmin || (x < s.xmax && !s.xip[x])
-}
-
-// seesAllUpTo reports whether the snapshot sees every transaction whose
-// xid is at or before xid: xmin is past it.
-func (s pgSnapshot) seesAllUpTo(xid uint32) bool {
-	full := int64(s.xmax) + int64(int32(xid-uint32(s.xmax)))
-	return full < int64(s.xmin)
-}
 
 // xidKeys are the keys of the table under backfill that one transaction
 // changed: per subtransaction while it runs, all of them once committed.
@@ -168,7 +104,7 @@ func (t *tracker) note(rels map[uint32]*relationDecoder, xid, subXid uint32, c *
 	}
 	pos, ok := t.positions[c.Relation]
 	if !ok {
-		pos = keyPositions(rd.rel, t.keyNames)
+		pos = backfill.KeyPositions(rd.rel, t.keyNames)
 		t.positions[c.Relation] = pos
 	}
 	if pos == nil {
@@ -282,10 +218,10 @@ type verdict struct {
 // its commit record is in the WAL before it leaves the running
 // transactions, and a synchronous standby holds it longer). Both are
 // queued before the chunk, at their commits.
-func (t *tracker) judge(snap pgSnapshot, low, runLow, truncAt store.LSN) verdict {
+func (t *tracker) judge(snap backfill.Snapshot, low, runLow, truncAt store.LSN) verdict {
 	v := verdict{replaced: map[string]bool{}}
 	if t.over {
-		seen := snap.seesAllUpTo(t.overXid)
+		seen := snap.SeesAllUpTo(t.overXid)
 		switch {
 		case len(t.keyNames) == 0 && (!seen || t.overCommit > runLow):
 			v.restart = "too many transactions changed the table while it was copied"
@@ -298,7 +234,7 @@ func (t *tracker) judge(snap pgSnapshot, low, runLow, truncAt store.LSN) verdict
 	}
 	keep := t.committed[:0]
 	for _, e := range t.committed {
-		visible := snap.visible(e.xid)
+		visible := snap.Visible(e.xid)
 		switch {
 		case len(t.keyNames) == 0:
 			// Copied by ctid ranges: no change is in the copy and
@@ -329,22 +265,94 @@ func (t *tracker) judge(snap pgSnapshot, low, runLow, truncAt store.LSN) verdict
 	return v
 }
 
-// keyPositions returns the positions of the named columns in rel, nil
-// when one is missing.
-func keyPositions(rel *store.Relation, names []string) []int {
-	pos := make([]int, len(names))
-	for i, n := range names {
-		pos[i] = -1
-		for j, c := range rel.Columns {
-			if c.Name == n {
-				pos[i] = j
-			}
-		}
-		if pos[i] < 0 {
-			return nil
+// handoff is what the backfiller and the stream share, under mu: the
+// stream's side of backfill.Stream.
+type handoff struct {
+	mu sync.Mutex
+	// track is the OID of the table whose changes the stream notes (zero:
+	// none), by keyNames; trackGen counts the requests, and tracked,
+	// when set, receives the position from which the stream tracks.
+	track    uint32
+	keyNames []string
+	trackGen uint64
+	tracked  chan store.LSN
+	// wins are the chunks between their watermarks, oldest first: a
+	// chunk's high watermark is written in the round trip that writes
+	// the next chunk's low watermark.
+	wins []*backfill.Window
+	// wake, set while a session streams, interrupts the stream's wait
+	// for its next message, so that it takes a request at once.
+	wake func()
+}
+
+// setWake sets (nil: clears) how to wake the stream.
+func (h *handoff) setWake(wake func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.wake = wake
+}
+
+// StartTracking asks the stream to note the changes of table oid, and
+// returns where it will receive the position it tracks from.
+func (h *handoff) StartTracking(oid uint32, keyNames []string) <-chan store.LSN {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch := make(chan store.LSN, 1)
+	h.track, h.keyNames, h.tracked = oid, keyNames, ch
+	h.trackGen++
+	if h.wake != nil {
+		h.wake()
+	}
+	return ch
+}
+
+// StopTracking asks the stream to stop noting changes.
+func (h *handoff) StopTracking() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.track, h.keyNames, h.tracked, h.wins = 0, nil, nil, nil
+	h.trackGen++
+}
+
+// Open adds a chunk's window before its low watermark is written.
+func (h *handoff) Open(win *backfill.Window) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.wins = append(h.wins, win)
+}
+
+// find returns the window of the watermark w, or nil.
+func (h *handoff) find(w backfill.Watermark) *backfill.Window {
+	for _, win := range h.wins {
+		if win.ID == w.ID && win.OID == w.OID {
+			return win
 		}
 	}
-	return pos
+	return nil
+}
+
+// remove removes a chunk's window, under mu, and reports whether it was
+// there: the stream takes a window at its high watermark, the backfiller
+// withdraws one it gives up.
+func (h *handoff) remove(win *backfill.Window) bool {
+	n := len(h.wins)
+	h.wins = slices.DeleteFunc(h.wins, func(w *backfill.Window) bool { return w == win })
+	return len(h.wins) < n
+}
+
+// Withdraw removes a window the backfiller gives up, and reports whether
+// it was there (see remove).
+func (h *handoff) Withdraw(win *backfill.Window) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.remove(win)
+}
+
+// Update runs fn, which sets what the stream reads of a window, under mu.
+func (h *handoff) Update(fn func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fn()
 }
 
 // adoptTracking starts or stops tracking as the backfill asks (at a chore
@@ -379,7 +387,7 @@ func (st *stream) adoptTracking() {
 
 // watermark handles a backfill's watermark message.
 func (st *stream) watermark(m *pglogrepl.LogicalDecodingMessage) error {
-	var w watermark
+	var w backfill.Watermark
 	if err := json.Unmarshal(m.Content, &w); err != nil {
 		st.s.log.Warn("passing over a malformed backfill watermark", "err", err)
 		return nil
@@ -393,9 +401,9 @@ func (st *stream) watermark(m *pglogrepl.LogicalDecodingMessage) error {
 		return nil // an earlier session's, read again, or withdrawn
 	}
 	if w.Mark == "low" {
-		win.low, win.lowSeen = at, true
+		win.Low, win.LowSeen = at, true
 		h.mu.Unlock()
-		if win.truncate {
+		if win.Truncate {
 			return st.queueBackfillTruncate(win, at)
 		}
 		return nil
@@ -407,27 +415,27 @@ func (st *stream) watermark(m *pglogrepl.LogicalDecodingMessage) error {
 
 // queueBackfillTruncate queues a truncate of the table just after the low
 // watermark of a chunk that starts by truncating it.
-func (st *stream) queueBackfillTruncate(win *chunkWindow, low store.LSN) error {
-	tracked := st.trk != nil && st.trk.oid == win.oid
+func (st *stream) queueBackfillTruncate(win *backfill.Window, low store.LSN) error {
+	tracked := st.trk != nil && st.trk.oid == win.OID
 	if tracked && st.trk.truncLow != 0 {
 		// The first chunk copied again: the copy's truncate is
 		// queued, and nothing of the copy after it.
-		win.truncAt = st.trk.truncLow
+		win.TruncAt = st.trk.truncLow
 		return nil
 	}
-	key, err := st.backfillRelation(win.rel)
+	key, err := st.backfillRelation(win.Rel)
 	if err != nil {
 		return err
 	}
 	switch {
 	case key == (store.RelationKey{}):
-		win.redo = "the table's columns changed while it was copied"
+		win.Redo = "the table's columns changed while it was copied"
 		return nil
 	case low+1 <= st.lastQueued:
-		win.redo = "the chunk's low watermark came before a transaction queued"
+		win.Redo = "the chunk's low watermark came before a transaction queued"
 		return nil
 	}
-	win.truncAt = low
+	win.TruncAt = low
 	if tracked {
 		st.trk.runLow, st.trk.truncLow = low, low
 	}
@@ -441,65 +449,65 @@ func (st *stream) queueBackfillTruncate(win *chunkWindow, low store.LSN) error {
 // finishChunk decides, at a chunk's high watermark, which of its rows to
 // queue, and queues them as one transaction just after the watermark, in
 // the same write as the backfill's progress.
-func (st *stream) finishChunk(win *chunkWindow, high store.LSN) error {
-	res := chunkResult{}
-	defer func() { win.result <- res }()
-	if win.redo != "" {
-		res.redo = win.redo
+func (st *stream) finishChunk(win *backfill.Window, high store.LSN) error {
+	res := backfill.Result{}
+	defer func() { win.Result <- res }()
+	if win.Redo != "" {
+		res.Redo = win.Redo
 		return nil
 	}
-	if !win.ready || !win.lowSeen || (win.truncate && win.truncAt == 0) {
-		res.redo = "the chunk's watermarks came out of order"
+	if !win.Ready || !win.LowSeen || (win.Truncate && win.TruncAt == 0) {
+		res.Redo = "the chunk's watermarks came out of order"
 		return nil
 	}
-	if st.trk == nil || st.trk.oid != win.oid {
-		res.redo = "changes of the table were not tracked"
+	if st.trk == nil || st.trk.oid != win.OID {
+		res.Redo = "changes of the table were not tracked"
 		return nil
 	}
-	v := st.trk.judge(win.snap, win.low, st.trk.runLow, win.truncAt)
+	v := st.trk.judge(win.Snap, win.Low, st.trk.runLow, win.TruncAt)
 	switch {
 	case v.restart != "":
 		// The copy starts over with a truncate of its own: the
 		// changes queued after this one's are in its copy too.
 		st.trk.truncLow = 0
-		res.restart = v.restart
+		res.Restart = v.restart
 		return nil
 	case v.redo != "":
-		res.redo = v.redo
+		res.Redo = v.redo
 		return nil
 	}
-	key, err := st.backfillRelation(win.rel)
+	key, err := st.backfillRelation(win.Rel)
 	if err != nil {
 		return err
 	}
 	if key == (store.RelationKey{}) {
-		res.redo = "the table's columns changed while it was copied"
+		res.Redo = "the table's columns changed while it was copied"
 		return nil
 	}
-	changes := win.rows[:0]
-	for i, c := range win.rows {
-		if len(win.keys.ends) > 0 && v.replaced[string(win.keys.at(i))] {
+	changes := win.Rows[:0]
+	for i, c := range win.Rows {
+		if win.Keys.Len() > 0 && v.replaced[string(win.Keys.At(i))] {
 			continue
 		}
 		c.Relation = key
 		changes = append(changes, c)
 	}
-	res.replaced = len(win.rows) - len(changes)
-	win.prog.Rows += int64(len(changes))
-	win.prog.Chunks++
-	win.prog.Truncate = false
-	if win.prog.Done {
-		win.prog.Finished = time.Now().UTC()
+	res.Replaced = len(win.Rows) - len(changes)
+	win.Prog.Rows += int64(len(changes))
+	win.Prog.Chunks++
+	win.Prog.Truncate = false
+	if win.Prog.Done {
+		win.Prog.Finished = time.Now().UTC()
 	}
-	res.queued, res.rows = true, len(changes)
+	res.Queued, res.Rows = true, len(changes)
 	st.trk.truncLow = 0
 	if len(changes) == 0 || high+1 <= st.lastQueued {
-		return st.s.writer.send(writeOp{kind: opBackfill, backfills: []*store.Backfill{win.prog}, recycle: win.recycle})
+		return st.s.writer.send(writeOp{kind: opBackfill, backfills: []*store.Backfill{win.Prog}, recycle: win.Recycle})
 	}
 	st.lastQueued = high + 1
 	st.s.txnsQueued.Add(1)
 	txn := &store.Txn{TxnHeader: store.TxnHeader{CommitLSN: high, EndLSN: high + 1, CommitTime: time.Now(), Copied: true}, Changes: changes}
-	return st.s.writer.send(writeOp{kind: opAppendTxn, txn: txn, backfills: []*store.Backfill{win.prog}, recycle: win.recycle})
+	return st.s.writer.send(writeOp{kind: opAppendTxn, txn: txn, backfills: []*store.Backfill{win.Prog}, recycle: win.Recycle})
 }
 
 // backfillRelation returns the schema version of the table a chunk's rows

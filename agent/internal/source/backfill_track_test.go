@@ -5,38 +5,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/lakeside/lakeside/agent/internal/source/backfill"
 	"github.com/lakeside/lakeside/store"
 )
-
-func TestSnapshotVisibility(t *testing.T) {
-	snap, err := parseSnapshot("1000:1010:1002,1005")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for xid, want := range map[uint32]bool{999: true, 1000: true, 1001: true, 1002: false, 1005: false, 1009: true, 1010: false, 5000: false} {
-		if got := snap.visible(xid); got != want {
-			t.Errorf("xid %d: visible %v, want %v", xid, got, want)
-		}
-	}
-	// Past a wraparound, xids are read near xmax: 2^32+5 is xid 5.
-	wrapped, err := parseSnapshot("4294967290:4294967301:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for xid, want := range map[uint32]bool{4294967289: true, 4294967295: true, 4: true, 5: false} {
-		if got := wrapped.visible(xid); got != want {
-			t.Errorf("wrapped xid %d: visible %v, want %v", xid, got, want)
-		}
-	}
-	if !wrapped.seesAllUpTo(4294967289) || wrapped.seesAllUpTo(3) {
-		t.Error("seesAllUpTo reads xids across the wraparound wrongly")
-	}
-	for _, bad := range []string{"", "1:2", "a:2:", "1:2:x"} {
-		if _, err := parseSnapshot(bad); err == nil {
-			t.Errorf("parseSnapshot(%q) succeeded", bad)
-		}
-	}
-}
 
 // TestTrackerJudgesAChunk feeds a tracker the changes of committed,
 // running and aborted (sub)transactions and checks which copied rows each
@@ -60,7 +31,7 @@ func TestTrackerJudgesAChunk(t *testing.T) {
 	upd := func(id int64) *store.Change {
 		return &store.Change{Op: store.OpUpdate, Relation: rel.Key, New: row(id, false)}
 	}
-	snap, _ := parseSnapshot("100:110:105")
+	snap, _ := backfill.ParseSnapshot("100:110:105")
 	const low, high = 1000, 2000
 
 	tr := newTracker(7, []string{"id"})
@@ -141,7 +112,7 @@ func TestTrackerJudgesAChunk(t *testing.T) {
 	if len(tr.committed) != maxTrackedKeys || !tr.over {
 		t.Fatalf("%d transactions kept, folded %v", len(tr.committed), tr.over)
 	}
-	late, _ := parseSnapshot("100000:100001:")
+	late, _ := backfill.ParseSnapshot("100000:100001:")
 	if v := tr.judge(late, low, 0, 0); v.redo != "" || tr.over || len(tr.committed) != 0 || tr.keys != 0 {
 		t.Errorf("a snapshot that sees every one of them: verdict %+v, folded %v, %d kept, %d keys", v, tr.over, len(tr.committed), tr.keys)
 	}

@@ -37,7 +37,7 @@ type Config struct {
 	Snapshot bool
 	// BackfillChunkRows is the number of rows a backfill copies per
 	// chunk (zero: DefaultBackfillChunkRows); at most that many are held
-	// in memory, fewer when they are wide (see maxChunkBytes).
+	// in memory, fewer when they are wide (see backfill.MaxChunkBytes).
 	BackfillChunkRows int
 	// BackfillRowsPerSecond, when not zero, bounds the rows a backfill
 	// copies per second.
@@ -86,11 +86,11 @@ type Config struct {
 	PlainConnection bool
 	// FreshChunkMemory turns a performance trick off: each backfill
 	// chunk is then decoded into new memory, instead of the memory of a
-	// chunk before it that is durable (tuning_chunk_memory.go).
+	// chunk before it that is durable (backfill/tuning_chunk_memory.go).
 	FreshChunkMemory bool
 	// SeparateChunkQuery turns a performance trick off: each backfill
 	// chunk's statements are run, and then its COPY, in two round trips
-	// (see queryThenCopy).
+	// (backfill/tuning_chunk_query.go).
 	SeparateChunkQuery bool
 	// Logger receives state changes; nil means slog.Default().
 	Logger *slog.Logger

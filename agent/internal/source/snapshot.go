@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,7 +38,7 @@ func relationFromCatalog(ctx context.Context, conn *pgx.Conn, oid uint32, table 
 // catalogQuery returns the query of the catalog rows that describe the
 // table oid, a row per published column in order, as text that
 // relationFromRows reads. The OID is a literal, so that the query can join
-// a list of statements sent at once (backfill.go).
+// a list of statements sent at once (package backfill's chunks).
 func catalogQuery(oid uint32) string {
 	return `SELECT n.nspname, c.relname, c.relreplident::text, a.attname, a.atttypid, a.atttypmod,
 		       ` + replicaIdentitySQL("c", "a") + `,
@@ -61,13 +60,6 @@ func catalogRows(ctx context.Context, conn *pgx.Conn, oid uint32) ([][][]byte, e
 		return nil, err
 	}
 	return results[0].Rows, nil
-}
-
-// sameCatalogRows reports whether two results of catalogQuery are the same.
-func sameCatalogRows(a, b [][][]byte) bool {
-	return slices.EqualFunc(a, b, func(x, y [][]byte) bool {
-		return slices.EqualFunc(x, y, func(v, w []byte) bool { return (v == nil) == (w == nil) && bytes.Equal(v, w) })
-	})
 }
 
 // relationFromRows describes the table oid from the rows of catalogQuery
@@ -298,7 +290,7 @@ func (rd *relationDecoder) decodeCopyRow(line []byte, slab *valueSlab, lines *by
 				texts[i] = nil
 			}
 			// The slab's memory may hold a value of an earlier chunk
-			// (tuning_chunk_memory.go).
+			// (backfill/tuning_chunk_memory.go).
 			vals[i] = store.Value{}
 			continue
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lakeside/lakeside/agent/internal/source/backfill"
 	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/internal/backoff"
 	"github.com/lakeside/lakeside/store"
@@ -60,10 +61,11 @@ type Source struct {
 	// visibleWait.
 	visibleWait time.Duration
 
-	// handoff is shared by the backfill and the stream (backfill.go);
-	// resyncs carries Resync's requests to the backfill.
+	// handoff is shared by the backfill and the stream
+	// (backfill_track.go); resyncs carries Resync's requests to the
+	// backfill.
 	handoff *handoff
-	resyncs chan resyncRequest
+	resyncs chan backfill.Request
 
 	mu     sync.Mutex
 	status Status
@@ -156,7 +158,7 @@ func New(cfg Config, db *store.DB) *Source {
 	}
 	s := &Source{cfg: cfg, db: db, log: log, ready: make(chan struct{}), connected: make(chan struct{}),
 		status: Status{State: "starting", Since: time.Now()}, catchingUp: true,
-		handoff: &handoff{}, resyncs: make(chan resyncRequest), backfills: map[string]BackfillStatus{}, backfillNoted: make(chan struct{})}
+		handoff: &handoff{}, resyncs: make(chan backfill.Request), backfills: map[string]BackfillStatus{}, backfillNoted: make(chan struct{})}
 	if s.cfg.Backfill == nil {
 		s.cfg.Backfill = s.askBackfill
 	}
@@ -458,7 +460,7 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 			"publication_names '" + strings.ReplaceAll(pub, "'", "''") + "'",
 			"streaming 'on'",
 			// The catalog watcher's messages (tableMessagePrefix) and
-			// the backfill's watermarks (backfillPrefix).
+			// the backfill's watermarks (backfill.Prefix).
 			"messages 'true'",
 		},
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/lakeside/lakeside/agent/internal/source/backfill"
 	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/store"
 )
@@ -466,7 +467,7 @@ func (st *stream) message(ctx context.Context, m *pglogrepl.LogicalDecodingMessa
 	switch m.Prefix {
 	case tableMessagePrefix:
 		return st.tableMessage(ctx, m)
-	case backfillPrefix:
+	case backfill.Prefix:
 		if !m.Transactional {
 			return st.watermark(m)
 		}

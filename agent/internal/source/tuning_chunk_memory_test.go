@@ -13,55 +13,44 @@ import (
 	"github.com/lakeside/lakeside/store"
 )
 
-// TestChunkMemoryIsReusedSafely decodes a chunk into the memory of one
-// before it, as a backfill does once that chunk is durable: the memory is
-// used again, a NULL reads as NULL where the chunk before held a value, and
-// the last key that the earlier chunk's progress keeps does not change.
-func TestChunkMemoryIsReusedSafely(t *testing.T) {
-	rd := newRelationDecoder(typemap.New(), codeRelation(), DefaultMaxValueBytes)
-	pool := newChunkPool()
-	decode := func(lines ...string) (*chunkReader, *chunkMemory) {
+// TestCopyDecoderReusesMemorySafely decodes rows of COPY text into the
+// memory of rows decoded before, as a backfill's chunk is once the chunk
+// before it is durable (backfill/tuning_chunk_memory.go): the values are
+// decoded into that memory, a NULL reads as NULL where the rows before
+// held a value, and Size counts what the rows take.
+func TestCopyDecoderReusesMemorySafely(t *testing.T) {
+	cat := &backfillCatalog{s: &Source{}, types: typemap.New()}
+	values, lines := make([]store.Value, 6), make([]byte, 0, 256)
+	decode := func(rows ...string) [][]store.Value {
 		t.Helper()
-		mem := pool.get()
-		cr := newChunkReader(rd, 4, mem)
-		cr.keyPos = []int{0}
-		if _, err := cr.Write([]byte(strings.Join(lines, ""))); err != nil {
-			t.Fatal(err)
+		dec := cat.Decoder(codeRelation(), values, lines)
+		var out [][]store.Value
+		for _, row := range rows {
+			vals, err := dec.Decode([]byte(row), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, vals)
 		}
-		mem.keep(cr)
-		return cr, mem
+		if n, bytes := dec.Size(); n != 3*len(rows) || bytes == 0 {
+			t.Errorf("Size says %d values and %d bytes of lines, want %d values", n, bytes, 3*len(rows))
+		}
+		return out
 	}
-
-	// The first chunk sizes the memory (its lines are the longest); the
-	// second is decoded into blocks of that size, the third into the
-	// second's.
-	_, mem := decode("a1\t1\tone, a longer note\n", "a2\t2\ttwo, a longer note\n", "a3\t3\tthree, a longer note\n")
-	pool.put(mem)
-	second, again := decode("b1\t10\tten\n", "b2\t20\ttwenty\n", "b3\t30\tthirty\n")
-	after, values := second.lastKey(), &again.values[0]
-	pool.put(again)
-
-	// Its lines cover where the second chunk's last key was.
-	third, last := decode("c1\t\\N\t\\N\n", "c2\t40\t\\N\n", "c3\t50\tfifty\n")
-	if last != mem || &last.values[0] != values {
-		t.Fatal("the third chunk was not decoded into the memory of the second")
+	decode("a1\t1\tone, a longer note", "a2\t2\ttwo, a longer note")
+	again := decode("b1\t\\N\t\\N", "b2\t20\t\\N")
+	if &again[0][0] != &values[0] || &again[1][0] != &values[3] {
+		t.Fatal("the rows were not decoded into the memory given")
 	}
-	if got := string(after[0]); got != "b3" {
-		t.Fatalf("the second chunk's last key reads %q after the third chunk, want b3", got)
-	}
-	want := []string{"c1 <nil> <nil>", "c2 40 <nil>", "c3 50 fifty"}
-	if len(third.rows) != len(want) {
-		t.Fatalf("%d rows, want %d", len(third.rows), len(want))
-	}
-	for i, c := range third.rows {
-		if got := rowText(c.New); got != want[i] {
-			t.Errorf("row %d reads %q, want %q", i, got, want[i])
+	for i, want := range []string{"b1 <nil> <nil>", "b2 20 <nil>"} {
+		if got := rowText(again[i]); got != want {
+			t.Errorf("row %d reads %q, want %q", i, got, want)
 		}
 	}
 }
 
 // rowText prints the values of a row decoded from the columns of
-// TestChunkMemoryIsReusedSafely (text, int8, text).
+// codeRelation (text, int8, text).
 func rowText(vals []store.Value) string {
 	parts := make([]string, len(vals))
 	for i, v := range vals {

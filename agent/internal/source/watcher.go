@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lakeside/lakeside/agent/internal/source/backfill"
 	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/store"
 )
@@ -302,7 +303,7 @@ func (w *watcher) partitions(ctx context.Context, t *watched, leaves []uint32) e
 			removed = append(removed, o)
 		}
 	}
-	req := resyncRequest{table: t.identity, truncate: true, reason: ReasonPartitionDetached}
+	req := backfill.Request{Table: t.identity, Truncate: true, Reason: ReasonPartitionDetached}
 	if len(removed) == 0 {
 		rows, err := w.partitionRows(ctx, added)
 		if err != nil {
@@ -316,19 +317,19 @@ func (w *watcher) partitions(ctx context.Context, t *watched, leaves []uint32) e
 			})
 			return w.recordPartitions(t, leaves)
 		}
-		req = resyncRequest{table: t.identity, oid: t.oid, reason: ReasonPartitionAttached}
+		req = backfill.Request{Table: t.identity, OID: t.oid, Reason: ReasonPartitionAttached}
 		// A copy under way may have passed the new partition's keys:
 		// the table is copied from a truncate instead.
-		req.truncate = slices.ContainsFunc(w.s.Backfills(), func(b BackfillStatus) bool { return b.Table == t.identity && !b.Done })
+		req.Truncate = slices.ContainsFunc(w.s.Backfills(), func(b BackfillStatus) bool { return b.Table == t.identity && !b.Done })
 	}
 	if err := w.s.request(ctx, req); err != nil {
 		return fmt.Errorf("copy %s again after its partitions changed: %w", t.configured, err)
 	}
 	w.s.log.Warn("the partitions of a captured table changed, which PostgreSQL sends no row change for; the table's rows are copied again",
 		"table", t.configured.String(), "oid", t.oid, "attached", fmt.Sprint(added), "detached_or_dropped", fmt.Sprint(removed),
-		"reason", req.reason, "truncate_first", req.truncate)
+		"reason", req.Reason, "truncate_first", req.Truncate)
 	w.s.noteTable(t.identity, func(s *TableStatus) {
-		s.Event, s.EventTime = req.reason+"; copied again", time.Now()
+		s.Event, s.EventTime = req.Reason+"; copied again", time.Now()
 	})
 	return w.recordPartitions(t, leaves)
 }

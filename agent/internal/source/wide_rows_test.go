@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lakeside/lakeside/agent/internal/source/backfill"
 	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/store"
 )
@@ -99,36 +100,8 @@ func TestSnapshotSpoolsWideRowsInSmallWrites(t *testing.T) {
 	}
 }
 
-// TestChunkOfWideRowsEndsAtItsBytes decodes a chunk of wide rows paged by
-// key: the row that brings its memory to the bound is its last, the rows
-// after it are dropped and counted, and the last key is that row's.
-func TestChunkOfWideRowsEndsAtItsBytes(t *testing.T) {
-	rel := &store.Relation{Key: store.RelationKey{OID: 1}, Schema: "public", Name: "t", Columns: []store.Column{
-		{Name: "id", TypeOID: 20, TypeMod: -1, Key: true},
-		{Name: "doc", TypeOID: 25, TypeMod: -1},
-	}}
-	cr := newChunkReader(newRelationDecoder(typemap.New(), rel, DefaultMaxValueBytes), 100, new(chunkMemory))
-	cr.keyPos, cr.maxBytes = []int{0}, 1<<20
-	doc := strings.Repeat("y", 100_000)
-	for i := range 100 {
-		if _, err := cr.Write(fmt.Appendf(nil, "%d\t%s\n", i, doc)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	kept := len(cr.rows)
-	if kept != 11 || cr.dropped != 100-kept {
-		t.Fatalf("%d rows kept and %d dropped, want 11 (1 MiB of 100 kB rows) and %d", kept, cr.dropped, 100-11)
-	}
-	if cr.memory() < 1<<20 || cr.memory() > 1<<20+len(doc)+1024 {
-		t.Errorf("the chunk takes %d bytes, want 1 MiB and at most one row more", cr.memory())
-	}
-	if last := string(cr.lastKey()[0]); last != "10" {
-		t.Errorf("the last key is %s, want 10", last)
-	}
-}
-
 // TestBackfillOfWideRowsKeepsChunksSmall copies a table added later whose
-// rows hold 100 kB notes: its chunks hold about maxChunkBytes each, not
+// rows hold 100 kB notes: its chunks hold about backfill.MaxChunkBytes each, not
 // the configured rows (the first chunk drops the rows past it, the next
 // ones read no more than fit), and the queue replays to the table's rows.
 func TestBackfillOfWideRowsKeepsChunksSmall(t *testing.T) {
@@ -146,8 +119,8 @@ func TestBackfillOfWideRowsKeepsChunksSmall(t *testing.T) {
 			}
 		}
 		// The row that reaches the bound is the chunk's last.
-		if bytes > maxChunkBytes+widest {
-			t.Errorf("a chunk of %d rows holds %d bytes of values, want at most %d and one row", rows, bytes, maxChunkBytes)
+		if bytes > backfill.MaxChunkBytes+widest {
+			t.Errorf("a chunk of %d rows holds %d bytes of values, want at most %d and one row", rows, bytes, backfill.MaxChunkBytes)
 		}
 		copied += rows
 	}

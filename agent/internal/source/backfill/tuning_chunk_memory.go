@@ -1,14 +1,15 @@
-package source
+package backfill
 
 import "github.com/lakeside/lakeside/store"
 
 // A backfill decodes each chunk into the memory of a chunk before it: its
 // values, the copies of its COPY lines that the values point into, its
 // changes and its keys. Once the queue writer has made a chunk durable,
-// nothing reads that memory again (writeOp.recycle), and it goes back to
-// the copy's chunkPool. New memory would be cleared, then scanned and
-// collected by the garbage collector for every chunk: a chunk's values
-// alone are chunk rows times columns times 64 bytes.
+// nothing reads that memory again (Window.Recycle, which package source's
+// writer calls as writeOp.recycle), and it goes back to the copy's
+// chunkPool. New memory would be cleared, then scanned and collected by
+// the garbage collector for every chunk: a chunk's values alone are chunk
+// rows times columns times 64 bytes.
 //
 // A performance trick, measured by BenchmarkBackfillChunkDecode (its fresh
 // and recycled cases) and make bench's TestBenchBackfill; switched off by
@@ -20,7 +21,7 @@ type chunkMemory struct {
 	values []store.Value
 	lines  []byte
 	rows   []store.Change
-	keys   rowKeys
+	keys   RowKeys
 	// valueCount and lineBytes are how many values and bytes of lines
 	// the last chunk took: the next chunk's blocks are made that large,
 	// so that a chunk like it fits.
@@ -60,8 +61,9 @@ func (p *chunkPool) put(m *chunkMemory) {
 	}
 }
 
-// take readies m for a chunk of up to rows rows, and returns its slabs.
-func (m *chunkMemory) take(rows int) (valueSlab, byteSlab) {
+// take readies m for a chunk of up to rows rows, and returns the memory
+// its values and lines are decoded into (Catalog.Decoder).
+func (m *chunkMemory) take(rows int) ([]store.Value, []byte) {
 	if cap(m.values) < m.valueCount {
 		m.values = make([]store.Value, m.valueCount)
 	}
@@ -75,17 +77,18 @@ func (m *chunkMemory) take(rows int) (valueSlab, byteSlab) {
 		m.keys.ends = make([]int, 0, rows)
 	}
 	m.rows, m.keys.data, m.keys.ends = m.rows[:0], m.keys.data[:0], m.keys.ends[:0]
-	return valueSlab{buf: m.values[:cap(m.values)]}, byteSlab{buf: m.lines[:0]}
+	return m.values[:cap(m.values)], m.lines[:0]
 }
 
 // keep records in m what the chunk read into it grew to, for the next
 // chunk that takes it.
 func (m *chunkMemory) keep(c *chunkReader) {
-	m.rows, m.keys, m.valueCount, m.lineBytes = c.rows, c.keys, c.slab.size, c.lines.size
+	m.rows, m.keys = c.rows, c.keys
+	m.valueCount, m.lineBytes = c.dec.Size()
 }
 
 // memory returns the memory the next chunk of the copy is decoded into.
-func (b *backfiller) memory() *chunkMemory {
+func (b *Backfiller) memory() *chunkMemory {
 	if b.chunks == nil {
 		return new(chunkMemory)
 	}
@@ -94,7 +97,7 @@ func (b *backfiller) memory() *chunkMemory {
 
 // recycler returns what gives mem back to the copy's pool once its chunk
 // is durable, or nil when the trick is off.
-func (b *backfiller) recycler(mem *chunkMemory) func() {
+func (b *Backfiller) recycler(mem *chunkMemory) func() {
 	if b.chunks == nil {
 		return nil
 	}
