@@ -274,7 +274,7 @@ func (s *Source) runBackfills(ctx context.Context, tables map[uint32]*capturedTa
 		Capture:            backfillCapture{s},
 		Catalog:            &backfillCatalog{s: s, types: typemap.New()},
 		Logger:             s.log,
-		Failpoint:          s.failpoint,
+		Failpoints:         s.failpoint.backfill(),
 	})
 	return b.Run(ctx)
 }

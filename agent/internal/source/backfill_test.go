@@ -278,6 +278,7 @@ func testBackfillOfATableAddedLater(t *testing.T, fresh, separate bool) {
 // another after a chunk's copy was read, before its high watermark: the
 // chunk leaves both out, and the rows end as the stream has them.
 func TestBackfillChunkLeavesRowsChangedInItsWindow(t *testing.T) {
+	requireFailpoints(t)
 	h := newHarness(t)
 	h.addTableB(10)
 	conn := pgtest.Conn(t, h.dsn)
@@ -361,6 +362,7 @@ func TestResyncTruncatesAndCopiesAgain(t *testing.T) {
 // insert while it is copied makes the copy start over, after a truncate,
 // so that no row is counted twice.
 func TestBackfillWithoutKeyStartsOverWhenTheTableChanges(t *testing.T) {
+	requireFailpoints(t)
 	h := newHarness(t)
 	h.captureA()
 
@@ -401,6 +403,7 @@ func TestBackfillWithoutKeyStartsOverWhenTheTableChanges(t *testing.T) {
 // truncates again, so that no row inserted meanwhile is both queued and
 // copied.
 func TestBackfillWithoutKeyThatKeepsChangingSaysSo(t *testing.T) {
+	requireFailpoints(t)
 	h := newHarness(t)
 	h.captureA()
 	log := &messageCounter{counts: map[string]int{}}
@@ -471,6 +474,7 @@ func replayMultiset(t *testing.T, txns []*store.Txn, rels map[store.RelationKey]
 // is copied and before it is handed over; the next start goes on after
 // the last chunk queued, and every row is copied once.
 func TestBackfillResumesAfterTheLastChunkQueued(t *testing.T) {
+	requireFailpoints(t)
 	h := newHarness(t)
 	h.addTableB(5000)
 	h.cfg.BackfillChunkRows = 400
@@ -637,6 +641,7 @@ func TestRecreatedTableIsTruncatedAndCopied(t *testing.T) {
 // PostgreSQL has it. Both ways of sending a chunk's query
 // (Config.SeparateChunkQuery).
 func TestBackfillReadsTheColumnsChangedWhileItCopies(t *testing.T) {
+	requireFailpoints(t)
 	for _, c := range []struct {
 		name, alter string
 		// copied says whether a row copied after the change has the
@@ -740,6 +745,7 @@ func testBackfillReadsTheColumnsChangedWhileItCopies(t *testing.T, alter string,
 // stream tracks commits inside its window): the truncate queued at its
 // first low watermark stands for the copy, and none is queued again.
 func TestResyncTruncatesOnceWhenItsFirstChunkIsCopiedAgain(t *testing.T) {
+	requireFailpoints(t)
 	h := newHarness(t)
 	rows := maxTrackedKeys + 4000
 	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
@@ -798,6 +804,7 @@ func TestResyncTruncatesOnceWhenItsFirstChunkIsCopiedAgain(t *testing.T) {
 // one, after a truncate, rather than page the new key from it (the new
 // key's order is the old one's reversed: every row would be passed over).
 func TestBackfillStartsOverWhenTheKeyChanges(t *testing.T) {
+	requireFailpoints(t)
 	h := newHarness(t)
 	const rows = 20000
 	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text NOT NULL)`,

@@ -100,7 +100,8 @@ func (h *harness) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.db, h.cancel, h.done = db, cancel, make(chan error, 1)
 	h.src = New(h.cfg, db)
-	h.src.beforeCommit, h.src.failpoint, h.src.visibleWait = h.beforeCommit, h.failpoint, h.visibleWait
+	h.src.beforeCommit, h.src.visibleWait = h.beforeCommit, h.visibleWait
+	h.src.failpoint.set(h.failpoint)
 	go func() { h.done <- h.src.Run(ctx) }()
 }
 

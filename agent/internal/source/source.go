@@ -54,9 +54,9 @@ type Source struct {
 	// file; an error it returns fails the commit as a crash there would
 	// (tests only).
 	beforeCommit func() error
-	// failpoint, when set, is called at the points a crash is simulated
-	// at; an error it returns stops there (tests only).
-	failpoint func(point string) error
+	// failpoint holds the points a crash is simulated at, compiled in
+	// only for tests (failpoints_on.go).
+	failpoint failpoints
 	// visibleWait, when set, bounds stream.awaitCommitVisible instead of
 	// visibleWait.
 	visibleWait time.Duration
@@ -561,10 +561,8 @@ func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, repl replConn, 
 		if err := s.copySnapshot(ctx, conn, res.SnapshotName, &done, captured, types, rels); err != nil {
 			return err
 		}
-		if s.failpoint != nil {
-			if err := s.failpoint("snapshot-queued"); err != nil {
-				return err
-			}
+		if err := s.failpoint.fail("snapshot-queued"); err != nil {
+			return err
 		}
 	} else {
 		for _, op := range []writeOp{{kind: opCheckpoint, lsn: state.ConsistentPoint}, {kind: opSlotState, slot: &done, markCopies: true}} {

@@ -121,9 +121,9 @@ type Config struct {
 	Capture Capture
 	Catalog Catalog
 	Logger  *slog.Logger
-	// Failpoint, when set, is called at the points a crash is simulated
-	// at; an error it returns stops there (tests only).
-	Failpoint func(point string) error
+	// Failpoints are the points a crash is simulated at, compiled in
+	// only for tests (failpoints_on.go).
+	Failpoints Failpoints
 }
 
 // Table is a table the session captures.

@@ -159,10 +159,8 @@ func (b *Backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 	if len(cr.partial) > 0 {
 		return nil, "", fmt.Errorf("backfill %s: COPY ended inside a row", t)
 	}
-	if b.cfg.Failpoint != nil {
-		if err := b.cfg.Failpoint("backfill-copied"); err != nil {
-			return nil, "", err
-		}
+	if err := b.cfg.Failpoints.fail("backfill-copied"); err != nil {
+		return nil, "", err
 	}
 	if len(keys) > 0 {
 		next.After = cr.lastKey()
