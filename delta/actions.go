@@ -145,11 +145,12 @@ type Add struct {
 	// Stats is the JSON statistics string (see Stats).
 	Stats string            `json:"stats,omitempty"`
 	Tags  map[string]string `json:"tags,omitempty"`
-	// DeletionVector is kept only to detect files that use deletion vectors,
-	// which this package refuses to read.
-	DeletionVector          json.RawMessage `json:"deletionVector,omitempty"`
-	BaseRowID               *int64          `json:"baseRowId,omitempty"`
-	DefaultRowCommitVersion *int64          `json:"defaultRowCommitVersion,omitempty"`
+	// DeletionVector, when not nil, names the rows of the data file that
+	// the logical file does not hold (see ReadDataFile). The logical file
+	// is the path and the deletion vector's unique id together.
+	DeletionVector          *DeletionVectorDescriptor `json:"deletionVector,omitempty"`
+	BaseRowID               *int64                    `json:"baseRowId,omitempty"`
+	DefaultRowCommitVersion *int64                    `json:"defaultRowCommitVersion,omitempty"`
 }
 
 // ActionName returns "add".
@@ -162,19 +163,11 @@ func (a *Add) MarshalJSON() ([]byte, error) {
 	if c.PartitionValues == nil {
 		c.PartitionValues = map[string]*string{}
 	}
-	if isJSONNull(c.DeletionVector) {
-		c.DeletionVector = nil
-	}
 	return json.Marshal(c)
 }
 
-func isJSONNull(r json.RawMessage) bool {
-	t := bytes.TrimSpace(r)
-	return len(t) == 0 || bytes.Equal(t, []byte("null"))
-}
-
 // HasDeletionVector reports whether the file carries a deletion vector.
-func (a *Add) HasDeletionVector() bool { return !isJSONNull(a.DeletionVector) }
+func (a *Add) HasDeletionVector() bool { return a.DeletionVector != nil }
 
 // Remove is the remove action: a tombstone for a file no longer in the table.
 type Remove struct {
@@ -186,7 +179,9 @@ type Remove struct {
 	Size                 *int64             `json:"size,omitempty"`
 	Stats                string             `json:"stats,omitempty"`
 	Tags                 map[string]string  `json:"tags,omitempty"`
-	DeletionVector       json.RawMessage    `json:"deletionVector,omitempty"`
+	// DeletionVector is that of the logical file removed: the path and
+	// its unique id identify it.
+	DeletionVector *DeletionVectorDescriptor `json:"deletionVector,omitempty"`
 }
 
 // ActionName returns "remove".
@@ -196,9 +191,6 @@ func (*Remove) ActionName() string { return "remove" }
 func (r *Remove) MarshalJSON() ([]byte, error) {
 	type plain Remove // the same fields, without this method
 	c := plain(*r)
-	if isJSONNull(c.DeletionVector) {
-		c.DeletionVector = nil
-	}
 	if !c.ExtendedFileMetadata {
 		return json.Marshal(c)
 	}
@@ -217,8 +209,8 @@ func (r *Remove) MarshalJSON() ([]byte, error) {
 }
 
 // RemoveOf returns a remove action for a file of the table, with
-// extendedFileMetadata, its partition values and size, deleted at
-// deletionMillis.
+// extendedFileMetadata, its partition values, size and deletion vector (the
+// logical file's), deleted at deletionMillis.
 func RemoveOf(a *Add, deletionMillis int64, dataChange bool) *Remove {
 	size := a.Size
 	ts := deletionMillis
@@ -233,6 +225,7 @@ func RemoveOf(a *Add, deletionMillis int64, dataChange bool) *Remove {
 		ExtendedFileMetadata: true,
 		PartitionValues:      pv,
 		Size:                 &size,
+		DeletionVector:       a.DeletionVector.clone(),
 	}
 }
 

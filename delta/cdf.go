@@ -206,8 +206,12 @@ type ChangeRow struct {
 // ReadChanges reads the row changes of versions from to to, in version
 // order and within a version in file order, as the protocol says: a
 // version's change data files when it has any, else the rows of its added
-// files as inserts and of its removed files as deletes (those files must
-// still be there). See ChangeFiles.
+// logical files as inserts and of its removed ones as deletes (those files
+// must still be there). A data file removed and added again in one version
+// with another deletion vector, rows deleted from it in place, changes by
+// the rows one deletion vector deletes and the other does not: those the
+// new one deletes are deletes, and those only the old one deleted are
+// inserts. See ChangeFiles.
 func (t *Table) ReadChanges(ctx context.Context, from, to int64) ([]ChangeRow, error) {
 	versions, err := t.ChangeFiles(ctx, from, to)
 	if err != nil {
@@ -218,6 +222,7 @@ func (t *Table) ReadChanges(ctx context.Context, from, to int64) ([]ChangeRow, e
 		n := len(vc.Schema.Fields)
 		add := func(rows []Row, typ string) {
 			for _, r := range rows {
+				typ := typ
 				if typ == "" {
 					typ, _ = r[n].(string)
 				}
@@ -227,31 +232,106 @@ func (t *Table) ReadChanges(ctx context.Context, from, to int64) ([]ChangeRow, e
 		if len(vc.CDC) > 0 {
 			r := newFileReader(t.root, vc.Schema, vc.PartitionColumns, []*StructField{NewField(ChangeTypeColumn, TypeString, false)})
 			for _, c := range vc.CDC {
-				rows, err := r.read(ctx, c.Path, c.PartitionValues)
+				rows, err := r.read(ctx, c.Path, c.PartitionValues, rowSelection{})
 				if err != nil {
 					return nil, fmt.Errorf("read changes: version %d: %w", vc.Version, err)
 				}
-				for _, row := range rows {
-					add([]Row{row}, "")
-				}
+				add(rows, "")
 			}
 			continue
 		}
-		r := newFileReader(t.root, vc.Schema, vc.PartitionColumns, nil)
-		for _, rm := range vc.Removed {
-			rows, err := r.read(ctx, rm.Path, rm.PartitionValues)
-			if err != nil {
-				return nil, fmt.Errorf("read changes: version %d: %w", vc.Version, err)
-			}
-			add(rows, ChangeDelete)
-		}
-		for _, a := range vc.Added {
-			rows, err := r.read(ctx, a.Path, a.PartitionValues)
-			if err != nil {
-				return nil, fmt.Errorf("read changes: version %d: %w", vc.Version, err)
-			}
-			add(rows, ChangeInsert)
+		if err := t.fileChanges(ctx, vc, add); err != nil {
+			return nil, fmt.Errorf("read changes: version %d: %w", vc.Version, err)
 		}
 	}
 	return out, nil
+}
+
+// fileChanges passes emit the changes of a version without change data
+// files: the rows of its removed logical files as deletes, then those of
+// its added ones as inserts, a data file both removed and added counting
+// at its remove (see ReadChanges).
+func (t *Table) fileChanges(ctx context.Context, vc VersionChanges, emit func(rows []Row, typ string)) error {
+	r := newFileReader(t.root, vc.Schema, vc.PartitionColumns, nil)
+	added := map[string]*Add{}
+	for _, a := range vc.Added {
+		added[fileKey(a.Path)] = a
+	}
+	for _, rm := range vc.Removed {
+		if a, ok := added[fileKey(rm.Path)]; ok {
+			delete(added, fileKey(rm.Path))
+			if err := t.deletionVectorChanges(ctx, r, rm, a, emit); err != nil {
+				return err
+			}
+			continue
+		}
+		rows, err := t.readLogicalFile(ctx, r, rm.Path, rm.PartitionValues, rm.DeletionVector)
+		if err != nil {
+			return err
+		}
+		emit(rows, ChangeDelete)
+	}
+	for _, a := range vc.Added {
+		if _, ok := added[fileKey(a.Path)]; !ok {
+			continue // read with its remove
+		}
+		rows, err := t.readLogicalFile(ctx, r, a.Path, a.PartitionValues, a.DeletionVector)
+		if err != nil {
+			return err
+		}
+		emit(rows, ChangeInsert)
+	}
+	return nil
+}
+
+// readLogicalFile reads the rows of the logical file of the data file at
+// logPath with deletion vector d.
+func (t *Table) readLogicalFile(ctx context.Context, r *fileReader, logPath string, pv map[string]*string, d *DeletionVectorDescriptor) ([]Row, error) {
+	sel, err := skipDeleted(t.root, logPath, d)
+	if err != nil {
+		return nil, err
+	}
+	return r.read(ctx, logPath, pv, sel)
+}
+
+// deletionVectorChanges passes emit the changes between the logical file
+// rm removes and the one a adds, of the same data file: the rows a's
+// deletion vector deletes and rm's did not, as deletes, and those rm's
+// deleted and a's does not, as inserts.
+func (t *Table) deletionVectorChanges(ctx context.Context, r *fileReader, rm *Remove, a *Add, emit func(rows []Row, typ string)) error {
+	oldDV, err := readDeletionVectorOrNone(t.root, rm.Path, rm.DeletionVector)
+	if err != nil {
+		return err
+	}
+	newDV, err := readDeletionVectorOrNone(t.root, a.Path, a.DeletionVector)
+	if err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		rows *DeletionVector
+		typ  string
+	}{{newDV.AndNot(oldDV), ChangeDelete}, {oldDV.AndNot(newDV), ChangeInsert}} {
+		if c.rows.Cardinality() == 0 {
+			continue
+		}
+		rows, err := r.read(ctx, a.Path, a.PartitionValues, rowSelection{only: c.rows})
+		if err != nil {
+			return err
+		}
+		emit(rows, c.typ)
+	}
+	return nil
+}
+
+// readDeletionVectorOrNone reads the deletion vector d of the data file at
+// logPath, an empty one when d is nil.
+func readDeletionVectorOrNone(root, logPath string, d *DeletionVectorDescriptor) (*DeletionVector, error) {
+	if d == nil {
+		return &DeletionVector{}, nil
+	}
+	dv, err := ReadDeletionVector(root, d)
+	if err != nil {
+		return nil, fmt.Errorf("read data file %s: %w", logPath, err)
+	}
+	return dv, nil
 }

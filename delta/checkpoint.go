@@ -23,29 +23,23 @@ func checkpointSchema() *StructType {
 	strList := func(n string) *StructField {
 		return NewField(n, &ArrayType{ElementType: TypeString, ContainsNull: true}, true)
 	}
+	dv := func() *StructField {
+		return NewField("deletionVector", NewStructType(str("storageType"), str("pathOrInlineDv"),
+			NewField("offset", TypeInteger, true), NewField("sizeInBytes", TypeInteger, true),
+			long("cardinality"), long("maxRowIndex")), true)
+	}
 	return NewStructType(
 		NewField("txn", NewStructType(str("appId"), long("version"), long("lastUpdated")), true),
 		NewField("add", NewStructType(str("path"), strMap("partitionValues"), long("size"),
-			long("modificationTime"), boolean("dataChange"), str("stats"), strMap("tags")), true),
+			long("modificationTime"), boolean("dataChange"), str("stats"), strMap("tags"), dv()), true),
 		NewField("remove", NewStructType(str("path"), long("deletionTimestamp"), boolean("dataChange"),
-			boolean("extendedFileMetadata"), strMap("partitionValues"), long("size")), true),
+			boolean("extendedFileMetadata"), strMap("partitionValues"), long("size"), dv()), true),
 		NewField("metaData", NewStructType(str("id"), str("name"), str("description"),
 			NewField("format", NewStructType(str("provider"), strMap("options")), true),
 			str("schemaString"), strList("partitionColumns"), strMap("configuration"), long("createdTime")), true),
 		NewField("protocol", NewStructType(NewField("minReaderVersion", TypeInteger, true),
 			NewField("minWriterVersion", TypeInteger, true), strList("readerFeatures"), strList("writerFeatures")), true),
 	)
-}
-
-// checkpointReadSchema is checkpointSchema plus the fields a reader must see
-// in checkpoints written by other engines.
-func checkpointReadSchema() *StructType {
-	st := checkpointSchema()
-	add, _ := st.Field("add")
-	addType := add.Type.(*StructType)
-	addType.Fields = append(addType.Fields,
-		NewField("deletionVector", NewStructType(NewField("storageType", TypeString, true)), true))
-	return st
 }
 
 // Checkpoint writes a classic single-file checkpoint of the given version and
@@ -144,7 +138,8 @@ func checkpointRows(s *Snapshot, nowMillis int64) ([]Row, int) {
 		if a.Tags != nil {
 			tags = a.Tags
 		}
-		rows = append(rows, Row{nil, Row{a.Path, pv, a.Size, a.ModificationTime, a.DataChange, nilIfEmpty(a.Stats), tags}, nil, nil, nil})
+		rows = append(rows, Row{nil, Row{a.Path, pv, a.Size, a.ModificationTime, a.DataChange, nilIfEmpty(a.Stats), tags,
+			deletionVectorRow(a.DeletionVector)}, nil, nil, nil})
 	}
 	retention := 7 * 24 * 3600 * int64(1000)
 	if v, ok := m.Configuration["delta.deletedFileRetentionDuration"]; ok {
@@ -166,9 +161,42 @@ func checkpointRows(s *Snapshot, nowMillis int64) ([]Row, int) {
 		if r.PartitionValues != nil {
 			pv = r.PartitionValues
 		}
-		rows = append(rows, Row{nil, nil, Row{r.Path, ts, r.DataChange, r.ExtendedFileMetadata, pv, size}, nil, nil})
+		rows = append(rows, Row{nil, nil, Row{r.Path, ts, r.DataChange, r.ExtendedFileMetadata, pv, size,
+			deletionVectorRow(r.DeletionVector)}, nil, nil})
 	}
 	return rows, len(files)
+}
+
+// deletionVectorRow returns the checkpoint value of a deletion vector
+// descriptor: nil, or a row of checkpointSchema's deletionVector struct.
+func deletionVectorRow(d *DeletionVectorDescriptor) any {
+	if d == nil {
+		return nil
+	}
+	var off, maxRow any
+	if d.Offset != nil {
+		off = *d.Offset
+	}
+	if d.MaxRowIndex != nil {
+		maxRow = *d.MaxRowIndex
+	}
+	return Row{d.StorageType, d.PathOrInlineDv, off, d.SizeInBytes, d.Cardinality, maxRow}
+}
+
+// deletionVectorOf returns the descriptor of a checkpoint's deletionVector
+// value.
+func deletionVectorOf(v any) *DeletionVectorDescriptor {
+	r, ok := v.(Row)
+	if !ok {
+		return nil
+	}
+	d := &DeletionVectorDescriptor{StorageType: asString(r[0]), PathOrInlineDv: asString(r[1]),
+		SizeInBytes: int32(asInt64(r[3])), Cardinality: asInt64(r[4]), MaxRowIndex: asInt64Ptr(r[5])}
+	if r[2] != nil {
+		off := int32(asInt64(r[2]))
+		d.Offset = &off
+	}
+	return d
 }
 
 func stringsToAny(s []string) []any {
@@ -196,7 +224,7 @@ func nonNilMap(m map[string]string) map[string]string {
 // readCheckpoint reads the actions of a checkpoint into a replay state.
 func (t *Table) readCheckpoint(ctx context.Context, ref checkpointRef) (*replayState, error) {
 	st := newReplayState()
-	schema := checkpointReadSchema()
+	schema := checkpointSchema()
 	for _, p := range ref.paths {
 		rows, err := parquet.ReadFile(ctx, p, schema)
 		if err != nil {
@@ -214,7 +242,7 @@ func (t *Table) readCheckpoint(ctx context.Context, ref checkpointRef) (*replayS
 	return st, nil
 }
 
-// checkpointActions converts checkpoint rows (read with checkpointReadSchema)
+// checkpointActions converts checkpoint rows (read with checkpointSchema)
 // into actions.
 func checkpointActions(rows []Row) ([]Action, error) {
 	var out []Action
@@ -228,9 +256,7 @@ func checkpointActions(rows []Row) ([]Action, error) {
 			if a.PartitionValues == nil {
 				a.PartitionValues = map[string]*string{}
 			}
-			if len(v) > 7 && v[7] != nil {
-				a.DeletionVector = json.RawMessage(`{}`)
-			}
+			a.DeletionVector = deletionVectorOf(v[7])
 			out = append(out, a)
 		}
 		if v, ok := r[2].(Row); ok {
@@ -240,7 +266,8 @@ func checkpointActions(rows []Row) ([]Action, error) {
 				size = &s
 			}
 			out = append(out, &Remove{Path: asString(v[0]), DeletionTimestamp: asInt64Ptr(v[1]), DataChange: asBool(v[2]),
-				ExtendedFileMetadata: asBool(v[3]), PartitionValues: asNullableStringMap(v[4]), Size: size})
+				ExtendedFileMetadata: asBool(v[3]), PartitionValues: asNullableStringMap(v[4]), Size: size,
+				DeletionVector: deletionVectorOf(v[6])})
 		}
 		if v, ok := r[3].(Row); ok {
 			md := &Metadata{ID: asString(v[0]), Name: asString(v[1]), Description: asString(v[2]),

@@ -157,8 +157,9 @@ func TestConformanceAppTxn(t *testing.T) {
 	}
 }
 
-// footerRows returns the number of rows of the snapshot's files according to
-// their Parquet footers.
+// footerRows returns the number of rows of the snapshot's logical files
+// according to their data files' Parquet footers, less the rows their
+// deletion vectors delete.
 func footerRows(t *testing.T, s *Snapshot) int64 {
 	t.Helper()
 	var n int64
@@ -173,15 +174,22 @@ func footerRows(t *testing.T, s *Snapshot) int64 {
 		}
 		n += pr.NumRows()
 		pr.Close()
+		if a.DeletionVector != nil {
+			n -= a.DeletionVector.Cardinality
+		}
 	}
 	return n
 }
 
 // oracleFiles replays the JSON commits 0..version with a deliberately naive
-// reading of the log and returns the decoded paths of the live files.
+// reading of the log and returns the decoded paths of the live files. A
+// logical file is its path and the JSON text of its deletionVector; a
+// commit's removes go before its adds, their order in a commit being no
+// part of the protocol.
 func oracleFiles(t *testing.T, logDir string, version int64) []string {
 	t.Helper()
-	live := map[string]bool{}
+	type logical struct{ path, dv string }
+	live := map[logical]bool{}
 	for v := int64(0); v <= version; v++ {
 		f, err := os.Open(filepath.Join(logDir, CommitFileName(v)))
 		if err != nil {
@@ -189,30 +197,41 @@ func oracleFiles(t *testing.T, logDir string, version int64) []string {
 		}
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 1<<20), 1<<24)
+		var adds, removes []logical
 		for sc.Scan() {
-			var line map[string]map[string]any
+			var line map[string]map[string]json.RawMessage
 			if json.Unmarshal(sc.Bytes(), &line) != nil {
 				continue
 			}
 			for kind, body := range line {
-				p, _ := body["path"].(string)
+				var p string
+				_ = json.Unmarshal(body["path"], &p)
 				dp, err := url.PathUnescape(p)
 				if err != nil {
 					dp = p
 				}
+				var dv map[string]any // compared as re-encoded JSON: key order aside
+				_ = json.Unmarshal(body["deletionVector"], &dv)
+				enc, _ := json.Marshal(dv)
 				switch kind {
 				case "add":
-					live[dp] = true
+					adds = append(adds, logical{dp, string(enc)})
 				case "remove":
-					delete(live, dp)
+					removes = append(removes, logical{dp, string(enc)})
 				}
 			}
 		}
 		f.Close()
+		for _, l := range removes {
+			delete(live, l)
+		}
+		for _, l := range adds {
+			live[l] = true
+		}
 	}
 	var out []string
-	for p := range live {
-		out = append(out, p)
+	for l := range live {
+		out = append(out, l.path)
 	}
 	sort.Strings(out)
 	return out
@@ -466,6 +485,9 @@ func TestConformanceKernel(t *testing.T) {
 					t.Fatal(err)
 				}
 				statRows += st.NumRecords
+				if a.DeletionVector != nil {
+					statRows -= a.DeletionVector.Cardinality
+				}
 			}
 			if withStats && statRows != int64(len(rows)) {
 				t.Errorf("%d rows, stats say %d", len(rows), statRows)

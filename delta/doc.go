@@ -11,6 +11,18 @@
 // and it reads tables written by other engines as long as they use no reader
 // feature it does not support (see ErrUnsupportedFeature).
 //
+// # Deletion vectors
+//
+// Tables with the deletionVectors feature are read: an add action's
+// DeletionVector names rows of its data file that are no longer in the
+// table, and every read of a table's files skips them (Snapshot.ScanFiles,
+// ReadDataFile, ReadChanges, RewriteBin). The log's logical files are a
+// path and a deletion vector together, in commits and in checkpoints.
+// Deletion vectors are decoded inline or from their files, whose size and
+// checksum are checked; one that cannot be read fails the read
+// (ErrCorruptDeletionVector, or fs.ErrNotExist), never returns the rows it
+// deletes. Vacuum keeps the deletion vector files of retained versions.
+//
 // # Column mapping
 //
 // Tables in column mapping mode name are read and written: each field

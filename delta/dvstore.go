@@ -70,6 +70,23 @@ func (d *DeletionVectorDescriptor) UniqueID() string {
 	return id
 }
 
+// clone returns a copy of the descriptor, nil for nil.
+func (d *DeletionVectorDescriptor) clone() *DeletionVectorDescriptor {
+	if d == nil {
+		return nil
+	}
+	c := *d
+	if d.Offset != nil {
+		o := *d.Offset
+		c.Offset = &o
+	}
+	if d.MaxRowIndex != nil {
+		m := *d.MaxRowIndex
+		c.MaxRowIndex = &m
+	}
+	return &c
+}
+
 // offset returns the offset in the file. An absent one is taken to be 1,
 // the first deletion vector's, right after the format version.
 func (d *DeletionVectorDescriptor) offset() int64 {

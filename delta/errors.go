@@ -15,7 +15,8 @@ var ErrVersionExists = errors.New("delta: version already exists")
 
 // ErrUnsupportedFeature is returned (wrapped) when a table needs a protocol
 // version or table feature that this package does not implement, such as
-// deletion vectors, column mapping mode id or a reader version above 3.
+// column mapping mode id, a reader feature it does not know (v2Checkpoint,
+// typeWidening...) or a reader version above 3.
 var ErrUnsupportedFeature = types.ErrUnsupportedFeature
 
 // ErrNotATable is returned (wrapped) when a path holds no Delta table, that is

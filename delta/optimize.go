@@ -55,7 +55,8 @@ func (o OptimizeOptions) IsSmall(add *Add) bool {
 	return rows >= 0 && rows < o.MaxFileRows/2
 }
 
-// fileRows returns the numRecords of an add's stats, or -1.
+// fileRows returns the rows of an add's logical file by its stats: their
+// numRecords less the rows its deletion vector deletes, or -1.
 func fileRows(add *Add) int64 {
 	if add.Stats == "" {
 		return -1
@@ -63,6 +64,9 @@ func fileRows(add *Add) int64 {
 	st, err := ParseStats(add.Stats)
 	if err != nil {
 		return -1
+	}
+	if add.DeletionVector != nil {
+		return st.NumRecords - add.DeletionVector.Cardinality
 	}
 	return st.NumRecords
 }
@@ -358,10 +362,14 @@ func (s *Snapshot) RewriteBin(ctx context.Context, plan *OptimizePlan, bin *Opti
 				return fail(err)
 			}
 		}
+		sel, err := skipDeleted(s.table.root, f.Path, f.DeletionVector)
+		if err != nil {
+			return fail(err)
+		}
 		// A batch at a time: a bin is up to the target file size,
 		// many times the memory the agent may take.
 		var read int64
-		err := r.readBatches(ctx, f.Path, f.PartitionValues, func(rows []Row) error {
+		err = r.readBatches(ctx, f.Path, f.PartitionValues, sel, func(rows []Row) error {
 			read += int64(len(rows))
 			return w.Write(rows)
 		})

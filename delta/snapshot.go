@@ -70,13 +70,19 @@ func (s *Snapshot) Files() []*Add {
 func (s *Snapshot) NumFiles() int { return len(s.files) }
 
 // Tombstones returns the remove actions still kept as tombstones, sorted by
-// path.
+// path (then by deletion vector id: one data file may have been removed
+// with several deletion vectors).
 func (s *Snapshot) Tombstones() []*Remove {
 	out := make([]*Remove, 0, len(s.tombstones))
 	for _, r := range s.tombstones {
 		out = append(out, r)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Path != out[j].Path {
+			return out[i].Path < out[j].Path
+		}
+		return out[i].DeletionVector.UniqueID() < out[j].DeletionVector.UniqueID()
+	})
 	return out
 }
 
@@ -294,7 +300,9 @@ func readCommitTimestamp(f logFile) (time.Time, error) {
 	return f.modTime.UTC(), nil
 }
 
-// replayState accumulates actions during log replay.
+// replayState accumulates actions during log replay. files holds the
+// table's logical files by path (a data file is in the table with one
+// deletion vector at most), tombstones the removed ones by logicalKey.
 type replayState struct {
 	protocol   *Protocol
 	metadata   *Metadata
@@ -315,17 +323,28 @@ func fileKey(p string) string {
 	return p
 }
 
+// logicalKey is the key of a logical file: its decoded path and its
+// deletion vector's unique id.
+func logicalKey(path string, dv *DeletionVectorDescriptor) string {
+	return fileKey(path) + "\x00" + dv.UniqueID()
+}
+
+// apply applies the actions of one commit (or checkpoint). A remove takes
+// a file out of the table only when it names its deletion vector too, so
+// that the remove of a file's old deletion vector and the add of its new
+// one, in one commit, leave the new one whatever their order.
 func (st *replayState) apply(acts []Action) {
 	for _, a := range acts {
 		switch a := a.(type) {
 		case *Add:
-			k := fileKey(a.Path)
-			st.files[k] = a
-			delete(st.tombstones, k)
+			st.files[fileKey(a.Path)] = a
+			delete(st.tombstones, logicalKey(a.Path, a.DeletionVector))
 		case *Remove:
 			k := fileKey(a.Path)
-			delete(st.files, k)
-			st.tombstones[k] = a
+			if cur, ok := st.files[k]; ok && cur.DeletionVector.UniqueID() == a.DeletionVector.UniqueID() {
+				delete(st.files, k)
+			}
+			st.tombstones[logicalKey(a.Path, a.DeletionVector)] = a
 		case *Metadata:
 			st.metadata = a
 		case *Protocol:
@@ -437,7 +456,7 @@ func requireCommits(l *logListing, from, to int64) error {
 // correctly.
 func supportedReaderFeature(name string) bool {
 	switch name {
-	case "timestampNtz", "vacuumProtocolCheck", ColumnMappingFeature:
+	case "timestampNtz", "vacuumProtocolCheck", ColumnMappingFeature, DeletionVectorsFeature:
 		return true
 	}
 	return false
@@ -453,11 +472,6 @@ func (s *Snapshot) validate() error {
 	}
 	if err := checkReadSupport(s.protocol, s.metadata); err != nil {
 		return err
-	}
-	for _, a := range s.files {
-		if a.HasDeletionVector() {
-			return fmt.Errorf("%w: file %s has a deletion vector", ErrUnsupportedFeature, a.Path)
-		}
 	}
 	if s.metadata.SchemaString == "" {
 		// Some old writers left the schema out; the snapshot has no columns.

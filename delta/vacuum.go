@@ -80,7 +80,9 @@ type VacuumResult struct {
 // window references: files removed from the table (remove tombstones) longer
 // ago than the retention, and orphan files that no version references (left
 // by a crashed write) and that were last modified before the retention
-// window. Every version whose commit is newer than the retention, and the
+// window. Deletion vector files go by the same rules: one is kept while a
+// logical file of a retained version (an add, or a tombstone inside the
+// window) names it. Every version whose commit is newer than the retention, and the
 // version that was current at its start, keep all their files, so time
 // travel to any of them keeps working. The log (_delta_log) and hidden files
 // (names starting with "." or "_", except partition directories) are never
@@ -368,13 +370,13 @@ func (t *Table) referenced(ctx context.Context, l *logListing, latest *Snapshot,
 // expires).
 func (t *Table) referencedByTombstones(latest *Snapshot, cutoff time.Time, refs map[string]bool) error {
 	for _, a := range latest.files {
-		if err := t.addRef(a.Path, refs); err != nil {
+		if err := t.addRef(a.Path, a.DeletionVector, refs); err != nil {
 			return err
 		}
 	}
 	for _, r := range latest.tombstones {
 		if r.DeletionTimestamp == nil || *r.DeletionTimestamp > cutoff.UnixMilli() {
-			if err := t.addRef(r.Path, refs); err != nil {
+			if err := t.addRef(r.Path, r.DeletionVector, refs); err != nil {
 				return err
 			}
 		}
@@ -391,7 +393,7 @@ func (t *Table) referencedBetween(ctx context.Context, l *logListing, lo, hi int
 		return fmt.Errorf("files of version %d: %w", lo, err)
 	}
 	for _, a := range first.files {
-		if err := t.addRef(a.Path, refs); err != nil {
+		if err := t.addRef(a.Path, a.DeletionVector, refs); err != nil {
 			return err
 		}
 	}
@@ -403,7 +405,7 @@ func (t *Table) referencedBetween(ctx context.Context, l *logListing, lo, hi int
 		}
 		for _, a := range acts {
 			if c, ok := a.(*AddCDC); ok {
-				if err := t.addRef(c.Path, refs); err != nil {
+				if err := t.addRef(c.Path, nil, refs); err != nil {
 					return err
 				}
 			}
@@ -422,16 +424,14 @@ func (t *Table) referencedBetween(ctx context.Context, l *logListing, lo, hi int
 			return fmt.Errorf("files of version %d: %w", v, err)
 		}
 		for _, a := range acts {
-			path := ""
+			var err error
 			switch a := a.(type) {
 			case *Add:
-				path = a.Path
+				err = t.addRef(a.Path, a.DeletionVector, refs)
 			case *AddCDC:
-				path = a.Path
-			default:
-				continue
+				err = t.addRef(a.Path, nil, refs)
 			}
-			if err := t.addRef(path, refs); err != nil {
+			if err != nil {
 				return err
 			}
 		}
@@ -439,13 +439,23 @@ func (t *Table) referencedBetween(ctx context.Context, l *logListing, lo, hi int
 	return nil
 }
 
-// addRef adds the local path of a file named in the log to refs.
-func (t *Table) addRef(logPath string, refs map[string]bool) error {
+// addRef adds to refs the local path of a file named in the log and that
+// of the file of its deletion vector dv, if it has one in a file.
+func (t *Table) addRef(logPath string, dv *DeletionVectorDescriptor, refs map[string]bool) error {
 	p, err := ResolvePath(t.root, logPath)
 	if err != nil {
 		return err
 	}
 	refs[p] = true
+	if dv == nil {
+		return nil
+	}
+	if p, err = dv.FilePath(t.root); err != nil {
+		return fmt.Errorf("deletion vector of %s: %w", logPath, err)
+	}
+	if p != "" {
+		refs[p] = true
+	}
 	return nil
 }
 

@@ -55,7 +55,9 @@ func readerProperties() *pq.ReaderProperties {
 
 // ReadBatches reads a Parquet file as ReadFile does, and hands its rows to
 // fn in order, at most BatchRows at a time, which fn may keep. The memory
-// it holds is a batch's, whatever the file's size.
+// it holds is a batch's, whatever the file's size. Every row of the file
+// is handed over, in file order across its row groups: the n-th row handed
+// over is the row of index n-1, as deletion vectors count rows.
 func ReadBatches(ctx context.Context, path string, st *types.StructType, fn func([]types.Row) error) error {
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("read parquet: %w", err)
