@@ -23,6 +23,16 @@
 // (ErrCorruptDeletionVector, or fs.ErrNotExist), never returns the rows it
 // deletes. Vacuum keeps the deletion vector files of retained versions.
 //
+// Writing them takes four steps, which this package provides and its
+// caller strings together: EnableDeletionVectors raises the protocol
+// (reader 3 / writer 7, listing the features the old versions implied)
+// and sets delta.enableDeletionVectors; a DeletionVector collects the row
+// indexes to delete (with Or, those already deleted); StoreDeletionVectors
+// keeps small ones inline in the log and writes the others into one
+// deletion_vector_<uuid>.bin file; DeletionVectorActions returns the
+// remove of the file's old logical file and the add of the new, with
+// stats whose tightBounds is false.
+//
 // # Column mapping
 //
 // Tables in column mapping mode name are read and written: each field
