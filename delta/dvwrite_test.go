@@ -118,6 +118,26 @@ func TestDeleteRowsWithDeletionVectors(t *testing.T) {
 	if _, err := d.tbl.Commit(ctx, 2, []Action{rmA, a1}); err != nil {
 		t.Fatal(err)
 	}
+	// An inline deletion vector has no offset in the log.
+	log3, err := os.ReadFile(filepath.Join(d.dir, LogDirName, CommitFileName(3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(log3)), "\n") {
+		var l map[string]map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatal(err)
+		}
+		if add, ok := l["add"]; ok {
+			var dv map[string]any
+			if err := json.Unmarshal(add["deletionVector"], &dv); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := dv["offset"]; ok || dv["storageType"] != "i" || dv["pathOrInlineDv"] != descs[0].PathOrInlineDv {
+				t.Errorf("inline deletion vector in the log: %v", dv)
+			}
+		}
+	}
 
 	// v4: ids 1..15 more of file a, and all of file b, in one file.
 	dv2 := dv1.Clone()
@@ -169,7 +189,10 @@ func TestDeleteRowsWithDeletionVectors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := logicalFiles(latest)
+	before, beforeTombs := logicalFiles(latest), tombstoneKeys(latest)
+	if !strings.Contains(beforeTombs, "i") {
+		t.Errorf("no tombstone with the inline deletion vector:\n%s", beforeTombs)
+	}
 	if err := d.tbl.Checkpoint(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
@@ -179,6 +202,9 @@ func TestDeleteRowsWithDeletionVectors(t *testing.T) {
 	}
 	if after := logicalFiles(fromCP); after != before {
 		t.Errorf("checkpoint: files\n%s\nwant\n%s", after, before)
+	}
+	if after := tombstoneKeys(fromCP); after != beforeTombs {
+		t.Errorf("checkpoint: tombstones\n%s\nwant\n%s", after, beforeTombs)
 	}
 	check("checkpoint", New(d.dir))
 
