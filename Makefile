@@ -119,13 +119,14 @@ test-short:
 # state file).
 RACE_PACKAGES := ./agent ./agent/internal/applier ./agent/internal/source ./store ./uploader
 
-# The race pass runs beside the main one, its output printed once it ends:
-# the tests mostly wait (for PostgreSQL, fsyncs, the agent's intervals), so
-# two passes at once take about as long as the longer one.
+# The race pass runs beside the main one, its output printed once it ends,
+# and tests marked parallel run three at a time: the tests mostly wait (for
+# PostgreSQL, fsyncs, the agent's intervals), so both take about as long as
+# the longest of what runs at once.
 test: deps vet
 	mkdir -p dist/test-artifacts
 	@$(GO) test $(TEST_TAGS) -race -count=1 -timeout 20m $(RACE_PACKAGES) > dist/test-artifacts/race.log 2>&1 & race=$$!; \
-	$(GO) test $(TEST_TAGS) -count=1 -timeout 30m -artifacts -outputdir $(CURDIR)/dist/test-artifacts ./...; main=$$?; \
+	$(GO) test $(TEST_TAGS) -count=1 -parallel 3 -timeout 30m -artifacts -outputdir $(CURDIR)/dist/test-artifacts ./...; main=$$?; \
 	wait $$race; raced=$$?; \
 	echo "race pass ($(RACE_PACKAGES)):"; cat dist/test-artifacts/race.log; \
 	test $$main -eq 0 && test $$raced -eq 0

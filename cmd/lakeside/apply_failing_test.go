@@ -21,6 +21,7 @@ import (
 // line and an ERROR log line. Once the obstacle is gone the table applies
 // its queued changes by itself and the mirror equals PostgreSQL.
 func TestApplyFailingIsVisible(t *testing.T) {
+	t.Parallel()
 	addr := freeAddr(t)
 	e := newE2EWith(t, []string{"public.f", "public.g"}, "http:\n  listen: "+addr+"\n")
 	e.exec(`CREATE TABLE f (id int PRIMARY KEY, v text)`, `INSERT INTO f SELECT g, 'snap' FROM generate_series(1, 20) g`,

@@ -98,6 +98,7 @@ INSERT INTO a SELECT g, 0 FROM generate_series(1, 100) g;
 // copy as snapshot rows, the other table's changes went on between the
 // chunks, and the status, the metrics and the log report the copy.
 func TestBackfillOfAnAddedTable(t *testing.T) {
+	t.Parallel()
 	addr := freeAddr(t)
 	e := newE2EWith(t, []string{"public.a"}, "http:\n  listen: "+addr+"\n")
 	e.exec(backfillSchema)
@@ -175,6 +176,7 @@ func TestBackfillOfAnAddedTable(t *testing.T) {
 // the mirrors equal PostgreSQL and the changelog holds each copied row
 // exactly once.
 func TestKillDuringBackfill(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, []string{"public.a"})
 	e.exec(backfillSchema)
 	d := e.start()
@@ -248,6 +250,7 @@ func TestKillDuringBackfill(t *testing.T) {
 // truncate and then the rows copied again, and the mirror equals
 // PostgreSQL.
 func TestResyncCommand(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, []string{"public.a"})
 	e.exec(backfillSchema)
 	e.setSourceKey("backfill_chunk_rows", "30")
@@ -297,6 +300,7 @@ func TestResyncCommand(t *testing.T) {
 // changes it: the copy follows the table (or gives way to a copy of the
 // new one, or of the rewritten one), and the mirror ends equal to it.
 func TestTableChangedWhileItIsCopied(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name, now string
 		ddl       []string
@@ -356,6 +360,7 @@ func (e *e2e) startPacedStock(rows, chunk, rate int) *daemon {
 // TestBackfillLine describes copies for people, with how far their Delta
 // tables are.
 func TestBackfillLine(t *testing.T) {
+	t.Parallel()
 	since := time.Date(2026, 12, 4, 1, 0, 0, 0, time.UTC)
 	finished := since.Add(90 * time.Second)
 	for _, c := range []struct {

@@ -17,6 +17,7 @@ import (
 // and stopping and restarting the agent shows reconnecting, then connected
 // with the rows right.
 func TestLivePageAgainstTheAgent(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, the agent and Chromium: not a short test")
 	}

@@ -112,6 +112,7 @@ func checkSmallFiles(t *testing.T, tbl *delta.Table, targetRows int64) (files, s
 // and at every version sampled at the end (each OPTIMIZE one and the one
 // before it among them), and equals PostgreSQL too.
 func TestCompactionBoundsSmallFiles(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s3 := s3test.Start(t)
 	bucket := s3.NewBucket()
@@ -211,6 +212,7 @@ func TestCompactionBoundsSmallFiles(t *testing.T) {
 // compactions killed before their commit are orphans no version names,
 // which vacuum deletes once past the retention.
 func TestKillDuringCompaction(t *testing.T) {
+	t.Parallel()
 	e := newE2EWith(t, []string{"public.counter", "public.events", "public.balances"}, fmt.Sprintf(`delta:
   flush_interval: 100ms
   target_file_rows: 20000
@@ -421,6 +423,7 @@ func (e *e2e) compactJSON(args ...string) agent.CompactReport {
 // anything is written; with the agent stopped the command compacts the
 // other table itself. The mirror equals PostgreSQL after each.
 func TestCompactCommand(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newE2EWith(t, []string{"public.stock"}, `delta:
   flush_interval: 50ms
@@ -517,6 +520,7 @@ func controlHTTPClient(sock string) *http.Client {
 // agent flushes every 50 ms: no background pass compacts its two tables
 // while it is copied, and one merges the copy's files after it.
 func TestCompactionWaitsForACopy(t *testing.T) {
+	t.Parallel()
 	e := newE2EWith(t, []string{"public.stock"}, `delta:
   flush_interval: 50ms
   compaction: true

@@ -25,6 +25,7 @@ func (f fakeFileInfo) Sys() any           { return &syscall.Stat_t{Uid: f.uid} }
 // environment file are refused, for a command run by root and by another
 // user.
 func TestCheckEnvironmentOwner(t *testing.T) {
+	t.Parallel()
 	const path = "/etc/lakeside/environment"
 	tests := []struct {
 		mode     fs.FileMode

@@ -18,6 +18,7 @@ import (
 // cannot progress) and its mirror equals PostgreSQL, and once the writer stops the
 // first copy resumes and ends too.
 func TestStuckCopyGivesWay(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, []string{"public.nokey", "public.other"})
 	e.exec(`CREATE TABLE nokey (n int, v text)`, `ALTER TABLE nokey REPLICA IDENTITY FULL`,
 		`INSERT INTO nokey SELECT g, 'v' FROM generate_series(1, 2000) g`,

@@ -26,6 +26,7 @@ import (
 // stays queued, and the other table goes on. `lakeside resync` then
 // releases the table, and its mirror equals PostgreSQL.
 func TestCrashLoopIsBroken(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash loop test skipped in -short mode")
 	}

@@ -21,6 +21,7 @@ import (
 // Delta tables and replicates them into its local replica, and stops
 // cleanly when its time is up.
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	cmd := exec.Command(os.Args[0], "demo", "--duration", "8s", "--state-dir", dir, "--listen", addr)
@@ -90,6 +91,7 @@ func TestDemo(t *testing.T) {
 // demo's process group gets SIGINT. The demo still stops its PostgreSQL
 // and removes every directory it made.
 func TestDemoCleansUpWhenItsPipeIsGone(t *testing.T) {
+	t.Parallel()
 	tmp, err := os.MkdirTemp("", "lakeside-demo-test-")
 	if err != nil {
 		t.Fatal(err)

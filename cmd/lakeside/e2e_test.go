@@ -109,6 +109,7 @@ var errRollback = fmt.Errorf("deliberate rollback")
 // every committed transaction exactly once, in commit order, and nothing of
 // the rolled-back ones.
 func TestCrashSafety(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, []string{"public.counter", "public.events", "public.balances"})
 	// Transactions of a few hundred rows are streamed in progress, so kills
 	// also land while spooling.
@@ -468,6 +469,7 @@ func waitState(t *testing.T, e *e2e, d *daemon, state string) {
 // TestStatusCheckAndRestartErrors drives the command line: status while
 // running and after a stop, check, and the errors that stop a start.
 func TestStatusCheckAndRestartErrors(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, []string{"public.stock"})
 	e.exec(`CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL)`, `INSERT INTO stock SELECT g, g FROM generate_series(1, 100) g`)
 
@@ -538,6 +540,7 @@ func TestStatusCheckAndRestartErrors(t *testing.T) {
 // snapshot; the next start begins the snapshot again on a new slot, and the
 // queue ends up with exactly one complete snapshot.
 func TestKillDuringSnapshot(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, []string{"public.stock"})
 	e.exec(`CREATE TABLE stock (id int8 PRIMARY KEY, qty int NOT NULL)`,
 		`INSERT INTO stock SELECT g, g % 100 FROM generate_series(1, 400000) g`)
@@ -575,6 +578,7 @@ func TestKillDuringSnapshot(t *testing.T) {
 // longer holds what the Delta mirror holds, so the rows come from the
 // mirror plus the changes captured since.
 func TestLiveViewAfterRestart(t *testing.T) {
+	t.Parallel()
 	addr := freeAddr(t)
 	e := newE2EWith(t, []string{"public.stock"}, "http:\n  listen: "+addr+"\n")
 	e.exec(`CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL)`, `INSERT INTO stock SELECT g, g FROM generate_series(1, 200) g`)

@@ -17,6 +17,7 @@ import (
 // holding the default's old text), so that a resync of another table
 // ends too, and both mirrors equal PostgreSQL.
 func TestEnumRenamesWithAColumnDefault(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, []string{"public.t", "public.other"})
 	e.exec(`CREATE ROLE enum_owner`,
 		`CREATE TYPE mood AS ENUM ('a', 'b')`,

@@ -147,6 +147,7 @@ const hcMaxRSS = 256 << 20
 // read without end. A configuration that is not a regular file is refused
 // before a byte is read.
 func TestHardeningConfigNotRegularFile(t *testing.T) {
+	t.Parallel()
 	fifo := filepath.Join(t.TempDir(), "lakeside.yaml")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
@@ -172,6 +173,7 @@ func TestHardeningConfigNotRegularFile(t *testing.T) {
 // SIGTERM while it read /dev/zero. A SIGTERM sent while the configuration
 // loads ends the command at once, whatever the file is.
 func TestHardeningConfigSIGTERMWhileLoading(t *testing.T) {
+	t.Parallel()
 	fifo := filepath.Join(t.TempDir(), "lakeside.yaml")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
@@ -196,6 +198,7 @@ func TestHardeningConfigSIGTERMWhileLoading(t *testing.T) {
 // into memory. One of more than 1 MiB is refused from its size, before it
 // is read, with the limit in the message.
 func TestHardeningConfigSizeLimit(t *testing.T) {
+	t.Parallel()
 	path := hcConfig(t, "")
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -222,6 +225,7 @@ func TestHardeningConfigSizeLimit(t *testing.T) {
 // length. A value of 100000 characters gives an error of one short line
 // that quotes its beginning.
 func TestHardeningConfigCutsLongValues(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 100000)
 	for _, tc := range []struct{ name, extra, want string }{
 		{"slot", "", `:3: source.slot: "xxxx`},
@@ -251,6 +255,7 @@ func TestHardeningConfigCutsLongValues(t *testing.T) {
 // status. They are refused, with where to put them instead, and the URL is
 // not echoed.
 func TestHardeningConfigReplicaURLCredentials(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, url string }{
 		{"key and secret", "s3://AKIAEXAMPLE:" + hcSecret + "@branch-data/lakeside"},
 		{"secret only", "s3://:" + hcSecret + "@branch-data/lakeside"},
@@ -296,6 +301,7 @@ func TestHardeningConfigReplicaURLCredentials(t *testing.T) {
 // must have at least 16 characters besides the whitespace around them; the
 // error names http.token at its line and never quotes it.
 func TestHardeningConfigHTTPToken(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, token string }{
 		{"one space", `" "`},
 		{"whitespace", `"  \t                  "`},
@@ -326,6 +332,7 @@ func TestHardeningConfigHTTPToken(t *testing.T) {
 // running the command, is refused, saying why and the command that fixes
 // it.
 func TestHardeningConfigEnvironmentFileMode(t *testing.T) {
+	t.Parallel()
 	setup := func(t *testing.T, mode os.FileMode) (path, envPath string) {
 		path = hcConfig(t, "replica:\n  url: file:///srv/replica\n  site: ${LAKESIDE_HC_SITE}\n")
 		envPath = filepath.Join(filepath.Dir(path), "environment")
@@ -372,6 +379,7 @@ func TestHardeningConfigEnvironmentFileMode(t *testing.T) {
 // TestHardeningConfigListenPort: finding 13, http.listen with port 99999
 // passed check. The port must be a number from 1 to 65535.
 func TestHardeningConfigListenPort(t *testing.T) {
+	t.Parallel()
 	for _, listen := range []string{"127.0.0.1:99999", "127.0.0.1:0", "0.0.0.0:65536", "127.0.0.1:-1", "127.0.0.1:http"} {
 		t.Run(listen, func(t *testing.T) {
 			path := hcConfig(t, "http:\n  listen: "+listen+"\n")

@@ -23,6 +23,7 @@ import (
 // nothing, while a dry run lists and a vacuum deletes the same old orphan
 // file. A request following a resync that cannot be read is refused.
 func TestControlSocketHardening(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, []string{"public.items"})
 	e.exec(`CREATE TABLE items (id int PRIMARY KEY, qty int NOT NULL)`,
 		`INSERT INTO items SELECT g, g FROM generate_series(1, 100) g`)

@@ -108,6 +108,7 @@ INSERT INTO prices SELECT g, g FROM generate_series(1, 2000) g;`
 // agree on a foreign name may open the stream; the loopback names and
 // http.allowed_hosts may.
 func TestLiveViewRefusesRebindingAndForeignOrigins(t *testing.T) {
+	t.Parallel()
 	la := startLiveAgent(t, "  allowed_hosts: [branch-17.example]\n", hardeningSchema)
 	_, port, _ := net.SplitHostPort(la.addr)
 	rows := "/api/v1/tables/public.stock/rows"
@@ -183,6 +184,7 @@ func TestLiveViewRefusesRebindingAndForeignOrigins(t *testing.T) {
 // of holding the live view while it is compared with every row, and an
 // exponent within the range finds its row.
 func TestLiveViewKeysAreBounded(t *testing.T) {
+	t.Parallel()
 	la := startLiveAgent(t, "", hardeningSchema)
 	for _, path := range []string{
 		"/api/v1/tables/public.prices/rows?after=1e999999",
@@ -213,6 +215,7 @@ func TestLiveViewKeysAreBounded(t *testing.T) {
 // float8 holding NaN, ±Infinity, -0 and numbers five rows at a time: every
 // row comes once, in PostgreSQL's order (NaN last).
 func TestLiveViewFloatKeysPageInPostgreSQLsOrder(t *testing.T) {
+	t.Parallel()
 	la := startLiveAgent(t, "", `CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL);
 INSERT INTO stock VALUES (1, 1);
 CREATE TABLE prices (id float8 PRIMARY KEY, p int);
@@ -392,6 +395,7 @@ func holdConnections(t *testing.T, addr string, n int, what string) {
 // times subscribes to it once; more distinct names than the cap are
 // refused.
 func TestLiveViewStreamTablesAreDeduplicated(t *testing.T) {
+	t.Parallel()
 	la := startLiveAgent(t, "", hardeningSchema)
 	names := strings.TrimSuffix(strings.Repeat("public.stock,", 3000), ",")
 	ws, _, err := websocket.DefaultDialer.Dial("ws://"+la.addr+"/api/v1/stream?tables="+names, nil)
@@ -439,6 +443,7 @@ func TestLiveViewStreamTablesAreDeduplicated(t *testing.T) {
 // version is "no version at that time", not the latest; history is paged
 // newest first; answers are nosniff.
 func TestLiveViewTimeTravelAndHistoryAreBounded(t *testing.T) {
+	t.Parallel()
 	la := startLiveAgent(t, "", hardeningSchema)
 	for i := range 3 {
 		la.exec(fmt.Sprintf(`UPDATE stock SET qty = qty + 1 WHERE id = %d`, i+1))
@@ -566,6 +571,7 @@ func TestLiveViewMemoryHoldsWithManyClients(t *testing.T) {
 // a Host other than the loopback names is answered (the token, which a
 // rebound page cannot know, guards it) while a foreign Origin still is not.
 func TestLiveViewTokenSchemeIsCaseInsensitive(t *testing.T) {
+	t.Parallel()
 	const token = "0123456789abcdef-live-token"
 	la := startLiveAgentWithToken(t, token)
 	for auth, want := range map[string]int{

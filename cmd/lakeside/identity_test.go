@@ -44,6 +44,7 @@ func waitCaptured(t *testing.T, e *e2e, d *daemon, table string, generation uint
 // restart, after a truncate in the changelog, and the other table's
 // changes flow throughout.
 func TestTableIdentityAcrossRenameAndRecreate(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, []string{"public.stock", "public.other"})
 	e.exec(`CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL)`, `CREATE TABLE other (id int PRIMARY KEY)`,
 		`INSERT INTO stock SELECT g, g FROM generate_series(1, 10) g`)

@@ -63,6 +63,7 @@ const lifecycleTables = `
 // column by column under the names and types it has now, and the other
 // table kept flowing.
 func TestDatabaseLifecycle(t *testing.T) {
+	t.Parallel()
 	tables := []string{"public.add_default", "public.add_volatile", "public.key_type", "public.key_using", "public.col_type", "public.col_using", "public.col_same", "public.enum_renamed", "public.col_rename",
 		"public.new_key", "public.renamed", "public.recreated", "public.no_key", "public.parted", "public.steady"}
 	e := newE2E(t, tables)

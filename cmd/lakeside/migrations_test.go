@@ -34,6 +34,7 @@ const migrationSteps = 24
 // table's current names, and at the end the changelog holds each change
 // once. Even seeds decode with the smallest logical_decoding_work_mem.
 func TestRandomMigrations(t *testing.T) {
+	t.Parallel()
 	seeds := migrationSeeds
 	if s := os.Getenv("LAKESIDE_MIGRATION_SEEDS"); s != "" {
 		seeds = nil

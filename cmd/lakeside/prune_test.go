@@ -30,6 +30,7 @@ const pruneRetention = time.Second
 // the file on the replica; and with S3 stopped, pruning deletes nothing that
 // is not uploaded.
 func TestLocalPruningBoundsDiskAndTheReplicaKeepsEverything(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s3 := s3test.Start(t)
 	bucket := s3.NewBucket()

@@ -29,6 +29,7 @@ func replicaSection(s3 *s3test.Server, bucket, extra string) string {
 // the agent is SIGKILLed and restarted while offline, then the server comes
 // back and the remote catches up to the local tables, every row once.
 func TestReplicaOutageBackpressureAndCatchUp(t *testing.T) {
+	t.Parallel()
 	s3 := s3test.Start(t)
 	bucket := s3.NewBucket()
 	e := newE2EWith(t, []string{"public.stock"}, replicaSection(s3, bucket, "  max_backlog: 256KiB\n  poll_interval: 200ms\n  max_backoff: 1s\n"))
@@ -178,6 +179,7 @@ func (e *e2e) waitRemote(d *daemon, what string) {
 // at the replica prefix of a first: the second stops replicating the table
 // and its status says why, while the first's remote table stays intact.
 func TestTwoAgentsOnOneSite(t *testing.T) {
+	t.Parallel()
 	replicaDir := t.TempDir()
 	section := "replica:\n  url: file://" + replicaDir + "\n  site: branch1\n  poll_interval: 200ms\n"
 	first := newE2EWith(t, []string{"public.stock"}, section)

@@ -59,6 +59,7 @@ func (n *notifyListener) next(wait time.Duration) string {
 // WATCHDOG_USEC set): READY=1 arrives only once PostgreSQL is connected,
 // WATCHDOG=1 pings follow, and SIGTERM says STOPPING=1 and exits 0.
 func TestSystemdNotify(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, []string{"public.stock"})
 	e.exec(`CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL)`)
 	n := listenNotify(t)
@@ -108,6 +109,7 @@ func TestSystemdNotify(t *testing.T) {
 // once, a changed slot is reported as needing a restart, and a broken file
 // is refused while the agent runs on.
 func TestReloadOnSIGHUP(t *testing.T) {
+	t.Parallel()
 	addr := freeAddr(t)
 	replicaDir := t.TempDir()
 	section := func(token, bandwidth string) string {
@@ -186,6 +188,7 @@ func waitLog(t *testing.T, d *daemon, text string) {
 // endpoint fail with the fix, and a backlog budget larger than the free
 // disk fails the disk check.
 func TestCheckReplicaAndDisk(t *testing.T) {
+	t.Parallel()
 	s3 := s3test.Start(t)
 	bucket := s3.NewBucket()
 	replica := func(endpoint, secret, budget string) string {
@@ -243,6 +246,7 @@ func TestCheckReplicaAndDisk(t *testing.T) {
 // one JSON object, and neither the database password, the S3 secret key nor
 // the HTTP token appears.
 func TestJSONLogsKeepSecrets(t *testing.T) {
+	t.Parallel()
 	const password, token = "pg-password-7f3a", "http-token-91c2"
 	s3 := s3test.Start(t)
 	bucket := s3.NewBucket()
@@ -303,6 +307,7 @@ http:
 // expand ${VAR} from the environment file beside the configuration, as the
 // service does from its EnvironmentFile=; a malformed file is named.
 func TestEnvironmentFileNextToConfig(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, []string{"public.stock"})
 	e.exec(`CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL)`)
 	cfg, err := os.ReadFile(e.configPath)

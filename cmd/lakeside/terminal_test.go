@@ -13,6 +13,7 @@ import (
 // characters pass, the rest come escaped, and a character cut between two
 // writes is whole.
 func TestTerminalWriterEscapesControls(t *testing.T) {
+	t.Parallel()
 	in := "name\t\x1b[2J\x1b]0;forged\x07 é€\u0085\x7f\xff end\r\n"
 	want := "name\t\\x1b[2J\\x1b]0;forged\\x07 é€\\u0085\\x7f\\xff end\\x0d\n"
 	for cut := range len(in) + 1 {
@@ -32,6 +33,7 @@ func TestTerminalWriterEscapesControls(t *testing.T) {
 // control characters escaped, and --json stays valid JSON with the name
 // as PostgreSQL holds it.
 func TestStatusEscapesNamesFromPostgreSQL(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, []string{"public.t"})
 	e.exec(`CREATE TABLE t (id int PRIMARY KEY)`, `INSERT INTO t VALUES (1)`)
 	d := e.start()

@@ -11,6 +11,7 @@ import (
 // always, the mirror equal to PostgreSQL. An unknown trick stops the start
 // with an error naming the variable.
 func TestTricksOff(t *testing.T) {
+	t.Parallel()
 	e := newE2E(t, []string{"public.stock"})
 	e.exec(`CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL)`, `INSERT INTO stock SELECT g, g FROM generate_series(1, 500) g`)
 

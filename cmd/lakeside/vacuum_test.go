@@ -13,6 +13,7 @@ import (
 // does the vacuum, since it holds the state file) and after it stopped (the
 // command does it itself); recent files are never deleted.
 func TestVacuumCommand(t *testing.T) {
+	t.Parallel()
 	e := newE2EWith(t, []string{"public.items"},
 		"replica:\n  url: file://"+filepath.Join(t.TempDir(), "replica")+"\n  site: branch-1\n  poll_interval: 100ms\n")
 	e.exec(`CREATE TABLE items (id int PRIMARY KEY, qty int NOT NULL)`,
