@@ -178,7 +178,6 @@ func (a *Agent) Open() error {
 		Capture:        capture{a},
 		NoReadAhead:    a.tuningOff.ReadAhead,
 		NoAdder:        a.tuningOff.Adder,
-		NoCopyWait:     a.tuningOff.CopyWait,
 		NoWriteback:    a.tuningOff.Writeback,
 		CrashRecord:    filepath.Join(a.cfg.StateDir, CrashRecordName),
 		Logger:         a.log.With("component", "applier"),

@@ -15,15 +15,14 @@ type TuningOff struct {
 	// garbage collector's settings, and GOMAXPROCS following capture
 	// (tuning_threads.go).
 	GC, Threads bool
-	// PollConn, ChunkMemory, ChunkQuery, ReadAhead, Adder, Writeback and
-	// CopyWait are the stages' tricks: the replication connection's
-	// private wait, decoding a backfill chunk into the memory of one
-	// before it, sending a backfill chunk's statements and its COPY as
-	// one query, reading a batch before its flush is due, adding a
-	// flush's changes on a goroutine of their own, writing data files out
-	// as they are written, and applying a table copied at full speed once
-	// its copy is queued.
-	PollConn, ChunkMemory, ChunkQuery, ReadAhead, Adder, Writeback, CopyWait bool
+	// PollConn, ChunkMemory, ChunkQuery, ReadAhead, Adder and Writeback
+	// are the stages' tricks: the replication connection's private wait,
+	// decoding a backfill chunk into the memory of one before it, sending
+	// a backfill chunk's statements and its COPY as one query, reading a
+	// batch before its flush is due, adding a flush's changes on a
+	// goroutine of their own, and writing data files out as they are
+	// written.
+	PollConn, ChunkMemory, ChunkQuery, ReadAhead, Adder, Writeback bool
 }
 
 // TuningOffVariable names the environment variable that lists the tricks
@@ -31,11 +30,11 @@ type TuningOff struct {
 const TuningOffVariable = "LAKESIDE_TUNING_OFF"
 
 // trickNames are the names ParseTuningOff takes.
-const trickNames = "gc, threads, pollconn, chunkmemory, chunkquery, readahead, adder, writeback, copywait"
+const trickNames = "gc, threads, pollconn, chunkmemory, chunkquery, readahead, adder, writeback"
 
 // ParseTuningOff reads a comma-separated list of the tricks to turn off
 // (gc, threads, pollconn, chunkmemory, chunkquery, readahead, adder,
-// writeback, copywait, or all).
+// writeback, or all).
 func ParseTuningOff(list string) (TuningOff, error) {
 	var t TuningOff
 	for _, name := range strings.Split(list, ",") {
@@ -43,8 +42,7 @@ func ParseTuningOff(list string) (TuningOff, error) {
 		switch name {
 		case "":
 		case "all":
-			t = TuningOff{GC: true, Threads: true, PollConn: true, ChunkMemory: true, ChunkQuery: true, ReadAhead: true, Adder: true, Writeback: true,
-				CopyWait: true}
+			t = TuningOff{GC: true, Threads: true, PollConn: true, ChunkMemory: true, ChunkQuery: true, ReadAhead: true, Adder: true, Writeback: true}
 		case "gc":
 			t.GC = true
 		case "threads":
@@ -61,8 +59,6 @@ func ParseTuningOff(list string) (TuningOff, error) {
 			t.Adder = true
 		case "writeback":
 			t.Writeback = true
-		case "copywait":
-			t.CopyWait = true
 		default:
 			return TuningOff{}, fmt.Errorf("%s: unknown trick %q (known: %s, all)", TuningOffVariable, name, trickNames)
 		}

@@ -12,7 +12,7 @@ func TestParseTuningOff(t *testing.T) {
 		"pollconn,readahead": {PollConn: true, ReadAhead: true},
 		"chunkmemory":        {ChunkMemory: true},
 		"threads,writeback":  {Threads: true, Writeback: true},
-		"all":                {GC: true, Threads: true, PollConn: true, ChunkMemory: true, ChunkQuery: true, ReadAhead: true, Adder: true, Writeback: true, CopyWait: true},
+		"all":                {GC: true, Threads: true, PollConn: true, ChunkMemory: true, ChunkQuery: true, ReadAhead: true, Adder: true, Writeback: true},
 	} {
 		got, err := ParseTuningOff(in)
 		if err != nil || got != want {

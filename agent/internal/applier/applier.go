@@ -112,13 +112,12 @@ type Config struct {
 	// schedule.go).
 	Capture  Capture
 	MaxDefer time.Duration
-	// NoReadAhead, NoAdder, NoWriteback and NoCopyWait turn performance
-	// tricks off (tuning_readahead.go, tuning_adder.go, delta's
-	// tuning_writeback.go, tuning_copywait.go): a batch is then read only
-	// when its flush is due, a flush adds the changes it reads itself, a
-	// data file is written out by the fsync that closes it, and a table's
-	// copied rows are applied as they are queued.
-	NoReadAhead, NoAdder, NoWriteback, NoCopyWait bool
+	// NoReadAhead, NoAdder and NoWriteback turn performance tricks off
+	// (tuning_readahead.go, tuning_adder.go, delta's tuning_writeback.go):
+	// a batch is then read only when its flush is due, a flush adds the
+	// changes it reads itself, and a data file is written out by the
+	// fsync that closes it.
+	NoReadAhead, NoAdder, NoWriteback bool
 	// CrashRecord, when set, is the path of the crash record, which
 	// quarantines a transaction held at MaxCrashExits abnormal exits in
 	// a row (crashloop.go).
@@ -173,7 +172,7 @@ type Capture interface {
 	// BacklogEnd is where the backlog capture last caught up with ends.
 	BacklogEnd() store.LSN
 	// Copies returns the source tables whose rows capture copies now at
-	// full speed (see tuning_copywait.go).
+	// full speed (see copywait.go).
 	Copies() []string
 }
 
@@ -298,7 +297,7 @@ type sourceTable struct {
 	// the queue (see failure.go).
 	held bool
 	// waits is the held table's record while it waits for its copy
-	// (tuning_copywait.go), which counts the changes it holds.
+	// (copywait.go), which counts the changes it holds.
 	waits *behindTable
 	// err is the first failure of this flush to apply the table's
 	// changes; its other changes in the flush are passed over, and

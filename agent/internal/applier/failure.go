@@ -52,7 +52,7 @@ type behindTable struct {
 	since, retry time.Time
 	failures     int
 	// waiting is set while the table waits for its copy
-	// (tuning_copywait.go), and waitingChanges counts the changes it
+	// (copywait.go), and waitingChanges counts the changes it
 	// held meanwhile.
 	waiting        bool
 	waitingChanges int64

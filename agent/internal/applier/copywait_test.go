@@ -39,10 +39,10 @@ func TestTableWaitsForItsCopy(t *testing.T) {
 	if n := len(h.queuedChanges()["x"]); n == 0 {
 		t.Fatal("no change of x is queued while it waits for its copy")
 	}
-	// With the trick off, x is applied as it is copied.
+	// A copy that Capture.Copies does not report (a paced one) is not
+	// waited for: x is applied as it is copied.
 	plain := h.applier(func(c *Config) {
-		c.NoCopyWait = true
-		c.Capture = captureFuncs{copies: func() []string { return []string{"public.x"} }}
+		c.Capture = captureFuncs{copies: func() []string { return nil }}
 	})
 	h.apply(plain)
 	h.checkMirror("x")
@@ -50,7 +50,7 @@ func TestTableWaitsForItsCopy(t *testing.T) {
 	h.exec(`UPDATE x SET v = 'plain' WHERE id % 4 = 0`)
 	h.apply(plain)
 	h.checkMirror("x")
-	// The trick on again, from the queue plain applied.
+	// The copy reported again, from the queue plain applied.
 	a = h.applier(func(c *Config) {
 		c.FlushChanges = 40
 		c.Capture = copyingX(&copying)

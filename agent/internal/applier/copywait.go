@@ -23,9 +23,12 @@ import (
 // A copy paced by source.backfill_rows_per_second is not waited for: its
 // table is applied as it is copied.
 //
-// A performance trick, measured by make bench's TestBenchBackfill;
-// switched off by Config.NoCopyWait (LAKESIDE_TUNING_OFF=copywait for the
-// agent), which applies a table's copied rows as they are queued.
+// This is how the applier applies a copy, and it has no off switch: the
+// queue marks each chunk of copied rows for it (TxnHeader.Copied), and the
+// failure path holds and resumes a waiting table as it does a failing one
+// (Applier.batchStart, Applier.settle). make bench's TestBenchBackfill
+// measures it: the copy's speed against COPY TO STDOUT, and the time
+// until the copied rows are in the mirror.
 
 // maxWaitingChanges is how many changes of a table may wait for its copy,
 // which bounds the queue it grows, and maxWaitingTime how long its Delta
@@ -45,7 +48,7 @@ var errPassOver = errors.New("pass over the rest of the transaction")
 // maxWaitingChanges changes waiting, catch up. It is called as each batch
 // starts (batchStart).
 func (a *Applier) waitForCopies(now time.Time) {
-	if a.cfg.Capture == nil || a.cfg.NoCopyWait {
+	if a.cfg.Capture == nil {
 		return
 	}
 	copies := a.cfg.Capture.Copies()
