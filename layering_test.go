@@ -15,8 +15,10 @@ const module = "github.com/lakeside/lakeside/"
 // path prefix: imports point down the data flow (cmd → agent → store,
 // delta, uploader), the stages of agent do not import one another (agent
 // wires them) but share the type table, and delta and store import nothing
-// of the module; nor does internal/backoff, below every stage that
-// retries. The configuration, agent/config, sits between agent and the
+// of the module; nor do internal/backoff, below every stage that retries,
+// and internal/tuning, the names of the performance tricks' off switches,
+// which the command, the agent and the stages with such a trick share.
+// The configuration, agent/config, sits between agent and the
 // stages: it imports those whose types, defaults and checks make up its
 // schema (source's table names, live's listen check, uploader's replica
 // section, delta's row group size), never agent, and no stage imports it.
@@ -26,14 +28,15 @@ const module = "github.com/lakeside/lakeside/"
 // import the data types, never the reverse. The longest matching prefix
 // applies.
 var layers = map[string][]string{
-	"cmd/":                    {"agent", "agent/config", "store", "delta", "uploader", "internal/pgcluster"},
-	"agent":                   {"agent/", "store", "delta", "uploader"},
+	"cmd/":                    {"agent", "agent/config", "store", "delta", "uploader", "internal/pgcluster", "internal/tuning"},
+	"agent":                   {"agent/", "store", "delta", "uploader", "internal/tuning"},
 	"agent/config":            {"agent/internal/source", "agent/internal/live", "uploader", "delta"},
-	"agent/internal/source":   {"agent/internal/source/backfill", "agent/internal/typemap", "store", "internal/backoff"},
-	"agent/internal/applier":  {"agent/internal/typemap", "store", "delta", "internal/backoff"},
+	"agent/internal/source":   {"agent/internal/source/backfill", "agent/internal/typemap", "store", "internal/backoff", "internal/tuning"},
+	"agent/internal/applier":  {"agent/internal/typemap", "store", "delta", "internal/backoff", "internal/tuning"},
 	"agent/internal/live":     {"agent/internal/live/", "agent/internal/typemap", "store", "delta"},
 	"agent/internal/typemap":  {"store", "delta"},
 	"internal/backoff":        {},
+	"internal/tuning":         {},
 	"internal/pgcluster":      {},
 	"internal/pgtest":         {"internal/pgcluster"},
 	"internal/s3test":         {},
@@ -46,7 +49,7 @@ var layers = map[string][]string{
 	"store":                   {},
 	"packaging":               {},
 	// Capture's backfill, below its stream.
-	"agent/internal/source/backfill": {"agent/internal/typemap", "store", "internal/backoff"},
+	"agent/internal/source/backfill": {"agent/internal/typemap", "store", "internal/backoff", "internal/tuning"},
 }
 
 // testHelpers are packages for tests only: no other code imports them.

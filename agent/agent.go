@@ -26,6 +26,7 @@ import (
 	"github.com/lakeside/lakeside/agent/internal/live"
 	"github.com/lakeside/lakeside/agent/internal/live/web"
 	"github.com/lakeside/lakeside/agent/internal/source"
+	"github.com/lakeside/lakeside/internal/tuning"
 	"github.com/lakeside/lakeside/store"
 	"github.com/lakeside/lakeside/uploader"
 	"github.com/lakeside/lakeside/uploader/replica"
@@ -70,7 +71,7 @@ type Agent struct {
 	// threads sets GOMAXPROCS by what capture does; nil leaves it alone.
 	threads *threads
 	// tuningOff names the stages' performance tricks turned off.
-	tuningOff TuningOff
+	tuningOff tuning.Off
 
 	// reloadMu guards effective, the configuration as changed by reloads
 	// (cfg stays as started).

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/internal/tuning"
 )
 
 // runCommand runs the agent.
@@ -37,7 +38,7 @@ func (c *runCommand) Run(ctx context.Context) error {
 	level := new(slog.LevelVar)
 	level.Set(cfg.SlogLevel())
 	log := newLogger(cfg, level, c.stderr).With("version", Version)
-	off, err := agent.ParseTuningOff(os.Getenv(agent.TuningOffVariable))
+	off, err := tuning.Parse(os.Getenv(tuning.Variable))
 	if err != nil {
 		return err
 	}
@@ -56,8 +57,8 @@ func (c *runCommand) Run(ctx context.Context) error {
 		// environment overrides this (agent/tuning_threads.go).
 		a.ShareCPUs(runtime.NumCPU()/2, runtime.NumCPU())
 	}
-	if off != (agent.TuningOff{}) {
-		log.Info("performance tricks turned off", "variable", agent.TuningOffVariable, "off", os.Getenv(agent.TuningOffVariable))
+	if off != (tuning.Off{}) {
+		log.Info("performance tricks turned off", "variable", tuning.Variable, "off", os.Getenv(tuning.Variable))
 	}
 
 	hup := make(chan os.Signal, 1)
