@@ -210,9 +210,7 @@ func (a *Agent) Open() error {
 	}, a.app)
 
 	srcCfg := sourceConfig(a.cfg, a.log.With("component", "source"))
-	srcCfg.PlainConnection = a.tuningOff.PollConn
-	srcCfg.FreshChunkMemory = a.tuningOff.ChunkMemory
-	srcCfg.SeparateChunkQuery = a.tuningOff.ChunkQuery
+	srcCfg.Off = a.tuningOff
 	srcCfg.Durable = notifiers{a.hub, a.app}
 	srcCfg.Backpressure = backpressure{a}
 	if a.threads != nil {

@@ -261,20 +261,19 @@ func (s *Source) runBackfills(ctx context.Context, tables map[uint32]*capturedTa
 		order = append(order, backfill.Table{OID: c.oid, Name: c.identity, Configured: c.configured.String(), Current: c.current.String()})
 	}
 	b := backfill.New(backfill.Config{
-		Tables:             order,
-		Snapshot:           s.cfg.Snapshot,
-		ChunkRows:          s.chunkRows(),
-		RowsPerSecond:      s.cfg.BackfillRowsPerSecond,
-		FreshChunkMemory:   s.cfg.FreshChunkMemory,
-		SeparateChunkQuery: s.cfg.SeparateChunkQuery,
-		Connect:            s.cfg.Connect,
-		DB:                 s.db,
-		Requests:           s.resyncs,
-		Stream:             s.handoff,
-		Capture:            backfillCapture{s},
-		Catalog:            &backfillCatalog{s: s, types: typemap.New()},
-		Logger:             s.log,
-		Failpoints:         s.failpoint.backfill(),
+		Tables:        order,
+		Snapshot:      s.cfg.Snapshot,
+		ChunkRows:     s.chunkRows(),
+		RowsPerSecond: s.cfg.BackfillRowsPerSecond,
+		Off:           s.cfg.Off,
+		Connect:       s.cfg.Connect,
+		DB:            s.db,
+		Requests:      s.resyncs,
+		Stream:        s.handoff,
+		Capture:       backfillCapture{s},
+		Catalog:       &backfillCatalog{s: s, types: typemap.New()},
+		Logger:        s.log,
+		Failpoints:    s.failpoint.backfill(),
 	})
 	return b.Run(ctx)
 }

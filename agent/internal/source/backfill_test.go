@@ -198,8 +198,8 @@ func TestBackfillOfATableAddedLater(t *testing.T) {
 }
 
 // testBackfillOfATableAddedLater is TestBackfillOfATableAddedLater with
-// the chunk memory trick on or off (Config.FreshChunkMemory), and the
-// chunk query trick (Config.SeparateChunkQuery). A note is NULL in some
+// the chunk memory trick on or off (Config.Off.ChunkMemory), and the
+// chunk query trick (Config.Off.ChunkQuery). A note is NULL in some
 // rows, so that a chunk decoded into the memory of one before it reads
 // NULLs where that chunk held values.
 func testBackfillOfATableAddedLater(t *testing.T, fresh, separate bool) {
@@ -209,8 +209,8 @@ func testBackfillOfATableAddedLater(t *testing.T, fresh, separate bool) {
 		`INSERT INTO b SELECT g, g, CASE WHEN g % 7 = 0 THEN NULL ELSE 'seed' END FROM generate_series(1, 30000) g`)
 	h.cfg.Tables = append(h.cfg.Tables, Table{"public", "b"})
 	h.cfg.BackfillChunkRows = 1000
-	h.cfg.FreshChunkMemory = fresh
-	h.cfg.SeparateChunkQuery = separate
+	h.cfg.Off.ChunkMemory = fresh
+	h.cfg.Off.ChunkQuery = separate
 	next := int64(30001)
 	txns, rels, done, committed := h.copyWhileWriting("public.b", func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE a SET v = v + 1 WHERE id = $1`, 1+rand.Int64N(100)); err != nil {
@@ -639,7 +639,7 @@ func TestRecreatedTableIsTruncatedAndCopied(t *testing.T) {
 // copy the new columns (a chunk whose COPY names a column no longer there
 // fails, and is copied again), and the queue replays to the table as
 // PostgreSQL has it. Both ways of sending a chunk's query
-// (Config.SeparateChunkQuery).
+// (Config.Off.ChunkQuery).
 func TestBackfillReadsTheColumnsChangedWhileItCopies(t *testing.T) {
 	requireFailpoints(t)
 	for _, c := range []struct {
@@ -670,7 +670,7 @@ func testBackfillReadsTheColumnsChangedWhileItCopies(t *testing.T, alter string,
 	h := newHarness(t)
 	h.addTableB(5000)
 	h.cfg.BackfillChunkRows = 1000
-	h.cfg.SeparateChunkQuery = separate
+	h.cfg.Off.ChunkQuery = separate
 	conn, probe := pgtest.Conn(t, h.dsn), pgtest.Conn(t, h.dsn)
 	calls := 0
 	altered := make(chan struct{})

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lakeside/lakeside/internal/tuning"
 )
 
 // Table is a source table, by schema and name as they appear in pg_class.
@@ -80,18 +82,12 @@ type Config struct {
 	// crash the same table and OID may be asked for again; nil leaves the
 	// request recorded and the rows not copied.
 	Backfill func(ctx context.Context, table string, oid uint32, reason string) error
-	// PlainConnection turns a performance trick off: the replication
-	// connection is then an ordinary one, watched by Go's network poller,
-	// instead of a pollConn (tuning_pollconn.go).
-	PlainConnection bool
-	// FreshChunkMemory turns a performance trick off: each backfill
-	// chunk is then decoded into new memory, instead of the memory of a
-	// chunk before it that is durable (backfill/tuning_chunk_memory.go).
-	FreshChunkMemory bool
-	// SeparateChunkQuery turns a performance trick off: each backfill
-	// chunk's statements are run, and then its COPY, in two round trips
-	// (backfill/tuning_chunk_query.go).
-	SeparateChunkQuery bool
+	// Off says which performance tricks are off. Capture reads PollConn:
+	// the replication connection is then an ordinary one, watched by Go's
+	// network poller, instead of a pollConn (tuning_pollconn.go). The
+	// backfiller is handed the whole value and reads ChunkMemory and
+	// ChunkQuery (backfill.Config.Off).
+	Off tuning.Off
 	// Logger receives state changes; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -228,7 +224,7 @@ func (c Config) connectReplication(ctx context.Context) (*pgconn.PgConn, error) 
 	if err != nil {
 		return nil, err
 	}
-	if !c.PlainConnection {
+	if !c.Off.PollConn {
 		pc.DialFunc = dialPoll
 	}
 	conn, err := pgconn.ConnectConfig(ctx, pc)

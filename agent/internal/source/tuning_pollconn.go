@@ -58,9 +58,9 @@ const holdFor = 2 * time.Millisecond
 // and the short waits of a drain return at once.
 //
 // A performance trick, measured by TestBenchCapture and
-// TestBenchDeltaEndToEnd (make bench); switched off by
-// Config.PlainConnection (LAKESIDE_TUNING_OFF=pollconn for the agent),
-// which reads the stream through Go's network poller like any connection.
+// TestBenchDeltaEndToEnd (make bench); switched off by Config.Off.PollConn
+// (LAKESIDE_TUNING_OFF=pollconn for the agent), which reads the stream
+// through Go's network poller like any connection.
 type pollConn struct {
 	fd            int
 	local, remote net.Addr

@@ -3,13 +3,13 @@ package source
 import "testing"
 
 // TestPlainConnectionCaptures captures with the pollConn trick switched
-// off (Config.PlainConnection): the snapshot and the stream, a large
+// off (Config.Off.PollConn): the snapshot and the stream, a large
 // transaction among them, replay to the table PostgreSQL holds.
 func TestPlainConnectionCaptures(t *testing.T) {
 	h := newHarness(t)
 	h.exec(itemsTable, `INSERT INTO items SELECT g, g, 'seed' FROM generate_series(1, 1000) g`)
 	h.cfg.Tables = []Table{{"public", "items"}}
-	h.cfg.PlainConnection = true
+	h.cfg.Off.PollConn = true
 	h.start()
 	h.waitStreaming()
 	h.exec(`UPDATE items SET v = v + 1 WHERE id % 3 = 0`, `DELETE FROM items WHERE id % 5 = 0`,

@@ -56,6 +56,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/lakeside/lakeside/internal/backoff"
+	"github.com/lakeside/lakeside/internal/tuning"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -106,9 +107,11 @@ type Config struct {
 	ChunkRows int
 	// RowsPerSecond, when not zero, bounds the rows copied per second.
 	RowsPerSecond int
-	// FreshChunkMemory and SeparateChunkQuery turn performance tricks
-	// off (tuning_chunk_memory.go, tuning_chunk_query.go).
-	FreshChunkMemory, SeparateChunkQuery bool
+	// Off says which performance tricks are off. The backfiller reads
+	// ChunkMemory and ChunkQuery: each chunk is then decoded into new
+	// memory (tuning_chunk_memory.go), and its statements and then its
+	// COPY are run in two round trips (tuning_chunk_query.go).
+	Off tuning.Off
 	// Connect opens the backfiller's SQL connection.
 	Connect func(ctx context.Context) (*pgx.Conn, error)
 	// DB is the state file, which holds the copies' records.
@@ -216,7 +219,7 @@ type Backfiller struct {
 	rel     *store.Relation
 	catalog [][][]byte
 	// chunks holds the memory of the copy's durable chunks, for the
-	// next ones; nil with Config.FreshChunkMemory
+	// next ones; nil with Config.Off.ChunkMemory
 	// (tuning_chunk_memory.go).
 	chunks *chunkPool
 	// rowBytes is the memory a row of the copy took in its last chunk

@@ -181,7 +181,7 @@ func (b *Backfiller) copyChunk(ctx context.Context, t string, prog *store.Backfi
 
 // beginAndCopy runs a chunk's statements, sql, and then its COPY, copySQL,
 // into cr: as one query (queryThenCopy), or in two round trips with
-// Config.SeparateChunkQuery. It returns the statements' rows, the first
+// Config.Off.ChunkQuery. It returns the statements' rows, the first
 // skip of them those of the chunk before, and whether the table's columns
 // are other than those the chunk is read by (b.catalog): the COPY's data
 // is then dropped, or its COPY failed for a column gone.
@@ -194,7 +194,7 @@ func (b *Backfiller) beginAndCopy(ctx context.Context, sql, copySQL string, skip
 		}
 		return sameCatalogRows(results[skip+2], b.catalog), nil
 	}
-	if b.cfg.SeparateChunkQuery {
+	if b.cfg.Off.ChunkQuery {
 		res, err := b.conn.PgConn().Exec(ctx, sql).ReadAll()
 		if err != nil {
 			return nil, false, fmt.Errorf("begin the chunk: %w", err)

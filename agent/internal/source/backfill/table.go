@@ -82,7 +82,7 @@ func (b *Backfiller) copyTable(ctx context.Context, rec *store.Backfill) error {
 	// and what the writer gives back after, is left to the garbage
 	// collector.
 	b.chunks = nil
-	if !b.cfg.FreshChunkMemory {
+	if !b.cfg.Off.ChunkMemory {
 		b.chunks = newChunkPool()
 		defer func() { b.chunks = nil }()
 	}

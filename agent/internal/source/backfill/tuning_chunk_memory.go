@@ -13,7 +13,7 @@ import "github.com/lakeside/lakeside/store"
 //
 // A performance trick, measured by BenchmarkBackfillChunkDecode (its fresh
 // and recycled cases) and make bench's TestBenchBackfill; switched off by
-// Config.FreshChunkMemory (LAKESIDE_TUNING_OFF=chunkmemory for the agent),
+// Config.Off.ChunkMemory (LAKESIDE_TUNING_OFF=chunkmemory for the agent),
 // which decodes every chunk into new memory.
 
 // chunkMemory is the memory one chunk's rows are decoded into.

@@ -28,8 +28,8 @@ import (
 // PostgreSQL and the applier; sent with the COPY, they are not.
 //
 // A performance trick, measured by TestBenchBackfill; switched off by
-// Config.SeparateChunkQuery (LAKESIDE_TUNING_OFF=chunkquery for the
-// agent), which runs the statements and then the COPY.
+// Config.Off.ChunkQuery (LAKESIDE_TUNING_OFF=chunkquery for the agent),
+// which runs the statements and then the COPY.
 func queryThenCopy(ctx context.Context, conn *pgconn.PgConn, sql string, to func(rows [][][][]byte) (io.Writer, error)) ([][][][]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
