@@ -177,9 +177,7 @@ func (a *Agent) Open() error {
 		AppIDPrefix:    appIDPrefix(a.cfg.Source.Slot),
 		EngineInfo:     "lakeside/" + a.version,
 		Capture:        capture{a},
-		NoReadAhead:    a.tuningOff.ReadAhead,
-		NoAdder:        a.tuningOff.Adder,
-		NoWriteback:    a.tuningOff.Writeback,
+		Off:            a.tuningOff,
 		CrashRecord:    filepath.Join(a.cfg.StateDir, CrashRecordName),
 		Logger:         a.log.With("component", "applier"),
 	}

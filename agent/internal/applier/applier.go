@@ -35,6 +35,7 @@ import (
 	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/internal/backoff"
+	"github.com/lakeside/lakeside/internal/tuning"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -112,12 +113,13 @@ type Config struct {
 	// schedule.go).
 	Capture  Capture
 	MaxDefer time.Duration
-	// NoReadAhead, NoAdder and NoWriteback turn performance tricks off
-	// (tuning_readahead.go, tuning_adder.go, delta's tuning_writeback.go):
-	// a batch is then read only when its flush is due, a flush adds the
-	// changes it reads itself, and a data file is written out by the
-	// fsync that closes it.
-	NoReadAhead, NoAdder, NoWriteback bool
+	// Off says which performance tricks are off. The applier reads
+	// ReadAhead, Adder and Writeback (tuning_readahead.go,
+	// tuning_adder.go, delta's tuning_writeback.go): a batch is then read
+	// only when its flush is due, a flush adds the changes it reads
+	// itself, and a data file is written out by the fsync that closes it
+	// (delta.WriteOptions.NoWriteback).
+	Off tuning.Off
 	// CrashRecord, when set, is the path of the crash record, which
 	// quarantines a transaction held at MaxCrashExits abnormal exits in
 	// a row (crashloop.go).
@@ -743,7 +745,7 @@ func (a *Applier) Warn(where, problem string) {
 // TargetFileRows at most.
 func (a *Applier) writeOptions(expectRows int64) delta.WriteOptions {
 	return delta.WriteOptions{Compression: a.cfg.Compression, CreatedBy: a.cfg.EngineInfo, Buffers: &a.buffers, EncodeGate: &a.gate,
-		RowGroupRows: a.cfg.RowGroupRows, ExpectedRows: min(expectRows, a.cfg.TargetFileRows), NoWriteback: a.cfg.NoWriteback}
+		RowGroupRows: a.cfg.RowGroupRows, ExpectedRows: min(expectRows, a.cfg.TargetFileRows), NoWriteback: a.cfg.Off.Writeback}
 }
 
 // changesAhead is how many changes of the transaction of h are still to

@@ -290,7 +290,7 @@ func (a *Applier) ingest(ctx context.Context, upTo store.LSN, slice int64) (done
 		// Each chunk's memory goes back to the pool once its changes
 		// are added, and the next chunks are decoded into it.
 		pool := new(store.ChunkPool)
-		if !yield && !a.cfg.NoAdder {
+		if !yield && !a.cfg.Off.Adder {
 			// The values read are valid only in this read transaction:
 			// the adder is done with them before it ends.
 			a.adder = newAdder(ctx, a, pool)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/internal/tuning"
 	"github.com/lakeside/lakeside/store"
 )
 
@@ -49,7 +50,7 @@ func TestSnapshotRowsAreUpserts(t *testing.T) {
 				t.Fatal(err)
 			}
 			tablesDir := filepath.Join(dir, "tables")
-			a := New(Config{TablesDir: tablesDir, NoAdder: noAdder, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+			a := New(Config{TablesDir: tablesDir, Off: tuning.Off{Adder: noAdder}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
 			ctx := context.Background()
 			if err := a.start(ctx); err != nil {
 				t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 // Applier.applyChange).
 //
 // A performance trick, measured by BenchmarkApplyLargeTransaction and the
-// tests of tuning_adder_test.go; switched off by Config.NoAdder
+// tests of tuning_adder_test.go; switched off by Config.Off.Adder
 // (LAKESIDE_TUNING_OFF=adder for the agent), which has the flush add what
 // it reads itself.
 type adder struct {

@@ -19,9 +19,9 @@ import (
 //
 // A performance trick, measured by TestBenchDeltaEndToEnd (make bench) and
 // the tests of tuning_readahead_test.go; switched off by
-// Config.NoReadAhead (LAKESIDE_TUNING_OFF=readahead for the agent).
+// Config.Off.ReadAhead (LAKESIDE_TUNING_OFF=readahead for the agent).
 func (a *Applier) readAhead(ctx context.Context, upTo store.LSN) (more bool) {
-	if a.cfg.NoReadAhead || a.readAheadFailed || upTo <= a.read.upTo {
+	if a.cfg.Off.ReadAhead || a.readAheadFailed || upTo <= a.read.upTo {
 		return false
 	}
 	done, err := a.ingest(ctx, upTo, a.readAheadSlice)

@@ -15,7 +15,7 @@ func TestTricksOffApplyTheSame(t *testing.T) {
 		CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL, note text);
 		INSERT INTO items SELECT g, g, 'snap' FROM generate_series(1, 2000) g;`, "items")
 	a := h.applier(func(c *Config) {
-		c.NoReadAhead, c.NoAdder, c.NoWriteback = true, true, true
+		c.Off.ReadAhead, c.Off.Adder, c.Off.Writeback = true, true, true
 		c.TargetFileRows, c.RowGroupRows = 5000, 1000
 	})
 	ctx, cancel := context.WithCancel(context.Background())
