@@ -15,7 +15,7 @@ import (
 // keep changing it, so that its copy starts over after every chunk, then
 // resyncs another table: the stuck copy gives way, the other table's copy
 // ends while the writers still run (it waited for ever behind a copy that
-// cannot progress) and its mirror equals PostgreSQL, and once the writer stops the
+// cannot progress) and its mirror equals PostgreSQL, and once the writers stop the
 // first copy resumes and ends too.
 func TestStuckCopyGivesWay(t *testing.T) {
 	t.Parallel()

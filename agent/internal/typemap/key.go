@@ -2,6 +2,7 @@ package typemap
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"time"
 
@@ -98,7 +99,10 @@ func AppendKeyValue(dst []byte, v any) []byte {
 		}
 		return append(dst, 1)
 	}
-	return dst
+	// A Go type no converter makes: its printed form, with its type, so
+	// that different values never share a key (their order is that of
+	// the text).
+	return appendEscaped(dst, fmt.Appendf(nil, "%T:%v", v, v))
 }
 
 // AppendQueuedKeyValue appends the encoding of a queued value of a column

@@ -88,3 +88,22 @@ func floatValue(kind store.Kind, f float64) store.Value {
 	}
 	return store.Value{Kind: kind, Int: int64(math.Float64bits(f))}
 }
+
+// TestKeyOfAnUnknownTypeKeepsValuesApart encodes values of Go types no
+// converter makes: different values get different keys, equal ones the
+// same, so that two rows never share a key by accident.
+func TestKeyOfAnUnknownTypeKeepsValuesApart(t *testing.T) {
+	type point struct{ X, Y int }
+	values := []any{uint64(1), uint64(2), point{1, 2}, point{2, 1}, map[string]int{"a": 1}, map[string]int{"a": 2}}
+	seen := map[string]any{}
+	for _, v := range values {
+		k := string(AppendKeyValue(nil, v))
+		if other, ok := seen[k]; ok {
+			t.Errorf("%v and %v share the key %q", other, v, k)
+		}
+		seen[k] = v
+		if again := string(AppendKeyValue(nil, v)); again != k {
+			t.Errorf("%v: key %q, then %q", v, k, again)
+		}
+	}
+}
