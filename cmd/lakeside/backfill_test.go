@@ -22,6 +22,13 @@ import (
 // done, and returns its status.
 func waitBackfilled(t *testing.T, e *e2e, d *daemon, table string) agent.BackfillStatus {
 	t.Helper()
+	return waitBackfilledSince(t, e, d, table, time.Time{})
+}
+
+// waitBackfilledSince waits until the running agent reports a copy of
+// table begun after since done, and returns its status.
+func waitBackfilledSince(t *testing.T, e *e2e, d *daemon, table string, since time.Time) agent.BackfillStatus {
+	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
 		select {
@@ -31,14 +38,14 @@ func waitBackfilled(t *testing.T, e *e2e, d *daemon, table string) agent.Backfil
 		}
 		if st, err := agent.AskStatus(context.Background(), e.stateDir); err == nil {
 			for _, b := range st.Backfills {
-				if b.Table == table && b.State == agent.BackfillDone {
+				if b.Table == table && b.State == agent.BackfillDone && b.Since.After(since) {
 					return b
 				}
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("the backfill of %s did not finish in 3 minutes; log:\n%s", table, d.log())
+	t.Fatalf("no copy of %s begun after %s ended in 3 minutes; log:\n%s", table, since.Format(time.RFC3339Nano), d.log())
 	return agent.BackfillStatus{}
 }
 

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/lakeside/lakeside/agent"
 )
 
 // TestEnumRenamesWithAColumnDefault renames a value of an enum that a
@@ -39,7 +36,7 @@ func TestEnumRenamesWithAColumnDefault(t *testing.T) {
 		if i == 3 {
 			e.exec(`UPDATE t SET v = 'u' WHERE id = 1`)
 		}
-		waitCopyAfter(t, e, d, "public.t", renamed)
+		waitBackfilledSince(t, e, d, "public.t", renamed)
 	}
 	out, stderr, code := e.lakeside("resync", "--config", e.configPath, "public.other")
 	if code != 0 {
@@ -49,27 +46,4 @@ func TestEnumRenamesWithAColumnDefault(t *testing.T) {
 	e.compareMirror(t, "public.t", `SELECT id, v, m::text FROM t`, "id", "v", "m")
 	e.compareMirror(t, "public.other", `SELECT id, v FROM other`, "id", "v")
 	e.stop(d)
-}
-
-// waitCopyAfter waits until the running agent reports a copy of table
-// begun after since done.
-func waitCopyAfter(t *testing.T, e *e2e, d *daemon, table string, since time.Time) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		select {
-		case <-d.exited:
-			t.Fatalf("agent exited; log:\n%s", d.stderr)
-		default:
-		}
-		if st, err := agent.AskStatus(context.Background(), e.stateDir); err == nil {
-			for _, b := range st.Backfills {
-				if b.Table == table && b.State == agent.BackfillDone && b.Since.After(since) {
-					return
-				}
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("no copy of %s begun after %s ended in a minute; log:\n%s", table, since.Format(time.RFC3339Nano), d.log())
 }
