@@ -159,7 +159,7 @@ func CheckReplica(ctx context.Context, cfg *config.Config) []Check {
 		}
 		read.Fix = "check that the credentials may GetObject under the prefix and that no proxy rewrites objects"
 	}
-	checks = append(checks, read)
+	checks = append(checks, read, checkConditionalPut(ctx, client, key, probe))
 	deletes := Check{Name: "replica allows deletes (for vacuum)", OK: true}
 	if err := client.DeleteObject(ctx, key); err != nil {
 		deletes = Check{Name: deletes.Name, Problem: err.Error(),
@@ -169,8 +169,31 @@ func CheckReplica(ctx context.Context, cfg *config.Config) []Check {
 }
 
 func putProbe(ctx context.Context, client uploader.ReplicaClient, key string, data []byte) error {
+	return putProbeWith(ctx, client, key, data, uploader.PutOptions{})
+}
+
+func putProbeWith(ctx context.Context, client uploader.ReplicaClient, key string, data []byte, opts uploader.PutOptions) error {
 	m, s := md5.Sum(data), sha256.Sum256(data)
-	return client.PutObject(ctx, key, uploader.Body{R: bytes.NewReader(data), Size: int64(len(data)), MD5: m[:], SHA256: s[:]}, uploader.PutOptions{})
+	return client.PutObject(ctx, key, uploader.Body{R: bytes.NewReader(data), Size: int64(len(data)), MD5: m[:], SHA256: s[:]}, opts)
+}
+
+// checkConditionalPut checks that the replica refuses a conditional put
+// (If-None-Match: *) of key, which exists: a commit is such a put, and a
+// server that ignores the condition would let two writers of one table
+// (two agents given one site, say) overwrite each other's commit with no
+// error.
+func checkConditionalPut(ctx context.Context, client uploader.ReplicaClient, key string, data []byte) Check {
+	c := Check{Name: "replica refuses to overwrite a commit (a conditional put of an existing key)", OK: true}
+	switch err := putProbeWith(ctx, client, key, data, uploader.PutOptions{IfNoneMatch: true}); {
+	case errors.Is(err, uploader.ErrPreconditionFailed):
+	case err == nil:
+		c.OK, c.Problem = false, "the replica stored a conditional put (If-None-Match: *) over an existing object"
+		c.Fix = "use an S3 server that honours If-None-Match on PUT (AWS S3, MinIO, versitygw); with this one two writers can overwrite each other's commits"
+	default:
+		c.OK, c.Problem = false, err.Error()
+		c.Fix = "use an S3 server that honours If-None-Match on PUT (AWS S3, MinIO, versitygw)"
+	}
+	return c
 }
 
 func getProbe(ctx context.Context, client uploader.ReplicaClient, key string) ([]byte, error) {

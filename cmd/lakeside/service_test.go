@@ -210,7 +210,8 @@ func TestCheckReplicaAndDisk(t *testing.T) {
 
 	out, code := check(good)
 	for _, want := range []string{"✓ connect to PostgreSQL", "✓ state_dir " + e.stateDir + " is writable", "free (needs 1.1 GiB)",
-		"/lake/branch1 is reachable and writable", "✓ replica returns what was written", "✓ replica allows deletes"} {
+		"/lake/branch1 is reachable and writable", "✓ replica returns what was written", "✓ replica allows deletes",
+		"✓ replica refuses to overwrite a commit"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("check with a good replica does not say %q", want)
 		}
