@@ -19,19 +19,18 @@ type baseRow struct {
 	deleted bool
 }
 
+// readFile reads the rows of a mirror file that its deletion vector, if
+// it has one, leaves (delta.ReadDataFile), in key order.
 func (m *mirror) readFile(ctx context.Context, f *mirrorFile) ([]baseRow, error) {
-	path, err := delta.ResolvePath(m.t.Path(), f.add.Path)
-	if err != nil {
-		return nil, fmt.Errorf("mirror %s: %w", m.name, err)
-	}
-	rows, err := delta.ReadParquetFile(ctx, path, m.schema)
+	rows, err := delta.ReadDataFile(ctx, m.t.Path(), f.add, m.schema)
 	if err != nil {
 		return nil, fmt.Errorf("mirror %s: read %s: %w", m.name, f.add.Path, err)
 	}
-	// The file is rewritten from these rows: fewer than its stats count
-	// would drop rows from the mirror.
-	if f.rows >= 0 && int64(len(rows)) != f.rows {
-		return nil, fmt.Errorf("mirror %s: read %s: %w: %d rows, its stats say %d", m.name, f.add.Path, errFileRows, len(rows), f.rows)
+	// The file is rewritten from these rows: fewer than its stats count,
+	// less those its deletion vector deletes, would drop rows from the
+	// mirror.
+	if want := f.liveRows(); want >= 0 && int64(len(rows)) != want {
+		return nil, fmt.Errorf("mirror %s: read %s: %w: %d rows, its stats and deletion vector say %d", m.name, f.add.Path, errFileRows, len(rows), want)
 	}
 	out := make([]baseRow, len(rows))
 	for i, r := range rows {

@@ -95,8 +95,18 @@ type mirror struct {
 type mirrorFile struct {
 	add            *delta.Add
 	minKey, maxKey []byte
-	// rows is the file's row count from its stats (-1: no stats).
+	// rows is the data file's row count from its stats, deleted rows
+	// included (-1: no stats; see liveRows).
 	rows int64
+}
+
+// liveRows returns the rows of the file that its deletion vector leaves:
+// its stats' numRecords less the vector's cardinality (-1: no stats).
+func (f *mirrorFile) liveRows() int64 {
+	if f.rows < 0 || f.add.DeletionVector == nil {
+		return f.rows
+	}
+	return f.rows - f.add.DeletionVector.Cardinality
 }
 
 const (

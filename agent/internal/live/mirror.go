@@ -183,6 +183,11 @@ func (mr *mirrorReads) page(id string, encode func() (encodedPage, error)) (enco
 // when the file has no range tags: it is read for every page).
 type mirrorFile struct {
 	path string
+	// root is the table's directory and add the file's add action, whose
+	// deletion vector, if any, names rows of the file the snapshot does
+	// not hold.
+	root string
+	add  *delta.Add
 	// logPath is the file's path as the log names it.
 	logPath        string
 	size           int64
@@ -291,7 +296,7 @@ func (h *Hub) mirrorScanOf(rel *store.Relation, l mirrorLayout) (*mirrorScan, er
 	if err := ms.setFiles(l.root, l.adds); err != nil {
 		return nil, err
 	}
-	ms.ordered, ms.exact = ms.keyedBy(bytesOrder), ms.keyedBy(bytesEqual)
+	ms.ordered, ms.exact = ms.keyedBy(bytesOrder) && ms.disjoint(), ms.keyedBy(bytesEqual)
 	kinds := make([]store.Kind, len(ms.byType))
 	for i, t := range ms.byType {
 		kinds[i] = t.Kind
@@ -361,7 +366,7 @@ func (ms *mirrorScan) setFiles(root string, adds []*delta.Add) error {
 		if err != nil {
 			return err
 		}
-		f := mirrorFile{path: path, logPath: add.Path, size: add.Size}
+		f := mirrorFile{path: path, root: root, add: add, logPath: add.Path, size: add.Size}
 		minKey, errMin := hex.DecodeString(add.Tags[tagMirrorMinKey])
 		maxKey, errMax := hex.DecodeString(add.Tags[tagMirrorMaxKey])
 		if errMin == nil && errMax == nil && add.Tags[tagMirrorMaxKey] != "" {
@@ -371,6 +376,19 @@ func (ms *mirrorScan) setFiles(root string, adds []*delta.Add) error {
 	}
 	slices.SortStableFunc(ms.files, func(a, b mirrorFile) int { return bytes.Compare(a.minKey, b.minKey) })
 	return nil
+}
+
+// disjoint reports whether the files' key ranges do not overlap, which a
+// mirror merged with deletion vectors does not promise: the new version
+// of a row goes to a new file whose range may overlap those of older
+// files. Only then do the files that follow one hold greater keys only.
+func (ms *mirrorScan) disjoint() bool {
+	for i := 1; i < len(ms.files); i++ {
+		if bytes.Compare(ms.files[i].minKey, ms.files[i-1].maxKey) <= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // keyedBy reports whether the files' byte keys are the encodings of the
@@ -472,11 +490,14 @@ type keyedRow struct {
 // key returns the key values of a keyed row.
 func (kr keyedRow) key() []store.Value { return kr.vals }
 
-// fileRows returns a data file's rows (without soft-deleted ones) with
-// their key values, in key order.
+// fileRows returns a data file's rows (without soft-deleted ones, nor
+// those its deletion vector deletes) with their key values, in key order.
+// The rows are cached by the file and its deletion vector: a later
+// version may delete more rows of the same file.
 func (ms *mirrorScan) fileRows(ctx context.Context, f mirrorFile) ([]keyedRow, error) {
-	return ms.reads.rows(ctx, f.path+"\x00"+ms.keying, f.size, func(ctx context.Context) ([]keyedRow, error) {
-		rows, err := delta.ReadParquetFile(ctx, f.path, ms.schema)
+	id := f.path + "\x00" + f.add.DeletionVector.UniqueID() + "\x00" + ms.keying
+	return ms.reads.rows(ctx, id, f.size, func(ctx context.Context) ([]keyedRow, error) {
+		rows, err := delta.ReadDataFile(ctx, f.root, f.add, ms.schema)
 		if errors.Is(err, fs.ErrNotExist) && ms.archive != "" {
 			return nil, &prunedError{table: ms.rel.TableName(), version: ms.snapVersion, remote: ms.archive + "/" + f.logPath}
 		}

@@ -127,7 +127,8 @@ func (h *Hub) seed(ctx context.Context, rels map[store.RelationKey]*store.Relati
 }
 
 // mirrorRowCount adds up the rows of a snapshot's files from their
-// statistics; ok is false when a file has none.
+// statistics, less those their deletion vectors delete; ok is false when
+// a file has none.
 func mirrorRowCount(snap *delta.Snapshot) (rows int64, ok bool) {
 	for _, add := range snap.Files() {
 		if add.Stats == "" {
@@ -138,6 +139,9 @@ func mirrorRowCount(snap *delta.Snapshot) (rows int64, ok bool) {
 			return 0, false
 		}
 		rows += st.NumRecords
+		if add.DeletionVector != nil {
+			rows -= add.DeletionVector.Cardinality
+		}
 	}
 	return rows, true
 }
