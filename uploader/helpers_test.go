@@ -272,8 +272,18 @@ func (o *orderChecker) hook(ctx context.Context, r request) error {
 			return nil
 		}
 		for _, a := range actions {
-			if add, ok := a.(*delta.Add); ok && !o.keys[table+"/"+add.Path] {
+			add, ok := a.(*delta.Add)
+			if !ok {
+				continue
+			}
+			if !o.keys[table+"/"+add.Path] {
 				o.t.Errorf("commit %d of %s uploaded before its file %s", v, table, add.Path)
+			}
+			if d := add.DeletionVector; d != nil && d.StorageType == delta.DeletionVectorStorageRelative {
+				p, err := d.FilePath("")
+				if err != nil || !o.keys[table+"/"+filepath.ToSlash(p)] {
+					o.t.Errorf("commit %d of %s uploaded before its deletion vector file %s (%v)", v, table, p, err)
+				}
 			}
 		}
 		if _, err := os.Stat(filepath.Join(o.root, table, delta.LogDirName, delta.CheckpointFileName(v))); err == nil &&

@@ -119,8 +119,10 @@ type fileJob struct {
 	local   string
 }
 
-// versionFiles returns the data files of a version's add and cdc actions
-// (relative paths) and the total size the log records for them.
+// versionFiles returns the files a version's actions name (relative
+// paths): the data files of its add and cdc actions, and the deletion
+// vector files of its adds and removes (see dvFileJobs), each once, and
+// the total size the log records for the data files.
 func versionFiles(ctx context.Context, tbl *delta.Table, root string, version int64) ([]fileJob, int64, error) {
 	actions, err := tbl.ReadCommit(ctx, version)
 	if err != nil {
@@ -128,15 +130,22 @@ func versionFiles(ctx context.Context, tbl *delta.Table, root string, version in
 	}
 	var jobs []fileJob
 	var size int64
+	var dvs []*delta.DeletionVectorDescriptor
 	for _, a := range actions {
 		var path string
 		var n int64
 		switch a := a.(type) {
 		case *delta.Add:
 			path, n = a.Path, a.Size
+			dvs = append(dvs, a.DeletionVector)
 		case *delta.AddCDC:
 			// Change data files go up with the version that names them.
 			path, n = a.Path, a.Size
+		case *delta.Remove:
+			// A tombstone's vector went up with the version that added
+			// it: named again, it is found uploaded and skipped.
+			dvs = append(dvs, a.DeletionVector)
+			continue
 		default:
 			continue
 		}
@@ -147,7 +156,40 @@ func versionFiles(ctx context.Context, tbl *delta.Table, root string, version in
 		jobs = append(jobs, j)
 		size += n
 	}
-	return jobs, size, nil
+	dvJobs, err := dvFileJobs(root, version, dvs)
+	if err != nil {
+		return nil, 0, err
+	}
+	return append(jobs, dvJobs...), size, nil
+}
+
+// dvFileJobs returns the uploads of the deletion vector files that dvs
+// (nil for a file without one) name, each once: those stored in a file of
+// the table (storage type "u"; an inline vector is in the log, and one
+// named by an absolute path is outside the table). They go up before the
+// commit that names them, like data files.
+func dvFileJobs(root string, version int64, dvs []*delta.DeletionVectorDescriptor) ([]fileJob, error) {
+	var jobs []fileJob
+	seen := map[string]bool{}
+	for _, d := range dvs {
+		if d == nil || d.StorageType != delta.DeletionVectorStorageRelative {
+			continue
+		}
+		local, err := d.FilePath(root)
+		if err != nil {
+			return nil, fmt.Errorf("%w: version %d: %w", ErrLocal, version, err)
+		}
+		if seen[local] {
+			continue
+		}
+		seen[local] = true
+		rel, err := filepath.Rel(root, local)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return nil, fmt.Errorf("%w: version %d: deletion vector file %s is outside the table", ErrLocal, version, local)
+		}
+		jobs = append(jobs, fileJob{version: version, rel: filepath.ToSlash(rel), local: local})
+	}
+	return jobs, nil
 }
 
 // dataFileJob returns the upload of the data file an add action of version

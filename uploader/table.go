@@ -81,13 +81,20 @@ func (u *Uploader) startFromCheckpoint(ctx context.Context, t Table, tbl *delta.
 		return fmt.Errorf("%w: read checkpoint %d: %w", ErrLocal, start, err)
 	}
 	var jobs []fileJob
+	var dvs []*delta.DeletionVectorDescriptor
 	for _, add := range snap.Files() {
 		j, err := dataFileJob(t.Path, start, add.Path)
 		if err != nil {
 			return err
 		}
 		jobs = append(jobs, j)
+		dvs = append(dvs, add.DeletionVector)
 	}
+	dvJobs, err := dvFileJobs(t.Path, start, dvs)
+	if err != nil {
+		return err
+	}
+	jobs = append(jobs, dvJobs...)
 	if err := u.uploadFiles(ctx, t, jobs); err != nil {
 		return err
 	}
