@@ -40,6 +40,9 @@ func (t *Table) Commit(ctx context.Context, readVersion int64, actions []Action)
 			return -1, fmt.Errorf("commit version %d: %w", version, err)
 		}
 	}
+	if err := t.checkDeletionVectors(ctx, readVersion, actions); err != nil {
+		return -1, fmt.Errorf("commit version %d: %w", version, err)
+	}
 
 	ordered := make([]Action, len(actions))
 	copy(ordered, actions)
@@ -79,6 +82,46 @@ func (t *Table) Commit(ctx context.Context, readVersion int64, actions []Action)
 		}
 	}
 	return version, nil
+}
+
+// checkDeletionVectors fails when an add action of a commit on top of
+// readVersion carries a deletion vector while the protocol in effect (the
+// commit's own protocol action, else the table's at readVersion) does not
+// support deletion vectors: readers that do not know the feature would
+// read the rows it deletes. Only a commit with such an add reads the
+// table's protocol.
+func (t *Table) checkDeletionVectors(ctx context.Context, readVersion int64, actions []Action) error {
+	var withDV *Add
+	var proto *Protocol
+	for _, a := range actions {
+		switch a := a.(type) {
+		case *Add:
+			if a.DeletionVector != nil && withDV == nil {
+				withDV = a
+			}
+		case *Protocol:
+			proto = a
+		}
+	}
+	if withDV == nil {
+		return nil
+	}
+	if proto == nil && readVersion >= 0 {
+		snap, err := t.SnapshotAt(ctx, readVersion)
+		if err != nil {
+			return fmt.Errorf("check deletion vector of %s: %w", withDV.Path, err)
+		}
+		proto = snap.Protocol()
+	}
+	if proto == nil || !SupportsDeletionVectors(proto) {
+		p := Protocol{}
+		if proto != nil {
+			p = *proto
+		}
+		return fmt.Errorf("%w: add %s has a deletion vector, but protocol %d/%d does not support deletion vectors (see EnableDeletionVectors)",
+			ErrUnsupportedFeature, withDV.Path, p.MinReaderVersion, p.MinWriterVersion)
+	}
+	return nil
 }
 
 // putIfAbsent atomically creates name in the log directory with data, failing

@@ -3,6 +3,7 @@ package delta
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -447,5 +448,56 @@ func TestVacuumDeletionVectorFilesWritten(t *testing.T) {
 	rowstest.AssertSameRows(t, "after vacuum", rows, rowsWithout(1, 2, 3))
 	if n := len(res.Files); n != 1 || filepath.Join(d.dir, res.Files[0].Path) != files[0] {
 		t.Errorf("vacuum deleted %v", res.Files)
+	}
+}
+
+// TestCommitRefusesDeletionVectorsUnsupported checks that a commit of an
+// add with a deletion vector fails, writing nothing, on a table whose
+// protocol does not support deletion vectors, and succeeds once the same
+// commit (or an earlier one) upgrades the protocol.
+func TestCommitRefusesDeletionVectorsUnsupported(t *testing.T) {
+	ctx := context.Background()
+	d := newDVTable(t, nil)
+	descs, err := StoreDeletionVectors(d.dir, []*DeletionVector{NewDeletionVector(3)}, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm, add, err := DeletionVectorActions(d.a, descs[0], time.Now().UnixMilli())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.tbl.Commit(ctx, 1, []Action{rm, add})
+	if !errors.Is(err, ErrUnsupportedFeature) || !strings.Contains(err.Error(), "does not support deletion vectors") {
+		t.Fatalf("commit of a deletion vector on a table without the feature: %v", err)
+	}
+	if v, err := d.tbl.LatestVersion(ctx); err != nil || v != 1 {
+		t.Fatalf("latest version %d, %v; want 1", v, err)
+	}
+	snap, err := d.tbl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := *snap.Protocol()
+	if _, err := d.tbl.Commit(ctx, 1, []Action{&old, rm, add}); !errors.Is(err, ErrUnsupportedFeature) {
+		t.Fatalf("commit with the old protocol: %v", err)
+	}
+	proto, md, err := EnableDeletionVectors(snap.Protocol(), snap.Metadata())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.tbl.Commit(ctx, 1, []Action{proto, md, rm, add}); err != nil {
+		t.Fatalf("commit with the upgrade: %v", err)
+	}
+	// Later commits read the table's protocol.
+	descs, err = StoreDeletionVectors(d.dir, []*DeletionVector{NewDeletionVector(3, 4)}, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm2, add2, err := DeletionVectorActions(add, descs[0], time.Now().UnixMilli())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.tbl.Commit(ctx, 2, []Action{rm2, add2}); err != nil {
+		t.Fatalf("commit on an upgraded table: %v", err)
 	}
 }
