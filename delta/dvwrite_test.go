@@ -501,3 +501,85 @@ func TestCommitRefusesDeletionVectorsUnsupported(t *testing.T) {
 		t.Fatalf("commit on an upgraded table: %v", err)
 	}
 }
+
+// TestOptimizePurgesDeletionVectors compacts a table whose files carry
+// deletion vectors: a file whose vector deletes half of its rows or more
+// is rewritten, alone if need be, without the deleted rows, and the
+// compacted table reads the same rows, its new files without vectors.
+func TestOptimizePurgesDeletionVectors(t *testing.T) {
+	ctx := context.Background()
+	d := newDVTable(t, nil)
+	snap, err := d.tbl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proto, md, err := EnableDeletionVectors(snap.Protocol(), snap.Metadata())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := append(span(0, 60), 100, 101)
+	descs, err := StoreDeletionVectors(d.dir, []*DeletionVector{NewDeletionVector(rowIndexes(span(0, 60))...), NewDeletionVector(0, 1)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rmA, a1, err := DeletionVectorActions(d.a, descs[0], time.Now().UnixMilli())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rmB, b1, err := DeletionVectorActions(d.b, descs[1], time.Now().UnixMilli())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.tbl.Commit(ctx, 1, []Action{proto, md, rmA, a1, rmB, b1}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err = d.tbl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := snap.PlanOptimize(OptimizeOptions{TargetFileSize: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Bins) != 2 || plan.SmallFiles != 2 {
+		t.Fatalf("plan: %d bins, %d small files; want a bin for each file with a deletion vector", len(plan.Bins), plan.SmallFiles)
+	}
+	var adds []*Add
+	for _, b := range plan.Bins {
+		add, err := snap.RewriteBin(ctx, plan, b, RewriteOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		adds = append(adds, add)
+	}
+	v, bins, err := d.tbl.CommitOptimize(ctx, plan, plan.Bins, adds, nil)
+	if err != nil || len(bins) != 2 {
+		t.Fatalf("commit optimize: version %d, %d bins, %v", v, len(bins), err)
+	}
+	snap, err = d.tbl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range snap.Files() {
+		if f.DeletionVector != nil {
+			t.Errorf("compacted file %s has a deletion vector", f.Path)
+		}
+	}
+	rows, err := snap.ReadRows(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rowstest.AssertSameRows(t, "compacted", rows, rowsWithout(deleted...))
+	if plan, err := snap.PlanOptimize(OptimizeOptions{TargetFileSize: 1 << 30}); err != nil || len(plan.Bins) != 0 {
+		t.Errorf("plan after compaction: %+v, %v; want no bins", plan, err)
+	}
+}
+
+// rowIndexes returns ids as row indexes.
+func rowIndexes(ids []int64) []uint64 {
+	out := make([]uint64, len(ids))
+	for i, id := range ids {
+		out[i] = uint64(id)
+	}
+	return out
+}

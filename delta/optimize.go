@@ -42,10 +42,22 @@ type OptimizeOptions struct {
 
 // IsSmall reports whether a data file is small, a file a bin may take:
 // below half the target size and, with MaxFileRows, known to hold fewer
-// than half of it. A file with a deletion vector is never small, nor, with
-// MaxFileRows, one without stats.
+// than half of it. A file with a deletion vector counts by the rows it
+// has left (liveSize), and is small too when its vector deletes half of
+// its rows or more, so that compaction purges the deleted rows of files
+// that merges marked; it needs stats. With MaxFileRows a file without
+// stats is never small.
 func (o OptimizeOptions) IsSmall(add *Add) bool {
-	if add.HasDeletionVector() || add.Size >= o.TargetFileSize/2 {
+	if add.HasDeletionVector() {
+		rows, all := fileRows(add), statsRows(add)
+		if rows < 0 || all <= 0 {
+			return false
+		}
+		if 2*rows <= all {
+			return true
+		}
+	}
+	if liveSize(add) >= o.TargetFileSize/2 {
 		return false
 	}
 	if o.MaxFileRows <= 0 {
@@ -55,9 +67,9 @@ func (o OptimizeOptions) IsSmall(add *Add) bool {
 	return rows >= 0 && rows < o.MaxFileRows/2
 }
 
-// fileRows returns the rows of an add's logical file by its stats: their
-// numRecords less the rows its deletion vector deletes, or -1.
-func fileRows(add *Add) int64 {
+// statsRows returns the rows of an add's data file by its stats,
+// numRecords, deleted ones included, or -1.
+func statsRows(add *Add) int64 {
 	if add.Stats == "" {
 		return -1
 	}
@@ -65,10 +77,31 @@ func fileRows(add *Add) int64 {
 	if err != nil {
 		return -1
 	}
-	if add.DeletionVector != nil {
-		return st.NumRecords - add.DeletionVector.Cardinality
-	}
 	return st.NumRecords
+}
+
+// liveSize returns the bytes of an add's logical file: the data file's
+// size, in proportion to the rows its deletion vector leaves when it has
+// one (and stats to tell).
+func liveSize(add *Add) int64 {
+	if !add.HasDeletionVector() {
+		return add.Size
+	}
+	rows, all := fileRows(add), statsRows(add)
+	if rows < 0 || all <= 0 {
+		return add.Size
+	}
+	return add.Size * rows / all
+}
+
+// fileRows returns the rows of an add's logical file by its stats: their
+// numRecords less the rows its deletion vector deletes, or -1.
+func fileRows(add *Add) int64 {
+	n := statsRows(add)
+	if n >= 0 && add.DeletionVector != nil {
+		return n - add.DeletionVector.Cardinality
+	}
+	return n
 }
 
 // OptimizeBin is a run of small data files of one partition that a
@@ -78,8 +111,9 @@ type OptimizeBin struct {
 	// actions.
 	PartitionValues map[string]*string
 	Files           []*Add
-	// Bytes is the files' total size and Rows their rows by their stats
-	// (-1 when a file has none).
+	// Bytes is the files' total size (of the rows their deletion vectors
+	// leave, see liveSize) and Rows their rows by their stats, less those
+	// their deletion vectors delete (-1 when a file has none).
 	Bytes, Rows int64
 }
 
@@ -90,7 +124,8 @@ type OptimizePlan struct {
 	// Files counts the table's data files and SmallFiles the small ones
 	// (OptimizeOptions.IsSmall).
 	Files, SmallFiles int
-	// Bins are the bins of two files or more, in the order planned.
+	// Bins are the bins of two files or more, or of one file with a
+	// deletion vector, in the order planned.
 	Bins []*OptimizeBin
 	// schemaString is the schema the bins are read and written with.
 	schemaString string
@@ -118,7 +153,8 @@ func (p *OptimizePlan) BinFiles() int {
 // them). With Sequences, bins take
 // consecutive files of a sequence, in its order, and a bin whose largest
 // file outweighs the others is split at it. Bins of one file are left
-// out; files of different partitions are never merged.
+// out, but for a file with a deletion vector, whose deleted rows the
+// rewrite purges; files of different partitions are never merged.
 func (s *Snapshot) PlanOptimize(opts OptimizeOptions) (*OptimizePlan, error) {
 	if opts.TargetFileSize <= 0 {
 		return nil, fmt.Errorf("plan optimize: target file size %d is not positive", opts.TargetFileSize)
@@ -207,7 +243,7 @@ type binBuilder struct {
 
 // close ends the current bin.
 func (bb *binBuilder) close() {
-	if bb.cur != nil && len(bb.cur.Files) > 1 {
+	if bb.cur != nil && bb.cur.worthRewriting() {
 		bb.out = append(bb.out, bb.cur)
 	}
 	bb.cur = nil
@@ -221,7 +257,7 @@ func (bb *binBuilder) fits(f *Add) bool {
 	}
 	rows := fileRows(f)
 	return partitionKey(c.PartitionValues) == partitionKey(f.PartitionValues) &&
-		c.Bytes+f.Size <= bb.opts.TargetFileSize &&
+		c.Bytes+liveSize(f) <= bb.opts.TargetFileSize &&
 		(bb.opts.MaxFileRows <= 0 || c.Rows >= 0 && rows >= 0 && c.Rows+rows <= bb.opts.MaxFileRows)
 }
 
@@ -233,11 +269,18 @@ func (bb *binBuilder) add(f *Add) {
 	bb.cur.add(f)
 }
 
+// worthRewriting reports whether rewriting the bin changes the layout:
+// it merges two files or more, or purges the deleted rows of a file with
+// a deletion vector.
+func (b *OptimizeBin) worthRewriting() bool {
+	return len(b.Files) > 1 || len(b.Files) == 1 && b.Files[0].HasDeletionVector()
+}
+
 // add puts f in the bin.
 func (b *OptimizeBin) add(f *Add) {
 	rows := fileRows(f)
 	b.Files = append(b.Files, f)
-	b.Bytes += f.Size
+	b.Bytes += liveSize(f)
 	if rows < 0 || b.Rows < 0 {
 		b.Rows = -1
 	} else {
@@ -251,7 +294,7 @@ func (b *OptimizeBin) add(f *Add) {
 func packSmallestFirst(seq []*Add, opts OptimizeOptions) []*OptimizeBin {
 	bb := &binBuilder{opts: opts}
 	for _, f := range seq {
-		if bb.cur != nil && (f.Size > 2*bb.cur.Bytes || !bb.fits(f)) {
+		if bb.cur != nil && (liveSize(f) > 2*bb.cur.Bytes || !bb.fits(f)) {
 			bb.close()
 		}
 		bb.add(f)
@@ -282,16 +325,19 @@ func packBins(seq []*Add, opts OptimizeOptions) []*OptimizeBin {
 // twice the others together: b itself, or, split at its largest file, the
 // bins of the files on either side.
 func splitBin(b *OptimizeBin) []*OptimizeBin {
-	if len(b.Files) < 2 {
+	if !b.worthRewriting() {
 		return nil
+	}
+	if len(b.Files) == 1 {
+		return []*OptimizeBin{b}
 	}
 	big := 0
 	for i, f := range b.Files {
-		if f.Size > b.Files[big].Size {
+		if liveSize(f) > liveSize(b.Files[big]) {
 			big = i
 		}
 	}
-	if big := b.Files[big].Size; big <= 2*(b.Bytes-big) {
+	if big := liveSize(b.Files[big]); big <= 2*(b.Bytes-big) {
 		return []*OptimizeBin{b}
 	}
 	var out []*OptimizeBin

@@ -361,8 +361,10 @@ func optimizeOptions(opts CompactOptions, t *delta.Table, kind string) delta.Opt
 }
 
 // mirrorSequences returns a mirror's files in key order as one sequence,
-// which bins take runs of (see mirror.go: ranges never overlap, so files
-// next to each other in key order cover a contiguous range together). A
+// which bins take runs of (see mirror.go: merged copy-on-write, ranges
+// never overlap, so files next to each other in key order cover a
+// contiguous range together; merged with deletion vectors they may, and a
+// merged file's range covers its files' together, see tagMergedFile). A
 // file without its key range ends the sequence, and cannot be merged.
 func mirrorSequences(files []*delta.Add) [][]*delta.Add {
 	type keyed struct {
@@ -398,10 +400,24 @@ func mirrorSequences(files []*delta.Add) [][]*delta.Add {
 }
 
 // tagMergedFile gives the file a mirror bin became the key range of its
-// files together: from the first's minKey to the last's maxKey.
+// files together: from the first's minKey (the files are in minKey order)
+// to the greatest maxKey, the last's unless the ranges overlap, as those
+// of a mirror merged with deletion vectors may.
 func tagMergedFile(add *delta.Add, b *delta.OptimizeBin) {
-	first, last := b.Files[0], b.Files[len(b.Files)-1]
-	add.Tags = map[string]string{tagMinKey: first.Tags[tagMinKey], tagMaxKey: last.Tags[tagMaxKey]}
+	maxKey := b.Files[len(b.Files)-1].Tags[tagMaxKey]
+	for _, f := range b.Files {
+		if k := f.Tags[tagMaxKey]; hexKeyLess(maxKey, k) {
+			maxKey = k
+		}
+	}
+	add.Tags = map[string]string{tagMinKey: b.Files[0].Tags[tagMinKey], tagMaxKey: maxKey}
+}
+
+// hexKeyLess reports whether the key hex a orders before the key hex b.
+func hexKeyLess(a, b string) bool {
+	ka, errA := hex.DecodeString(a)
+	kb, errB := hex.DecodeString(b)
+	return errA == nil && errB == nil && bytes.Compare(ka, kb) < 0
 }
 
 // directCommitter commits a compaction to the table itself: only while no
