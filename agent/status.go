@@ -48,6 +48,9 @@ type Status struct {
 	Queue      QueueStatus   `json:"queue"`
 	AppliedLSN string        `json:"applied_lsn,omitempty"`
 	Tables     []TableStatus `json:"tables"`
+	// Changes counts the row changes captured since the agent started,
+	// the snapshot's rows included; the live page charts its rate.
+	Changes int64 `json:"changes"`
 	// Captured describes the captured source tables: what each is
 	// captured as, which PostgreSQL table (OID and generation) that is,
 	// and what last happened to it.
@@ -143,6 +146,11 @@ type UploadStatus struct {
 	Versions      int64  `json:"versions"`
 	BytesUploaded int64  `json:"bytes_uploaded"`
 	LastError     string `json:"last_error,omitempty"`
+	// OfflineSince is when the replica became unreachable (unset while
+	// online); LastUpload is when a version of any table was last
+	// confirmed on the replica (unset before the first).
+	OfflineSince *time.Time `json:"offline_since,omitempty"`
+	LastUpload   *time.Time `json:"last_upload,omitempty"`
 }
 
 // QueueStatus summarises the queue.
@@ -264,6 +272,7 @@ func (a *Agent) Status() (*Status, error) {
 		LastError:    src.LastError,
 		LiveClients:  a.hub.Clients(),
 		ApplyState:   "applying",
+		Changes:      src.Changes,
 	}
 	waits := a.app.Waiting()
 	for _, b := range a.src.Backfills() {
@@ -289,10 +298,18 @@ func (a *Agent) Status() (*Status, error) {
 		us := a.up.Status()
 		st.Upload = &UploadStatus{Target: a.cfg.Replica.Target(), Online: us.Online, Requests: us.Requests, Errors: us.Failures, Stalls: us.Stalls,
 			Versions: us.Versions, BytesUploaded: us.BytesUploaded, LastError: us.LastError}
+		if !us.Online && !us.OfflineSince.IsZero() {
+			at := us.OfflineSince.UTC()
+			st.Upload.OfflineSince = &at
+		}
 		for _, t := range us.Tables {
 			remote[t.Name] = t
 			st.Upload.BacklogVersions += t.BacklogVersions
 			st.Upload.BacklogBytes += t.BacklogBytes
+			if !t.LastSuccess.IsZero() && (st.Upload.LastUpload == nil || t.LastSuccess.After(*st.Upload.LastUpload)) {
+				at := t.LastSuccess.UTC()
+				st.Upload.LastUpload = &at
+			}
 		}
 	}
 	for _, t := range a.app.Tables() {
