@@ -14,6 +14,8 @@
 (() => {
   const HIGHLIGHT_MS = 2000;      // a changed row stays highlighted this long
   const STATUS_EVERY_MS = 2000;   // /api/v1/status poll period
+  const CHART_MS = 10 * 60 * 1000; // the charts show the last 10 minutes
+  const CATCH_UP_BYTES = 1 << 20;  // WAL not yet received: catching up (as the source says)
   const BACKOFF_MIN_MS = 500;     // first reconnect delay, doubled per attempt
   const BACKOFF_MAX_MS = 30000;
   const HELLO_TIMEOUT_MS = 15000; // a socket that says nothing is dropped
@@ -27,8 +29,9 @@
   const $ = (id) => document.getElementById(id);
   const ui = {
     conn: $('conn'), connText: $('conn-text'), alert: $('alert'),
-    lag: $('lag'), lagBox: $('lag-box'), upload: $('upload'), uploadBox: $('upload-box'),
-    queue: $('queue'), queueBox: $('queue-box'), versions: $('versions'),
+    capture: $('capture'), captureText: $('capture-text'), replica: $('replica'), replicaText: $('replica-text'),
+    lagChart: $('lag-chart'), lagNow: $('lag-now'), rateChart: $('rate-chart'), rateNow: $('rate-now'),
+    versions: $('versions'),
     statusNote: $('status-note'), tables: $('tables'), toc: $('toc'), offset: $('offset'),
   };
   const nf = new Intl.NumberFormat('en');
@@ -672,19 +675,178 @@
     setTimeout(pollStatus, STATUS_EVERY_MS);
   }
 
+  // The strip says the status in an operator's words: one sentence for
+  // capture (PostgreSQL to the agent), one for the replica (the agent to
+  // the bucket). The status carries no "since" for a backlog, so the page
+  // dates it from the first poll that saw it ("or earlier" when that was
+  // the page's first poll); offline_since and last_upload come from the
+  // agent when it has them.
+  const seen = new Map();  // condition -> {at, early}: when the page first saw it
+  let polls = 0;           // successful status polls
+  let prevChanges = null;  // {t, n}: the changes counter at the last poll
+  let lastUploadSeen = null; // when the page saw upload.versions grow
+  let prevVersions = null;
+  const lagPoints = [];    // [time, lag bytes]
+  const ratePoints = [];   // [time, changes per second]
+
   function renderStatus(st) {
     st = st || {};
-    const lag = num(st.lag_bytes);
-    ui.lagBox.hidden = lag === null;
-    if (lag !== null) {
-      setText(ui.lag, formatBytes(lag));
-      ui.lag.title = nf.format(lag) + ' bytes';
+    const now = Date.now();
+    const first = polls++ === 0;
+    // Changes per second, from the counter's growth since the last poll.
+    let rate = null;
+    const changes = num(st.changes);
+    if (changes !== null) {
+      if (prevChanges && changes >= prevChanges.n && now > prevChanges.t) {
+        rate = (changes - prevChanges.n) * 1000 / (now - prevChanges.t);
+      }
+      prevChanges = { t: now, n: changes }; // a smaller count: the agent restarted
+    } else {
+      prevChanges = null;
     }
-    ui.uploadBox.hidden = st.upload === undefined || st.upload === null;
-    if (!ui.uploadBox.hidden) setText(ui.upload, describe(st.upload));
-    ui.queueBox.hidden = !st.queue || typeof st.queue !== 'object';
-    if (!ui.queueBox.hidden) setText(ui.queue, describe(st.queue));
+    renderCapture(st, rate);
+    renderReplica(st.upload, now, first);
+    const lag = num(st.lag_bytes);
+    if (lag !== null) push(lagPoints, now, lag);
+    if (rate !== null) push(ratePoints, now, rate);
+    drawChart(ui.lagChart, ui.lagNow, lagPoints, now, lag === null ? null : formatBytes(lag), formatBytes, 'Replication lag');
+    drawChart(ui.rateChart, ui.rateNow, ratePoints, now, rate === null ? null : formatRate(rate) + ' /s', formatRate, 'Changes per second');
     renderVersions(Array.isArray(st.tables) ? st.tables : []);
+  }
+
+  // since returns when the page first saw a condition that holds now, and
+  // forgets the conditions that do not.
+  function since(key, holds, now, first) {
+    if (!holds) { seen.delete(key); return null; }
+    if (!seen.has(key)) seen.set(key, { at: now, early: first });
+    return seen.get(key);
+  }
+
+  function sinceWords(s) {
+    return 'since ' + clock(s.at) + (s.early ? ' or earlier' : '');
+  }
+
+  function renderCapture(st, rate) {
+    if (typeof st.state !== 'string' || st.state === '') { ui.capture.hidden = true; return; }
+    let tone = 'ok', text;
+    const behind = lsn(st.server_wal_end) !== null && lsn(st.received_lsn) !== null ?
+      lsn(st.server_wal_end) - lsn(st.received_lsn) : null;
+    const lagS = num(st.lag_seconds);
+    switch (st.state) {
+      case 'paused': tone = 'bad'; text = 'Capture paused: disk budget reached'; break;
+      case 'snapshot': tone = 'warn'; text = 'Copying the tables’ existing rows'; break;
+      case 'disconnected': tone = 'bad'; text = 'Not connected to PostgreSQL, retrying'; break;
+      case 'starting': tone = 'warn'; text = 'Starting'; break;
+      case 'stopped': tone = 'bad'; text = 'The agent is stopped'; break;
+      case 'streaming':
+        if (behind !== null && behind > CATCH_UP_BYTES) {
+          tone = 'warn';
+          text = 'Catching up, ' + (lagS ? formatSeconds(lagS) : formatBytes(behind)) + ' behind';
+        } else {
+          text = 'Capturing' + (rate === null ? '' : ', ' + formatRate(rate) + ' changes/s');
+        }
+        break;
+      default: tone = 'warn'; text = 'Capture ' + st.state;
+    }
+    if (st.apply_state && st.apply_state !== 'applying') {
+      tone = 'bad';
+      text += '; ' + st.apply_state;
+    }
+    ui.capture.title = st.last_error ? 'last error: ' + st.last_error : '';
+    say(ui.capture, ui.captureText, tone, text);
+  }
+
+  function renderReplica(up, now, first) {
+    if (!up || typeof up !== 'object') { ui.replica.hidden = true; seen.clear(); return; }
+    const versions = num(up.versions);
+    if (versions !== null && prevVersions !== null && versions > prevVersions) lastUploadSeen = now;
+    prevVersions = versions;
+    const last = date(up.last_upload) || (lastUploadSeen && new Date(lastUploadSeen));
+    const lastWords = last ? 'last upload ' + clock(last) : 'no upload yet';
+    const backlog = num(up.backlog_versions) || 0;
+    let tone = 'ok', text;
+    const off = since('offline', up.online === false, now, first);
+    const behind = since('behind', up.online !== false && backlog > 0, now, first);
+    if (off) {
+      tone = 'bad';
+      const at = date(up.offline_since);
+      text = 'Replica offline ' + (at ? 'since ' + clock(at) : sinceWords(off)) + ' (' + lastWords + ')';
+    } else if (behind) {
+      tone = 'warn';
+      text = 'Replica behind by ' + nf.format(backlog) + (backlog === 1 ? ' version ' : ' versions ') +
+        sinceWords(behind) + ' (' + lastWords + ')';
+    } else {
+      text = 'Replica up to date, ' + lastWords;
+    }
+    const bytes = num(up.backlog_bytes);
+    ui.replica.title = [up.target ? 'replica ' + up.target : '', bytes ? formatBytes(bytes) + ' to upload' : '',
+      up.last_error ? 'last error: ' + up.last_error : ''].filter(Boolean).join('\n');
+    say(ui.replica, ui.replicaText, tone, text);
+  }
+
+  function say(box, textEl, tone, text) {
+    box.hidden = false;
+    if (box.dataset.tone !== tone) box.dataset.tone = tone;
+    setText(textEl, text);
+  }
+
+  // ---- charts: inline SVG sparklines of the last CHART_MS
+
+  function push(points, t, v) {
+    points.push([t, v]);
+    while (points.length && points[0][0] < t - CHART_MS) points.shift();
+  }
+
+  // drawChart draws points as a polyline scaled to the chart's box: time
+  // across (the last CHART_MS), 0 to the largest value up.
+  function drawChart(fig, nowEl, points, now, current, fmt, name) {
+    if (!points.length) { fig.hidden = true; return; }
+    fig.hidden = false;
+    const svg = fig.querySelector('svg');
+    const [, , w, h] = svg.getAttribute('viewBox').split(' ').map(Number);
+    let top = 0;
+    for (const [, v] of points) top = Math.max(top, v);
+    const scale = top > 0 ? (h - 2) / top : 0;
+    const xy = points.map(([t, v]) =>
+      ((t - (now - CHART_MS)) * w / CHART_MS).toFixed(1) + ',' + (h - 1 - v * scale).toFixed(1));
+    svg.querySelector('polyline').setAttribute('points', xy.join(' '));
+    setText(nowEl, current === null ? '–' : current);
+    svg.setAttribute('aria-label', name + ' over the last ' + CHART_MS / 60000 + ' minutes: now ' +
+      (current === null ? 'unknown' : current) + ', highest ' + fmt(top));
+  }
+
+  // ---- words
+
+  // clock is a time as HH:MM (24 h, local), with the date when not today.
+  function clock(d) {
+    d = d instanceof Date ? d : new Date(d);
+    const p = (n) => String(n).padStart(2, '0');
+    const hm = p(d.getHours()) + ':' + p(d.getMinutes());
+    const today = new Date();
+    if (d.toDateString() === today.toDateString()) return hm;
+    return d.getFullYear() + '-' + p(d.getMonth() + 1) + '-' + p(d.getDate()) + ' ' + hm;
+  }
+
+  function date(v) {
+    if (typeof v !== 'string' || v === '') return null;
+    const d = new Date(v);
+    return Number.isNaN(d.getTime()) ? null : d;
+  }
+
+  function formatRate(r) {
+    return r >= 10 || r === 0 ? nf.format(Math.round(r)) : r.toFixed(1);
+  }
+
+  function formatSeconds(s) {
+    if (s < 120) return Math.round(s) + ' s';
+    if (s < 7200) return Math.round(s / 60) + ' min';
+    return (s / 3600).toFixed(1) + ' h';
+  }
+
+  // lsn parses a PostgreSQL LSN ("16/B374D848") to a number.
+  function lsn(v) {
+    const m = typeof v === 'string' && /^([0-9A-Fa-f]{1,8})\/([0-9A-Fa-f]{1,8})$/.exec(v);
+    return m ? parseInt(m[1], 16) * 2 ** 32 + parseInt(m[2], 16) : null;
   }
 
   // renderVersions shows one chip per Delta table: version, remote version.
@@ -709,21 +871,6 @@
       ui.versions.dataset.sig = sig;
       ui.versions.replaceChildren(...items);
     }
-  }
-
-  // describe turns a status field (a number or a flat object) into text.
-  function describe(v) {
-    if (typeof v !== 'object' || v === null) return String(v);
-    const parts = [];
-    for (const [k, x] of Object.entries(v)) {
-      if (x === null || typeof x === 'object') continue;
-      const n = num(x);
-      const label = k.replace(/_/g, ' ');
-      if (n !== null && /bytes/.test(k)) parts.push((formatBytes(n) + ' ' + label.replace(/\s*bytes\s*/, ' ')).trim());
-      else if (n !== null) parts.push(nf.format(n) + ' ' + label);
-      else parts.push(label + ' ' + x);
-    }
-    return parts.join(' · ') || '–';
   }
 
   function num(v) {

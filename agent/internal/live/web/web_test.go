@@ -226,28 +226,28 @@ func TestLiveTables(t *testing.T) {
 
 	t.Run("status header", func(t *testing.T) {
 		f.setStatus(map[string]any{
-			"lag_bytes": 123456,
+			"state": "streaming", "lag_bytes": 123456, "server_wal_end": "0/3000000", "received_lsn": "0/3000000",
 			"tables": []map[string]any{
 				{"name": "public.products", "kind": "mirror", "version": 12, "remote_version": 10},
 				{"name": "public.products_changes", "kind": "changelog", "version": 12, "remote_version": 12},
 				{"name": "public.stock", "kind": "mirror", "version": 7},
 			},
-			"upload": map[string]any{"pending_files": 3, "pending_bytes": 2097152},
+			"upload": map[string]any{"online": true, "backlog_versions": 0, "versions": 0},
 		})
-		b.waitFor("lag", `document.getElementById('lag').textContent === '120.6 KiB'`, 5*time.Second)
+		b.waitFor("lag", `document.getElementById('lag-now').textContent === '120.6 KiB'`, 5*time.Second)
 		vers := eval[[]string](b, `[...document.querySelectorAll('#versions li')].map(li => li.textContent)`)
 		want := []string{"public.productsmirrorv12remote v10", "public.products_changeschangelogv12remote v12", "public.stockmirrorv7"}
 		if strings.Join(vers, "|") != strings.Join(want, "|") {
 			t.Errorf("versions %q, want %q", vers, want)
 		}
-		if got := eval[string](b, `document.getElementById('upload').textContent`); got != "2.0 MiB pending · 3 pending files" {
-			t.Errorf("upload backlog %q", got)
+		if got := eval[string](b, `document.getElementById('replica-text').textContent`); got != "Replica up to date, no upload yet" {
+			t.Errorf("replica says %q", got)
 		}
 		// Fields that are missing are hidden, not shown as errors.
 		f.setStatus(map[string]any{"lag_bytes": "0"})
-		b.waitFor("lag 0", `document.getElementById('lag').textContent === '0 B'`, 5*time.Second)
-		if !eval[bool](b, `document.getElementById('upload-box').hidden && document.querySelectorAll('#versions li').length === 0`) {
-			t.Error("upload or versions still shown without their fields")
+		b.waitFor("lag 0", `document.getElementById('lag-now').textContent === '0 B'`, 5*time.Second)
+		if !eval[bool](b, `document.getElementById('replica').hidden && document.getElementById('capture').hidden && document.querySelectorAll('#versions li').length === 0`) {
+			t.Error("capture, replica or versions still shown without their fields")
 		}
 	})
 }
@@ -444,7 +444,9 @@ func TestScreenshot(t *testing.T) {
 			{"name": "public.stock", "kind": "mirror", "version": 318, "remote_version": 317},
 			{"name": "public.stock_changes", "kind": "changelog", "version": 318, "remote_version": 317},
 		},
-		"upload": map[string]any{"pending_files": 2, "pending_bytes": 734003},
+		"state": "streaming", "changes": 0, "server_wal_end": "0/3000000", "received_lsn": "0/3000000",
+		"upload": map[string]any{"online": true, "backlog_versions": 2, "backlog_bytes": 734003, "versions": 40,
+			"last_upload": time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)},
 	})
 	b := newBrowser(t, "")
 	b.navigate(f.srv.URL + "/")
@@ -454,7 +456,7 @@ func TestScreenshot(t *testing.T) {
 		f.upd("public.products", row(productRow(5, "Basmati rice 1 kg", "3.15")...)),
 	})
 	b.waitOffset(off, 5*time.Second)
-	b.waitFor("status", `!document.getElementById('upload-box').hidden`, 5*time.Second)
+	b.waitFor("status", `!document.getElementById('replica').hidden`, 5*time.Second)
 	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
