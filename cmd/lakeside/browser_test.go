@@ -14,7 +14,8 @@ import (
 
 // TestLivePageAgainstTheAgent drives the real page of the real agent in
 // headless Chromium: rows show, an UPDATE and a DELETE in PostgreSQL appear,
-// and stopping and restarting the agent shows reconnecting, then connected
+// the status strip says capture and the replica are up to date, and
+// stopping and restarting the agent shows reconnecting, then connected
 // with the rows right.
 func TestLivePageAgainstTheAgent(t *testing.T) {
 	t.Parallel()
@@ -26,7 +27,8 @@ func TestLivePageAgainstTheAgent(t *testing.T) {
 		t.Fatalf("headless Chromium is missing (%v): run make deps", err)
 	}
 	addr := freeAddr(t)
-	e := newE2EWith(t, []string{"public.stock"}, "http:\n  listen: "+addr+"\n")
+	replica := "replica:\n  url: file://" + t.TempDir() + "\n  site: branch1\n  poll_interval: 200ms\n"
+	e := newE2EWith(t, []string{"public.stock"}, "http:\n  listen: "+addr+"\n"+replica)
 	e.exec(`CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL, label text)`,
 		`INSERT INTO stock SELECT g, g * 10, 'item ' || g FROM generate_series(1, 20) g`)
 	d := e.start()
@@ -58,6 +60,12 @@ func TestLivePageAgainstTheAgent(t *testing.T) {
 	connected := `document.getElementById('conn').dataset.state === 'connected'`
 
 	waitFor("the rows", connected+` && `+rows+`.length === 20 && `+cell("[3]", 1)+` === '30'`)
+	// Once the replica has the tables, the strip says so in words, and
+	// the charts have points.
+	waitFor("the strip to say up to date",
+		`/^Replica up to date, last upload (\d{4}-\d\d-\d\d )?\d\d:\d\d$/.test(document.getElementById('replica-text').textContent) && `+
+			`/^Capturing, [0-9,.]+ changes\/s$/.test(document.getElementById('capture-text').textContent) && `+
+			`document.querySelector('#rate-chart polyline').points.numberOfItems >= 2`)
 	e.exec(`UPDATE stock SET qty = 999 WHERE id = 3`)
 	waitFor("the update", cell("[3]", 1)+` === '999'`)
 	e.exec(`DELETE FROM stock WHERE id = 4`)
