@@ -718,8 +718,10 @@
   // forgets the conditions that do not.
   function since(key, holds, now, first) {
     if (!holds) { seen.delete(key); return null; }
-    if (!seen.has(key)) seen.set(key, { at: now, early: first });
-    return seen.get(key);
+    if (!seen.has(key)) seen.set(key, { at: now, early: first, polls: 0 });
+    const s = seen.get(key);
+    s.polls++;
+    return s;
   }
 
   function sinceWords(s) {
@@ -766,7 +768,11 @@
     const backlog = num(up.backlog_versions) || 0;
     let tone = 'ok', text;
     const off = since('offline', up.online === false, now, first);
-    const behind = since('behind', up.online !== false && backlog > 0, now, first);
+    // Each commit waits a moment for its upload: a backlog is news once
+    // two polls in a row have seen it, so that a busy site does not
+    // flicker between up to date and behind by one version.
+    const backlogSeen = since('behind', up.online !== false && backlog > 0, now, first);
+    const behind = backlogSeen && backlogSeen.polls >= 2 ? backlogSeen : null;
     if (off) {
       tone = 'bad';
       const at = date(up.offline_since);
