@@ -101,3 +101,43 @@ func TestRetriedPutIsNotBufferedAndSendsTheSameBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestConditionalPutConflictIsRetried answers a conditional put with 409
+// ConditionalRequestConflict, as S3 does while a conflicting request for
+// the key is in flight, then with 412: the put is sent again and fails
+// its condition, as the uploader expects of a key taken.
+func TestConditionalPutConflictIsRetried(t *testing.T) {
+	var mu sync.Mutex
+	var attempts []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		attempts = append(attempts, r.Header.Get("If-None-Match"))
+		n := len(attempts)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/xml")
+		if n == 1 {
+			w.WriteHeader(http.StatusConflict)
+			io.WriteString(w, `<Error><Code>ConditionalRequestConflict</Code><Message>retry</Message></Error>`)
+			return
+		}
+		w.WriteHeader(http.StatusPreconditionFailed)
+		io.WriteString(w, `<Error><Code>PreconditionFailed</Code><Message>exists</Message></Error>`)
+	}))
+	defer srv.Close()
+	c, err := New(Config{Endpoint: srv.URL, Region: "us-east-1", AccessKeyID: "k", SecretAccessKey: "s", Bucket: "bucket",
+		Retry: RetryPolicy{MaxRetries: 2, MinWait: time.Millisecond, MaxWait: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("commit")
+	sum := sha256.Sum256(data)
+	err = c.PutObject(context.Background(), "_delta_log/00000000000000000001.json",
+		uploader.Body{R: bytes.NewReader(data), Size: int64(len(data)), SHA256: sum[:]}, uploader.PutOptions{IfNoneMatch: true})
+	if !errors.Is(err, uploader.ErrPreconditionFailed) {
+		t.Fatalf("put: %v, want ErrPreconditionFailed after a retry", err)
+	}
+	if len(attempts) != 2 || attempts[0] != "*" || attempts[1] != "*" {
+		t.Fatalf("attempts with If-None-Match %q, want two conditional puts", attempts)
+	}
+}

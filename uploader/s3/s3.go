@@ -180,10 +180,23 @@ func newRetryTransport(base http.RoundTripper, policy RetryPolicy, deadlines Dea
 	rc.RetryWaitMin = policy.MinWait
 	rc.RetryWaitMax = policy.MaxWait
 	rc.Backoff = jitterBackoff
-	rc.CheckRetry = retryablehttp.DefaultRetryPolicy
+	rc.CheckRetry = retryPolicy
 	// Hand the last response to minio-go so it can read the S3 error.
 	rc.ErrorHandler = retryablehttp.PassthroughErrorHandler
 	return replayTransport{next: &retryablehttp.RoundTripper{Client: rc}}
+}
+
+// retryPolicy is go-retryablehttp's default (connection errors, 429, 5xx),
+// and also retries a 409 to a put: S3 answers ConditionalRequestConflict
+// when a conditional put meets a conflicting request for the same key in
+// flight, and asks for the put to be sent again, which then either lands
+// or fails its condition.
+func retryPolicy(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	if err == nil && resp != nil && resp.StatusCode == http.StatusConflict && resp.Request != nil &&
+		(resp.Request.Method == http.MethodPut || resp.Request.Method == http.MethodPost) {
+		return ctx.Err() == nil, ctx.Err()
+	}
+	return retryablehttp.DefaultRetryPolicy(ctx, resp, err)
 }
 
 // jitterBackoff is capped exponential backoff with full jitter; a longer
