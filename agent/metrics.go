@@ -70,7 +70,29 @@ func (a *Agent) newMetrics() *prometheus.Registry {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if a.up != nil {
+		if g := backlogBudget(a.cfg.Replica.MaxBacklog); g != nil {
+			reg.MustRegister(g)
+		}
+	}
 	return reg
+}
+
+// backlogBudget returns the gauge of replica.max_backlog, the replication
+// backlog at which capture pauses (Agent.backpressure), so that an alert can
+// compare lakeside_replica_backlog_bytes with it before capture pauses; nil
+// when capture has no budget (max_backlog 0). The value is fixed: the key
+// changes with a restart only.
+func backlogBudget(maxBacklog int64) prometheus.Collector {
+	if maxBacklog <= 0 {
+		return nil
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lakeside_replica_max_backlog_bytes",
+		Help: "replica.max_backlog: the replication backlog at which capture pauses; absent without a budget.",
+	})
+	g.Set(float64(maxBacklog))
+	return g
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
