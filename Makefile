@@ -73,7 +73,8 @@ package: $(NFPM)
 # deps installs what the tests start for real: a PostgreSQL server and headless
 # Chromium (Debian packages), and the versitygw S3 server (built once into bin/);
 # for the package test, nfpm (built once into bin/), rpm (to query the .rpm),
-# systemd (systemd-analyze) and procps (/bin/kill, which the unit needs).
+# systemd (systemd-analyze) and procps (/bin/kill, which the unit needs); for
+# the alerting rules' test, promtool (Debian's prometheus package).
 deps: $(VERSITYGW) $(NFPM)
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql-15 postgresql-client-15"; \
@@ -81,6 +82,7 @@ deps: $(VERSITYGW) $(NFPM)
 	command -v rpm >/dev/null 2>&1 || missing="$$missing rpm"; \
 	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
 	test -x /bin/kill || missing="$$missing procps"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
