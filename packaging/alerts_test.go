@@ -1,9 +1,11 @@
 package packaging
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -115,4 +117,38 @@ func headingAnchors(text string) map[string]bool {
 		}
 	}
 	return anchors
+}
+
+// TestAlertRulesPackaged checks, without building the packages, that
+// nfpm.yaml installs the tested rules where packaged() (and so
+// TestPackages) expects them, in both packages.
+func TestAlertRulesPackaged(t *testing.T) {
+	var nfpm struct {
+		Contents []struct {
+			Src, Dst, Packager string
+		} `yaml:"contents"`
+	}
+	if err := yaml.Unmarshal([]byte(readFile(t, "nfpm.yaml")), &nfpm); err != nil {
+		t.Fatalf("nfpm.yaml: %v", err)
+	}
+	i := slices.IndexFunc(packaged(), func(e entry) bool { return e.path == alertsPath })
+	if i < 0 {
+		t.Fatalf("packaged() does not list %s", alertsPath)
+	}
+	want := packaged()[i].src
+	var found bool
+	for _, c := range nfpm.Contents {
+		if c.Dst == alertsPath {
+			found = true
+			if c.Src != want || c.Packager != "" {
+				t.Errorf("nfpm.yaml installs %s from %q for packager %q, want from %q for both", alertsPath, c.Src, c.Packager, want)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("nfpm.yaml does not install %s", alertsPath)
+	}
+	if _, err := os.Stat(filepath.Join("..", want)); err != nil {
+		t.Error(err)
+	}
 }

@@ -31,6 +31,9 @@ const (
 	configPath   = "/etc/lakeside/lakeside.yaml"
 	licensePath  = "/usr/share/doc/lakeside/LICENSE"
 	readmePath   = "/usr/share/doc/lakeside/README.md"
+	shareDir     = "/usr/share/lakeside"
+	alertsDir    = "/usr/share/lakeside/prometheus"
+	alertsPath   = "/usr/share/lakeside/prometheus/lakeside-alerts.yml"
 	stateDir     = "/var/lib/lakeside"
 )
 
@@ -62,6 +65,9 @@ func packaged() []entry {
 		{path: configPath, mode: 0o640, owner: "root", group: "lakeside", src: "packaging/lakeside.yaml"},
 		{path: licensePath, mode: 0o644, owner: "root", group: "root", src: "LICENSE"},
 		{path: readmePath, mode: 0o644, owner: "root", group: "root"},
+		{path: shareDir, mode: 0o755, owner: "root", group: "root", dir: true},
+		{path: alertsDir, mode: 0o755, owner: "root", group: "root", dir: true},
+		{path: alertsPath, mode: 0o644, owner: "root", group: "root", src: "packaging/prometheus/lakeside-alerts.yml"},
 	}
 }
 
@@ -800,7 +806,7 @@ func (h *harness) checkRemoveAndPurge(t *testing.T) {
 	if got := h.run(t, "dpkg-query", "-W", "-f=${Status}", "lakeside"); got != "deinstall ok config-files" {
 		t.Errorf("after dpkg --remove: %q, want deinstall ok config-files", got)
 	}
-	for _, path := range []string{binPath, unitPath, sysusersPath, licensePath, readmePath} {
+	for _, path := range []string{binPath, unitPath, sysusersPath, licensePath, readmePath, alertsPath, alertsDir, shareDir} {
 		if _, err := os.Lstat(path); err == nil {
 			t.Errorf("dpkg --remove left %s", path)
 		}
