@@ -21,10 +21,13 @@ func TestStuckCopyGivesWay(t *testing.T) {
 	t.Parallel()
 	e := newE2E(t, []string{"public.nokey", "public.other"})
 	e.exec(`CREATE TABLE nokey (n int, v text)`, `ALTER TABLE nokey REPLICA IDENTITY FULL`,
-		`INSERT INTO nokey SELECT g, 'v' FROM generate_series(1, 2000) g`,
+		`INSERT INTO nokey SELECT g, 'v' FROM generate_series(1, 300) g`,
 		`CREATE TABLE other (id int PRIMARY KEY, v text)`,
 		`INSERT INTO other SELECT g, 'o' FROM generate_series(1, 100) g`)
 	e.setSourceKey("backfill_chunk_rows", "10")
+	// Paced, the copy leaves the writers time to change the table
+	// between any two chunks, however busy the machine.
+	e.setSourceKey("backfill_rows_per_second", "20")
 	d := e.start()
 	waitState(t, e, d, "streaming")
 	e.waitApplied(d)
@@ -43,7 +46,7 @@ func TestStuckCopyGivesWay(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := conn.Exec(context.Background(), `UPDATE nokey SET v = $1 WHERE n = $2`, time.Now().String(), rand.IntN(2000)+1); err != nil {
+				if _, err := conn.Exec(context.Background(), `UPDATE nokey SET v = $1 WHERE n = $2`, time.Now().String(), rand.IntN(300)+1); err != nil {
 					t.Error(err)
 					return
 				}
