@@ -35,6 +35,9 @@ import (
 // configParser carries the state of one Parse call.
 type configParser struct {
 	name string
+	// lines is the number of lines of the file (see countLines), the
+	// last line an error may name.
+	lines int
 	// fields maps every field of the configuration being decoded, by its
 	// address and type, to what the file says about it.
 	fields map[fieldKey]*fieldInfo
@@ -173,13 +176,46 @@ func (p *configParser) errorf(line int, path, format string, args ...any) error 
 	// yaml.v3 and pgconn are not ours: keep the error on one line whatever
 	// they hold.
 	msg = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(msg)
+	// yaml.v3 places a value left empty at the end of the file, such as
+	// the document of a file that is only "---", on the line after the
+	// last: name the last line instead.
+	line = max(min(line, p.lines), 1)
 	return fmt.Errorf("%s:%d: %s", p.name, line, msg)
+}
+
+// countLines returns the number of lines of data as an editor shows them:
+// its line breaks, which are YAML's ("\r\n", "\r", "\n", and the Unicode
+// NEL, LS and PS), and one more when it does not end with one.
+func countLines(data []byte) int {
+	n := 0
+	broken := true // the data so far ends with a line break
+	for i := 0; i < len(data); i++ {
+		broken = true
+		switch {
+		case data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n':
+			i++
+		case data[i] == '\r', data[i] == '\n':
+		case data[i] == 0xc2 && i+1 < len(data) && data[i+1] == 0x85:
+			i++
+		case data[i] == 0xe2 && i+2 < len(data) && data[i+1] == 0x80 && (data[i+2] == 0xa8 || data[i+2] == 0xa9):
+			i += 2
+		default:
+			broken = false
+			continue
+		}
+		n++
+	}
+	if !broken {
+		n++
+	}
+	return n
 }
 
 // parseDocument parses data into a node tree and checks that it holds
 // exactly one document whose content is a mapping. required names the keys
 // an empty file lacks.
 func (p *configParser) parseDocument(data []byte, required string) (*yaml.Node, error) {
+	p.lines = countLines(data)
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
