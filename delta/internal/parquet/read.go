@@ -58,8 +58,30 @@ func readerProperties() *pq.ReaderProperties {
 // it holds is a batch's, whatever the file's size. Every row of the file
 // is handed over, in file order across its row groups: the n-th row handed
 // over is the row of index n-1, as deletion vectors count rows.
-func ReadBatches(ctx context.Context, path string, st *types.StructType, fn func([]types.Row) error) error {
-	if _, err := os.Stat(path); err != nil {
+//
+// A corrupt file fails with an error: arrow-go panics on many (a nil page
+// header, an unknown logical type or encoding, arrays shorter than they
+// say), and those panics are turned into the error.
+func ReadBatches(ctx context.Context, path string, st *types.StructType, fn func([]types.Row) error) (err error) {
+	// inFn is set while fn runs: its panics are the caller's own.
+	inFn := false
+	defer func() {
+		if r := recover(); r != nil {
+			if inFn {
+				panic(r)
+			}
+			err = fmt.Errorf("read parquet %s: corrupt file: %v", path, r)
+		}
+	}()
+	fn0 := fn
+	fn = func(rows []types.Row) error {
+		inFn = true
+		err := fn0(rows)
+		inFn = false // not on a panic, which is left to go on
+		return err
+	}
+	info, err := os.Stat(path)
+	if err != nil {
 		return fmt.Errorf("read parquet: %w", err)
 	}
 	pr, err := file.OpenParquetFile(path, false, file.WithReadProps(readerProperties()))
@@ -67,6 +89,10 @@ func ReadBatches(ctx context.Context, path string, st *types.StructType, fn func
 		return fmt.Errorf("read parquet %s: %w", path, err)
 	}
 	defer pr.Close()
+	if err := checkColumnChunks(pr, info.Size()); err != nil {
+		return fmt.Errorf("read parquet %s: %w", path, err)
+	}
+	dropArrowSchema(pr)
 	newRows := func(n int) []types.Row {
 		rows := make([]types.Row, n)
 		for i := range rows {
@@ -131,6 +157,58 @@ func ReadBatches(ctx context.Context, path string, st *types.StructType, fn func
 	}
 	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("read parquet %s: %w", path, err)
+	}
+	return nil
+}
+
+// arrowSchemaKey is the key of the file metadata under which Arrow writers
+// (arrow-go, arrow-rs: delta-rs, delta-kernel-rs) store the Arrow schema of
+// the file, in Arrow's IPC format.
+const arrowSchemaKey = "ARROW:schema"
+
+// dropArrowSchema removes the stored Arrow schema from the file's metadata
+// before arrow-go reads it: the columns are read as their Parquet types say,
+// which the converters take, and arrow-go decodes a stored schema trusting
+// the lengths it holds, so that a corrupt one allocates without bound (a
+// fatal out of memory, which no recover catches).
+func dropArrowSchema(pr *file.Reader) {
+	md := pr.MetaData().FileMetaData
+	kept := md.KeyValueMetadata[:0:0]
+	for _, kv := range md.KeyValueMetadata {
+		if kv.Key != arrowSchemaKey {
+			kept = append(kept, kv)
+		}
+	}
+	md.KeyValueMetadata = kept
+}
+
+// checkColumnChunks checks that the column chunks the footer of a file of
+// size bytes describes lie within the file. arrow-go reads a chunk into a
+// buffer of the length the footer gives, for a column of a struct in a
+// goroutine of its own: a corrupt length would allocate without bound, or
+// crash the process (makeslice: len out of range) out of reach of any
+// recover.
+func checkColumnChunks(pr *file.Reader, size int64) error {
+	md := pr.MetaData()
+	for g := range md.NumRowGroups() {
+		rg := md.RowGroup(g)
+		if rg.NumColumns() != md.Schema.NumColumns() {
+			return fmt.Errorf("row group %d has %d columns, the schema %d", g, rg.NumColumns(), md.Schema.NumColumns())
+		}
+		for c := range rg.NumColumns() {
+			col, err := rg.ColumnChunk(c)
+			if err != nil {
+				return fmt.Errorf("row group %d: %w", g, err)
+			}
+			// Where arrow-go starts reading the chunk.
+			start := col.DataPageOffset()
+			if col.HasDictionaryPage() && col.DictionaryPageOffset() > 0 && start > col.DictionaryPageOffset() {
+				start = col.DictionaryPageOffset()
+			}
+			if n := col.TotalCompressedSize(); start < 0 || n < 0 || start > size || n > size-start {
+				return fmt.Errorf("row group %d, column %d: %d bytes at offset %d do not fit in the file's %d", g, c, n, start, size)
+			}
+		}
 	}
 	return nil
 }
