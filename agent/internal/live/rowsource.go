@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"unicode/utf8"
 
 	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/store"
@@ -113,6 +114,11 @@ func findRow(ctx context.Context, types *typemap.Map, src rowSource, key string)
 // key the plain text.
 func keyValues(types *typemap.Map, rel *store.Relation, s string) ([]store.Value, error) {
 	keyCols := rel.KeyColumns()
+	if !utf8.ValidString(s) {
+		// Keys are rendered as JSON, which holds only UTF-8: a key
+		// that is not could be neither rendered nor found again.
+		return nil, fmt.Errorf("%w: key must be UTF-8 text", errBadKey)
+	}
 	var parts []json.RawMessage
 	if err := json.Unmarshal([]byte(s), &parts); err != nil || len(parts) != len(keyCols) {
 		if len(keyCols) != 1 {
