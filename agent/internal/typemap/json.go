@@ -237,11 +237,45 @@ func dateKey(text string) (store.Value, error) {
 	case "-infinity":
 		return store.Value{Kind: store.KindDate, Int: store.NegativeInfinityInt}, nil
 	}
-	t, err := time.Parse("2006-01-02", text)
+	t, err := parseAnyYear("2006-01-02", text)
 	if err != nil {
 		return store.Value{}, fmt.Errorf("%q is not a date (YYYY-MM-DD)", cut(text))
 	}
 	return store.Value{Kind: store.KindDate, Int: daysSinceEpoch(t)}, nil
+}
+
+// parseAnyYear parses text with layout, whose year, as JSON renders it
+// (time.Time.Format), may be before year 0 ("-0044") or after 9999
+// ("10000"), which time.Parse does not read: the year is moved into
+// 2000..2399 by whole 400-year cycles, after which the Gregorian calendar
+// repeats, and the time parsed is moved back by as many.
+func parseAnyYear(layout, text string) (time.Time, error) {
+	t, err := time.Parse(layout, text)
+	if err == nil {
+		return t, nil
+	}
+	digits := strings.TrimPrefix(text, "-")
+	n := 0
+	for n < len(digits) && n < 10 && digits[n] >= '0' && digits[n] <= '9' {
+		n++
+	}
+	neg := len(digits) < len(text)
+	if n < 4 || n > 9 || n == 4 && !neg {
+		return time.Time{}, err
+	}
+	year, _ := strconv.Atoi(digits[:n])
+	if neg {
+		year = -year
+	}
+	cycles := (year - 2000) / 400
+	if (year-2000)%400 < 0 {
+		cycles--
+	}
+	t, err2 := time.Parse(layout, strconv.Itoa(year-cycles*400)+digits[n:])
+	if err2 != nil {
+		return time.Time{}, err
+	}
+	return t.AddDate(cycles*400, 0, 0), nil
 }
 
 // timestampKey reads a timestamp as JSON renders it (RFC 3339).
@@ -252,11 +286,15 @@ func timestampKey(text string) (store.Value, error) {
 	case "-infinity":
 		return store.Value{Kind: store.KindTimestamp, Int: store.NegativeInfinityInt}, nil
 	}
-	t, err := time.Parse(time.RFC3339Nano, text)
+	t, err := parseAnyYear(time.RFC3339Nano, text)
 	if err != nil {
 		return store.Value{}, fmt.Errorf("%q is not an RFC 3339 timestamp", cut(text))
 	}
-	return timestampValue(pgtype.Finite, t), nil
+	v := timestampValue(pgtype.Finite, t)
+	if v.Kind != store.KindTimestamp {
+		return store.Value{}, fmt.Errorf("%q is out of the range of a timestamp", cut(text))
+	}
+	return v, nil
 }
 
 // timeKey reads a time of day as JSON renders it (15:04:05.999999).

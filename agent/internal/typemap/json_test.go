@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -194,6 +195,58 @@ func TestBoundedJSONDoesNotCopyTheValue(t *testing.T) {
 		runtime.ReadMemStats(&after)
 		if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
 			t.Fatalf("kind %v: rendering a value of %d bytes allocated %d bytes", kind, len(big), n)
+		}
+	}
+}
+
+// TestKeysOfYearsOutsideFourDigitsReadBack renders dates and timestamps
+// before year 0 and after 9999, which PostgreSQL holds (4713 BC to
+// 5874897 AD, 294276 AD for a timestamp) and JSON writes with a sign or
+// more digits ("-0001-12-31", "10000-03-01"), and parses each back as a
+// key, as a client gives the key of a row or the cursor of a page:
+// FuzzKeyValues (agent/internal/live) found that a timestamp key given
+// with an offset, 0000-01-01T00:00:00+01:00, rendered as a cursor that
+// did not parse. A timestamp past the range of microseconds is an error.
+func TestKeysOfYearsOutsideFourDigitsReadBack(t *testing.T) {
+	m := New()
+	for _, year := range []int{-4713, -401, -400, -1, 0, 1, 2000, 2399, 2400, 9999, 10000, 294276, 5874897} {
+		for _, day := range []time.Time{
+			time.Date(year, 2, 28, 0, 0, 0, 0, time.UTC),
+			time.Date(year, 3, 1, 0, 0, 0, 0, time.UTC),
+			time.Date(year, 12, 31, 0, 0, 0, 0, time.UTC),
+		} {
+			d := store.Value{Kind: store.KindDate, Int: daysSinceEpoch(day)}
+			tests := []struct {
+				oid uint32
+				v   store.Value
+			}{{pgtype.DateOID, d}}
+			if year <= 294276 {
+				ts := store.Value{Kind: store.KindTimestamp, Int: day.Add(13*time.Hour + 5*time.Microsecond).UnixMicro()}
+				tests = append(tests, struct {
+					oid uint32
+					v   store.Value
+				}{pgtype.TimestamptzOID, ts})
+			}
+			for _, tc := range tests {
+				var text string
+				if err := json.Unmarshal(JSON(tc.v), &text); err != nil {
+					t.Fatal(err)
+				}
+				back, err := m.ParseKey(tc.oid, text)
+				if err != nil || Compare(back, tc.v) != 0 || back.Kind != tc.v.Kind {
+					t.Errorf("%s (oid %d) reads back as %+v, %v; want %+v", text, tc.oid, back, err, tc.v)
+				}
+			}
+		}
+	}
+	if _, err := m.ParseKey(pgtype.TimestamptzOID, "0000-01-01T00:00:00+01:00"); err != nil {
+		t.Error(err)
+	}
+	for _, text := range []string{"300000-01-01T00:00:00Z", "-300000-01-01T00:00:00Z", "1000000000-01-01", "-0001-02-29", "10000-13-01", "99999"} {
+		for _, oid := range []uint32{pgtype.DateOID, pgtype.TimestamptzOID} {
+			if v, err := m.ParseKey(oid, text); err == nil {
+				t.Errorf("%s (oid %d) reads as %+v", text, oid, v)
+			}
 		}
 	}
 }
