@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lakeside/lakeside/agent/internal/source/backfill"
 	"github.com/lakeside/lakeside/agent/internal/typemap"
 	"github.com/lakeside/lakeside/store"
 )
@@ -198,33 +199,10 @@ type copyReader struct {
 }
 
 func (c *copyReader) Write(p []byte) (int, error) {
-	if err := eachLine(&c.partial, p, c.row); err != nil {
+	if err := backfill.EachLine(&c.partial, p, c.row); err != nil {
 		return 0, err
 	}
 	return len(p), nil
-}
-
-// eachLine calls fn with each complete line of COPY output, the partial
-// line left by the last call first; the line p ends inside is kept in
-// partial for the next.
-func eachLine(partial *[]byte, p []byte, fn func(line []byte) error) error {
-	data := p
-	if len(*partial) > 0 {
-		*partial = append(*partial, p...)
-		data = *partial
-	}
-	for {
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			break
-		}
-		if err := fn(data[:i]); err != nil {
-			return err
-		}
-		data = data[i+1:]
-	}
-	*partial = append((*partial)[:0], data...)
-	return nil
 }
 
 // row decodes one line of COPY text format.

@@ -49,7 +49,7 @@ func (c *chunkReader) lastKey() [][]byte {
 }
 
 func (c *chunkReader) Write(p []byte) (int, error) {
-	if err := eachLine(&c.partial, p, c.row); err != nil {
+	if err := EachLine(&c.partial, p, c.row); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -91,11 +91,11 @@ func (c *chunkReader) memory() int {
 	return values*int(unsafe.Sizeof(store.Value{})) + lines + len(c.rows)*int(unsafe.Sizeof(store.Change{})) + len(c.keys.data)
 }
 
-// eachLine calls fn with each complete line of COPY output, the partial
+// EachLine calls fn with each complete line of COPY output, the partial
 // line left by the last call first; the line p ends inside is kept in
-// partial for the next. (Package source's initial snapshot reads its COPY
-// with a copy of it.)
-func eachLine(partial *[]byte, p []byte, fn func(line []byte) error) error {
+// partial for the next. Capture's initial snapshot reads its COPY with it
+// too.
+func EachLine(partial *[]byte, p []byte, fn func(line []byte) error) error {
 	data := p
 	if len(*partial) > 0 {
 		*partial = append(*partial, p...)
