@@ -583,3 +583,38 @@ func rowIndexes(ids []int64) []uint64 {
 	}
 	return out
 }
+
+// TestReadDataFileIndexed reads a file with a deletion vector with the
+// indexes of its rows, all of them and a selection, across row groups.
+func TestReadDataFileIndexed(t *testing.T) {
+	ctx := context.Background()
+	d := newDVTable(t, nil)
+	descs, err := StoreDeletionVectors(d.dir, []*DeletionVector{NewDeletionVector(1, 16, 50)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add, err := d.a.WithDeletionVector(descs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := NewStructType(NewField("id", TypeLong, false))
+	rows, index, err := ReadDataFileIndexed(ctx, d.dir, add, schema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 97 || len(index) != 97 {
+		t.Fatalf("%d rows, %d indexes; want 97", len(rows), len(index))
+	}
+	for i, r := range rows {
+		if r[0] != int64(index[i]) || index[i] == 1 || index[i] == 16 || index[i] == 50 {
+			t.Fatalf("row %d: id %v at index %d", i, r[0], index[i])
+		}
+	}
+	rows, index, err = ReadDataFileIndexed(ctx, d.dir, add, schema, NewDeletionVector(0, 16, 17, 99))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(rows, index); got != "[[0] [17] [99]] [0 17 99]" {
+		t.Errorf("selected rows and indexes %s; want [[0] [17] [99]] [0 17 99]", got)
+	}
+}

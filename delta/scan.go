@@ -47,6 +47,41 @@ func ReadDataFile(ctx context.Context, root string, add *Add, st *StructType) ([
 	return rows, nil
 }
 
+// ReadDataFileIndexed reads the logical file of add as ReadDataFile does,
+// and returns with its rows their indexes in the data file (from 0, across
+// row groups), which a deletion vector that deletes some of them names.
+// only, when not nil, restricts the read to the rows of those indexes.
+func ReadDataFileIndexed(ctx context.Context, root string, add *Add, st *StructType, only *DeletionVector) ([]Row, []uint64, error) {
+	path, err := ResolvePath(root, add.Path)
+	if err != nil {
+		return nil, nil, err
+	}
+	sel, err := skipDeleted(root, add.Path, add.DeletionVector)
+	if err != nil {
+		return nil, nil, err
+	}
+	sel.only = only
+	rows := []Row{}
+	var index []uint64
+	var next uint64
+	err = parquet.ReadBatches(ctx, path, st, func(batch []Row) error {
+		for i, r := range batch {
+			if j := next + uint64(i); sel.selects(j) {
+				rows, index = append(rows, r), append(index, j)
+			}
+		}
+		next += uint64(len(batch))
+		return nil
+	})
+	if err == nil {
+		err = sel.skipCheck(next)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("read data file %s: %w", add.Path, err)
+	}
+	return rows, index, nil
+}
+
 // rowSelection selects rows of a data file by their index (their position
 // in the file, from 0 across row groups): those skip does not hold and,
 // when only is set, that only holds. The zero value selects every row.
@@ -57,6 +92,12 @@ type rowSelection struct {
 // selects reports whether the row of index i is selected.
 func (s rowSelection) selects(i uint64) bool {
 	return !s.skip.Contains(i) && (s.only == nil || s.only.Contains(i))
+}
+
+// skipCheck fails unless every index the deletion vector names is that of
+// one of the file's n rows (only may name more: it is the caller's).
+func (s rowSelection) skipCheck(n uint64) error {
+	return rowSelection{skip: s.skip}.check(n)
 }
 
 // check fails unless every index the selection names is that of one of the
