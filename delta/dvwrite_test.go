@@ -618,3 +618,24 @@ func TestReadDataFileIndexed(t *testing.T) {
 		t.Errorf("selected rows and indexes %s; want [[0] [17] [99]] [0 17 99]", got)
 	}
 }
+
+// TestCreateWithDeletionVectors creates a table whose configuration
+// enables deletion vectors: its protocol supports them from version 0.
+func TestCreateWithDeletionVectors(t *testing.T) {
+	ctx := context.Background()
+	schema := NewStructType(NewField("id", TypeLong, false))
+	conf := map[string]string{EnableDeletionVectorsKey: "true", ColumnMappingModeKey: ColumnMappingName, EnableChangeDataFeedKey: "true"}
+	tbl, err := Create(ctx, t.TempDir(), schema, nil, conf, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := tbl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := snap.Protocol()
+	if !DeletionVectorsEnabled(p, snap.Metadata()) || !slices.Contains(p.ReaderFeatures, ColumnMappingFeature) ||
+		!slices.Contains(p.WriterFeatures, ChangeDataFeedFeature) {
+		t.Errorf("protocol %+v", p)
+	}
+}

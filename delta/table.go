@@ -121,7 +121,8 @@ func (t *Table) LogPath() string { return t.logDir }
 // gets delta.columnMapping.maxColumnId, and the protocol supports column
 // mapping (reader 2 / writer 5, or the columnMapping feature at 3 / 7).
 // With delta.enableChangeDataFeed true the protocol covers the change data
-// feed too (ChangeDataFeedProtocol). Mode id is refused with an error wrapping ErrUnsupportedFeature.
+// feed too (ChangeDataFeedProtocol), and with delta.enableDeletionVectors
+// true deletion vectors (DeletionVectorsProtocol). Mode id is refused with an error wrapping ErrUnsupportedFeature.
 func Create(ctx context.Context, path string, schema *StructType, partitionColumns []string,
 	configuration map[string]string, info *CommitInfo, opts ...Option) (*Table, error) {
 	t := New(path, opts...)
@@ -145,6 +146,12 @@ func Create(ctx context.Context, path string, schema *StructType, partitionColum
 	}
 	if configuration[EnableChangeDataFeedKey] == "true" {
 		proto = ChangeDataFeedProtocol(proto)
+	}
+	if strings.EqualFold(configuration[EnableDeletionVectorsKey], "true") {
+		var err error
+		if proto, err = DeletionVectorsProtocol(proto); err != nil {
+			return nil, fmt.Errorf("create table: %w", err)
+		}
 	}
 	md, err := NewMetadata(schema, partitionColumns, configuration, t.now().UnixMilli())
 	if err != nil {
