@@ -114,7 +114,7 @@ func (m *mirror) aboveAll(key []byte) bool {
 	if m.pend.changes > 0 && bytes.Compare(key, m.pend.maxKey) <= 0 {
 		return false
 	}
-	last := m.lastFile()
+	last := m.lastGroup()
 	return last == nil || len(last.maxKey) > 0 && last.rows >= 0 && bytes.Compare(key, last.maxKey) > 0
 }
 
@@ -124,14 +124,19 @@ func (m *mirror) aboveAll(key []byte) bool {
 // flush writes no file it then rewrites.
 const appendMinRows = 1024
 
-// lastFile returns the committed file with the greatest keys that the
-// flush's changes go over (see baseCommitted), or nil.
-func (m *mirror) lastFile() *mirrorFile {
+// lastGroup returns the group of committed files with the greatest keys
+// that the flush's changes go over (see baseCommitted and groupFiles), or
+// nil. The groups are kept while the files are the same.
+func (m *mirror) lastGroup() *fileGroup {
 	files := m.baseCommitted()
-	if n := len(files); n > 0 {
-		return files[n-1]
+	if len(files) == 0 {
+		return nil
 	}
-	return nil
+	if len(m.lastOf) != len(files) || &m.lastOf[0] != &files[0] {
+		groups := groupFiles(files)
+		m.last, m.lastOf = groups[len(groups)-1], files
+	}
+	return m.last
 }
 
 // baseCommitted returns the committed files the flush's changes go over:
@@ -180,7 +185,8 @@ func (m *mirror) startWriting(ctx context.Context, a *Applier, ahead int64) erro
 		run := &appendRun{w: &mergeWriter{m: m, a: a}, first: rows[0].key, last: slices.Clone(rows[len(rows)-1].key)}
 		run.w.expectRows = int64(len(rows)) + ahead/int64(len(starts)-1)
 		r.runs = append(r.runs, run)
-		if last := m.lastFile(); j == 0 && last != nil && last.rows < a.cfg.TargetFileRows/2 && !a.cfg.Compaction {
+		if g := m.lastGroup(); j == 0 && g != nil && len(g.files) == 1 && g.rows < a.cfg.TargetFileRows/2 && !a.cfg.Compaction && !a.cfg.DeletionVectors {
+			last := g.files[0]
 			r.replaced = last
 			base, err := m.readFile(ctx, last)
 			if err != nil {

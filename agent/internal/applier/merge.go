@@ -49,6 +49,24 @@ func (m *mirror) readFile(ctx context.Context, f *mirrorFile) ([]baseRow, error)
 	return out, nil
 }
 
+// readGroup reads the rows of a group of files (see groupFiles), in key
+// order.
+func (m *mirror) readGroup(ctx context.Context, g *fileGroup) ([]baseRow, error) {
+	if len(g.files) == 1 {
+		return m.readFile(ctx, g.files[0])
+	}
+	var out []baseRow
+	for _, f := range g.files {
+		rows, err := m.readFile(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows...)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out, nil
+}
+
 // mergeWriter writes the rewritten rows of one group into files of at most
 // TargetFileRows rows, never splitting equal keys. A full file closes in
 // the background while the next one fills (see closer).
@@ -73,6 +91,12 @@ type mergeWriter struct {
 	rewrote bool
 	track   bool
 	after   []imageRow
+	// hold has emit keep the rows of a key in held rather than write
+	// them, and kept marks the rows they leave as they were (see
+	// applyDeleting).
+	hold bool
+	held []imageRow
+	kept []bool
 }
 
 // openFor makes sure w has a file open for a row of key: a full one is
@@ -121,6 +145,10 @@ func (w *mergeWriter) emitInsert(key []byte, ins *insertRow) error {
 }
 
 func (w *mergeWriter) emit(key string, data []any, deleted bool) error {
+	if w.hold {
+		w.held = append(w.held, imageRow{data: data, deleted: deleted})
+		return nil
+	}
 	m := w.m
 	if err := openFor(w, key); err != nil {
 		return err
@@ -279,7 +307,7 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 		return nil, "", err
 	}
 	p := m.pend
-	files := m.baseFiles()
+	groups := groupFiles(m.baseFiles())
 	var removed []*mirrorFile
 	// appended holds the files of the flush's appender: not committed.
 	appended := map[*mirrorFile]bool{}
@@ -328,7 +356,7 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		g := assignFile(files, k, tailLimit)
+		g := assignGroup(groups, k, tailLimit)
 		if g != group {
 			if group != -2 {
 				if err := endGroup(); err != nil {
@@ -337,19 +365,21 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 			}
 			group = g
 			if g >= 0 {
-				rows, err := m.readFile(ctx, files[g])
+				rows, err := m.readGroup(ctx, groups[g])
 				if err != nil {
 					return err
 				}
 				base = rows
-				removed = append(removed, files[g])
+				removed = append(removed, groups[g].files...)
 				// Keys come in order and a key above every file
 				// (group -1) comes after every file's: from the
 				// first committed file rewritten on, every change
 				// is fed. (A file of the flush's appender holds
 				// only its inserts: the appender runs with the
 				// feed only in a mirror without committed files.)
-				w.rewrote = w.rewrote || !appended[files[g]]
+				for _, f := range groups[g].files {
+					w.rewrote = w.rewrote || !appended[f]
+				}
 			}
 		}
 		key := string(k)

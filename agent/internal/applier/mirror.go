@@ -90,6 +90,10 @@ type mirror struct {
 	cleared []*appender
 	// appended counts the rows written by appenders (for tests).
 	appended int64
+	// last is the group of files with the greatest keys of lastOf, the
+	// files it was found in (see lastGroup).
+	last   *fileGroup
+	lastOf []*mirrorFile
 }
 
 type mirrorFile struct {
@@ -125,6 +129,9 @@ func (a *Applier) openMirror(ctx context.Context, name string, cols *columns, re
 		if a.cfg.ChangeDataFeed {
 			conf[delta.EnableChangeDataFeedKey] = "true"
 		}
+		if a.cfg.DeletionVectors {
+			conf[delta.EnableDeletionVectorsKey] = "true"
+		}
 		if key := cols.keyOf(rel); key == nil {
 			conf[confMultiset] = "true"
 		} else {
@@ -134,6 +141,11 @@ func (a *Applier) openMirror(ctx context.Context, name string, cols *columns, re
 	})
 	if err != nil {
 		return nil, err
+	}
+	if a.cfg.DeletionVectors && !delta.DeletionVectorsEnabled(dt.protocol, dt.meta) {
+		if err := a.enableDeletionVectors(ctx, dt); err != nil {
+			return nil, err
+		}
 	}
 	cols.addExisting(dt.schema)
 	m := &mirror{deltaTable: dt, cols: cols, soft: a.cfg.SoftDelete, spillDir: spillDir(a.cfg.TablesDir, name)}
@@ -428,9 +440,9 @@ func (m *mirror) lookup(ctx context.Context, a *Applier, key []byte) ([]any, err
 		return e.row, nil
 	}
 	var base []any
-	files := m.baseFiles()
-	if i := assignFile(files, key, -1); i >= 0 {
-		rows, err := m.readFile(ctx, files[i])
+	groups := groupFiles(m.baseFiles())
+	if i := assignGroup(groups, key, -1); i >= 0 {
+		rows, err := m.readGroup(ctx, groups[i])
 		if err != nil {
 			return nil, err
 		}
@@ -450,18 +462,55 @@ func (m *mirror) lookup(ctx context.Context, a *Applier, key []byte) ([]any, err
 	return base, nil
 }
 
-// assignFile implements the clustering rule; tailLimit is the row count from
-// which keys above the last file's range open a new file (-1: never).
-func assignFile(files []*mirrorFile, key []byte, tailLimit int64) int {
-	if len(files) == 0 {
+// fileGroup is a run of files, adjacent in key order, whose key ranges
+// overlap one another's: one file in a mirror merged copy-on-write, whose
+// ranges never overlap, more in one merged with deletion vectors, where a
+// key's new version goes to a new file over the range of older ones.
+type fileGroup struct {
+	files          []*mirrorFile
+	minKey, maxKey []byte
+	// rows is the rows of its files, deleted ones included (-1 when one
+	// of them has no stats).
+	rows int64
+}
+
+// groupFiles returns the groups of files, files being in minKey order
+// (sortFiles): a file joins the group before it when its range starts at
+// or below the greatest key of that group's.
+func groupFiles(files []*mirrorFile) []*fileGroup {
+	var out []*fileGroup
+	for _, f := range files {
+		if n := len(out); n > 0 && len(out[n-1].maxKey) > 0 && bytes.Compare(f.minKey, out[n-1].maxKey) <= 0 {
+			g := out[n-1]
+			g.files = append(g.files, f)
+			if bytes.Compare(f.maxKey, g.maxKey) > 0 {
+				g.maxKey = f.maxKey
+			}
+			if g.rows >= 0 && f.rows >= 0 {
+				g.rows += f.rows
+			} else {
+				g.rows = -1
+			}
+			continue
+		}
+		out = append(out, &fileGroup{files: []*mirrorFile{f}, minKey: f.minKey, maxKey: f.maxKey, rows: f.rows})
+	}
+	return out
+}
+
+// assignGroup implements the clustering rule over groups of files (see
+// groupFiles); tailLimit is the row count from which keys above the last
+// group's range open a new file (-1: never).
+func assignGroup(groups []*fileGroup, key []byte, tailLimit int64) int {
+	if len(groups) == 0 {
 		return -1
 	}
-	i := sort.Search(len(files), func(i int) bool { return bytes.Compare(files[i].minKey, key) > 0 }) - 1
+	i := sort.Search(len(groups), func(i int) bool { return bytes.Compare(groups[i].minKey, key) > 0 }) - 1
 	if i < 0 {
 		return 0
 	}
-	last := len(files) - 1
-	if i == last && tailLimit >= 0 && bytes.Compare(key, files[last].maxKey) > 0 && files[last].rows >= tailLimit {
+	last := len(groups) - 1
+	if i == last && tailLimit >= 0 && bytes.Compare(key, groups[last].maxKey) > 0 && groups[last].rows >= tailLimit {
 		return -1
 	}
 	return i
@@ -488,12 +537,23 @@ func (m *mirror) prepare(a *Applier) error {
 // nothing but this table, so flush runs it alongside the other tables'
 // (see writeData).
 func (m *mirror) write(ctx context.Context, a *Applier) error {
-	actions, op, err := m.merge(ctx, a)
+	merge := m.merge
+	if m.deletes(a) {
+		merge = m.mergeDeletes
+	}
+	actions, op, err := merge(ctx, a)
 	if err != nil {
 		return err
 	}
 	m.merged, m.operation = actions, op
 	return nil
+}
+
+// deletes reports whether the flush merges with deletion vectors (see
+// mergedv.go): they are on and the table lets writers write them, and the
+// flush did not truncate it.
+func (m *mirror) deletes(a *Applier) bool {
+	return a.cfg.DeletionVectors && delta.DeletionVectorsEnabled(m.protocol, m.meta) && !m.pend.truncated
 }
 
 // commit commits what write merged.
