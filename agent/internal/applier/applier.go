@@ -68,6 +68,11 @@ type Config struct {
 	// compaction (compact.go): keys above every key of a mirror then go
 	// to new files, and its last file is never rewritten to take them.
 	Compaction bool
+	// DeletionVectors merges the mirrors with deletion vectors
+	// (mergedv.go): a flush deletes the old versions of the rows it
+	// changes and writes the new ones, rewriting no file. A mirror made
+	// without them takes them at its next open.
+	DeletionVectors bool
 	// RowGroupRows is the most rows a row group of a data file holds
 	// (default delta.DefaultRowGroupRows). A file of more rows encodes its full
 	// row groups while it fills.

@@ -86,6 +86,22 @@ func (a *Applier) enableColumnMapping(ctx context.Context, dt *deltaTable) error
 	return nil
 }
 
+// enableDeletionVectors lets a mirror made without deletion vectors take
+// them (see mergedv.go), in one commit that keeps the txn version. Its
+// readers then need to read them.
+func (a *Applier) enableDeletionVectors(ctx context.Context, dt *deltaTable) error {
+	p, md, err := delta.EnableDeletionVectors(dt.protocol, dt.meta)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dt.name, err)
+	}
+	if err := a.commit(ctx, dt, []delta.Action{p, md}, commitInfo{operation: "SET TBLPROPERTIES", first: dt.applied, last: dt.applied}); err != nil {
+		return err
+	}
+	dt.protocol, dt.meta = p, md
+	a.log.Info("table switched to deletion vectors", "table", dt.name)
+	return nil
+}
+
 // openTable opens the table at path, or creates it with the schema,
 // partition columns and configuration init returns.
 func (a *Applier) openTable(ctx context.Context, name, kind string,
