@@ -166,20 +166,21 @@ func (a *Agent) Open() error {
 	}
 
 	appCfg := applier.Config{
-		TablesDir:      a.cfg.Delta.TablesDir,
-		FlushInterval:  a.cfg.Delta.FlushInterval,
-		FlushChanges:   a.cfg.Delta.FlushChanges,
-		SoftDelete:     a.cfg.Delta.SoftDelete,
-		ChangeDataFeed: a.cfg.Delta.ChangeDataFeed,
-		TargetFileRows: a.cfg.Delta.TargetFileRows,
-		Compaction:     a.cfg.Delta.Compaction,
-		RowGroupRows:   a.cfg.Delta.RowGroupRows,
-		AppIDPrefix:    appIDPrefix(a.cfg.Source.Slot),
-		EngineInfo:     "lakeside/" + a.version,
-		Capture:        capture{a},
-		Off:            a.tuningOff,
-		CrashRecord:    filepath.Join(a.cfg.StateDir, CrashRecordName),
-		Logger:         a.log.With("component", "applier"),
+		TablesDir:       a.cfg.Delta.TablesDir,
+		FlushInterval:   a.cfg.Delta.FlushInterval,
+		FlushChanges:    a.cfg.Delta.FlushChanges,
+		SoftDelete:      a.cfg.Delta.SoftDelete,
+		ChangeDataFeed:  a.cfg.Delta.ChangeDataFeed,
+		DeletionVectors: a.cfg.Delta.DeletionVectors,
+		TargetFileRows:  a.cfg.Delta.TargetFileRows,
+		Compaction:      a.cfg.Delta.Compaction,
+		RowGroupRows:    a.cfg.Delta.RowGroupRows,
+		AppIDPrefix:     appIDPrefix(a.cfg.Source.Slot),
+		EngineInfo:      "lakeside/" + a.version,
+		Capture:         capture{a},
+		Off:             a.tuningOff,
+		CrashRecord:     filepath.Join(a.cfg.StateDir, CrashRecordName),
+		Logger:          a.log.With("component", "applier"),
 	}
 	appCfg.TableProperties = tableProperties(a.cfg)
 	if archiveOf(a.cfg) != "" {

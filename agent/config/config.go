@@ -121,6 +121,11 @@ type Delta struct {
 	// change data feed (delta.enableChangeDataFeed, change data files
 	// under _change_data/); off by default.
 	ChangeDataFeed bool `yaml:"change_data_feed"`
+	// DeletionVectors merges the mirrors with deletion vectors (true by
+	// default): a flush marks the old versions of the rows it changes as
+	// deleted and writes only the new ones, rather than rewrite the files
+	// they are in. Readers of the tables must read deletion vectors.
+	DeletionVectors bool `yaml:"deletion_vectors"`
 	// TargetFileRows is the number of rows per mirror data file (100000).
 	TargetFileRows int64 `yaml:"target_file_rows"`
 	// RowGroupRows is the most rows a Parquet row group of a data file
@@ -345,6 +350,7 @@ func defaultConfig() Config {
 			MaxValueSize:           DefaultMaxValueSize,
 		},
 		Delta: Delta{
+			DeletionVectors: true,
 			FlushInterval:   DefaultFlushInterval,
 			FlushChanges:    DefaultFlushChanges,
 			TargetFileRows:  DefaultTargetFileRows,

@@ -280,7 +280,7 @@ func goodConfigs() []goodConfig {
 				MaxValueSize:           DefaultMaxValueSize,
 			},
 			StateDir: "/var/lib/lakeside",
-			Delta: Delta{TablesDir: "/var/lib/lakeside", FlushInterval: DefaultFlushInterval, FlushChanges: DefaultFlushChanges,
+			Delta: Delta{DeletionVectors: true, TablesDir: "/var/lib/lakeside", FlushInterval: DefaultFlushInterval, FlushChanges: DefaultFlushChanges,
 				TargetFileRows: DefaultTargetFileRows, RowGroupRows: DefaultRowGroupRows,
 				VacuumRetention: DefaultVacuumRetention, VacuumInterval: DefaultVacuumInterval, Compaction: true, TargetFileSize: DefaultTargetFileSize, CompactInterval: DefaultCompactInterval, CompactMinFiles: DefaultCompactMinFiles, CompactBytesPerSecond: DefaultCompactBytesPerSecond},
 			Log: Log{Level: "info", Format: "text"},
@@ -305,7 +305,7 @@ func goodConfigs() []goodConfig {
 				MaxValueSize:           DefaultMaxValueSize,
 			},
 			StateDir: "/var/lib/lakeside",
-			Delta: Delta{TablesDir: "/var/lib/lakeside/tables", FlushInterval: DefaultFlushInterval, FlushChanges: DefaultFlushChanges,
+			Delta: Delta{DeletionVectors: true, TablesDir: "/var/lib/lakeside/tables", FlushInterval: DefaultFlushInterval, FlushChanges: DefaultFlushChanges,
 				TargetFileRows: DefaultTargetFileRows, RowGroupRows: DefaultRowGroupRows,
 				VacuumRetention: DefaultVacuumRetention, VacuumInterval: DefaultVacuumInterval, LocalRetention: 6 * time.Hour, Compaction: true, TargetFileSize: DefaultTargetFileSize, CompactInterval: DefaultCompactInterval, CompactMinFiles: DefaultCompactMinFiles, CompactBytesPerSecond: DefaultCompactBytesPerSecond},
 			Replica: uploader.Config{URL: "file:///srv/replica", Site: "branch7",
@@ -628,7 +628,7 @@ func withSectionDefaults(c Config) Config {
 		c.Source.BackfillChunkRows = DefaultBackfillChunkRows
 	}
 	if c.Delta == (Delta{}) {
-		c.Delta = Delta{TablesDir: filepath.Join(c.StateDir, "tables"), FlushInterval: DefaultFlushInterval,
+		c.Delta = Delta{DeletionVectors: true, TablesDir: filepath.Join(c.StateDir, "tables"), FlushInterval: DefaultFlushInterval,
 			FlushChanges: DefaultFlushChanges, TargetFileRows: DefaultTargetFileRows, RowGroupRows: DefaultRowGroupRows,
 			VacuumRetention: DefaultVacuumRetention, VacuumInterval: DefaultVacuumInterval, Compaction: true, TargetFileSize: DefaultTargetFileSize, CompactInterval: DefaultCompactInterval, CompactMinFiles: DefaultCompactMinFiles, CompactBytesPerSecond: DefaultCompactBytesPerSecond}
 	}
