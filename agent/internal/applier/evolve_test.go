@@ -202,7 +202,9 @@ func TestSchemaChangesFollowTheTable(t *testing.T) {
 // TestTableWrittenBeforeColumnMappingIsSwitched opens a mirror written
 // without column mapping, as earlier versions wrote it: the applier
 // switches it to column mapping in a commit of its own, its files read as
-// they are, and a rename then changes only the schema.
+// they are, and a rename then changes only the schema. It takes deletion
+// vectors in a commit of its own too, and its legacy file keeps a row
+// while a deletion vector deletes the other.
 func TestTableWrittenBeforeColumnMappingIsSwitched(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, `CREATE TABLE items (id int4 PRIMARY KEY, v text)`, "items")
@@ -231,8 +233,12 @@ func TestTableWrittenBeforeColumnMappingIsSwitched(t *testing.T) {
 	a := h.applier()
 	h.apply(a)
 	snap := h.snapshot("public.items")
-	if p := snap.Protocol(); p.MinReaderVersion != 2 || p.MinWriterVersion != 5 || snap.ColumnMappingMode() != delta.ColumnMappingName {
-		t.Fatalf("protocol %+v, mode %q: want reader 2 / writer 5 in mode name", p, snap.ColumnMappingMode())
+	if p := snap.Protocol(); !slices.Contains(p.ReaderFeatures, delta.ColumnMappingFeature) || snap.ColumnMappingMode() != delta.ColumnMappingName ||
+		!delta.DeletionVectorsEnabled(p, snap.Metadata()) {
+		t.Fatalf("protocol %+v, mode %q: want column mapping in mode name and deletion vectors", p, snap.ColumnMappingMode())
+	}
+	if files := snap.Files(); !slices.ContainsFunc(files, func(f *delta.Add) bool { return f.Path == add.Path && f.DeletionVector != nil }) {
+		t.Fatalf("files %v: want the legacy file with a deletion vector", files)
 	}
 	for _, f := range snap.Schema().Fields {
 		if f.PhysicalName() != f.Name {

@@ -127,7 +127,7 @@ func (h *harness) caughtUp() store.LSN {
 }
 
 func (h *harness) applier(mod ...func(*Config)) *Applier {
-	cfg := Config{TablesDir: h.tablesDir, AppIDPrefix: "lakeside-test", EngineInfo: "lakeside/test",
+	cfg := Config{TablesDir: h.tablesDir, AppIDPrefix: "lakeside-test", EngineInfo: "lakeside/test", DeletionVectors: true,
 		FlushInterval: 50 * time.Millisecond, PollInterval: 20 * time.Millisecond, Logger: h.log.With("component", "applier")}
 	for _, m := range mod {
 		m(&cfg)
