@@ -14,15 +14,20 @@ import (
 	"github.com/lakeside/lakeside/store"
 )
 
-// The mirror table "<schema>.<table>" holds the current rows. It is merged
-// copy-on-write: a flush removes the data files its changes touch and adds
-// their rewritten contents.
+// The mirror table "<schema>.<table>" holds the current rows. With
+// Config.DeletionVectors it is merged on read (mergedv.go): a flush deletes
+// the old versions of the rows it changes with deletion vectors and writes
+// the new ones into new files. Otherwise it is merged copy-on-write: a
+// flush removes the data files its changes touch and adds their rewritten
+// contents, as described below.
 //
-// Clustering. Every data file holds a contiguous, sorted range of row keys
-// (see typemap.AppendKey), recorded in the add action's tags lakeside.minKey and
-// lakeside.maxKey (hex); ranges of different files never overlap. A changed
-// key belongs to the file with the greatest minKey at or below it (the
-// first file for keys below every range). Keys above the last file's range
+// Clustering. Every data file holds a range of row keys (see
+// typemap.AppendKey), recorded in the add action's tags lakeside.minKey
+// and lakeside.maxKey (hex). Merged copy-on-write, the ranges of different
+// files never overlap; files merged with deletion vectors may overlap, and
+// the copy-on-write merge then takes runs of overlapping files as one
+// (groupFiles). A changed key belongs to the group with the greatest
+// minKey at or below it (the first group for keys below every range). Keys above the last file's range
 // go to the last file while it holds less than half of TargetFileRows rows,
 // and to new files otherwise, so an append-only workload neither rewrites
 // big files nor creates one file per key. With Config.Compaction they
