@@ -360,11 +360,7 @@ func checkSameFileRows(t *testing.T, tbl *delta.Table, v int64, acts []delta.Act
 		files[f.Path] = f
 	}
 	read := func(add *delta.Add) []string {
-		path, err := delta.ResolvePath(tbl.Path(), add.Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows, err := delta.ReadParquetFile(ctx, path, prev.Schema())
+		rows, err := delta.ReadDataFile(ctx, tbl.Path(), add, prev.Schema())
 		if err != nil {
 			t.Fatalf("%s version %d: %v", tbl.Path(), v, err)
 		}

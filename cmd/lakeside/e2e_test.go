@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeside/lakeside/agent"
+	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/internal/pgtest"
 )
 
@@ -107,10 +108,12 @@ var errRollback = fmt.Errorf("deliberate rollback")
 // TestCrashSafety kills the real agent with SIGKILL at random moments under
 // load, at least 20 times, then lets it drain and checks that the queue holds
 // every committed transaction exactly once, in commit order, and nothing of
-// the rolled-back ones.
+// the rolled-back ones. Compaction runs every second, so kills land in
+// merges with deletion vectors and in compactions that purge them.
 func TestCrashSafety(t *testing.T) {
 	t.Parallel()
-	e := newE2E(t, []string{"public.counter", "public.events", "public.balances"})
+	e := newE2EWith(t, []string{"public.counter", "public.events", "public.balances"},
+		"delta:\n  flush_interval: 200ms\n  compact_interval: 1s\n  compact_min_files: 2\n  compact_bytes_per_second: 0\n")
 	// Transactions of a few hundred rows are streamed in progress, so kills
 	// also land while spooling.
 	e.setSourceKey("logical_decoding_work_mem", "256KiB")
@@ -146,6 +149,38 @@ func TestCrashSafety(t *testing.T) {
 		t.Error("PostgreSQL streamed no transaction in progress: source.logical_decoding_work_mem did not reach the walsender")
 	}
 	e.checkCrashTables(t, kills)
+	if n := e.purges("public.balances"); n == 0 {
+		t.Error("no compaction of the balances mirror purged a deletion vector")
+	}
+}
+
+// purges returns how many files with a deletion vector the OPTIMIZE
+// commits of a table removed.
+func (e *e2e) purges(table string) int {
+	e.t.Helper()
+	ctx := context.Background()
+	tbl := e.localTable(table)
+	latest, err := tbl.LatestVersion(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	for v := int64(1); v <= latest; v++ {
+		acts, err := tbl.ReadCommit(ctx, v)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		optimize := slices.ContainsFunc(acts, func(a delta.Action) bool {
+			ci, ok := a.(*delta.CommitInfo)
+			return ok && ci.Operation == "OPTIMIZE"
+		})
+		for _, a := range acts {
+			if rm, ok := a.(*delta.Remove); ok && optimize && rm.DeletionVector != nil {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // checkCrashTables compares the Delta tables with PostgreSQL after the

@@ -215,6 +215,9 @@ func compactTable(ctx context.Context, opts CompactOptions, committer compactCom
 		if err != nil {
 			return tc, err
 		}
+		if tc.Kind == KindMirror && delta.DeletionVectorsEnabled(snap.Protocol(), snap.Metadata()) {
+			optOpts.Sequences = overlapSequences
+		}
 		plan, err := snap.PlanOptimize(optOpts)
 		if err != nil {
 			return tc, err
@@ -399,18 +402,59 @@ func mirrorSequences(files []*delta.Add) [][]*delta.Add {
 	return out
 }
 
+// overlapSequences returns the small files of a mirror merged with
+// deletion vectors that have key ranges as one sequence, smallest first
+// (by the rows their deletion vectors leave): their ranges may overlap
+// anyway (see mergedv.go), so any of them may be merged, and a merged
+// file's range covers its files' together (see tagMergedFile).
+func overlapSequences(files []*delta.Add) [][]*delta.Add {
+	var seq []*delta.Add
+	size := map[*delta.Add]int64{}
+	for _, f := range files {
+		_, hasMin := f.Tags[tagMinKey]
+		_, hasMax := f.Tags[tagMaxKey]
+		if !hasMin || !hasMax {
+			continue
+		}
+		size[f] = f.Size
+		if st, err := delta.ParseStats(f.Stats); err == nil && f.DeletionVector != nil && st.NumRecords > 0 {
+			size[f] = f.Size * (st.NumRecords - f.DeletionVector.Cardinality) / st.NumRecords
+		}
+		seq = append(seq, f)
+	}
+	sort.SliceStable(seq, func(i, j int) bool {
+		if size[seq[i]] != size[seq[j]] {
+			return size[seq[i]] < size[seq[j]]
+		}
+		return seq[i].Path < seq[j].Path
+	})
+	if len(seq) == 0 {
+		return nil
+	}
+	return [][]*delta.Add{seq}
+}
+
 // tagMergedFile gives the file a mirror bin became the key range of its
-// files together: from the first's minKey (the files are in minKey order)
-// to the greatest maxKey, the last's unless the ranges overlap, as those
-// of a mirror merged with deletion vectors may.
+// files together: from the least minKey to the greatest maxKey (the first's
+// and the last's when the files are in key order and their ranges do not
+// overlap). When one of them has no range, neither has the merged file.
 func tagMergedFile(add *delta.Add, b *delta.OptimizeBin) {
-	maxKey := b.Files[len(b.Files)-1].Tags[tagMaxKey]
+	minKey, maxKey := b.Files[0].Tags[tagMinKey], b.Files[0].Tags[tagMaxKey]
 	for _, f := range b.Files {
-		if k := f.Tags[tagMaxKey]; hexKeyLess(maxKey, k) {
-			maxKey = k
+		lo, hasMin := f.Tags[tagMinKey]
+		hi, hasMax := f.Tags[tagMaxKey]
+		if !hasMin || !hasMax {
+			add.Tags = nil
+			return
+		}
+		if hexKeyLess(lo, minKey) {
+			minKey = lo
+		}
+		if hexKeyLess(maxKey, hi) {
+			maxKey = hi
 		}
 	}
-	add.Tags = map[string]string{tagMinKey: b.Files[0].Tags[tagMinKey], tagMaxKey: maxKey}
+	add.Tags = map[string]string{tagMinKey: minKey, tagMaxKey: maxKey}
 }
 
 // hexKeyLess reports whether the key hex a orders before the key hex b.
