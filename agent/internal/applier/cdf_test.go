@@ -46,6 +46,7 @@ func TestChangeDataFeedReproducesPostgreSQLChanges(t *testing.T) {
 		{"", `INSERT INTO c SELECT g, 'new' || g, g FROM generate_series(51, 60) g`, either},
 		{"", `INSERT INTO c SELECT g, 'far' || g, g FROM generate_series(1000, 1100) g`, either},
 		{"", `INSERT INTO c SELECT g, 'tail' || g, g FROM generate_series(2000, 2100) g`, either},
+		{"", `UPDATE c SET n = n + 1 WHERE id IN (SELECT id FROM c ORDER BY random() LIMIT 9)`, yes},
 		{"", `DELETE FROM c WHERE id % 5 = 0`, yes},
 		{"", `UPDATE c SET id = id + 10000, n = -n WHERE id % 11 = 1`, yes},
 		{"", `UPDATE c SET n = NULL WHERE id BETWEEN 20 AND 30`, yes},

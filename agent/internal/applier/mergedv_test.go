@@ -203,3 +203,113 @@ func TestMergeWithDeletionVectors(t *testing.T) {
 		t.Fatal("no flush deleted rows with a deletion vector")
 	}
 }
+
+// TestLayoutsReadTheSameRows applies the same random changes, a flush at a
+// time, to a mirror merged with deletion vectors and to one merged
+// copy-on-write, keyed, with soft delete and as a multiset (a table
+// without a key), and checks that every version of the two reads the same
+// rows.
+func TestLayoutsReadTheSameRows(t *testing.T) {
+	for _, variant := range []string{"keyed", "soft delete", "multiset"} {
+		t.Run(variant, func(t *testing.T) {
+			soft := variant == "soft delete"
+			ctx := context.Background()
+			rel := ordersRelation()
+			if variant == "multiset" {
+				rel.ReplicaIdentity = 'f'
+				rel.Columns[0].Key = false
+			}
+			c := &changeTxn{rel: rel, model: mergeModel{}, rng: rand.New(rand.NewPCG(3, 4)), lsn: 0x10000}
+			first := &store.Txn{TxnHeader: store.TxnHeader{Xid: 1, CommitLSN: 0x1000, EndLSN: 0x1001, CommitTime: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)}}
+			for id := int64(1); id <= 1000; id++ {
+				first.Changes = append(first.Changes, store.Change{Op: store.OpInsert, Relation: rel.Key, New: c.values(id, id)})
+				c.model[id] = id
+			}
+			c.gen, c.next = 1000, 1001
+			type layout struct {
+				db   *store.DB
+				a    *Applier
+				path string
+			}
+			var layouts []*layout
+			for _, dv := range []bool{true, false} {
+				db, dir := openQueued(t, rel, first)
+				tablesDir := filepath.Join(dir, "tables")
+				a := New(Config{TablesDir: tablesDir, DeletionVectors: dv, SoftDelete: soft, TargetFileRows: 300,
+					Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+				if err := a.start(ctx); err != nil {
+					t.Fatal(err)
+				}
+				layouts = append(layouts, &layout{db: db, a: a, path: filepath.Join(tablesDir, "public.orders")})
+			}
+			for _, l := range layouts {
+				if err := l.a.applyAll(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for round := range 20 {
+				txn, _ := c.txn(1 + round%15)
+				for _, l := range layouts {
+					if err := l.db.Update(func(w *store.Writer) error { return w.AppendTxn(txn, 0) }); err != nil {
+						t.Fatal(err)
+					}
+					if err := l.a.applyAll(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if !soft {
+				checkModel(t, layouts[0].path, c.model)
+			}
+			dvTbl, cowTbl := openTable(t, layouts[0].path), openTable(t, layouts[1].path)
+			latest, err := cowTbl.LatestVersion(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, err := dvTbl.LatestVersion(ctx); err != nil || v != latest {
+				t.Fatalf("versions: %d with deletion vectors, %d copy-on-write (%v)", v, latest, err)
+			}
+			snap, err := dvTbl.Snapshot(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(snap.Files(), func(f *delta.Add) bool { return f.DeletionVector != nil }) {
+				t.Fatal("no file of the mirror has a deletion vector")
+			}
+			for v := int64(0); v <= latest; v++ {
+				got, want := versionRowsOf(t, dvTbl, v), versionRowsOf(t, cowTbl, v)
+				if !slices.Equal(got, want) {
+					t.Fatalf("version %d: %d rows with deletion vectors, %d copy-on-write; first difference: %s", v, len(got), len(want), firstDiff(got, want))
+				}
+			}
+		})
+	}
+}
+
+func openTable(t *testing.T, path string) *delta.Table {
+	t.Helper()
+	tbl, err := delta.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tbl
+}
+
+// versionRowsOf returns the rows of a version of tbl, each printed, sorted.
+func versionRowsOf(t *testing.T, tbl *delta.Table, v int64) []string {
+	t.Helper()
+	snap, err := tbl.SnapshotAt(context.Background(), v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := snap.ReadRows(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = fmt.Sprint(r)
+	}
+	slices.Sort(out)
+	return out
+}
