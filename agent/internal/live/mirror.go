@@ -219,6 +219,11 @@ type mirrorScan struct {
 	// they are equal only for equal key values (bytesEqual): a row is
 	// looked for only in the file whose key range holds its byte key.
 	ordered, exact bool
+	// ranged is set when the byte keys order the rows but the files'
+	// ranges may overlap (a mirror merged with deletion vectors): a page
+	// skips the files whose ranges end before its cursor, and stops at a
+	// file whose range starts after the rows it has.
+	ranged bool
 	// deleted is the soft-delete field, or -1.
 	deleted int
 	// keying names the schema, the keys and the types that a data file's
@@ -296,7 +301,8 @@ func (h *Hub) mirrorScanOf(rel *store.Relation, l mirrorLayout) (*mirrorScan, er
 	if err := ms.setFiles(l.root, l.adds); err != nil {
 		return nil, err
 	}
-	ms.ordered, ms.exact = ms.keyedBy(bytesOrder) && ms.disjoint(), ms.keyedBy(bytesEqual)
+	ms.ranged, ms.exact = ms.keyedBy(bytesOrder), ms.keyedBy(bytesEqual)
+	ms.ordered = ms.ranged && ms.disjoint()
 	kinds := make([]store.Kind, len(ms.byType))
 	for i, t := range ms.byType {
 		kinds[i] = t.Kind
@@ -526,9 +532,10 @@ func (ms *mirrorScan) version() *int64 { return &ms.snapVersion }
 
 // page returns up to limit rows whose keys follow after (nil: from the
 // first), in key order, and whether rows follow the last one. It reads
-// the files whose key ranges end after the cursor, until it has limit rows
-// and one more, or, when the byte order of the keys is not theirs (see
-// ordered), merges the rows after the cursor of every file.
+// the files whose key ranges end after the cursor, in key order, until it
+// has limit rows and one more and the next file's range starts after them
+// (ranged), or, when the byte order of the keys is not theirs, merges the
+// rows after the cursor of every file.
 //
 // Callers hold a worker slot (mirrorReads.work) while they make and send it.
 func (ms *mirrorScan) page(ctx context.Context, after []store.Value, limit int) ([]Row, bool, error) {
@@ -538,7 +545,7 @@ func (ms *mirrorScan) page(ctx context.Context, after []store.Value, limit int) 
 	}
 	var got []keyedRow
 	for _, f := range files {
-		if ms.ordered && len(got) > limit {
+		if len(got) > limit && (ms.ordered || ms.ranged && bytes.Compare(f.minKey, ms.byteKey(got[limit].vals)) > 0) {
 			break // the files that follow hold greater keys only
 		}
 		krs, err := ms.fileRows(ctx, f)
@@ -556,8 +563,8 @@ func (ms *mirrorScan) page(ctx context.Context, after []store.Value, limit int) 
 }
 
 // filesAfter returns the data files that may hold rows whose keys follow
-// after: when the snapshot is ordered, those whose key ranges end at or
-// after it, otherwise all.
+// after: when the snapshot's byte keys order its rows (ranged), those
+// whose key ranges end at or after it, otherwise all.
 func (ms *mirrorScan) filesAfter(after []store.Value) ([]mirrorFile, error) {
 	if after == nil {
 		return ms.files, nil
@@ -565,10 +572,19 @@ func (ms *mirrorScan) filesAfter(after []store.Value) ([]mirrorFile, error) {
 	if err := ms.checkKey(); err != nil {
 		return nil, err
 	}
-	if !ms.ordered {
+	if !ms.ranged {
 		return ms.files, nil
 	}
 	k := ms.byteKey(after)
+	if !ms.ordered {
+		var out []mirrorFile
+		for _, f := range ms.files {
+			if bytes.Compare(f.maxKey, k) >= 0 {
+				out = append(out, f)
+			}
+		}
+		return out, nil
+	}
 	i := slices.IndexFunc(ms.files, func(f mirrorFile) bool { return bytes.Compare(f.maxKey, k) >= 0 })
 	if i < 0 {
 		return nil, nil
