@@ -30,11 +30,7 @@ import (
 // before and after a compaction.
 func TestBenchDeletionVectors(t *testing.T) {
 	const rounds, perRound = 60, 20
-	cases := []struct {
-		name  string
-		rows  int64
-		width int
-	}{
+	cases := []dvBenchCase{
 		{"10k rows of 100 B", 10_000, 100},
 		{"1M rows of 100 B", 1_000_000, 100},
 		{"10k rows of 5 kB", 10_000, 5000},
@@ -42,70 +38,87 @@ func TestBenchDeletionVectors(t *testing.T) {
 	}
 	fmt.Println()
 	for _, c := range cases {
-		var written [2]float64
-		for i, dv := range []bool{false, true} {
-			replicaDir := t.TempDir()
-			cfg := fmt.Sprintf("delta:\n  flush_interval: 200ms\n  compaction: false\n  deletion_vectors: %v\n"+
-				"replica:\n  url: file://%s\n  site: bench\n  poll_interval: 200ms\n", dv, replicaDir)
-			e := newE2EWith(t, []string{"public.wide"}, cfg)
-			e.exec(`CREATE TABLE wide (id int8 PRIMARY KEY, n int4, pad text)`,
-				`ALTER TABLE wide ALTER pad SET STORAGE EXTERNAL`,
-				fmt.Sprintf(`INSERT INTO wide SELECT g, 0, repeat(md5(g::text), %d) FROM generate_series(1, %d) g`, max(1, (c.width-30)/32), c.rows))
-			d := e.start()
-			waitState(t, e, d, "streaming")
-			e.waitApplied(d)
-			e.waitRemote(d, "initial upload")
-			diskBefore, uploadedBefore := tablesBytes(t, e), e.bytesUploaded()
-
-			rng := rand.New(rand.NewPCG(5, 6))
-			var rowBytes int64
-			for range rounds {
-				v := e.latestVersion("public.wide")
-				ids := make([]int64, perRound)
-				for j := range ids {
-					ids[j] = rng.Int64N(c.rows) + 1
-				}
-				tx, err := e.conn.Begin(context.Background())
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, id := range ids {
-					var size int64
-					if err := tx.QueryRow(context.Background(), `UPDATE wide SET n = n + 1 WHERE id = $1 RETURNING pg_column_size(wide.*)`, id).Scan(&size); err != nil {
-						t.Fatal(err)
-					}
-					rowBytes += size
-				}
-				if err := tx.Commit(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-				for deadline := time.Now().Add(5 * time.Minute); e.latestVersion("public.wide") == v; time.Sleep(20 * time.Millisecond) {
-					if time.Now().After(deadline) {
-						t.Fatalf("the mirror did not commit in 5 minutes; log:\n%s", d.stderr)
-					}
-				}
-			}
-			e.waitApplied(d)
-			e.waitRemote(d, "workload upload")
-			changed := float64(rounds * perRound)
-			disk := float64(tablesBytes(t, e) - diskBefore)
-			uploaded := float64(e.bytesUploaded() - uploadedBefore)
-			rowSize := float64(rowBytes) / changed
-			written[i] = disk / changed
-			e.stop(d)
-			readBefore := duckDBReadMirror(t, filepath.Join(e.stateDir, "tables", "public.wide"), c.rows)
-			if _, stderr, code := e.lakeside("compact", "--config", e.configPath); code != 0 {
-				t.Fatalf("lakeside compact: exit %d\n%s", code, stderr)
-			}
-			readAfter := duckDBReadMirror(t, filepath.Join(e.stateDir, "tables", "public.wide"), c.rows)
-			layout := map[bool]string{false: "copy-on-write", true: "deletion vectors"}[dv]
-			fmt.Printf("BENCH random updates, %s, %-16s: %.0f bytes written and %.0f uploaded per changed row of %.0f B (%.1fx and %.1fx its size); DuckDB reads the mirror in %s, %s after compaction\n",
-				c.name, layout, written[i], uploaded/changed, rowSize, written[i]/rowSize, uploaded/changed/rowSize,
-				readBefore.Round(time.Millisecond), readAfter.Round(time.Millisecond))
-		}
-		fmt.Printf("  %s: written per changed row, deletion vectors / copy-on-write: %.3f\n", c.name, written[1]/written[0])
+		t.Run(c.name, func(t *testing.T) { benchDeletionVectors(t, c, rounds, perRound) })
 	}
 	fmt.Printf("  %d rounds of %d random single-row updates each; load %s\n", rounds, perRound, loadAvg())
+}
+
+// dvBenchCase is a table of TestBenchDeletionVectors: rows rows of about
+// width bytes.
+type dvBenchCase struct {
+	name  string
+	rows  int64
+	width int
+}
+
+// benchDeletionVectors runs the workload of TestBenchDeletionVectors on
+// the table of c under both layouts.
+func benchDeletionVectors(t *testing.T, c dvBenchCase, rounds, perRound int) {
+	var written [2]float64
+	for i, dv := range []bool{false, true} {
+		replicaDir := t.TempDir()
+		cfg := fmt.Sprintf("delta:\n  flush_interval: 200ms\n  compaction: false\n  deletion_vectors: %v\n"+
+			"replica:\n  url: file://%s\n  site: bench\n  poll_interval: 200ms\n", dv, replicaDir)
+		e := newE2EWith(t, []string{"public.wide"}, cfg)
+		// The pad is random hex: Parquet cannot compress it below
+		// half its size, as it would a repeated string.
+		e.exec(`CREATE TABLE wide (id int8 PRIMARY KEY, n int4, pad text)`,
+			`ALTER TABLE wide ALTER pad SET STORAGE EXTERNAL`,
+			fmt.Sprintf(`INSERT INTO wide SELECT g, 0, (SELECT string_agg(md5(random()::text || g || i), '') FROM generate_series(1, %d) i)
+				FROM generate_series(1, %d) g`, max(1, (c.width-30)/32), c.rows))
+		d := e.start()
+		waitState(t, e, d, "streaming")
+		e.waitApplied(d)
+		e.waitRemote(d, "initial upload")
+		diskBefore, uploadedBefore := tablesBytes(t, e), e.bytesUploaded()
+
+		rng := rand.New(rand.NewPCG(5, 6))
+		var rowBytes int64
+		for range rounds {
+			v := e.latestVersion("public.wide")
+			ids := make([]int64, perRound)
+			for j := range ids {
+				ids[j] = rng.Int64N(c.rows) + 1
+			}
+			tx, err := e.conn.Begin(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids {
+				var size int64
+				if err := tx.QueryRow(context.Background(), `UPDATE wide SET n = n + 1 WHERE id = $1 RETURNING pg_column_size(wide.*)`, id).Scan(&size); err != nil {
+					t.Fatal(err)
+				}
+				rowBytes += size
+			}
+			if err := tx.Commit(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(5 * time.Minute); e.latestVersion("public.wide") == v; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the mirror did not commit in 5 minutes; log:\n%s", d.stderr)
+				}
+			}
+		}
+		e.waitApplied(d)
+		e.waitRemote(d, "workload upload")
+		changed := float64(rounds * perRound)
+		disk := float64(tablesBytes(t, e) - diskBefore)
+		uploaded := float64(e.bytesUploaded() - uploadedBefore)
+		rowSize := float64(rowBytes) / changed
+		written[i] = disk / changed
+		e.stop(d)
+		readBefore := duckDBReadMirror(t, filepath.Join(e.stateDir, "tables", "public.wide"), c.rows)
+		if _, stderr, code := e.lakeside("compact", "--config", e.configPath); code != 0 {
+			t.Fatalf("lakeside compact: exit %d\n%s", code, stderr)
+		}
+		readAfter := duckDBReadMirror(t, filepath.Join(e.stateDir, "tables", "public.wide"), c.rows)
+		layout := map[bool]string{false: "copy-on-write", true: "deletion vectors"}[dv]
+		fmt.Printf("BENCH random updates, %s, %-16s: %.0f bytes written and %.0f uploaded per changed row of %.0f B (%.1fx and %.1fx its size); DuckDB reads the mirror in %s, %s after compaction\n",
+			c.name, layout, written[i], uploaded/changed, rowSize, written[i]/rowSize, uploaded/changed/rowSize,
+			readBefore.Round(time.Millisecond), readAfter.Round(time.Millisecond))
+	}
+	fmt.Printf("  %s: written per changed row, deletion vectors / copy-on-write: %.3f\n", c.name, written[1]/written[0])
 }
 
 // tablesBytes returns the bytes of every file under the agent's tables
