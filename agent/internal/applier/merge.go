@@ -419,14 +419,9 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 	if len(actions) > 0 && operation == "WRITE" {
 		operation = "MERGE"
 	}
-	if w.feed != nil && w.rewrote {
-		cdcs, err := w.feed.finish()
-		if err != nil {
-			return nil, "", err
-		}
-		for _, c := range cdcs {
-			actions = append(actions, c)
-		}
+	actions, err = w.feedActions(actions)
+	if err != nil {
+		return nil, "", err
 	}
 	kept := make([]*mirrorFile, 0, len(m.files))
 	for _, f := range m.files {
@@ -440,13 +435,35 @@ func (m *mirror) merge(ctx context.Context, a *Applier) (actions []delta.Action,
 			kept = append(kept, f)
 		}
 	}
+	return w.settle(actions, kept), operation, nil
+}
+
+// feedActions appends to actions the change data files of the merge's
+// feed, when it has one and fed it.
+func (w *mergeWriter) feedActions(actions []delta.Action) ([]delta.Action, error) {
+	if w.feed == nil || !w.rewrote {
+		return actions, nil
+	}
+	cdcs, err := w.feed.finish()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cdcs {
+		actions = append(actions, c)
+	}
+	return actions, nil
+}
+
+// settle appends the adds of the files the merge wrote to actions and
+// makes them, with kept, the files of the mirror once the merge commits.
+func (w *mergeWriter) settle(actions []delta.Action, kept []*mirrorFile) []delta.Action {
 	for _, f := range w.files {
 		actions = append(actions, f.add)
 		kept = append(kept, f)
 	}
 	sortFiles(kept)
-	m.nextFiles = kept
-	return actions, operation, nil
+	w.m.nextFiles = kept
+	return actions
 }
 
 // removeUncommitted deletes a data file of the flush's appender that the

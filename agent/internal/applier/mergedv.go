@@ -370,14 +370,9 @@ func (m *mirror) deletionActions(ctx context.Context, a *Applier, w *mergeWriter
 	if len(actions) > 0 {
 		operation = "MERGE"
 	}
-	if w.feed != nil && w.rewrote {
-		cdcs, err := w.feed.finish()
-		if err != nil {
-			return nil, "", err
-		}
-		for _, c := range cdcs {
-			actions = append(actions, c)
-		}
+	actions, err = w.feedActions(actions)
+	if err != nil {
+		return nil, "", err
 	}
 	kept := make([]*mirrorFile, 0, len(m.files)+len(w.files))
 	for _, f := range m.baseFiles() {
@@ -392,11 +387,5 @@ func (m *mirror) deletionActions(ctx context.Context, a *Applier, w *mergeWriter
 		}
 		kept = append(kept, f)
 	}
-	for _, f := range w.files {
-		actions = append(actions, f.add)
-		kept = append(kept, f)
-	}
-	sortFiles(kept)
-	m.nextFiles = kept
-	return actions, operation, nil
+	return w.settle(actions, kept), operation, nil
 }
