@@ -152,8 +152,8 @@ func tablesBytes(t *testing.T, e *e2e) int64 {
 // duckDBReadMirror reads the latest version of the mirror at path with
 // DuckDB, as a reader of deletion vectors does: read_parquet over its data
 // files, less the rows (file_row_number) their deletion vectors delete,
-// and returns how long the query took. It fails unless it counts rows
-// rows.
+// summing the length of every pad (by its physical name), and returns how
+// long the query took. It fails unless it counts rows rows.
 func duckDBReadMirror(t *testing.T, path string, rows int64) time.Duration {
 	t.Helper()
 	ctx := context.Background()
@@ -195,10 +195,14 @@ func duckDBReadMirror(t *testing.T, path string, rows int64) time.Duration {
 		}
 	}
 	started := time.Now()
-	var n int64
-	q := fmt.Sprintf(`SELECT count(*) FROM read_parquet([%s], filename = true, file_row_number = true) p
-		ANTI JOIN deleted d ON p.filename = d.filename AND p.file_row_number = d.row`, strings.Join(files, ", "))
-	if err := db.QueryRow(q).Scan(&n); err != nil {
+	pad, _ := snap.Schema().Field("pad")
+	if pad == nil {
+		t.Fatal("the mirror has no column pad")
+	}
+	var n, sum int64
+	q := fmt.Sprintf(`SELECT count(*), sum(length(p."%s")) FROM read_parquet([%s], filename = true, file_row_number = true) p
+		ANTI JOIN deleted d ON p.filename = d.filename AND p.file_row_number = d.row`, pad.PhysicalName(), strings.Join(files, ", "))
+	if err := db.QueryRow(q).Scan(&n, &sum); err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(started)
