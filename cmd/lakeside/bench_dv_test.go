@@ -23,12 +23,12 @@ import (
 // (delta.deletion_vectors: false) and deletion vectors: rounds of single-row
 // updates of random rows, a transaction and a flush per round, on tables
 // of narrow (about 100 B) and wide (about 5 kB) rows. A 1M-row table of
-// wide rows (5 GB, rewritten by every copy-on-write round) is left out. It prints the bytes
-// written to the local tables (mirror and changelog: data, deletion vector,
-// log and checkpoint files) and uploaded to a file:// replica per changed
-// row, and their ratio to the changed rows' own size (pg_column_size),
-// then DuckDB's time to read the mirror, its deleted rows left out,
-// before and after a compaction.
+// wide rows (5 GB, rewritten by every copy-on-write round) is left out.
+// It prints the bytes written to the local tables (mirror and changelog:
+// data, deletion vector, log and checkpoint files) and uploaded to a
+// file:// replica per changed row, and their ratio to the changed rows'
+// own size (pg_column_size), then DuckDB's time to read the mirror, its
+// deleted rows left out, before and after a compaction.
 func TestBenchDeletionVectors(t *testing.T) {
 	const rounds = 60
 	cases := []dvBenchCase{
