@@ -34,19 +34,26 @@ func (m *mirror) readFile(ctx context.Context, f *mirrorFile) ([]baseRow, error)
 	}
 	out := make([]baseRow, len(rows))
 	for i, r := range rows {
-		data := make([]any, len(m.dataPos))
-		for j, p := range m.dataPos {
-			if p >= 0 {
-				data[j] = r[p]
-			}
-		}
-		out[i] = baseRow{data: data, key: m.key(data)}
-		if m.delIdx >= 0 {
-			out[i].deleted = r[m.delIdx] == true
-		}
+		out[i] = m.baseRowOf(r)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].key < out[j].key })
 	return out, nil
+}
+
+// baseRowOf returns the row r of a data file, in the mirror's schema, as
+// data column values with its key.
+func (m *mirror) baseRowOf(r delta.Row) baseRow {
+	data := make([]any, len(m.dataPos))
+	for j, p := range m.dataPos {
+		if p >= 0 {
+			data[j] = r[p]
+		}
+	}
+	b := baseRow{data: data, key: m.key(data)}
+	if m.delIdx >= 0 {
+		b.deleted = r[m.delIdx] == true
+	}
+	return b
 }
 
 // readGroup reads the rows of a group of files (see groupFiles), in key

@@ -137,16 +137,7 @@ func (m *mirror) readHit(ctx context.Context, d *dvFile) error {
 	}
 	out := make([]indexed, len(rows))
 	for i, r := range rows {
-		data := make([]any, len(m.dataPos))
-		for j, p := range m.dataPos {
-			if p >= 0 {
-				data[j] = r[p]
-			}
-		}
-		out[i] = indexed{row: baseRow{data: data, key: m.key(data)}, index: index[i]}
-		if m.delIdx >= 0 {
-			out[i].row.deleted = r[m.delIdx] == true
-		}
+		out[i] = indexed{row: m.baseRowOf(r), index: index[i]}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].row.key < out[j].row.key })
 	d.rows, d.index = make([]baseRow, len(out)), make([]uint64, len(out))
