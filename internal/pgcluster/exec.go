@@ -76,7 +76,12 @@ func (r *runner) chown(path string) error {
 
 // command builds the exec.Cmd for the PostgreSQL binary name.
 func (r *runner) command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	path := filepath.Join(r.binDir, name)
+	return r.commandPath(ctx, filepath.Join(r.binDir, name), args...)
+}
+
+// commandPath builds the exec.Cmd for the program at path, run as the
+// server user.
+func (r *runner) commandPath(ctx context.Context, path string, args ...string) *exec.Cmd {
 	var cmd *exec.Cmd
 	if r.asRoot() {
 		cmd = exec.CommandContext(ctx, r.runuser, append([]string{"-u", serverUser, "--", path}, args...)...)

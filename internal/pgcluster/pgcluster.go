@@ -48,6 +48,13 @@ type Options struct {
 	// Logger receives debug messages about the cluster's lifecycle; nil
 	// discards them.
 	Logger *slog.Logger
+	// StopWithProcess makes sure the cluster does not outlive this process:
+	// if the process ends without stopping it (killed, or a test binary
+	// that panics or times out and so runs no cleanup), a watchdog started
+	// beside the server stops it in immediate mode and removes its
+	// directory. Without it the server, which pg_ctl detaches, runs on.
+	// It works on Unix only; elsewhere it does nothing.
+	StopWithProcess bool
 }
 
 // Cluster is a running (or stopped) throwaway PostgreSQL cluster. Its methods
@@ -61,8 +68,9 @@ type Cluster struct {
 	logPath   string
 	port      int
 
-	mu      sync.Mutex // serialises lifecycle operations
-	removed bool
+	mu       sync.Mutex // serialises lifecycle operations
+	removed  bool
+	watchdog *watchdog // nil without Options.StopWithProcess
 }
 
 const (
@@ -181,6 +189,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			continue
 		}
 		return nil, err
+	}
+	if opts.StopWithProcess {
+		if c.watchdog, err = c.startWatchdog(); err != nil {
+			return nil, err
+		}
 	}
 	started = true
 	logger.DebugContext(ctx, "pgcluster: started", "dir", c.dir, "port", c.port, "elapsed", time.Since(began).Round(time.Millisecond))
@@ -421,6 +434,9 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		return fmt.Errorf("remove cluster dir: %w", err)
 	}
 	c.removed = true
+	if c.watchdog != nil {
+		c.watchdog.release()
+	}
 	c.logger.DebugContext(ctx, "pgcluster: stopped and removed", "dir", c.dir, "elapsed", time.Since(began).Round(time.Millisecond))
 	return nil
 }

@@ -1,10 +1,16 @@
 package pgcluster_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
+	"net"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -326,5 +332,64 @@ func skipShort(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs PostgreSQL: not a short test")
+	}
+}
+
+// TestStopWithProcess kills, with SIGKILL, a process that started a
+// cluster with StopWithProcess: the cluster stops and its directory goes,
+// though the process ran no cleanup.
+func TestStopWithProcess(t *testing.T) {
+	if os.Getenv("PGCLUSTER_TEST_KILLED") == "1" {
+		// The process killed: it starts the cluster, says where, and
+		// waits.
+		c, err := pgcluster.Start(context.Background(), pgcluster.Options{StopWithProcess: true})
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		fmt.Println(c.Dir(), c.Port())
+		time.Sleep(time.Hour)
+		return
+	}
+	skipShort(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStopWithProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "PGCLUSTER_TEST_KILLED=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	var dir string
+	var port int
+	if _, serr := fmt.Sscan(line, &dir, &port); err != nil || serr != nil {
+		t.Fatalf("the process did not start a cluster: %q, %v", line, errors.Join(err, serr))
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if conn, err := net.Dial("tcp", addr); err != nil {
+		t.Fatalf("the cluster does not listen on %s: %v", addr, err)
+	} else {
+		conn.Close()
+	}
+
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, err := os.Stat(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster directory %s is still there a minute after its process was killed (%v)", dir, err)
+		}
+	}
+	if conn, err := net.Dial("tcp", addr); err == nil {
+		conn.Close()
+		t.Fatalf("the cluster still listens on %s once its directory is gone", addr)
 	}
 }

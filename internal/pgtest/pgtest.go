@@ -27,8 +27,9 @@ const cleanupTimeout = time.Minute
 
 // Start starts a throwaway cluster for the test, with optional extra
 // postgresql.conf settings (later maps win). The cluster is stopped and its
-// directory removed when the test ends. On error the test fails with the
-// error, which includes the server log tail.
+// directory removed when the test ends, or when the test binary ends
+// without running the test's cleanups (killed, a panic, a timeout). On
+// error the test fails with the error, which includes the server log tail.
 func Start(t testing.TB, settings ...map[string]string) *pgcluster.Cluster {
 	t.Helper()
 	if testing.Short() {
@@ -39,7 +40,7 @@ func Start(t testing.TB, settings ...map[string]string) *pgcluster.Cluster {
 		maps.Copy(merged, s)
 	}
 	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c, err := pgcluster.Start(t.Context(), pgcluster.Options{Settings: merged, Logger: logger})
+	c, err := pgcluster.Start(t.Context(), pgcluster.Options{Settings: merged, Logger: logger, StopWithProcess: true})
 	if err != nil {
 		t.Fatalf("pgtest: start PostgreSQL: %v", err)
 	}
