@@ -1,9 +1,19 @@
-// Package pgtest provides testing helpers on top of pgcluster: a throwaway
-// PostgreSQL cluster per test, uniquely named databases and connections, all
+// Package pgtest provides testing helpers on top of pgcluster: throwaway
+// PostgreSQL clusters, uniquely named databases and connections, all
 // cleaned up automatically.
 //
-// The helpers never skip: when PostgreSQL is not installed they fail the test
-// with a message that says how to install it.
+// A test gets a cluster of its own from Start, or shares one with the other
+// tests of its package (Shared), each in a database of its own
+// (NewDatabase): starting a cluster costs about a second of initdb and
+// startup, sharing one costs a CREATE DATABASE. What is the whole
+// cluster's, and not a database's, must then be the test's alone: the
+// replication slots it creates are named after its database, and a test
+// that changes the server's settings, stops or crashes the server, creates
+// roles or looks at every session or slot of the server starts a cluster of
+// its own.
+//
+// The helpers never skip, but under -short: when PostgreSQL is not
+// installed they fail the test with a message that says how to install it.
 package pgtest
 
 import (
@@ -55,9 +65,11 @@ func Start(t testing.TB, settings ...map[string]string) *pgcluster.Cluster {
 }
 
 // NewDatabase creates a database with a unique name derived from the test
-// name and returns that name. When the test ends the database is dropped
-// WITH (FORCE), after dropping any replication slots that use it; errors are
-// ignored if the server is no longer running.
+// name and returns that name: of lowercase letters, digits and underscores
+// and shorter than PostgreSQL's limit of 63 bytes, it is also a valid
+// replication slot name, which on a shared cluster is the test's alone. When the test ends the database is
+// dropped WITH (FORCE), after dropping any replication slots that use it;
+// errors are ignored if the server is no longer running.
 func NewDatabase(t testing.TB, c *pgcluster.Cluster) string {
 	t.Helper()
 	name := databaseName(t.Name())

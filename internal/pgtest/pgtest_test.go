@@ -2,11 +2,15 @@ package pgtest
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lakeside/lakeside/internal/pgcluster"
 )
 
 func TestStartNewDatabaseConn(t *testing.T) {
@@ -112,5 +116,48 @@ func TestDatabaseName(t *testing.T) {
 	}
 	if first, second := databaseName("TestX"), databaseName("TestX"); first == second {
 		t.Error("databaseName is not unique")
+	}
+}
+
+var shared = NewShared()
+
+func TestMain(m *testing.M) { os.Exit(shared.Run(m)) }
+
+// TestShared has tests running side by side share one cluster, each in a
+// database of its own, with room for their slots and walsenders.
+func TestShared(t *testing.T) {
+	clusters := make([]*pgcluster.Cluster, 3)
+	t.Run("group", func(t *testing.T) {
+		for i := range clusters {
+			t.Run(strconv.Itoa(i), func(t *testing.T) {
+				t.Parallel()
+				c := shared.Cluster(t)
+				clusters[i] = c
+				db := NewDatabase(t, c)
+				conn := Conn(t, c.DSN(db))
+				var slots, senders string
+				if err := conn.QueryRow(t.Context(), "SELECT current_setting('max_replication_slots'), current_setting('max_wal_senders')").Scan(&slots, &senders); err != nil {
+					t.Fatal(err)
+				}
+				if slots != "64" || senders != "64" {
+					t.Errorf("max_replication_slots=%s max_wal_senders=%s, want 64", slots, senders)
+				}
+				if err := c.Exec(t.Context(), db, `SELECT pg_create_logical_replication_slot('`+db+`', 'pgoutput')`); err != nil {
+					t.Fatalf("a slot named after the database %s: %v", db, err)
+				}
+			})
+		}
+	})
+	if clusters[0] == nil || clusters[0] != clusters[1] || clusters[1] != clusters[2] {
+		t.Fatalf("the tests got clusters %p, %p and %p, want one", clusters[0], clusters[1], clusters[2])
+	}
+	// The tests' databases went with their slots.
+	var n int
+	admin := Conn(t, clusters[0].DSN("postgres"))
+	if err := admin.QueryRow(t.Context(), "SELECT (SELECT count(*) FROM pg_database WHERE datname LIKE 'testshared%') + (SELECT count(*) FROM pg_replication_slots)").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d databases or slots of the tests left on the shared cluster", n)
 	}
 }
