@@ -689,7 +689,7 @@ func testBackfillReadsTheColumnsChangedWhileItCopies(t *testing.T, alter string,
 				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 					var waiting int
 					if err := probe.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-						WHERE wait_event_type = 'Lock' AND query LIKE 'ALTER TABLE b %'`).Scan(&waiting); err != nil {
+						WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'ALTER TABLE b %'`).Scan(&waiting); err != nil {
 						t.Error(err)
 						break
 					}

@@ -313,7 +313,13 @@ func streamingItems(t *testing.T, extra ...string) *harness {
 }
 
 func TestReconnectsAfterConnectionLossAndServerCrash(t *testing.T) {
-	h := streamingItems(t)
+	// It ends every walsender and crashes the server: on a cluster of
+	// its own.
+	h := newHarnessAlone(t)
+	h.exec(itemsTable)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	h.start()
+	h.waitStreaming()
 	ctx := context.Background()
 
 	// The walsender is terminated by an administrator.
@@ -371,7 +377,7 @@ func TestSlotInvalidatedWhileStoppedIsFatal(t *testing.T) {
 	}
 	h.exec(`CHECKPOINT`)
 	var status string
-	if err := h.conn.QueryRow(context.Background(), `SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'lakeside_test'`).Scan(&status); err != nil || status != "lost" {
+	if err := h.conn.QueryRow(context.Background(), `SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1`, h.cfg.Slot).Scan(&status); err != nil || status != "lost" {
 		t.Fatalf("slot wal_status = %q, %v; the test needs an invalidated slot", status, err)
 	}
 	err := h.runUntilError()
@@ -384,7 +390,7 @@ func TestSlotRecreatedWhileStoppedIsFatal(t *testing.T) {
 	h := capturedThenStopped(t)
 	h.dropSlot()
 	h.exec(`INSERT INTO items VALUES (2, 2, 'lost to the slot')`)
-	h.exec(`SELECT pg_create_logical_replication_slot('lakeside_test', 'pgoutput')`)
+	h.exec(`SELECT pg_create_logical_replication_slot('` + h.cfg.Slot + `', 'pgoutput')`)
 	err := h.runUntilError()
 	if !IsFatal(err) || !strings.Contains(err.Error(), "beyond this agent's checkpoint") {
 		t.Fatalf("err = %v, want a fatal error about the slot being ahead", err)
@@ -393,10 +399,10 @@ func TestSlotRecreatedWhileStoppedIsFatal(t *testing.T) {
 
 func TestExistingSlotWithoutStateIsFatal(t *testing.T) {
 	h := newHarness(t)
-	h.exec(itemsTable, `SELECT pg_create_logical_replication_slot('lakeside_test', 'pgoutput')`)
+	h.exec(itemsTable, `SELECT pg_create_logical_replication_slot('`+h.cfg.Slot+`', 'pgoutput')`)
 	h.cfg.Tables = []Table{{"public", "items"}}
 	err := h.runUntilError()
-	if !IsFatal(err) || !strings.Contains(err.Error(), "pg_drop_replication_slot('lakeside_test')") {
+	if !IsFatal(err) || !strings.Contains(err.Error(), "pg_drop_replication_slot('"+h.cfg.Slot+"')") {
 		t.Fatalf("err = %v, want a fatal error naming the SQL to drop the slot", err)
 	}
 }
@@ -464,7 +470,7 @@ func TestIdleSlotConfirmsServerWALEnd(t *testing.T) {
 	for {
 		var caughtUp bool
 		err := h.conn.QueryRow(context.Background(),
-			`SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = 'lakeside_test'`, target).Scan(&caughtUp)
+			`SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2`, target, h.cfg.Slot).Scan(&caughtUp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -529,7 +535,13 @@ func TestQuietStreamKeepsItsConnection(t *testing.T) {
 // has caught up, and BacklogEnd then says where the backlog ends: past
 // every one of its transactions.
 func TestServerWALEndHoldsWhileCatchingUp(t *testing.T) {
-	h := streamingItems(t)
+	// The server's WAL end is the whole server's: other tests' WAL would
+	// have capture fall behind again. On a cluster of its own.
+	h := newHarnessAlone(t)
+	h.exec(itemsTable)
+	h.cfg.Tables = []Table{{"public", "items"}}
+	h.start()
+	h.waitStreaming()
 	h.waitXid(h.xid(`INSERT INTO items VALUES (1, 1, NULL)`))
 	if err := h.stop(); err != nil {
 		t.Fatal(err)

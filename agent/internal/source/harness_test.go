@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +21,7 @@ import (
 	"github.com/lakeside/lakeside/store"
 )
 
-// harness runs a Source in-process against a throwaway PostgreSQL.
+// harness runs a Source in-process against a database of its own.
 type harness struct {
 	t        *testing.T
 	cluster  *pgcluster.Cluster
@@ -41,15 +42,40 @@ type harness struct {
 	visibleWait time.Duration
 }
 
+// shared is the cluster the package's tests share, each in a database of
+// its own (pgtest.Shared).
+var shared = pgtest.NewShared()
+
+func TestMain(m *testing.M) { os.Exit(shared.Run(m)) }
+
+// newHarness returns a harness on a database of its own in the package's
+// shared cluster, with a slot of its own (named after the database), or,
+// given settings (which are the whole server's), on a cluster of its own.
 func newHarness(t *testing.T, settings ...map[string]string) *harness {
 	t.Helper()
-	c := pgtest.Start(t, settings...)
+	if len(settings) > 0 {
+		return newHarnessOn(t, pgtest.Start(t, settings...))
+	}
+	return newHarnessOn(t, shared.Cluster(t))
+}
+
+// newHarnessAlone is newHarness on a cluster of the test's own, for a test
+// that does what other tests must not see: crash the server, end every
+// walsender.
+func newHarnessAlone(t *testing.T) *harness {
+	t.Helper()
+	return newHarnessOn(t, pgtest.Start(t))
+}
+
+// newHarnessOn returns a harness on a new database of cluster c.
+func newHarnessOn(t *testing.T, c *pgcluster.Cluster) *harness {
+	t.Helper()
 	name := pgtest.NewDatabase(t, c)
 	h := &harness{t: t, cluster: c, database: name, dsn: c.DSN(name), stateDir: t.TempDir()}
 	h.conn = pgtest.Conn(t, h.dsn)
 	h.cfg = Config{
 		DSN:            h.dsn,
-		Slot:           "lakeside_test",
+		Slot:           name,
 		Publication:    "lakeside_test",
 		Snapshot:       true,
 		StatusInterval: time.Second,
@@ -308,7 +334,7 @@ func (h *harness) dropSlot() {
 	h.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := h.conn.Exec(context.Background(), `SELECT pg_drop_replication_slot('lakeside_test')`)
+		_, err := h.conn.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, h.cfg.Slot)
 		if err == nil {
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"slices"
 	"testing"
 
@@ -13,6 +14,12 @@ import (
 	"github.com/lakeside/lakeside/internal/pgtest"
 )
 
+// shared is the cluster the package's tests share, each in a database of
+// its own (pgtest.Shared).
+var shared = pgtest.NewShared()
+
+func TestMain(m *testing.M) { os.Exit(shared.Run(m)) }
+
 // TestQueryThenCopy runs statements and a COPY as one query against
 // PostgreSQL: the statements' rows come back, nulls as nil, and the COPY's
 // data goes where the callback says, as CopyTo writes it; an error of
@@ -20,7 +27,7 @@ import (
 // and leaves the connection usable; a callback's error, a writer's error
 // and a cancelled context end the query and close the connection.
 func TestQueryThenCopy(t *testing.T) {
-	c := pgtest.Start(t)
+	c := shared.Cluster(t)
 	dsn := c.DSN(pgtest.NewDatabase(t, c))
 	ctx := context.Background()
 	const copySQL = `COPY (SELECT g, CASE WHEN g % 3 = 0 THEN NULL ELSE 'r' || g END FROM generate_series(1, 20000) g) TO STDOUT`
