@@ -23,7 +23,7 @@ import (
 	"github.com/lakeside/lakeside/store"
 )
 
-// harness runs the real source in-process against a throwaway PostgreSQL to
+// harness runs the real source in-process against a database of its own to
 // fill the queue, and appliers on the same state.
 type harness struct {
 	t         *testing.T
@@ -45,18 +45,25 @@ func newHarness(t *testing.T, setup string, tables ...string) *harness {
 	return newHarnessWith(t, nil, setup, tables...)
 }
 
+// shared is the cluster the package's tests share, each in a database of
+// its own (pgtest.Shared).
+var shared = pgtest.NewShared()
+
+func TestMain(m *testing.M) { os.Exit(shared.Run(m)) }
+
 // newHarnessWith is newHarness with capture's configuration changed by
-// mod, when not nil.
+// mod, when not nil. The harness has a database of its own on the
+// package's shared cluster, and a slot of its own named after it.
 func newHarnessWith(t *testing.T, mod func(*source.Config), setup string, tables ...string) *harness {
 	t.Helper()
-	c := pgtest.Start(t)
+	c := shared.Cluster(t)
 	name := pgtest.NewDatabase(t, c)
 	dir := t.TempDir()
 	h := &harness{t: t, dsn: c.DSN(name), stateDir: dir, tablesDir: filepath.Join(dir, "tables"),
 		log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	h.conn = pgtest.Conn(t, h.dsn)
 	h.exec(setup)
-	cfg := source.Config{DSN: h.dsn, Slot: "lakeside_test", Publication: "lakeside_test", Snapshot: true,
+	cfg := source.Config{DSN: h.dsn, Slot: name, Publication: "lakeside_test", Snapshot: true,
 		StatusInterval: time.Second, Logger: h.log.With("component", "source")}
 	for _, tb := range tables {
 		cfg.Tables = append(cfg.Tables, source.Table{Schema: "public", Name: tb})
