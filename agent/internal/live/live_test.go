@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ import (
 	"github.com/lakeside/lakeside/store"
 )
 
-// fixture runs a real source on a throwaway PostgreSQL, a hub over its
+// fixture runs a real source on a database of its own, a hub over its
 // queue, and the server on a loopback test listener.
 type fixture struct {
 	t    *testing.T
@@ -54,12 +55,20 @@ func newFixture(t *testing.T, cfg Config, schema ...string) *fixture {
 	return newFixtureOf(t, cfg, []string{"stock"}, schema...)
 }
 
+// shared is the cluster the package's tests share, each in a database of
+// its own (pgtest.Shared).
+var shared = pgtest.NewShared()
+
+func TestMain(m *testing.M) { os.Exit(shared.Run(m)) }
+
 // newFixtureOf returns a fixture that captures the given tables of the
-// public schema, which schema creates.
+// public schema, which schema creates, from a database of its own on the
+// package's shared cluster, through a slot of its own named after it.
 func newFixtureOf(t *testing.T, cfg Config, tables []string, schema ...string) *fixture {
 	t.Helper()
-	c := pgtest.Start(t)
-	dsn := c.DSN(pgtest.NewDatabase(t, c))
+	c := shared.Cluster(t)
+	name := pgtest.NewDatabase(t, c)
+	dsn := c.DSN(name)
 	f := &fixture{t: t, conn: pgtest.Conn(t, dsn), cfg: cfg}
 	for _, s := range schema {
 		f.exec(s)
@@ -76,7 +85,7 @@ func newFixtureOf(t *testing.T, cfg Config, tables []string, schema ...string) *
 		captured[i] = source.Table{Schema: "public", Name: n}
 		configured = append(configured, "public."+n)
 	}
-	f.src = source.New(source.Config{DSN: dsn, Slot: "live", Publication: "live", Snapshot: true,
+	f.src = source.New(source.Config{DSN: dsn, Slot: name, Publication: "live", Snapshot: true,
 		Tables: captured, StatusInterval: time.Second, Logger: log}, db)
 	f.hub = NewHub(db, HubConfig{TablesDir: cfg.TablesDir, SourceTables: configured, Logger: log})
 	ctx, cancel := context.WithCancel(context.Background())
