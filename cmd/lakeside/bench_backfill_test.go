@@ -42,7 +42,7 @@ func TestBenchBackfill(t *testing.T) {
 		table string
 		rows  int
 	}{{"orders", 1_000_000}, {"big", 4_000_000}}
-	e := newE2EWith(t, []string{"public.orders", "public.big", "public.ticks"}, benchDeltaConfig)
+	e := newE2EAlone(t, []string{"public.orders", "public.big", "public.ticks"}, benchDeltaConfig)
 	e.exec(benchOrdersDDL, `CREATE TABLE big (LIKE orders INCLUDING ALL)`, `CREATE TABLE ticks (id int8 PRIMARY KEY, n int8)`)
 	e.insertOrders(0, int64(sizes[0].rows))
 	for from := 0; from < sizes[1].rows; from += sizes[0].rows {

@@ -27,7 +27,7 @@ func TestBenchChangeDataFeed(t *testing.T) {
 		replicaDir := t.TempDir()
 		cfg := fmt.Sprintf("%s  change_data_feed: %v\nreplica:\n  url: file://%s\n  site: bench\n  poll_interval: 200ms\n",
 			benchDeltaConfig, cdf, replicaDir)
-		e := newE2EWith(t, []string{"public.orders"}, cfg)
+		e := newE2EAlone(t, []string{"public.orders"}, cfg)
 		d, uploadedBefore := e.startOrdersUploaded(rows)
 		from := e.latestVersion("public.orders")
 

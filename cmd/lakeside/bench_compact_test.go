@@ -26,7 +26,7 @@ func TestBenchQuietInserts(t *testing.T) {
 		replicaDir := t.TempDir()
 		cfg := fmt.Sprintf("delta:\n  flush_interval: 200ms\n  compaction: %v\n  compact_interval: 2s\n  compact_min_files: 16\n"+
 			"replica:\n  url: file://%s\n  site: bench\n  poll_interval: 200ms\n", compaction, replicaDir)
-		e := newE2EWith(t, []string{"public.orders"}, cfg)
+		e := newE2EAlone(t, []string{"public.orders"}, cfg)
 		d, uploadedBefore := e.startOrdersUploaded(rows)
 		from := map[string]int64{"public.orders": e.latestVersion("public.orders"), "public.orders_changes": e.latestVersion("public.orders_changes")}
 		for n := int64(rows + 1); n <= rows+inserts; n++ {

@@ -44,7 +44,7 @@ const (
 		timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second', g % 3 = 0, (g % 1000)::int4
 		FROM generate_series($1::int8, $2::int8) g`
 	// benchDeltaConfig is the agent's delta section: the defaults, spelled
-	// out (newE2EWith would otherwise flush every 200 ms).
+	// out (newE2EOn would otherwise flush every 200 ms).
 	benchDeltaConfig = "delta:\n  flush_interval: 1s\n"
 )
 
@@ -377,7 +377,7 @@ func (e *e2e) timeToDelta(end string, prevMarker pglogrepl.LSN) (r deltaDrain) {
 // runs, with no client, as in the default configuration: it reads each
 // transaction too.
 func TestBenchDeltaEndToEnd(t *testing.T) {
-	e := newE2EWith(t, []string{"public.orders", "public.bench_marker"}, benchDeltaConfig+"http:\n  listen: "+freeAddr(t)+"\n")
+	e := newE2EAlone(t, []string{"public.orders", "public.bench_marker"}, benchDeltaConfig+"http:\n  listen: "+freeAddr(t)+"\n")
 	// As in the capture bench, autovacuum stays off the bench table: it
 	// would start after a workload, while one of the two drains runs.
 	e.exec(benchOrdersDDL, benchMarkerDDL, `ALTER TABLE orders SET (autovacuum_enabled = off)`)
@@ -553,7 +553,7 @@ func TestBenchDeltaMirrorMerge(t *testing.T) {
 	const rows = 1_000_000
 	const changed = rows / 100
 	const flushes = 5
-	e := newE2EWith(t, []string{"public.orders"}, benchDeltaConfig)
+	e := newE2EAlone(t, []string{"public.orders"}, benchDeltaConfig)
 	e.exec(benchOrdersDDL)
 	e.insertOrders(0, rows)
 	d := e.start()
@@ -643,7 +643,7 @@ func TestBenchDeltaFreshness(t *testing.T) {
 	const seconds = 30
 	const clients = 8
 	const perClient = perSecond * seconds / clients
-	e := newE2EWith(t, []string{"public.orders"}, benchDeltaConfig)
+	e := newE2EAlone(t, []string{"public.orders"}, benchDeltaConfig)
 	e.exec(benchOrdersDDL)
 	d := e.start()
 	waitState(t, e, d, "streaming")

@@ -39,7 +39,7 @@ func TestBenchLiveViewUnderAttack(t *testing.T) {
 	}
 	run := func(hostile bool) result {
 		addr := freeAddr(t)
-		e := newE2EWith(t, []string{"public.big"}, "http:\n  listen: "+addr+"\n  max_clients: 256\n"+benchDeltaConfig)
+		e := newE2EAlone(t, []string{"public.big"}, "http:\n  listen: "+addr+"\n  max_clients: 256\n"+benchDeltaConfig)
 		e.exec(`CREATE TABLE big (id int PRIMARY KEY, v int8 NOT NULL, at_us int8 NOT NULL, pad text)`,
 			`INSERT INTO big SELECT g, 0, 0, md5(g::text) FROM generate_series(1, 100000) g`)
 		d := e.start()

@@ -18,7 +18,7 @@ import (
 // MemoryMax holds, and the peak of the state file's pages it had mapped
 // (page cache, which the kernel reclaims first).
 func TestBenchHugeValueMemory(t *testing.T) {
-	e := newE2EWith(t, []string{"public.big"}, "http:\n  listen: "+freeAddr(t)+"\n")
+	e := newE2EAlone(t, []string{"public.big"}, "http:\n  listen: "+freeAddr(t)+"\n")
 	e.setSourceKey("max_value_size", "0")
 	e.exec(`CREATE TABLE big (id int PRIMARY KEY, v text)`, `INSERT INTO big VALUES (1, 'a')`)
 	const mib = 1 << 20

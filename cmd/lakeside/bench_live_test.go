@@ -28,7 +28,7 @@ import (
 func TestBenchLiveView(t *testing.T) {
 	addr := freeAddr(t)
 	tables := []string{"public.t1", "public.t2", "public.t3", "public.t4"}
-	e := newE2EWith(t, tables, "http:\n  listen: "+addr+"\n  max_clients: 256\n")
+	e := newE2EAlone(t, tables, "http:\n  listen: "+addr+"\n  max_clients: 256\n")
 	for _, tb := range tables {
 		e.exec(fmt.Sprintf(`CREATE TABLE %s (id int PRIMARY KEY, v int8 NOT NULL, at_us int8 NOT NULL)`, tb),
 			fmt.Sprintf(`INSERT INTO %s SELECT g, 0, 0 FROM generate_series(1, 100) g`, tb))

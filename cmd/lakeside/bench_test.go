@@ -37,7 +37,7 @@ func TestBenchCapture(t *testing.T) {
 	// with PostgreSQL's walsender for the machine's two cores; the applier
 	// reads the queue ahead meanwhile, as it does while any backlog drains.
 	// The live view is on, as in the default configuration, with no client.
-	e := newE2EWith(t, []string{"public.bench"}, "delta:\n  flush_interval: 1h\n  flush_changes: 100000000\nhttp:\n  listen: "+freeAddr(t)+"\n")
+	e := newE2EAlone(t, []string{"public.bench"}, "delta:\n  flush_interval: 1h\n  flush_changes: 100000000\nhttp:\n  listen: "+freeAddr(t)+"\n")
 	e.exec(`CREATE TABLE bench (id int8 PRIMARY KEY, label text NOT NULL, qty int NOT NULL, at timestamptz NOT NULL DEFAULT now()) WITH (autovacuum_enabled = off)`)
 	e.createSlots()
 
@@ -214,7 +214,7 @@ func median(xs []float64) float64 {
 // everything up to that size is sent only once it commits.
 func TestBenchLargeTransactionLatency(t *testing.T) {
 	const rows = 300_000
-	e := newE2EWith(t, []string{"public.bench"}, "delta:\n  flush_interval: 1h\n  flush_changes: 100000000\n")
+	e := newE2EAlone(t, []string{"public.bench"}, "delta:\n  flush_interval: 1h\n  flush_changes: 100000000\n")
 	e.exec(`CREATE TABLE bench (id int8 PRIMARY KEY, label text NOT NULL, qty int NOT NULL, at timestamptz NOT NULL DEFAULT now())`)
 	fmt.Println()
 	fmt.Printf("large transaction (%dk rows), commit to queued, median of %d rounds\n", rows/1000, benchRounds)

@@ -142,7 +142,7 @@ func TestCrashSafety(t *testing.T) {
 		t.Errorf("after a clean stop the slot confirmed %s, the checkpoint is %s", confirmed, checkpoint)
 	}
 	var streamed int64
-	if err := e.conn.QueryRow(context.Background(), `SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = 'e2e'`).Scan(&streamed); err != nil {
+	if err := e.conn.QueryRow(context.Background(), `SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = $1`, e.slot).Scan(&streamed); err != nil {
 		t.Fatal(err)
 	}
 	if streamed == 0 {
@@ -558,7 +558,7 @@ func TestStatusCheckAndRestartErrors(t *testing.T) {
 	// A slot dropped while the agent was down stops the next start.
 	e.dropSlot()
 	_, stderr, code = e.lakeside("run", "--config", e.configPath)
-	if code == 0 || !strings.Contains(stderr, `replication slot "e2e" no longer exists`) {
+	if code == 0 || !strings.Contains(stderr, `replication slot "`+e.slot+`" no longer exists`) {
 		t.Fatalf("run after the slot was dropped: exit %d\n%s", code, stderr)
 	}
 

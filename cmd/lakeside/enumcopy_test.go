@@ -15,7 +15,8 @@ import (
 // ends too, and both mirrors equal PostgreSQL.
 func TestEnumRenamesWithAColumnDefault(t *testing.T) {
 	t.Parallel()
-	e := newE2E(t, []string{"public.t", "public.other"})
+	// Roles are the whole server's: a PostgreSQL of its own.
+	e := newE2EAlone(t, []string{"public.t", "public.other"}, "")
 	e.exec(`CREATE ROLE enum_owner`,
 		`CREATE TYPE mood AS ENUM ('a', 'b')`,
 		`ALTER TYPE mood OWNER TO enum_owner`,

@@ -27,13 +27,17 @@ import (
 	"github.com/lakeside/lakeside/store"
 )
 
+// shared is the PostgreSQL the end-to-end tests share, each in a database
+// of its own (pgtest.Shared).
+var shared = pgtest.NewShared()
+
 // The end-to-end tests run this test binary as the real agent: with
 // LAKESIDE_TEST_MAIN=1 it behaves exactly like the lakeside command.
 func TestMain(m *testing.M) {
 	if os.Getenv("LAKESIDE_TEST_MAIN") == "1" {
 		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	os.Exit(shared.Run(m))
 }
 
 // daemon is the agent running as a child process.
@@ -52,16 +56,20 @@ func (d *daemon) log() string {
 	return d.stderr.String()
 }
 
-// e2e is a throwaway PostgreSQL plus a configuration file for the agent.
+// e2e is a database of its own plus a configuration file for the agent,
+// whose slot, named after the database, is the test's alone.
 type e2e struct {
 	t          *testing.T
 	cluster    *pgcluster.Cluster
 	dsn        string
+	slot       string
 	conn       *pgx.Conn
 	stateDir   string
 	configPath string
 }
 
+// newE2E returns an e2e on the tests' shared PostgreSQL or, given settings
+// (which are the whole server's), on a PostgreSQL of its own.
 func newE2E(t *testing.T, tables []string, settings ...map[string]string) *e2e {
 	t.Helper()
 	return newE2EWith(t, tables, "", settings...)
@@ -70,9 +78,25 @@ func newE2E(t *testing.T, tables []string, settings ...map[string]string) *e2e {
 // newE2EWith is newE2E with extra configuration sections appended.
 func newE2EWith(t *testing.T, tables []string, extra string, settings ...map[string]string) *e2e {
 	t.Helper()
-	c := pgtest.Start(t, settings...)
+	if len(settings) > 0 {
+		return newE2EOn(t, pgtest.Start(t, settings...), tables, extra)
+	}
+	return newE2EOn(t, shared.Cluster(t), tables, extra)
+}
+
+// newE2EAlone is newE2EWith on a PostgreSQL of the test's own, for a test
+// that does what other tests must not see (stop or restart the server,
+// create roles) or measures what they would change (the server's WAL).
+func newE2EAlone(t *testing.T, tables []string, extra string) *e2e {
+	t.Helper()
+	return newE2EOn(t, pgtest.Start(t), tables, extra)
+}
+
+// newE2EOn returns an e2e on a new database of cluster c.
+func newE2EOn(t *testing.T, c *pgcluster.Cluster, tables []string, extra string) *e2e {
+	t.Helper()
 	db := pgtest.NewDatabase(t, c)
-	e := &e2e{t: t, cluster: c, dsn: c.DSN(db), stateDir: filepath.Join(t.TempDir(), "state")}
+	e := &e2e{t: t, cluster: c, dsn: c.DSN(db), slot: db, stateDir: filepath.Join(t.TempDir(), "state")}
 	e.conn = pgtest.Conn(t, e.dsn)
 	e.configPath = filepath.Join(t.TempDir(), "lakeside.yaml")
 	httpSection := "http:\n  listen: off\n"
@@ -89,12 +113,12 @@ func newE2EWith(t *testing.T, tables []string, extra string, settings ...map[str
 	}
 	cfg := fmt.Sprintf(`source:
   dsn: "%s"
-  slot: e2e
+  slot: %s
   publication: e2e
   tables: [%s]
   status_interval: 1s
 state_dir: %s
-%s%s%s%s`, e.dsn, strings.Join(tables, ", "), e.stateDir, deltaSection, httpSection, logSection, extra)
+%s%s%s%s`, e.dsn, e.slot, strings.Join(tables, ", "), e.stateDir, deltaSection, httpSection, logSection, extra)
 	if err := os.WriteFile(e.configPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +311,7 @@ func (e *e2e) queue() ([]*store.Txn, map[store.RelationKey]*store.Relation, stor
 func (e *e2e) slotConfirmed() store.LSN {
 	e.t.Helper()
 	var text string
-	if err := e.conn.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'e2e'`).Scan(&text); err != nil {
+	if err := e.conn.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&text); err != nil {
 		e.t.Fatal(err)
 	}
 	l, err := pglogrepl.ParseLSN(text)
@@ -455,7 +479,7 @@ func (e *e2e) dropSlot() {
 	e.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := e.conn.Exec(context.Background(), `SELECT pg_drop_replication_slot('e2e')`)
+		_, err := e.conn.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, e.slot)
 		if err == nil {
 			return
 		}

@@ -369,7 +369,7 @@ func runMigrations(t *testing.T, seed uint64) {
 		seen[k] = r["_op"].(string)
 	}
 	var streamed int64
-	if err := e.conn.QueryRow(context.Background(), `SELECT coalesce(sum(stream_txns), 0) FROM pg_stat_replication_slots`).Scan(&streamed); err != nil {
+	if err := e.conn.QueryRow(context.Background(), `SELECT coalesce(sum(stream_txns), 0) FROM pg_stat_replication_slots WHERE slot_name = $1`, e.slot).Scan(&streamed); err != nil {
 		t.Fatal(err)
 	}
 	e.stop(d)

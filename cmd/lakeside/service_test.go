@@ -60,7 +60,8 @@ func (n *notifyListener) next(wait time.Duration) string {
 // WATCHDOG=1 pings follow, and SIGTERM says STOPPING=1 and exits 0.
 func TestSystemdNotify(t *testing.T) {
 	t.Parallel()
-	e := newE2E(t, []string{"public.stock"})
+	// It stops and restarts PostgreSQL: a PostgreSQL of its own.
+	e := newE2EAlone(t, []string{"public.stock"}, "")
 	e.exec(`CREATE TABLE stock (id int PRIMARY KEY, qty int NOT NULL)`)
 	n := listenNotify(t)
 	ctx := context.Background()
@@ -141,7 +142,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	}
 	edited := strings.Replace(string(cfg), section("first-token", "1MiB"), section("second-token", "2MiB"), 1)
 	edited = strings.Replace(edited, "level: info", "level: debug", 1)
-	edited = strings.Replace(edited, "slot: e2e", "slot: e2e_other", 1)
+	edited = strings.Replace(edited, "slot: "+e.slot, "slot: "+e.slot+"_other", 1)
 	writeFile(t, e.configPath, edited)
 	d.cmd.Process.Signal(syscall.SIGHUP)
 	waitLog(t, d, "changed keys take effect only after a restart")
@@ -252,7 +253,8 @@ func TestJSONLogsKeepSecrets(t *testing.T) {
 	s3 := s3test.Start(t)
 	bucket := s3.NewBucket()
 	addr := freeAddr(t)
-	e := newE2EWith(t, []string{"public.stock"}, fmt.Sprintf(`log:
+	// It restarts PostgreSQL: a PostgreSQL of its own.
+	e := newE2EAlone(t, []string{"public.stock"}, fmt.Sprintf(`log:
   level: debug
   format: json
 http:
