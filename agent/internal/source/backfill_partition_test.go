@@ -20,6 +20,7 @@ import (
 // its key across the partitions, and the queue replays to the rows
 // PostgreSQL has, under the root's name.
 func TestBackfillOfAPartitionedTable(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.captureA()
 
@@ -70,6 +71,7 @@ func TestBackfillOfAPartitionedTable(t *testing.T) {
 // once: partitions of unlike sizes, one empty, are each copied whole and
 // once.
 func TestBackfillOfAPartitionedTableWithoutKey(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.captureA()
 
@@ -122,6 +124,7 @@ func (h *harness) waitCopied(table, reason string, since time.Time) BackfillStat
 // made while capture is stopped, at the next start. After each step the
 // queue replays to the rows PostgreSQL's table has.
 func TestPartitionChangesCopyTheTableAgain(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text) PARTITION BY RANGE (id)`,
 		`CREATE TABLE b_low PARTITION OF b FOR VALUES FROM (MINVALUE) TO (1000)`,
@@ -213,6 +216,7 @@ func TestPartitionChangesCopyTheTableAgain(t *testing.T) {
 // rows below the keys a running copy of the table has passed: the copy
 // starts over from a truncate, and the queue replays to PostgreSQL's rows.
 func TestPartitionAttachedDuringACopyStartsItOver(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text) PARTITION BY RANGE (id)`,
 		`CREATE TABLE b_rest PARTITION OF b FOR VALUES FROM (1000) TO (MAXVALUE)`,

@@ -189,11 +189,15 @@ func (h *harness) copyAndStopStatus(table string) ([]*store.Txn, map[store.Relat
 // as snapshot rows in chunks, the other table's changes are queued between
 // the chunks, and the queue replays to both tables as PostgreSQL has them.
 func TestBackfillOfATableAddedLater(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name            string
 		fresh, separate bool
 	}{{"tricks on", false, false}, {"fresh chunk memory", true, false}, {"separate chunk query", false, true}} {
-		t.Run(c.name, func(t *testing.T) { testBackfillOfATableAddedLater(t, c.fresh, c.separate) })
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			testBackfillOfATableAddedLater(t, c.fresh, c.separate)
+		})
 	}
 }
 
@@ -278,6 +282,7 @@ func testBackfillOfATableAddedLater(t *testing.T, fresh, separate bool) {
 // another after a chunk's copy was read, before its high watermark: the
 // chunk leaves both out, and the rows end as the stream has them.
 func TestBackfillChunkLeavesRowsChangedInItsWindow(t *testing.T) {
+	t.Parallel()
 	requireFailpoints(t)
 	h := newHarness(t)
 	h.addTableB(10)
@@ -315,6 +320,7 @@ func TestBackfillChunkLeavesRowsChangedInItsWindow(t *testing.T) {
 // holds a truncate of it (or more, see below), then its rows copied, and
 // replays to the table.
 func TestResyncTruncatesAndCopiesAgain(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.exec(`CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
 		`INSERT INTO b SELECT g, g, 'seed' FROM generate_series(1, 5000) g`)
@@ -362,6 +368,7 @@ func TestResyncTruncatesAndCopiesAgain(t *testing.T) {
 // insert while it is copied makes the copy start over, after a truncate,
 // so that no row is counted twice.
 func TestBackfillWithoutKeyStartsOverWhenTheTableChanges(t *testing.T) {
+	t.Parallel()
 	requireFailpoints(t)
 	h := newHarness(t)
 	h.captureA()
@@ -403,6 +410,7 @@ func TestBackfillWithoutKeyStartsOverWhenTheTableChanges(t *testing.T) {
 // truncates again, so that no row inserted meanwhile is both queued and
 // copied.
 func TestBackfillWithoutKeyThatKeepsChangingSaysSo(t *testing.T) {
+	t.Parallel()
 	requireFailpoints(t)
 	h := newHarness(t)
 	h.captureA()
@@ -474,6 +482,7 @@ func replayMultiset(t *testing.T, txns []*store.Txn, rels map[store.RelationKey]
 // is copied and before it is handed over; the next start goes on after
 // the last chunk queued, and every row is copied once.
 func TestBackfillResumesAfterTheLastChunkQueued(t *testing.T) {
+	t.Parallel()
 	requireFailpoints(t)
 	h := newHarness(t)
 	h.addTableB(5000)
@@ -540,6 +549,7 @@ func TestBackfillResumesAfterTheLastChunkQueued(t *testing.T) {
 // copies are recorded), with a table added since: the table the initial
 // snapshot copied counts as copied, and only the added one is copied.
 func TestOlderStateCountsTheSnapshotsTablesAsCopied(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.exec(`CREATE TABLE a (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
 		`INSERT INTO a SELECT g, g, 'a' FROM generate_series(1, 50) g`)
@@ -589,6 +599,7 @@ func TestOlderStateCountsTheSnapshotsTablesAsCopied(t *testing.T) {
 // new OID, and once while the source is stopped, which the next start
 // finds by itself. Each time the queue replays to the new table's rows.
 func TestRecreatedTableIsTruncatedAndCopied(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	create := func(from int) {
 		h.exec(`DROP TABLE IF EXISTS b`, `CREATE TABLE b (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`,
@@ -641,6 +652,7 @@ func TestRecreatedTableIsTruncatedAndCopied(t *testing.T) {
 // PostgreSQL has it. Both ways of sending a chunk's query
 // (Config.Off.ChunkQuery).
 func TestBackfillReadsTheColumnsChangedWhileItCopies(t *testing.T) {
+	t.Parallel()
 	requireFailpoints(t)
 	for _, c := range []struct {
 		name, alter string
@@ -660,6 +672,7 @@ func TestBackfillReadsTheColumnsChangedWhileItCopies(t *testing.T) {
 	} {
 		for _, separate := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/separate chunk query=%v", c.name, separate), func(t *testing.T) {
+				t.Parallel()
 				testBackfillReadsTheColumnsChangedWhileItCopies(t, c.alter, c.copied, separate)
 			})
 		}
@@ -745,6 +758,7 @@ func testBackfillReadsTheColumnsChangedWhileItCopies(t *testing.T, alter string,
 // stream tracks commits inside its window): the truncate queued at its
 // first low watermark stands for the copy, and none is queued again.
 func TestResyncTruncatesOnceWhenItsFirstChunkIsCopiedAgain(t *testing.T) {
+	t.Parallel()
 	requireFailpoints(t)
 	h := newHarness(t)
 	rows := maxTrackedKeys + 4000
@@ -804,6 +818,7 @@ func TestResyncTruncatesOnceWhenItsFirstChunkIsCopiedAgain(t *testing.T) {
 // one, after a truncate, rather than page the new key from it (the new
 // key's order is the old one's reversed: every row would be passed over).
 func TestBackfillStartsOverWhenTheKeyChanges(t *testing.T) {
+	t.Parallel()
 	requireFailpoints(t)
 	h := newHarness(t)
 	const rows = 20000

@@ -135,6 +135,7 @@ func (h *harness) checkItems() {
 }
 
 func TestSnapshotPlusStreamEqualsTable(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.exec(itemsTable, `INSERT INTO items SELECT g, g % 1000, 'seed' FROM generate_series(1, 100000) g`)
 	h.cfg.Tables = []Table{{"public", "items"}}
@@ -162,6 +163,7 @@ func TestSnapshotPlusStreamEqualsTable(t *testing.T) {
 }
 
 func TestLargeTransactionsAreSpooled(t *testing.T) {
+	t.Parallel()
 	// A tiny decoding budget makes PostgreSQL stream transactions in
 	// progress; savepoints make it abort subtransactions inside them.
 	h := newHarness(t, map[string]string{"logical_decoding_work_mem": "64kB"})
@@ -235,6 +237,7 @@ func TestLargeTransactionsAreSpooled(t *testing.T) {
 // transaction of a few megabytes is streamed to the agent, and spooled,
 // while it is still open, instead of being sent whole after its commit.
 func TestDecodingWorkMemIsSetForTheSession(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.exec(itemsTable)
 	h.cfg.Tables = []Table{{"public", "items"}}
@@ -269,6 +272,7 @@ func TestDecodingWorkMemIsSetForTheSession(t *testing.T) {
 // server refuses stops the agent with the key to change, instead of a retry
 // that would be refused again.
 func TestDecodingWorkMemRefusedIsFatal(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.exec(itemsTable)
 	h.cfg.Tables = []Table{{"public", "items"}}
@@ -282,6 +286,7 @@ func TestDecodingWorkMemRefusedIsFatal(t *testing.T) {
 }
 
 func TestRestartResumesWithoutLossOrDuplicates(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, map[string]string{"logical_decoding_work_mem": "64kB"})
 	h.exec(itemsTable)
 	h.cfg.Tables = []Table{{"public", "items"}}
@@ -313,6 +318,7 @@ func streamingItems(t *testing.T, extra ...string) *harness {
 }
 
 func TestReconnectsAfterConnectionLossAndServerCrash(t *testing.T) {
+	t.Parallel()
 	// It ends every walsender and crashes the server: on a cluster of
 	// its own.
 	h := newHarnessAlone(t)
@@ -360,6 +366,7 @@ func capturedThenStopped(t *testing.T, settings ...map[string]string) *harness {
 }
 
 func TestSlotDroppedWhileStoppedIsFatal(t *testing.T) {
+	t.Parallel()
 	h := capturedThenStopped(t)
 	h.dropSlot()
 	err := h.runUntilError()
@@ -369,6 +376,7 @@ func TestSlotDroppedWhileStoppedIsFatal(t *testing.T) {
 }
 
 func TestSlotInvalidatedWhileStoppedIsFatal(t *testing.T) {
+	t.Parallel()
 	h := capturedThenStopped(t, map[string]string{"max_slot_wal_keep_size": "1MB"})
 	// More WAL than the slot may keep, and a checkpoint that removes it.
 	for range 4 {
@@ -387,6 +395,7 @@ func TestSlotInvalidatedWhileStoppedIsFatal(t *testing.T) {
 }
 
 func TestSlotRecreatedWhileStoppedIsFatal(t *testing.T) {
+	t.Parallel()
 	h := capturedThenStopped(t)
 	h.dropSlot()
 	h.exec(`INSERT INTO items VALUES (2, 2, 'lost to the slot')`)
@@ -398,6 +407,7 @@ func TestSlotRecreatedWhileStoppedIsFatal(t *testing.T) {
 }
 
 func TestExistingSlotWithoutStateIsFatal(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.exec(itemsTable, `SELECT pg_create_logical_replication_slot('`+h.cfg.Slot+`', 'pgoutput')`)
 	h.cfg.Tables = []Table{{"public", "items"}}
@@ -408,6 +418,7 @@ func TestExistingSlotWithoutStateIsFatal(t *testing.T) {
 }
 
 func TestPreflightNamesTheFix(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, map[string]string{"wal_level": "replica"})
 	h.exec(itemsTable,
 		`CREATE TABLE nokey (a int)`,
@@ -458,6 +469,7 @@ func TestPreflightNamesTheFix(t *testing.T) {
 }
 
 func TestIdleSlotConfirmsServerWALEnd(t *testing.T) {
+	t.Parallel()
 	h := streamingItems(t, `CREATE TABLE other (a int)`)
 	h.waitXid(h.xid(`INSERT INTO items VALUES (1, 1, NULL)`))
 	// Write WAL that the publication does not include.
@@ -496,6 +508,7 @@ func TestIdleSlotConfirmsServerWALEnd(t *testing.T) {
 }
 
 func TestCapturesOverTCP(t *testing.T) {
+	t.Parallel()
 	// The replication connection works over TCP as over the Unix socket
 	// the other tests use: a transaction large enough to be streamed in
 	// blocks, then small ones.
@@ -512,6 +525,7 @@ func TestCapturesOverTCP(t *testing.T) {
 }
 
 func TestQuietStreamKeepsItsConnection(t *testing.T) {
+	t.Parallel()
 	// A quiet stream times out its reads (readTimeout) to do its chores:
 	// the timeouts must be taken for what they are, not for a lost
 	// connection to reconnect from.
@@ -535,6 +549,7 @@ func TestQuietStreamKeepsItsConnection(t *testing.T) {
 // has caught up, and BacklogEnd then says where the backlog ends: past
 // every one of its transactions.
 func TestServerWALEndHoldsWhileCatchingUp(t *testing.T) {
+	t.Parallel()
 	// The server's WAL end is the whole server's: other tests' WAL would
 	// have capture fall behind again. On a cluster of its own.
 	h := newHarnessAlone(t)
@@ -609,6 +624,7 @@ func TestServerWALEndHoldsWhileCatchingUp(t *testing.T) {
 // TestSchemaVersionsAreKeptApart: every schema change is a new version in
 // the history, and each change refers to the version its values follow.
 func TestSchemaVersionsAreKeptApart(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.exec(itemsTable)
 	h.cfg.Tables = []Table{{"public", "items"}}
@@ -662,6 +678,7 @@ func TestSchemaVersionsAreKeptApart(t *testing.T) {
 // a drop and re-add does not, and the constant default of a column added
 // with one, which rows stored before it read.
 func TestSchemaVersionsCarryColumnIdentity(t *testing.T) {
+	t.Parallel()
 	h := streamingItems(t)
 	h.exec(`ALTER TABLE items RENAME COLUMN note TO label`,
 		`ALTER TABLE items ALTER COLUMN v TYPE int4`,

@@ -16,6 +16,7 @@ import (
 // truncate. A value added, or one renamed in an enum the table does not
 // use, asks for nothing.
 func TestEnumValueRenamedIsCopied(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	logs := h.recordLog()
 	h.exec(`CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')`, `CREATE TYPE level AS ENUM ('low', 'high')`,
@@ -62,6 +63,7 @@ func TestEnumValueRenamedIsCopied(t *testing.T) {
 // the labels unchanged, the first of them with none recorded, ask for
 // nothing.
 func TestEnumValueRenamedWhileStoppedIsCopied(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.exec(`CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')`, `CREATE TABLE items (id int8 PRIMARY KEY, m mood)`,
 		`CREATE TABLE plain (id int8 PRIMARY KEY)`, `INSERT INTO items VALUES (1, 'ok')`)

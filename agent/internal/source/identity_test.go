@@ -66,6 +66,7 @@ func (h *harness) capturedAs(table string, oids ...uint32) int {
 // captured as), and the source starts again cleanly both with the old name
 // in source.tables and with the new.
 func TestRenamedTableKeepsItsIdentity(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name, ddl string
 		now       Table
@@ -74,6 +75,7 @@ func TestRenamedTableKeepsItsIdentity(t *testing.T) {
 		{"moved to another schema", `CREATE SCHEMA archive; ALTER TABLE items SET SCHEMA archive`, Table{"archive", "items"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			h := streamingItems(t)
 			oid := h.oid("items")
 			now := c.now.Quoted()
@@ -186,8 +188,15 @@ func otherWorkload(t *testing.T, dsn string) (stop func() int64) {
 // ALL TABLES, PostgreSQL describes the new table before capture takes it
 // over (its first rows are the backfill's), and not again after.
 func TestRecreatedTableIsTakenOver(t *testing.T) {
-	t.Run("agent's publication", func(t *testing.T) { testRecreatedTableIsTakenOver(t, false) })
-	t.Run("publication for all tables", func(t *testing.T) { testRecreatedTableIsTakenOver(t, true) })
+	t.Parallel()
+	t.Run("agent's publication", func(t *testing.T) {
+		t.Parallel()
+		testRecreatedTableIsTakenOver(t, false)
+	})
+	t.Run("publication for all tables", func(t *testing.T) {
+		t.Parallel()
+		testRecreatedTableIsTakenOver(t, true)
+	})
 }
 
 func testRecreatedTableIsTakenOver(t *testing.T, forAllTables bool) {
@@ -300,6 +309,7 @@ func testRecreatedTableIsTakenOver(t *testing.T, forAllTables bool) {
 // table's last changes are queued, then the truncate and the new table's.
 // A table dropped and not created again stops the start, naming it.
 func TestTableRecreatedWhileStoppedIsTakenOver(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.exec(itemsTable)
 	h.cfg.Tables = []Table{{"public", "items"}}
@@ -352,6 +362,7 @@ func TestTableRecreatedWhileStoppedIsTakenOver(t *testing.T) {
 // changes no row after: a new schema version is recorded all the same,
 // positioned after the DDL, and the next change refers to it.
 func TestSchemaChangeWithoutRowsIsRecorded(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.exec(itemsTable)
 	h.cfg.Tables = []Table{{"public", "items"}}

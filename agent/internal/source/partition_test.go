@@ -11,6 +11,7 @@ import (
 // source refuses to start, and the check names the SQL that fixes it.
 // Fixed so, it starts, and starts again on the same publication.
 func TestPublicationOfPartitionsIsRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.exec(`CREATE TABLE meas (id int, at date, v int, PRIMARY KEY (id, at)) PARTITION BY RANGE (at)`,
 		`CREATE TABLE meas_p1 PARTITION OF meas FOR VALUES FROM ('2026-01-01') TO ('2026-07-01')`,

@@ -16,6 +16,7 @@ import (
 // after the truncate or in its transaction, and when capture decodes the
 // truncate only after the column was added.
 func TestColumnAddedAfterATruncateIsNoRewrite(t *testing.T) {
+	t.Parallel()
 	const reload = `TRUNCATE items; INSERT INTO items SELECT g, g, 'r' FROM generate_series(1, 20) g`
 	for _, c := range []struct {
 		name string
@@ -35,6 +36,7 @@ func TestColumnAddedAfterATruncateIsNoRewrite(t *testing.T) {
 		{"a type changed", []string{reload, `ALTER TABLE items ALTER COLUMN v TYPE text USING v * 2`}, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t)
 			h.exec(itemsTable, `INSERT INTO items SELECT g, g, 'n' FROM generate_series(1, 10) g`)
 			h.cfg.Tables = []Table{{"public", "items"}}
@@ -77,6 +79,7 @@ func TestColumnAddedAfterATruncateIsNoRewrite(t *testing.T) {
 // (with a constant default) after one, once capture has seen the table's
 // new storage.
 func TestValueChangingRewriteIsCopied(t *testing.T) {
+	t.Parallel()
 	const partitioned = `CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL, note text) PARTITION BY RANGE (id);
 		CREATE TABLE items_low PARTITION OF items FOR VALUES FROM (MINVALUE) TO (50);
 		CREATE TABLE items_high PARTITION OF items FOR VALUES FROM (50) TO (MAXVALUE)`
@@ -103,6 +106,7 @@ func TestValueChangingRewriteIsCopied(t *testing.T) {
 		{"VACUUM FULL, then a column added", itemsTable, []string{`VACUUM FULL items`, seen, `ALTER TABLE items ADD COLUMN c int DEFAULT 7`}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t)
 			logs := h.recordLog()
 			h.exec(c.table, `INSERT INTO items SELECT g, g, 'n' FROM generate_series(1, 100) g`)

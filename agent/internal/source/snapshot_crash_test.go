@@ -21,6 +21,7 @@ import (
 // first copy already. After the restart the queue holds exactly one
 // snapshot.
 func TestCrashAtEveryCommitOfTheSnapshot(t *testing.T) {
+	t.Parallel()
 	requireFailpoints(t)
 	h := newHarness(t)
 	h.exec(`CREATE TABLE items (id int PRIMARY KEY, v int)`, `INSERT INTO items SELECT g, g FROM generate_series(1, 100) g`)

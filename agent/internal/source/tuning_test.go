@@ -6,6 +6,7 @@ import "testing"
 // off (Config.Off.PollConn): the snapshot and the stream, a large
 // transaction among them, replay to the table PostgreSQL holds.
 func TestPlainConnectionCaptures(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.exec(itemsTable, `INSERT INTO items SELECT g, g, 'seed' FROM generate_series(1, 1000) g`)
 	h.cfg.Tables = []Table{{"public", "items"}}

@@ -42,6 +42,7 @@ INSERT INTO types VALUES
   '\x', 'infinity', '-infinity', 'infinity', '12:00', '{{1,2},{3,4}}', '{{a},{b}}', NULL, NULL, NULL)`
 
 func TestTypesRoundTrip(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, map[string]string{"timezone": "Europe/Berlin"})
 	sql, err := os.ReadFile("../../../testdata/sql/types.sql")
 	if err != nil {

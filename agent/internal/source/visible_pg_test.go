@@ -69,6 +69,7 @@ func checkRenamedColumnKeptItsNumber(t *testing.T, h *harness) {
 // cancelled: within the source's wait, or after it, when the source
 // reconnects and decodes the transaction again.
 func TestSchemaVersionWaitsForItsTransactionToBeVisible(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name      string
 		wait      time.Duration
@@ -142,6 +143,7 @@ func TestSchemaVersionWaitsForItsTransactionToBeVisible(t *testing.T) {
 // wait ends with the stop, within seconds, not after its bound (a minute
 // here), and the stop is clean.
 func TestStopEndsTheWaitForAVisibleCommit(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, map[string]string{"synchronous_standby_names": "nobody", "synchronous_commit": "local"})
 	h.exec(itemsTable, `INSERT INTO items SELECT g, g, 'n' FROM generate_series(1, 10) g`)
 	h.cfg.Tables = []Table{{"public", "items"}}
@@ -181,6 +183,7 @@ func TestStopEndsTheWaitForAVisibleCommit(t *testing.T) {
 // same of a transaction PostgreSQL streams while it runs: the catalog shows
 // the column it added no one before it commits.
 func TestSchemaVersionOfAStreamedTransactionNumbersItsNewColumns(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, map[string]string{"logical_decoding_work_mem": "64kB"})
 	h.exec(itemsTable, `INSERT INTO items SELECT g, g, 'n' FROM generate_series(1, 5000) g`,
 		`ALTER TABLE items DROP COLUMN note`)

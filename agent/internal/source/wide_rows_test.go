@@ -105,6 +105,7 @@ func TestSnapshotSpoolsWideRowsInSmallWrites(t *testing.T) {
 // the configured rows (the first chunk drops the rows past it, the next
 // ones read no more than fit), and the queue replays to the table's rows.
 func TestBackfillOfWideRowsKeepsChunksSmall(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.addTableB(600)
 	h.exec(`UPDATE b SET note = repeat(md5(id::text), 3125)`)
