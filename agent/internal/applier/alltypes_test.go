@@ -71,6 +71,7 @@ const allTypesSetup = `
 // _replaced, which are exactly those that differ. It logs what each value
 // becomes.
 func TestEveryTypeAgainstPostgreSQL(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, allTypesSetup, "every")
 	a := h.applier()
 	h.apply(a)

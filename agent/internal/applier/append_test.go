@@ -81,6 +81,7 @@ func orphanFiles(t *testing.T, dir string) []string {
 // and the rows after it are appended anew. After each flush the mirror
 // equals PostgreSQL.
 func TestMirrorAppendsInsertsInKeyOrder(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `CREATE TABLE seq (id int8 PRIMARY KEY, v text, big text);
 		ALTER TABLE seq ALTER big SET STORAGE EXTERNAL;`, "seq")
 	// Copy-on-write: with deletion vectors the appender never takes the
@@ -213,6 +214,7 @@ func TestMirrorAppendsInsertsInKeyOrder(t *testing.T) {
 // than that, or one row twice in a table without a key, go through the
 // pending set. After each flush the mirror equals PostgreSQL.
 func TestMirrorAppendsInterleavedRanges(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `CREATE TABLE ranges (id int8 PRIMARY KEY, v text);
 		CREATE TABLE bag (a int8, b text);
 		ALTER TABLE bag REPLICA IDENTITY FULL;`, "ranges", "bag")

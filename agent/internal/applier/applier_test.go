@@ -39,6 +39,7 @@ INSERT INTO types VALUES
   '\x', 'infinity', '-infinity', 'infinity', '12:00', '{{1,2},{3,4}}', '{{a},{b}}', NULL, NULL, NULL)`
 
 func TestEndToEnd(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, typesSetup, "types", "items", "log")
 	a := h.applier(func(c *Config) { c.TargetFileRows = 1000; c.MergeMemoryKeys = 700; c.FlushChanges = 5000 })
 	h.exec(typesRows)

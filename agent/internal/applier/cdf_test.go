@@ -18,6 +18,7 @@ import (
 // statement: a row only before is a delete, only after an insert, a row
 // whose values changed an update pre- and post-image.
 func TestChangeDataFeedReproducesPostgreSQLChanges(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `
 		CREATE TABLE c (id int PRIMARY KEY, v text, n int);
 		INSERT INTO c SELECT g, 'v' || g, g FROM generate_series(1, 50) g;`, "c")
@@ -162,6 +163,7 @@ func diffRows(before, after []string) []string {
 // an insert of a soft-deleted key one from true to false with the new
 // values; other changes are as without soft delete.
 func TestChangeDataFeedOfSoftDeletes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `
 		CREATE TABLE s (id int PRIMARY KEY, v text);
 		INSERT INTO s SELECT g, 'v' || g FROM generate_series(1, 2000) g;`, "s")
@@ -223,6 +225,7 @@ func TestChangeDataFeedOfSoftDeletes(t *testing.T) {
 // copies of rows; its changes are the copies gained (inserts) and lost
 // (deletes), an update one of each.
 func TestChangeDataFeedOfMultiset(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `
 		CREATE TABLE m (a int, b text);
 		ALTER TABLE m REPLICA IDENTITY FULL;
@@ -271,6 +274,7 @@ func TestChangeDataFeedOfMultiset(t *testing.T) {
 // no version holds yet, and the version reads as the inserts of the rows
 // PostgreSQL holds at its end. The next flush is fed as usual.
 func TestChangeDataFeedOfANewMirror(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `CREATE TABLE n (id int PRIMARY KEY, v text);`, "n")
 	a := h.applier(func(c *Config) { c.TargetFileRows = 500; c.ChangeDataFeed = true })
 	h.apply(a)

@@ -14,6 +14,7 @@ import (
 // were and its changes queued, and once the copy is queued it catches up,
 // in several flushes, to PostgreSQL's rows.
 func TestTableWaitsForItsCopy(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `
 		CREATE TABLE x (id int PRIMARY KEY, v text); INSERT INTO x SELECT g, 'snap' FROM generate_series(1, 50) g;
 		CREATE TABLE y (id int PRIMARY KEY, v text); INSERT INTO y SELECT g, 'snap' FROM generate_series(1, 50) g;`, "x", "y")
@@ -85,6 +86,7 @@ func TestTableWaitsForItsCopy(t *testing.T) {
 // record) and its Delta tables as they were; then it catches up, its
 // changelog holding every copied row once.
 func TestTableWaitsForItsResync(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h := newHarness(t, `
 		CREATE TABLE x (id int PRIMARY KEY, v text); INSERT INTO x SELECT g, 'snap' FROM generate_series(1, 6000) g;
@@ -155,6 +157,7 @@ func copyingX(copying *atomic.Bool) captureFuncs {
 // maxWaitingTime: it catches up while it is still copied, and then waits
 // again.
 func TestTableWaitsNoLongerThanMaxWaitingTime(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `CREATE TABLE x (id int PRIMARY KEY, v text); INSERT INTO x SELECT g, 'snap' FROM generate_series(1, 50) g;`, "x")
 	var copying atomic.Bool
 	clock := time.Now()

@@ -66,6 +66,7 @@ func (h *harness) changelogKeys(table string) map[string]string {
 }
 
 func TestExactlyOnceAcrossCrashes(t *testing.T) {
+	t.Parallel()
 	requireFailpoints(t)
 	h := newHarness(t, `
 		CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL, note text);
@@ -157,6 +158,7 @@ func TestExactlyOnceAcrossCrashes(t *testing.T) {
 }
 
 func TestRetriesAfterAnErrorAndRunsUntilCancelled(t *testing.T) {
+	t.Parallel()
 	requireFailpoints(t)
 	h := newHarness(t, `CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`, "items")
 	a := h.applier()

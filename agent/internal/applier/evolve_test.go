@@ -21,6 +21,7 @@ import (
 // PostgreSQL table, column by column under its names now, after each; the
 // changelog keeps every change once, under the columns' names now.
 func TestSchemaChangesFollowTheTable(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `
 		CREATE TABLE add_default (id int4 PRIMARY KEY, v text);
 		CREATE TABLE key_type (id int4 PRIMARY KEY, v text);
@@ -206,6 +207,7 @@ func TestSchemaChangesFollowTheTable(t *testing.T) {
 // vectors in a commit of its own too, and its legacy file keeps a row
 // while a deletion vector deletes the other.
 func TestTableWrittenBeforeColumnMappingIsSwitched(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h := newHarness(t, `CREATE TABLE items (id int4 PRIMARY KEY, v text)`, "items")
 	path := filepath.Join(h.tablesDir, "public.items")
@@ -289,6 +291,7 @@ func (h *harness) waitVersionWith(table, column string) {
 // (a table the idle applier loaded would have been taken for one held out
 // of the flush, and its changes passed over).
 func TestIdleApplierLeavesAFailingTableToItsRetry(t *testing.T) {
+	t.Parallel()
 	requireFailpoints(t)
 	ctx := context.Background()
 	h := newHarness(t, `CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL)`, "items")
@@ -323,6 +326,7 @@ func TestIdleApplierLeavesAFailingTableToItsRetry(t *testing.T) {
 // exists when the column is added has its default in the mirror, as in
 // PostgreSQL, wherever it is in the flush.
 func TestColumnAddedInTheTransactionOfRows(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `
 		CREATE TABLE m (id int PRIMARY KEY, a text, b int);
 		INSERT INTO m SELECT g, 'a' || g, g FROM generate_series(1, 50) g;`, "m")

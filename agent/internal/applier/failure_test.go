@@ -16,6 +16,7 @@ import (
 // delete's old row, all nulls at the end of its queued chunk, once failed
 // to decode, and no table advanced again.
 func TestAllNullRowUnderReplicaIdentityFull(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `
 		CREATE TABLE f (a int, b text); ALTER TABLE f REPLICA IDENTITY FULL; INSERT INTO f VALUES (NULL, NULL), (1, 'one');
 		CREATE TABLE g (id int PRIMARY KEY);`, "f", "g")
@@ -46,6 +47,7 @@ func TestAllNullRowUnderReplicaIdentityFull(t *testing.T) {
 // across flushes and a restart, it is reported with its error and since
 // when, and once the obstacle is gone its retry applies them, each once.
 func TestFailingTableDoesNotHoldUpOthers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h := newHarness(t, `
 		CREATE TABLE f (id int PRIMARY KEY, v text); INSERT INTO f SELECT g, 'snap' FROM generate_series(1, 50) g;

@@ -11,6 +11,7 @@ import (
 )
 
 func TestTimeTravel(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL, note text)`, "items")
 	a := h.applier()
 	type point struct {
@@ -66,6 +67,7 @@ func TestTimeTravel(t *testing.T) {
 }
 
 func TestSoftDeleteToastAndSchemaChanges(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `
 		CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL, big text);
 		ALTER TABLE items ALTER COLUMN big SET STORAGE EXTERNAL;

@@ -16,6 +16,7 @@ import (
 // primary key, not by every column, and stays equal to PostgreSQL through
 // updates, deletes and a column added and filled.
 func TestFullIdentityTableIsKeyedByItsPrimaryKey(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `
 		CREATE TABLE f (id int PRIMARY KEY, v text, n int);
 		ALTER TABLE f REPLICA IDENTITY FULL;
@@ -64,6 +65,7 @@ func keyColumns(t *testing.T, s *delta.Snapshot) string {
 // applier rewrites the mirror keyed by the primary key, in one commit that
 // keeps every row, and applies later changes by it.
 func TestMultisetMirrorIsRekeyed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h := newHarness(t, `
 		CREATE TABLE f (id int PRIMARY KEY, v text);

@@ -67,6 +67,7 @@ func TestNameForms(t *testing.T) {
 // name every column once (case aside), every value is where its column
 // went, and the names hold after a restart and a dropped column.
 func TestClashingColumnNamesKeepTheirValues(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `
 		CREATE TABLE clash (id int PRIMARY KEY, "_op" text, "_op__col" text, "A" text, "a" text,
 			"_change_type" text, "_Commit_Version" text, "_LSN" int);

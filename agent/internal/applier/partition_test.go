@@ -14,6 +14,7 @@ import (
 // source's catalog watcher, not run here, has the table copied again), and
 // a TRUNCATE of the table empties the mirror.
 func TestPartitionedTable(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `
 		CREATE TABLE meas (id int, at date, v int, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
 		CREATE TABLE meas_p1 PARTITION OF meas FOR VALUES FROM ('2026-01-01') TO ('2026-07-01');

@@ -14,6 +14,7 @@ import (
 // configuration as they were, and no later commit writes them again; a
 // table created with them holds them from the start.
 func TestTablePropertiesAreSetOnNewAndExistingTables(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `CREATE TABLE old (id int PRIMARY KEY, v text); INSERT INTO old VALUES (1, 'a');
 		CREATE TABLE fresh (id int PRIMARY KEY)`, "old", "fresh")
 	h.apply(h.applier())
@@ -68,6 +69,7 @@ func TestTablePropertiesAreSetOnNewAndExistingTables(t *testing.T) {
 // every changelog file first brings the pruned ones back through
 // Config.Restore, so that no change is lost.
 func TestChangelogRewriteRestoresPrunedFiles(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `CREATE TABLE col_text (id int4 PRIMARY KEY, c int4);
 		INSERT INTO col_text SELECT g, g FROM generate_series(1, 20) g`, "col_text")
 	archive := t.TempDir()

@@ -25,6 +25,7 @@ import (
 // log gives them. Both give PostgreSQL's rows. The mirror is merged
 // copy-on-write: the Parquet readers know nothing of deletion vectors.
 func TestMirrorAfterRenameAndTypeChangeReadsElsewhere(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `
 		CREATE TABLE t (id int4 PRIMARY KEY, c text, n int4, m int4);
 		INSERT INTO t SELECT g, 'c' || g, g, g * 2 FROM generate_series(1, 300) g;`, "t")

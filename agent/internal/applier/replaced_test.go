@@ -44,6 +44,7 @@ func exactSQL(expr, typ string) string {
 // PostgreSQL holds (compared value by value, as PostgreSQL prints it and
 // as the Delta table holds it), and the count of replaced values follows.
 func TestReplacedValuesAreListed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `
 		CREATE TABLE edges (id int PRIMARY KEY, d date, ts timestamp, tstz timestamptz, n numeric(5,2), da date[], na numeric(3,1)[]);
 		INSERT INTO edges VALUES
@@ -74,6 +75,7 @@ func TestReplacedValuesAreListed(t *testing.T) {
 // _replaced (checked against PostgreSQL value by value), a value of
 // exactly the limit is kept, and the count of replaced values follows.
 func TestTooLargeValuesAreListed(t *testing.T) {
+	t.Parallel()
 	const limit = 1000
 	h := newHarnessWith(t, func(c *source.Config) { c.MaxValueBytes = limit }, `
 		CREATE TABLE big (id int PRIMARY KEY, t text, b bytea, n numeric, j jsonb, a text[]);

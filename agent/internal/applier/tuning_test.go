@@ -11,6 +11,7 @@ import (
 // data files): a snapshot, a large transaction and smaller ones end in a
 // mirror equal to PostgreSQL and a changelog holding each change once.
 func TestTricksOffApplyTheSame(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `
 		CREATE TABLE items (id int8 PRIMARY KEY, v int8 NOT NULL, note text);
 		INSERT INTO items SELECT g, g, 'snap' FROM generate_series(1, 2000) g;`, "items")

@@ -16,6 +16,7 @@ import (
 // column's Delta type cannot hold (of other dimensions than declared, or
 // bounds other than from 1) is listed in _replaced rather than flattened.
 func TestDomainsMoneyAndArraysKeepTheirTypes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `
 		CREATE DOMAIN price AS numeric(8,2) CHECK (VALUE >= 0);
 		CREATE DOMAIN dear AS price CHECK (VALUE > 100);
