@@ -11,6 +11,7 @@ import (
 // key (not every column), a row is found by its primary key, and the
 // streamed rows equal PostgreSQL's after updates and deletes.
 func TestFullIdentityTableKeyedByPrimaryKey(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{}, stockSchema, `ALTER TABLE stock REPLICA IDENTITY FULL`)
 	f.exec(`INSERT INTO stock SELECT g, g * 10, 'item ' || g FROM generate_series(1, 25) g`)
 	f.exec(`UPDATE stock SET qty = qty + 1 WHERE id % 3 = 0`)

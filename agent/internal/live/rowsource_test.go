@@ -53,6 +53,7 @@ var pagedTables = []pagedTable{
 // to the latest version): both give the rows in PostgreSQL's order, with
 // the same cursors, and find each row by its key.
 func TestPagingAgreesInMemoryAndFromMirror(t *testing.T) {
+	t.Parallel()
 	names := make([]string, len(pagedTables))
 	schema := make([]string, len(pagedTables))
 	for i, pt := range pagedTables {

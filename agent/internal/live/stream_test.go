@@ -35,6 +35,7 @@ func (f *fixture) writeStock(n int, firstID int64) {
 }
 
 func TestStreamSnapshotThenChangesEqualsTable(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{}, stockSchema, `INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 500) g`)
 	f.waitHub()
 	var wg sync.WaitGroup
@@ -54,6 +55,7 @@ func TestStreamSnapshotThenChangesEqualsTable(t *testing.T) {
 }
 
 func TestStreamResumeGetsExactlyWhatWasMissed(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{}, stockSchema)
 	f.exec(`INSERT INTO stock SELECT g, 0, 'seed' FROM generate_series(1, 100) g`)
 	f.waitHub()
@@ -86,6 +88,7 @@ func TestStreamResumeGetsExactlyWhatWasMissed(t *testing.T) {
 }
 
 func TestStreamStaleOffsetGetsRefetch(t *testing.T) {
+	t.Parallel()
 	checkStaleOffsetGetsRefetch(t, func(h *Hub) { h.retain = 10 }, `UPDATE stock SET qty = qty + 1 WHERE id = 1`)
 }
 
@@ -93,6 +96,7 @@ func TestStreamStaleOffsetGetsRefetch(t *testing.T) {
 // transactions up to a size too (32 kB here), so that wide rows are not
 // kept by the hundred thousand; an offset before them gets a refetch.
 func TestStreamOffsetPastRetainedBytesGetsRefetch(t *testing.T) {
+	t.Parallel()
 	f := checkStaleOffsetGetsRefetch(t, func(h *Hub) { h.retainBytes = 32 << 10 }, `UPDATE stock SET qty = qty + 1, label = repeat(md5(qty::text), 64) WHERE id = 1`)
 	f.hub.mu.Lock()
 	defer f.hub.mu.Unlock()
@@ -189,6 +193,7 @@ func TestSlowClientIsDroppedOthersKeepReceiving(t *testing.T) {
 }
 
 func TestAPIRowsAndErrors(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{}, stockSchema)
 	f.exec(`INSERT INTO stock SELECT g, g * 10, 'item ' || g FROM generate_series(1, 25) g`)
 	f.exec(`DELETE FROM stock WHERE id = 7`)
@@ -265,6 +270,7 @@ func TestAPIRowsAndErrors(t *testing.T) {
 }
 
 func TestTokenAndOrigin(t *testing.T) {
+	t.Parallel()
 	if err := CheckListen(Config{Listen: "0.0.0.0:8080"}); !errors.Is(err, ErrTokenRequired) {
 		t.Fatalf("non-loopback without token: %v", err)
 	}
@@ -325,6 +331,7 @@ func newFixtureOverflowedBy(t *testing.T, bound func(h *Hub), insert string) *fi
 // in memory is snapshotted and listed from its Delta mirror, while its
 // changes keep streaming.
 func TestLargeTableServedFromMirror(t *testing.T) {
+	t.Parallel()
 	checkServedFromMirror(t, newOverflowedFixture(t), 200)
 }
 
@@ -332,6 +339,7 @@ func TestLargeTableServedFromMirror(t *testing.T) {
 // bytes than the hub keeps in memory (2000 character labels, 64 kB at
 // most) is served from its mirror too, as a table of many rows is.
 func TestWideTableServedFromMirror(t *testing.T) {
+	t.Parallel()
 	f := newFixtureOverflowedBy(t, func(h *Hub) { h.maxBytes = 64 << 10 },
 		`INSERT INTO stock SELECT g, g, repeat(md5(g::text), 63) FROM generate_series(1, 40) g`)
 	checkServedFromMirror(t, f, 40)
@@ -405,6 +413,7 @@ func (f *fixture) secondHub(setup func(h *Hub)) *Hub {
 // rows it loads from a table's mirror only up to its bound of bytes; past
 // it, the table is served from its mirror.
 func TestRestartedHubOverflowsAWideTable(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{TablesDir: t.TempDir()}, stockSchema, `INSERT INTO stock SELECT g, g, repeat(md5(g::text), 63) FROM generate_series(1, 40) g`)
 	f.waitHub()
 	f.waitApplied()
@@ -427,6 +436,7 @@ func TestRestartedHubOverflowsAWideTable(t *testing.T) {
 // restart, takes the rows from the mirrors. A client that resumes from an
 // offset whose changes were trimmed is told to refetch.
 func TestRestartedHubLoadsRowsFromMirrors(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{TablesDir: t.TempDir()}, stockSchema, `INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 300) g`)
 	f.waitHub()
 	c := f.dial("?tables=public.stock")
@@ -466,6 +476,7 @@ func TestRestartedHubLoadsRowsFromMirrors(t *testing.T) {
 // has trimmed the whole queue, a hub that starts again has its rows from the
 // mirrors and reports their position, not the start of time.
 func TestRestartedHubOnAnEmptyQueueIsAtTheAppliedPosition(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{TablesDir: t.TempDir()}, stockSchema, `INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 30) g`)
 	f.writeStock(5, 1)
 	f.waitHub()
@@ -560,6 +571,7 @@ func (f *fixture) waitApplied() {
 // has its clients refetch, once, instead of sending them change by change:
 // the current rows follow the refetch on the same connection.
 func TestHubFarBehindHasClientsRefetch(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{}, stockSchema, `INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 50) g`)
 	f.waitHub()
 	c := f.dial("?tables=public.stock")
@@ -600,6 +612,7 @@ func TestHubFarBehindHasClientsRefetch(t *testing.T) {
 // not one encoding each, and a client connecting after a change gets the
 // rows with the change.
 func TestClientsOfTheSameTablesShareTheSnapshotEncoding(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{}, stockSchema, `INSERT INTO stock SELECT g, g, 'seed' FROM generate_series(1, 1500) g`)
 	f.waitHub()
 	subscribe := func() [][]byte {
@@ -634,6 +647,7 @@ func TestClientsOfTheSameTablesShareTheSnapshotEncoding(t *testing.T) {
 }
 
 func TestClientsAndOffsetDoNotWaitForAPoll(t *testing.T) {
+	t.Parallel()
 	// A poll holds the hub's lock while it applies a transaction, for
 	// about half a second on a transaction of a million rows. Neither the
 	// agent's status (the client count) nor the applier's trimming (the
@@ -675,6 +689,7 @@ func TestClientsAndOffsetDoNotWaitForAPoll(t *testing.T) {
 }
 
 func TestHugeTransactionOfAMirrorServedTableIsPassedOver(t *testing.T) {
+	t.Parallel()
 	// A transaction that clients refetch the rows of, on a table whose rows
 	// the hub does not keep, is passed over without reading its values;
 	// what the hub knows of the table (its columns) follows it all the
@@ -701,6 +716,7 @@ func TestHugeTransactionOfAMirrorServedTableIsPassedOver(t *testing.T) {
 }
 
 func TestHugeTransactionThatOverflowsATableIsPassedOver(t *testing.T) {
+	t.Parallel()
 	// A huge transaction that leaves a table with more rows than the hub
 	// keeps is passed over without reading its values: the table is served
 	// from its mirror at once, as applying the transaction would have made
@@ -737,6 +753,7 @@ func TestHugeTransactionThatOverflowsATableIsPassedOver(t *testing.T) {
 // clients at once: no more than MaxClients are upgraded, and the others
 // are told the server is full.
 func TestStreamClientCapHoldsUnderConcurrentUpgrades(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Config{MaxClients: 3}, stockSchema)
 	f.waitHub()
 	u := "ws" + strings.TrimPrefix(f.http.URL, "http") + "/api/v1/stream"
