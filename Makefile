@@ -130,27 +130,39 @@ FUZZTIME ?= 10s
 
 # fuzz runs every fuzz target of the repository (func Fuzz... in a tracked
 # _test.go file) for FUZZTIME, one after the other; the main pass runs
-# their seed corpora (testdata/fuzz) as plain tests. An input that fails is
-# written to the target's testdata/fuzz, where it stays as a regression
-# test once the bug is fixed. Go 1.26's coordinator may fail a target
-# with "context deadline exceeded" as FUZZTIME ends, writing no input
-# (golang/go#75804, fixed in 1.27): that is reported, not failed.
+# their seed corpora (testdata/fuzz) as plain tests. Each package's test
+# binary is built once, instrumented for fuzzing (go test -c -fuzz), and
+# run for each of its targets as go test -fuzz would run it, which links
+# a binary per target: in the package's directory, with the interesting
+# inputs kept in Go's cache ($GOCACHE/fuzz), where go test -fuzz finds
+# them. An input that fails is written to the target's testdata/fuzz,
+# where it stays as a regression test once the bug is fixed. Go 1.26's
+# coordinator may fail a target with "context deadline exceeded" as
+# FUZZTIME ends, writing no input (golang/go#75804, fixed in 1.27): that
+# is reported, not failed.
 fuzz:
-	@failed=0; log=$$(mktemp); \
+	@failed=0; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; log=$$tmp/log; \
+	cache=$$($(GO) env GOCACHE)/fuzz; \
 	for file in $$(git grep -l '^func Fuzz' -- '*_test.go'); do \
+		dir=$$(dirname $$file); bin=$$tmp/$$(echo $$dir | tr / _).test; \
+		if [ ! -e $$bin ] && ! $(GO) test -c -fuzz . -ldflags '-s -w' -o $$bin ./$$dir > $$log 2>&1; then \
+			echo "FAIL ./$$dir: go test -c -fuzz"; cat $$log; failed=1; continue; \
+		fi; \
+		pkg=$$($(GO) list ./$$dir); \
 		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
 			start=$$(date +%s); \
-			if $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s -parallel 1 \
-				./$$(dirname $$file) > $$log 2>&1; then \
-				echo "ok   $$target ./$$(dirname $$file) $$(($$(date +%s) - start))s"; \
+			if (cd $$dir && $$bin -test.paniconexit0 -test.fuzzcachedir=$$cache/$$pkg -test.timeout=10m \
+				-test.run='^$$' -test.fuzz="^$$target\$$" -test.fuzztime=$(FUZZTIME) -test.fuzzminimizetime=2s \
+				-test.parallel=1) > $$log 2>&1; then \
+				echo "ok   $$target ./$$dir $$(($$(date +%s) - start))s"; \
 			elif grep -q '^    context deadline exceeded$$' $$log && ! grep -q 'Failing input written' $$log; then \
-				echo "ok   $$target ./$$(dirname $$file) $$(($$(date +%s) - start))s (Go's deadline race, golang/go#75804)"; \
+				echo "ok   $$target ./$$dir $$(($$(date +%s) - start))s (Go's deadline race, golang/go#75804)"; \
 			else \
-				echo "FAIL $$target ./$$(dirname $$file)"; cat $$log; failed=1; \
+				echo "FAIL $$target ./$$dir"; cat $$log; failed=1; \
 			fi; \
 		done; \
 	done; \
-	rm -f $$log; exit $$failed
+	exit $$failed
 
 # The race pass and the fuzz pass (make fuzz) run beside the main one, their
 # output printed once it ends, and tests marked parallel run three at a
