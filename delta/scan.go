@@ -37,7 +37,7 @@ func ReadDataFile(ctx context.Context, root string, add *Add, st *StructType) ([
 		return nil, err
 	}
 	rows := []Row{}
-	err = readSelected(ctx, path, st, sel, func(batch []Row) error {
+	err = readSelected(ctx, path, st, sel, func(batch []Row, _ []uint64) error {
 		rows = append(rows, batch...)
 		return nil
 	})
@@ -60,22 +60,13 @@ func ReadDataFileIndexed(ctx context.Context, root string, add *Add, st *StructT
 	if err != nil {
 		return nil, nil, err
 	}
-	sel.only = only
+	sel.only, sel.indexed = only, true
 	rows := []Row{}
 	var index []uint64
-	var next uint64
-	err = parquet.ReadBatches(ctx, path, st, func(batch []Row) error {
-		for i, r := range batch {
-			if j := next + uint64(i); sel.selects(j) {
-				rows, index = append(rows, r), append(index, j)
-			}
-		}
-		next += uint64(len(batch))
+	err = readSelected(ctx, path, st, sel, func(batch []Row, at []uint64) error {
+		rows, index = append(rows, batch...), append(index, at...)
 		return nil
 	})
-	if err == nil {
-		err = sel.skipCheck(next)
-	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("read data file %s: %w", add.Path, err)
 	}
@@ -87,17 +78,13 @@ func ReadDataFileIndexed(ctx context.Context, root string, add *Add, st *StructT
 // when only is set, that only holds. The zero value selects every row.
 type rowSelection struct {
 	skip, only *DeletionVector
+	// indexed asks readSelected for the indexes of the rows it passes.
+	indexed bool
 }
 
 // selects reports whether the row of index i is selected.
 func (s rowSelection) selects(i uint64) bool {
 	return !s.skip.Contains(i) && (s.only == nil || s.only.Contains(i))
-}
-
-// skipCheck fails unless every index the deletion vector names is that of
-// one of the file's n rows (only may name more: it is the caller's).
-func (s rowSelection) skipCheck(n uint64) error {
-	return rowSelection{skip: s.skip}.check(n)
 }
 
 // check fails unless every index the selection names is that of one of the
@@ -126,18 +113,24 @@ func skipDeleted(root, logPath string, d *DeletionVectorDescriptor) (rowSelectio
 
 // readSelected reads the Parquet file at path as parquet.ReadBatches does,
 // which hands over the file's rows in file order, and passes fn the rows
-// sel selects, a batch at a time (never an empty one).
-func readSelected(ctx context.Context, path string, st *StructType, sel rowSelection, fn func([]Row) error) error {
+// sel selects, a batch at a time (never an empty one), with their indexes
+// when sel.indexed is set (nil otherwise).
+func readSelected(ctx context.Context, path string, st *StructType, sel rowSelection, fn func([]Row, []uint64) error) error {
 	var next uint64 // the index of the batch's first row
+	var index []uint64
 	var fnErr error
 	err := parquet.ReadBatches(ctx, path, st, func(rows []Row) error {
 		base := next
 		next += uint64(len(rows))
-		if sel.skip != nil || sel.only != nil {
+		if sel.skip != nil || sel.only != nil || sel.indexed {
 			kept := rows[:0]
+			index = index[:0]
 			for i, r := range rows {
-				if sel.selects(base + uint64(i)) {
+				if j := base + uint64(i); sel.selects(j) {
 					kept = append(kept, r)
+					if sel.indexed {
+						index = append(index, j)
+					}
 				}
 			}
 			rows = kept
@@ -145,7 +138,10 @@ func readSelected(ctx context.Context, path string, st *StructType, sel rowSelec
 		if len(rows) == 0 {
 			return nil
 		}
-		fnErr = fn(rows)
+		if !sel.indexed {
+			index = nil
+		}
+		fnErr = fn(rows, index)
 		return fnErr
 	})
 	if fnErr != nil {
@@ -272,7 +268,7 @@ func (r *fileReader) readBatches(ctx context.Context, logPath string, partitionV
 		pvals[j] = v
 	}
 	var fnErr error
-	err = readSelected(ctx, path, r.data, sel, func(drows []Row) error {
+	err = readSelected(ctx, path, r.data, sel, func(drows []Row, _ []uint64) error {
 		rows := make([]Row, len(drows))
 		for i, dr := range drows {
 			row := make(Row, r.width)
