@@ -3,7 +3,9 @@ package delta
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -356,4 +358,57 @@ func asNullableStringMap(v any) map[string]*string {
 		}
 	}
 	return m
+}
+
+// CheckpointPolicy says after which commits a writer checkpoints a table.
+type CheckpointPolicy struct {
+	// Interval is the least number of versions between two checkpoints;
+	// zero or less disables checkpoints.
+	Interval int64
+	// Fixed checkpoints every Interval versions whatever the sizes. When
+	// false, a version at least Interval past the last checkpoint is
+	// checkpointed only once the commits since that checkpoint are at least
+	// as large as it: checkpoints then cost no more bytes than the commits
+	// they cover, however many files the table holds, and a reader replays
+	// no more JSON than one checkpoint's size.
+	Fixed bool
+}
+
+// CheckpointDue reports whether version, just committed, should be
+// checkpointed under policy p.
+func (t *Table) CheckpointDue(version int64, p CheckpointPolicy) (bool, error) {
+	if p.Interval <= 0 || version <= 0 {
+		return false, nil
+	}
+	if p.Fixed {
+		return version%p.Interval == 0, nil
+	}
+	lc, err := readLastCheckpoint(t.logDir)
+	if err != nil {
+		return false, fmt.Errorf("checkpoint due %d: %w", version, err)
+	}
+	last, size := int64(-1), int64(0)
+	if lc != nil {
+		last = lc.Version
+		if lc.SizeInBytes != nil {
+			size = *lc.SizeInBytes
+		} else if info, err := os.Stat(filepath.Join(t.logDir, CheckpointFileName(last))); err == nil {
+			size = info.Size()
+		}
+	}
+	if version-last < p.Interval {
+		return false, nil
+	}
+	var since int64
+	for v := version; v > last && since < size; v-- {
+		info, err := os.Stat(filepath.Join(t.logDir, CommitFileName(v)))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return true, nil // a gap in the log: a checkpoint is what reads past it
+			}
+			return false, fmt.Errorf("checkpoint due %d: %w", version, err)
+		}
+		since += info.Size()
+	}
+	return since >= size, nil
 }

@@ -84,9 +84,14 @@ type Config struct {
 	// MergeMemoryKeys, when set, also bounds the number of changes held
 	// in memory per mirror before a spill (tests use it to force spills).
 	MergeMemoryKeys int
-	// CheckpointInterval is the number of versions between checkpoints
-	// (default 10).
+	// CheckpointInterval is the least number of versions between
+	// checkpoints (default 10).
 	CheckpointInterval int64
+	// FixedCheckpoints checkpoints every CheckpointInterval versions. By
+	// default a table is checkpointed once its commits since the last
+	// checkpoint outweigh it (delta.CheckpointPolicy), so that checkpoints
+	// of a table with many files do not cost more bytes than the commits.
+	FixedCheckpoints bool
 	// TableProperties are set in the configuration of every table: when it
 	// is created, and in the next commit of one that holds other values
 	// (for example the retentions remote engines' VACUUM should keep).

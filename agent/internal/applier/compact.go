@@ -65,9 +65,12 @@ type CompactOptions struct {
 	Write delta.WriteOptions
 	// EngineInfo goes into the commitInfo.
 	EngineInfo string
-	// CheckpointInterval is the number of versions between checkpoints
-	// for a commit made without an applier (default 10).
+	// CheckpointInterval is the least number of versions between
+	// checkpoints for a commit made without an applier (default 10).
 	CheckpointInterval int64
+	// FixedCheckpoints checkpoints those commits every CheckpointInterval
+	// versions, as Config.FixedCheckpoints does the applier's.
+	FixedCheckpoints bool
 	// Logger receives progress; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -145,7 +148,7 @@ func Compact(ctx context.Context, opts CompactOptions, app *Applier) (*CompactRe
 	if opts.CheckpointInterval == 0 {
 		opts.CheckpointInterval = delta.DefaultCheckpointInterval
 	}
-	var committer compactCommitter = directCommitter{interval: opts.CheckpointInterval}
+	var committer compactCommitter = directCommitter{policy: delta.CheckpointPolicy{Interval: opts.CheckpointInterval, Fixed: opts.FixedCheckpoints}}
 	if app != nil {
 		committer = app
 	}
@@ -466,13 +469,15 @@ func hexKeyLess(a, b string) bool {
 
 // directCommitter commits a compaction to the table itself: only while no
 // applier writes the tables (the agent is stopped).
-type directCommitter struct{ interval int64 }
+type directCommitter struct{ policy delta.CheckpointPolicy }
 
 func (d directCommitter) commitCompaction(ctx context.Context, req *compactRequest) compactResult {
 	v, bins, err := req.table.CommitOptimize(ctx, req.plan, req.bins, req.adds, req.info)
-	if err == nil && v > 0 && d.interval > 0 && v%d.interval == 0 {
-		// The commit stands; the next checkpoint covers it otherwise.
-		_ = req.table.Checkpoint(ctx, v)
+	if err == nil {
+		if due, _ := req.table.CheckpointDue(v, d.policy); due {
+			// The commit stands; the next checkpoint covers it otherwise.
+			_ = req.table.Checkpoint(ctx, v)
+		}
 	}
 	return compactResult{version: v, bins: bins, err: err}
 }
@@ -555,7 +560,7 @@ func (a *Applier) applyCompaction(ctx context.Context, req *compactRequest) comp
 	if m != nil {
 		m.compacted(bins, req.adds, req.bins)
 	}
-	if a.cfg.CheckpointInterval > 0 && v%a.cfg.CheckpointInterval == 0 {
+	if a.checkpointDue(req.table, v) {
 		if err := req.table.Checkpoint(ctx, v); err != nil {
 			a.log.Warn("checkpoint failed", "table", req.name, "version", v, "err", err)
 		}

@@ -129,7 +129,7 @@ func TestCompactionRacesTheApplier(t *testing.T) {
 	var logs lockedBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	a := New(Config{TablesDir: tablesDir, FlushInterval: 10 * time.Millisecond, PollInterval: 2 * time.Millisecond,
-		TargetFileRows: 400, CheckpointInterval: 7, Logger: log}, q.db)
+		TargetFileRows: 400, CheckpointInterval: 7, FixedCheckpoints: true, Logger: log}, q.db)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	applied := make(chan error, 1)

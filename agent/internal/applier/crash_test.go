@@ -106,7 +106,7 @@ func TestExactlyOnceAcrossCrashes(t *testing.T) {
 		)
 		next += 1000
 		record()
-		a := h.applier(func(c *Config) { c.CheckpointInterval = 2; c.TargetFileRows = 300 })
+		a := h.applier(func(c *Config) { c.CheckpointInterval, c.FixedCheckpoints = 2, true; c.TargetFileRows = 300 })
 		a.failpoint.set(func(point, table string) error {
 			if point == p.point && (p.table == "" || table == p.table) {
 				panic(errCrash)
@@ -135,7 +135,7 @@ func TestExactlyOnceAcrossCrashes(t *testing.T) {
 			os.WriteFile(filepath.Join(h.tablesDir, "public.items", "_delta_log", ".00000000000000000002.checkpoint.parquet.x.tmp"), []byte("PAR1"), 0o644)
 		}
 		// A fresh applier on the same state resumes.
-		h.apply(h.applier(func(c *Config) { c.CheckpointInterval = 2; c.TargetFileRows = 300 }))
+		h.apply(h.applier(func(c *Config) { c.CheckpointInterval, c.FixedCheckpoints = 2, true; c.TargetFileRows = 300 }))
 		h.checkMirror("items")
 		h.checkMirror("other")
 		for tb, w := range want {

@@ -214,7 +214,7 @@ func crashRounds(t *testing.T, db *store.DB, tablesDir string, rng *rand.Rand, r
 	for range rounds {
 		queue()
 		a := New(Config{TablesDir: tablesDir, FlushChanges: 500 + rng.IntN(3000), TargetFileRows: 700, MergeMemoryKeys: 300,
-			CheckpointInterval: 3, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
+			CheckpointInterval: 3, FixedCheckpoints: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, db)
 		if err := a.start(ctx); err != nil {
 			t.Fatal(err)
 		}

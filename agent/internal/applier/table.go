@@ -165,8 +165,8 @@ type commitInfo struct {
 }
 
 // commit writes actions plus the metaData (when the schema grew or the
-// change data feed is switched), the txn action and the commitInfo as the next version, then checkpoints every
-// CheckpointInterval versions.
+// change data feed is switched), the txn action and the commitInfo as the
+// next version, then checkpoints the table when one is due.
 func (a *Applier) commit(ctx context.Context, dt *deltaTable, actions []delta.Action, ci commitInfo) error {
 	var md *delta.Metadata
 	props := dt.props
@@ -227,7 +227,7 @@ func (a *Applier) commit(ctx context.Context, dt *deltaTable, actions []delta.Ac
 	}
 	a.setStatus(dt)
 	a.countCommit(dt, actions)
-	if a.cfg.CheckpointInterval > 0 && v%a.cfg.CheckpointInterval == 0 {
+	if a.checkpointDue(dt.t, v) {
 		if err := a.fail("before-checkpoint", dt.name); err != nil {
 			return err
 		}
@@ -237,6 +237,15 @@ func (a *Applier) commit(ctx context.Context, dt *deltaTable, actions []delta.Ac
 		}
 	}
 	return a.fail("after-commit", dt.name)
+}
+
+// checkpointDue reports whether version v of t is to be checkpointed.
+func (a *Applier) checkpointDue(t *delta.Table, v int64) bool {
+	due, err := t.CheckpointDue(v, delta.CheckpointPolicy{Interval: a.cfg.CheckpointInterval, Fixed: a.cfg.FixedCheckpoints})
+	if err != nil {
+		a.log.Warn("checkpoint skipped", "table", t.Path(), "version", v, "err", err)
+	}
+	return due
 }
 
 func nowMillis(clock func() time.Time) int64 {
