@@ -113,7 +113,8 @@ func benchDeletionVectors(t *testing.T, c dvBenchCase, rounds int) {
 		e.waitApplied(d)
 		e.waitRemote(d, "workload upload")
 		changed := float64(n * perRound)
-		disk := float64(tablesBytes(t, e) - diskBefore)
+		diskAfter := tablesBytes(t, e)
+		disk := float64(diskAfter[""] - diskBefore[""])
 		uploaded := float64(e.bytesUploaded() - uploadedBefore)
 		rowSize := float64(rowBytes) / changed
 		written[i] = disk / changed
@@ -127,15 +128,22 @@ func benchDeletionVectors(t *testing.T, c dvBenchCase, rounds int) {
 		fmt.Printf("BENCH random updates, %s, %-16s: %.0f bytes written and %.0f uploaded per changed row of %.0f B (%.1fx and %.1fx its size); DuckDB reads the mirror in %s, %s after compaction\n",
 			c.name, layout, written[i], uploaded/changed, rowSize, written[i]/rowSize, uploaded/changed/rowSize,
 			readBefore.Round(time.Millisecond), readAfter.Round(time.Millisecond))
+		var parts []string
+		for _, k := range fileKinds {
+			if b := diskAfter[k] - diskBefore[k]; b != 0 {
+				parts = append(parts, fmt.Sprintf("%s %.0f", k, float64(b)/float64(n)))
+			}
+		}
+		fmt.Printf("  bytes written a flush, by kind: %s\n", strings.Join(parts, ", "))
 	}
 	fmt.Printf("  %s: written per changed row, deletion vectors / copy-on-write: %.3f\n", c.name, written[1]/written[0])
 }
 
 // tablesBytes returns the bytes of every file under the agent's tables
-// directory but its spill files.
-func tablesBytes(t *testing.T, e *e2e) int64 {
+// directory but its spill files, by kind (fileKind).
+func tablesBytes(t *testing.T, e *e2e) map[string]int64 {
 	t.Helper()
-	var n int64
+	n := map[string]int64{}
 	root := filepath.Join(e.stateDir, "tables")
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -149,7 +157,9 @@ func tablesBytes(t *testing.T, e *e2e) int64 {
 			if err != nil {
 				return err
 			}
-			n += info.Size()
+			rel, _ := filepath.Rel(root, path)
+			n[fileKind(rel)] += info.Size()
+			n[""] += info.Size()
 		}
 		return nil
 	})
@@ -157,6 +167,30 @@ func tablesBytes(t *testing.T, e *e2e) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// fileKinds are the kinds fileKind tells apart, in the order the bench
+// prints them.
+var fileKinds = []string{"mirror data", "changelog data", "deletion vectors", "commits", "checkpoints", "other"}
+
+// fileKind says what the file at rel, relative to the tables directory,
+// is: a data file of a mirror or a changelog, a deletion vector file, a
+// commit or a checkpoint.
+func fileKind(rel string) string {
+	table, name := strings.SplitN(filepath.ToSlash(rel), "/", 2)[0], filepath.Base(rel)
+	switch {
+	case strings.HasSuffix(name, ".json") && strings.Contains(rel, "_delta_log"):
+		return "commits"
+	case strings.Contains(name, ".checkpoint."):
+		return "checkpoints"
+	case strings.HasPrefix(name, "deletion_vector_"):
+		return "deletion vectors"
+	case strings.HasSuffix(name, ".parquet") && strings.HasSuffix(table, "_changes"):
+		return "changelog data"
+	case strings.HasSuffix(name, ".parquet"):
+		return "mirror data"
+	}
+	return "other"
 }
 
 // duckDBReadMirror reads the latest version of the mirror at path with
