@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 )
 
 // Commit atomically writes actions as version readVersion+1 of the table and
@@ -44,32 +45,15 @@ func (t *Table) Commit(ctx context.Context, readVersion int64, actions []Action)
 		return -1, fmt.Errorf("commit version %d: %w", version, err)
 	}
 
-	ordered := make([]Action, len(actions))
-	copy(ordered, actions)
-	sort.SliceStable(ordered, func(i, j int) bool {
-		_, ci := ordered[i].(*CommitInfo)
-		_, cj := ordered[j].(*CommitInfo)
-		return ci && !cj
-	})
-	var buf bytes.Buffer
-	for _, a := range ordered {
-		if ci, ok := a.(*CommitInfo); ok && ci.Timestamp == 0 {
-			c := *ci
-			c.Timestamp = t.now().UnixMilli()
-			a = &c
-		}
-		line, err := marshalAction(a)
-		if err != nil {
-			return -1, fmt.Errorf("commit version %d: %w", version, err)
-		}
-		buf.Write(line)
-		buf.WriteByte('\n')
+	data, err := EncodeCommit(actions, t.now())
+	if err != nil {
+		return -1, fmt.Errorf("commit version %d: %w", version, err)
 	}
 
 	if err := mkdirAllSync(t.logDir); err != nil {
 		return -1, fmt.Errorf("commit version %d: %w", version, err)
 	}
-	if err := t.putIfAbsent(CommitFileName(version), buf.Bytes()); err != nil {
+	if err := t.putIfAbsent(CommitFileName(version), data); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return -1, fmt.Errorf("commit version %d: %w", version, ErrVersionExists)
 		}
@@ -83,6 +67,39 @@ func (t *Table) Commit(ctx context.Context, readVersion int64, actions []Action)
 	}
 	return version, nil
 }
+
+// EncodeCommit returns the content of a commit file holding actions, one
+// JSON line each, its commitInfo first with its timestamp set to now when
+// zero. It checks nothing; Table.Commit validates what it writes.
+func EncodeCommit(actions []Action, now time.Time) ([]byte, error) {
+	ordered := make([]Action, len(actions))
+	copy(ordered, actions)
+	sort.SliceStable(ordered, func(i, j int) bool {
+		_, ci := ordered[i].(*CommitInfo)
+		_, cj := ordered[j].(*CommitInfo)
+		return ci && !cj
+	})
+	var buf bytes.Buffer
+	for _, a := range ordered {
+		if ci, ok := a.(*CommitInfo); ok && ci.Timestamp == 0 {
+			c := *ci
+			c.Timestamp = now.UnixMilli()
+			a = &c
+		}
+		line, err := marshalAction(a)
+		if err != nil {
+			return nil, err
+		}
+		buf.Write(line)
+		buf.WriteByte('\n')
+	}
+	return buf.Bytes(), nil
+}
+
+// ParseCommit parses the content of a commit file. Actions of kinds this
+// package does not know are skipped; a line that is not JSON fails with an
+// error wrapping ErrCorruptLog.
+func ParseCommit(data []byte) ([]Action, error) { return parseActions(data) }
 
 // checkDeletionVectors fails when an add action of a commit on top of
 // readVersion carries a deletion vector while the protocol in effect (the

@@ -243,3 +243,10 @@ func bitsFor(t PrimitiveType) int {
 	}
 	return 64
 }
+
+// PartitionDir returns the relative directory of a data file with the given
+// partition values (by column name), as this package writes it, such as
+// "commit_date=2024-01-02" for the column _commit_date.
+func PartitionDir(columns []string, values map[string]*string) string {
+	return partitionDir(columns, values)
+}
