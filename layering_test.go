@@ -42,6 +42,7 @@ var layers = map[string][]string{
 	"internal/s3test":         {},
 	"internal/deltatest":      {"delta"},
 	"uploader":                {"uploader/", "store", "delta", "internal/backoff"},
+	"uploader/fleet":          {"delta", "internal/backoff"},
 	"delta":                   {"delta/internal/parquet", "delta/internal/types"},
 	"delta/internal/parquet":  {"delta/internal/types"},
 	"delta/internal/types":    {},
