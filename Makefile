@@ -186,7 +186,7 @@ demo: deps build
 # The benchmark packages run one after the other (-p 1): run together, they
 # would share the cores and each one's figures would be the other's noise.
 bench: deps build
-	$(GO) test -p 1 -count=1 -tags bench -run '^TestBench' -timeout 60m -v ./cmd/lakeside ./uploader ./delta/internal/duckdbtest
+	$(GO) test -p 1 -count=1 -tags bench -run '^TestBench' -timeout 60m -v ./cmd/lakeside ./uploader ./uploader/fleet ./delta/internal/duckdbtest
 
 clean:
 	rm -rf $(BIN) dist

@@ -15,9 +15,10 @@ import (
 // it gives way to the next pass (ErrContention).
 const DefaultMaxAttempts = 10
 
-// DefaultBackoff is the wait between lost races after the second: short,
-// since a lost race means only that another site was a moment faster.
-var DefaultBackoff = backoff.Policy{Min: 50 * time.Millisecond, Max: 5 * time.Second, Factor: 2, Jitter: backoff.Full}
+// DefaultBackoff is the wait between lost races after the second. It is
+// short and capped low: a lost race means only that another site was a
+// moment faster, and a long wait lets the others run further ahead.
+var DefaultBackoff = backoff.Policy{Min: 10 * time.Millisecond, Max: 500 * time.Millisecond, Factor: 2, Jitter: backoff.Full}
 
 // Options identify the site committing and tune its retries.
 type Options struct {
@@ -57,6 +58,8 @@ type Writer struct {
 	prefix       string // the directory of the site's files, "_site=<site>/"
 	head         int64  // the newest version known to be committed
 	progress     map[string]progress
+	lostRaces    int64 // puts that found their version taken
+	readOthers   int64 // other commits read while committing
 }
 
 // Open reads the log of the fleet table named table: its newest schema and
@@ -298,6 +301,9 @@ func (w *Writer) put(ctx context.Context, build func(v int64) ([]byte, error),
 		if err := ctx.Err(); err != nil {
 			return -1, err
 		}
+		if errors.Is(perr, ErrExists) {
+			w.lostRaces++
+		}
 		acts, err := w.log.Read(ctx, v)
 		switch {
 		case errors.Is(err, ErrNotExist) && !errors.Is(perr, ErrExists):
@@ -351,8 +357,15 @@ func (w *Writer) judge(v int64, acts []delta.Action, lost func(int64, []delta.Ac
 	if err := w.learn(v, acts); err != nil {
 		return false, err
 	}
+	if !own {
+		w.readOthers++
+	}
 	return own, nil
 }
+
+// Contention returns how many of this Writer's puts found their version
+// taken, and how many other writers' commits it read while committing.
+func (w *Writer) Contention() (lostRaces, readOthers int64) { return w.lostRaces, w.readOthers }
 
 // runOf returns the run id a Lakeside commitInfo names, or "".
 func runOf(ci *delta.CommitInfo) string {
