@@ -45,3 +45,7 @@ var ErrInvalidSchema = types.ErrInvalidSchema
 // ErrRowsLost reports a data file that would not hold every row written to
 // it. It is a bug, caught before the file is used.
 var ErrRowsLost = parquet.ErrRowsLost
+
+// ErrCorruptFile is returned (wrapped) when a data file's structure does
+// not parse, for example by RenameColumns.
+var ErrCorruptFile = parquet.ErrCorruptFile
