@@ -351,3 +351,6 @@ func cloneType(dt DataType) DataType {
 	}
 	return dt
 }
+
+// ColumnMappingProtocol returns p raised to support column mapping.
+func ColumnMappingProtocol(p *Protocol) (*Protocol, error) { return columnMappingProtocol(p) }

@@ -98,7 +98,15 @@ func (w *Writer) ownPartition(values map[string]*string, path string) bool {
 
 // knownWriterFeatures are the writer features a site respects in a fleet
 // table: what it writes keeps the rules each of them sets.
-var knownWriterFeatures = []string{delta.ColumnMappingFeature, delta.ChangeDataFeedFeature, "timestampNtz"}
+// The features a writer version of 2 to 5 implies are among them: a site
+// never removes from a table whose delta.appendOnly is true (Commit), and
+// refuses a table with invariants, CHECK constraints or generated columns
+// (setMetadata), which it would not check.
+var knownWriterFeatures = []string{"appendOnly", "invariants", "checkConstraints", "generatedColumns",
+	delta.ColumnMappingFeature, delta.ChangeDataFeedFeature, delta.DeletionVectorsFeature, "timestampNtz"}
+
+// knownReaderFeatures are the reader features a site writes correctly.
+var knownReaderFeatures = []string{delta.ColumnMappingFeature, delta.DeletionVectorsFeature, "timestampNtz"}
 
 // checkProtocol fails unless a site can read and write a table of protocol
 // p. It never lowers what another site raised, so a protocol it cannot keep
@@ -109,7 +117,7 @@ func checkProtocol(p *delta.Protocol) error {
 	}
 	if p.MinReaderVersion == 3 {
 		for _, f := range p.ReaderFeatures {
-			if f != delta.ColumnMappingFeature && f != "timestampNtz" {
+			if !slices.Contains(knownReaderFeatures, f) {
 				return fmt.Errorf("reader feature %s is not one this agent writes", f)
 			}
 		}

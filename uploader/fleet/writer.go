@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
@@ -161,6 +162,16 @@ func (w *Writer) setMetadata(md *delta.Metadata) error {
 	if f == nil || len(md.PartitionColumns) == 0 || md.PartitionColumns[0] != SiteColumn {
 		return fmt.Errorf("%w: the table is not partitioned by %s first: not a fleet table", ErrConflict, SiteColumn)
 	}
+	for _, k := range []string{"delta.invariants", "delta.generationExpression"} {
+		if strings.Contains(md.SchemaString, `"`+k+`"`) {
+			return fmt.Errorf("%w: the schema has %s, which this agent does not check", ErrConflict, k)
+		}
+	}
+	for k := range md.Configuration {
+		if strings.HasPrefix(k, "delta.constraints.") {
+			return fmt.Errorf("%w: the table has the CHECK constraint %s, which this agent does not check", ErrConflict, k)
+		}
+	}
 	w.meta, w.sitePhysical = md, f.PhysicalName()
 	w.prefix = delta.PartitionDir([]string{SiteColumn}, map[string]*string{SiteColumn: &w.site}) + "/"
 	return nil
@@ -248,6 +259,9 @@ func (w *Writer) Commit(ctx context.Context, r Range) (int64, error) {
 		}
 	}
 	blind := !slices.ContainsFunc(r.Actions, func(a delta.Action) bool { _, ok := a.(*delta.Add); return !ok })
+	if !blind && w.meta != nil && strings.EqualFold(w.meta.Configuration["delta.appendOnly"], "true") {
+		return -1, fmt.Errorf("commit %s up to %d: %w: the table is append-only (delta.appendOnly)", r.AppID, r.Version, ErrConflict)
+	}
 	build := func(v int64) ([]byte, error) {
 		info := map[string]any{"site": w.site, "run": w.opts.RunID, "range": r.Version}
 		for k, x := range r.Info {
