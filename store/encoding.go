@@ -37,6 +37,8 @@ const (
 	// recordEnumLabels is the enum labels a table's values hold (see
 	// Writer.PutEnumLabels).
 	recordEnumLabels byte = 'E'
+	// recordFleetRuns is the run ids of a replica target (see FleetRuns).
+	recordFleetRuns byte = 'F'
 )
 
 // encoder appends to a byte slice.
