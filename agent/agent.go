@@ -148,6 +148,13 @@ func (a *Agent) Open() error {
 			db.Close()
 			return fmt.Errorf("replica: %w", err)
 		}
+		var fleetOpts *uploader.FleetOptions
+		if a.cfg.Replica.Fleet() {
+			if fleetOpts, err = a.fleetOptions(db); err != nil {
+				db.Close()
+				return fmt.Errorf("replica: %w", err)
+			}
+		}
 		a.up, err = uploader.New(uploader.Options{
 			Client:       client,
 			DB:           db,
@@ -158,6 +165,7 @@ func (a *Agent) Open() error {
 			MaxBackoff:   a.cfg.Replica.MaxBackoff,
 			Concurrency:  a.cfg.Replica.Concurrency,
 			Limiter:      a.limiter,
+			Fleet:        fleetOpts,
 		})
 		if err != nil {
 			db.Close()

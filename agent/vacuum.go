@@ -352,8 +352,14 @@ func openUploader(cfg *config.Config, db *store.DB, log *slog.Logger) (*uploader
 	if err != nil {
 		return nil, fmt.Errorf("replica: %w", err)
 	}
-	up, err := uploader.New(uploader.Options{Client: client, DB: db, Target: cfg.Replica.Target(),
-		Tables: uploader.DirTables(cfg.Delta.TablesDir), Logger: log})
+	opts := uploader.Options{Client: client, DB: db, Target: cfg.Replica.Target(),
+		Tables: uploader.DirTables(cfg.Delta.TablesDir), Logger: log}
+	if cfg.Replica.Fleet() {
+		// This uploader commits nothing: it only keeps what vacuum
+		// must, as the agent's does.
+		opts.Fleet = &uploader.FleetOptions{Site: cfg.Replica.Site}
+	}
+	up, err := uploader.New(opts)
 	if err != nil {
 		return nil, fmt.Errorf("replica: %w", err)
 	}

@@ -25,7 +25,8 @@ type translated struct {
 
 // NewTranslation returns the translation of files written under from into
 // files of to. Every column of from must be in to under the same name and
-// type (ErrInvalidSchema otherwise).
+// type, a struct's fields by the same rule (to's may hold more), or it
+// fails with ErrInvalidSchema.
 func NewTranslation(from, to *StructType) (*Translation, error) {
 	t := &Translation{byPhysical: map[string]*translated{}}
 	if err := t.add(nil, from, to); err != nil {
@@ -40,14 +41,18 @@ func (t *Translation) add(prefix []string, from, to *StructType) error {
 		if g == nil {
 			return fmt.Errorf("%w: column %q is not in the target", ErrInvalidSchema, f.Name)
 		}
-		if f.Type.String() != g.Type.String() {
+		fs, fStruct := f.Type.(*StructType)
+		gs, gStruct := g.Type.(*StructType)
+		if !(fStruct && gStruct) && f.Type.String() != g.Type.String() {
 			return fmt.Errorf("%w: column %q is %s in the source and %s in the target", ErrInvalidSchema, f.Name, f.Type, g.Type)
 		}
 		path := append(append([]string(nil), prefix...), f.PhysicalName())
 		t.byPhysical[joinPath(path)] = &translated{name: g.PhysicalName(), id: int32(g.ColumnID()),
 			same: f.PhysicalName() == g.PhysicalName() && f.ColumnID() == g.ColumnID()}
-		if fs, ok := f.Type.(*StructType); ok {
-			if err := t.add(path, fs, g.Type.(*StructType)); err != nil {
+		if fStruct && gStruct {
+			// The target's struct may hold more fields: a file without
+			// them reads them as null.
+			if err := t.add(path, fs, gs); err != nil {
 				return err
 			}
 		}

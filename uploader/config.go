@@ -17,8 +17,16 @@ type Config struct {
 	// credentials: a user name or password in it is refused (see
 	// ErrURLCredentials), so it may be shown in logs and status.
 	URL string `yaml:"url"`
-	// Site names the branch; tables go to <url>/<site>/<table>/.
+	// Site names the branch; tables go to <url>/<site>/<table>/, or in
+	// the fleet layout it is the value of the fleet tables' _site column.
 	Site string `yaml:"site"`
+	// Layout is "site" (the default: the site's own tables under
+	// <url>/<site>/) or "fleet" (every site commits into shared tables
+	// <url>/<table>/, in a partition of its own; docs/fleet.md).
+	Layout string `yaml:"layout"`
+	// FleetInterval is the least time between two fleet commits of one
+	// table (the fleet layout); zero means DefaultFleetInterval.
+	FleetInterval time.Duration `yaml:"fleet_interval"`
 	// Endpoint, Region, AccessKeyID and SecretAccessKey configure S3; empty
 	// credentials fall back to AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
 	// AWS_SESSION_TOKEN, an empty region to AWS_REGION, then us-east-1.
@@ -66,7 +74,23 @@ var (
 	ErrURLScheme = errors.New("unsupported scheme (want s3 or file)")
 	// ErrSite means Site is empty or not a single path element.
 	ErrSite = errors.New("not a valid site name")
+	// ErrLayout means Layout is neither "site" nor "fleet".
+	ErrLayout = errors.New(`must be "site" or "fleet"`)
+	// ErrFleetInterval means FleetInterval is negative.
+	ErrFleetInterval = errors.New("must not be negative")
 )
+
+// Layouts of a replica (Config.Layout).
+const (
+	LayoutSite  = "site"
+	LayoutFleet = "fleet"
+)
+
+// DefaultFleetInterval is the least time between two fleet commits of a
+// table when Config.FleetInterval is zero: with many sites, one commit per
+// site and table every half minute keeps a fleet table's commits few and
+// each site's wait for the others short (TestBenchFleetCommits).
+const DefaultFleetInterval = 30 * time.Second
 
 // Validate checks the URL and the site name. Its errors never quote the URL,
 // which may hold a secret.
@@ -104,6 +128,15 @@ func (c *Config) Validate() error {
 	if c.Site == "" || strings.ContainsAny(c.Site, "/\\") || c.Site == "." || c.Site == ".." {
 		return fmt.Errorf("replica site: %w", ErrSite)
 	}
+	if c.Layout != "" && c.Layout != LayoutSite && c.Layout != LayoutFleet {
+		return fmt.Errorf("replica layout: %w", ErrLayout)
+	}
+	if c.Site != strings.TrimSpace(c.Site) || strings.ContainsAny(c.Site, "\x00\n\r\t") {
+		return fmt.Errorf("replica site: %w", ErrSite)
+	}
+	if c.FleetInterval < 0 {
+		return fmt.Errorf("replica fleet_interval: %w", ErrFleetInterval)
+	}
 	if c.MaxBacklog < 0 || c.MaxBytesPerSecond < 0 || c.Concurrency < 0 {
 		return errors.New("replica: max_backlog, max_bytes_per_second and concurrency must not be negative")
 	}
@@ -113,9 +146,16 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Target identifies the remote location (URL and site). The upload state is
-// kept per target, so a changed URL or site starts replication over.
+// Fleet reports whether the replica holds fleet tables.
+func (c *Config) Fleet() bool { return c.Layout == LayoutFleet }
+
+// Target identifies the remote location (URL, site and layout). The upload
+// state is kept per target, so a changed URL, site or layout starts
+// replication over.
 func (c *Config) Target() string {
+	if c.Fleet() {
+		return "fleet:" + strings.TrimRight(c.URL, "/") + "#" + c.Site
+	}
 	return strings.TrimRight(c.URL, "/") + "/" + c.Site
 }
 

@@ -42,7 +42,8 @@ func (s fleetStore) Get(ctx context.Context, key string, limit int64) ([]byte, e
 		return nil, fmt.Errorf("%w: %w", fleet.ErrNotExist, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", key, err)
+		// The body broke off: as unreachable as a failed request.
+		return nil, fmt.Errorf("get %s: %w", key, &remoteError{err})
 	}
 	if int64(len(data)) > limit {
 		return nil, fmt.Errorf("get %s: %w: over %d bytes", key, fleet.ErrTooLarge, limit)

@@ -411,20 +411,14 @@ func (f *FleetTable) ensureColumns(ctx context.Context, st *delta.StructType) er
 		if err != nil {
 			return nil, nil, err
 		}
-		fields := slices.Clone(cur.Fields)
-		for _, l := range st.Fields {
-			g, _ := cur.Field(l.Name)
-			switch {
-			case g == nil:
-				fields = append(fields, delta.NewField(l.Name, stripMapping(l.Type), true))
-			case g.Type.String() != l.Type.String():
-				return nil, nil, fmt.Errorf("%w: column %q is %s at this site and %s in the fleet", fleet.ErrConflict, l.Name, l.Type, g.Type)
-			}
+		union, changed, err := unionStruct("", cur, st)
+		if err != nil {
+			return nil, nil, err
 		}
-		if len(fields) == len(cur.Fields) {
+		if !changed {
 			return nil, nil, nil
 		}
-		next, _, err := delta.AssignColumnIDs(delta.NewStructType(fields...), md.MaxColumnID())
+		next, _, err := delta.AssignColumnIDs(union, md.MaxColumnID())
 		if err != nil {
 			return nil, nil, err
 		}
@@ -432,6 +426,40 @@ func (f *FleetTable) ensureColumns(ctx context.Context, st *delta.StructType) er
 		return nmd, p, err
 	})
 	return err
+}
+
+// unionStruct returns the fleet's struct cur with the fields of the local
+// struct local it lacks added (without column mapping, for the fleet to
+// assign), nested structs by the same rule, and whether it added any. A
+// field both hold with other types fails.
+func unionStruct(prefix string, cur, local *delta.StructType) (*delta.StructType, bool, error) {
+	fields := slices.Clone(cur.Fields)
+	changed := false
+	for _, l := range local.Fields {
+		g, i := cur.Field(l.Name)
+		if g == nil {
+			fields, changed = append(fields, delta.NewField(l.Name, stripMapping(l.Type), true)), true
+			continue
+		}
+		gs, gStruct := g.Type.(*delta.StructType)
+		ls, lStruct := l.Type.(*delta.StructType)
+		if gStruct && lStruct {
+			sub, subChanged, err := unionStruct(prefix+l.Name+".", gs, ls)
+			if err != nil {
+				return nil, false, err
+			}
+			if subChanged {
+				c := *g
+				c.Type = sub
+				fields[i], changed = &c, true
+			}
+			continue
+		}
+		if g.Type.String() != l.Type.String() {
+			return nil, false, fmt.Errorf("%w: column %q is %s at this site and %s in the fleet", fleet.ErrConflict, prefix+l.Name, l.Type, g.Type)
+		}
+	}
+	return delta.NewStructType(fields...), changed, nil
 }
 
 // stripMapping returns dt with the column mapping of its nested fields

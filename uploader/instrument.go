@@ -99,3 +99,6 @@ func (c *instrumented) CompleteMultipartUpload(ctx context.Context, key, uploadI
 func (c *instrumented) AbortMultipartUpload(ctx context.Context, key, uploadID string) error {
 	return c.do(func() error { return c.mp.AbortMultipartUpload(ctx, key, uploadID) })
 }
+
+// Type names the wrapped backend.
+func (c *instrumented) Type() string { return c.c.Type() }

@@ -64,8 +64,30 @@ type Options struct {
 	MaxBytesPerSecond int64
 	Limiter           Limiter
 
+	// Fleet, when set, makes the replica a fleet (Config.Layout "fleet"):
+	// each table is committed into the shared table of its name instead
+	// of being copied (docs/fleet.md).
+	Fleet *FleetOptions
+
 	// Now is the clock; it defaults to time.Now.
 	Now func() time.Time
+}
+
+// FleetOptions configure the fleet layout.
+type FleetOptions struct {
+	// Site is the value of the fleet tables' _site column.
+	Site string
+	// RunID is this run's id, recorded (store.Writer.AddFleetRun) before
+	// the first fleet put; PastRuns are the earlier runs of this state.
+	RunID    string
+	PastRuns []string
+	// Interval is the least time between two fleet commits of a table.
+	Interval time.Duration
+	// ScratchDir is where translated files are staged before their
+	// upload.
+	ScratchDir string
+	// EngineInfo goes into the fleet commits.
+	EngineInfo string
 }
 
 // Uploader replicates local Delta tables to a replica. Its methods are safe
@@ -81,6 +103,7 @@ type Uploader struct {
 
 	mu           sync.Mutex
 	tables       map[string]*tableState
+	fleet        map[string]*fleetState // by table, in the fleet layout
 	online       bool
 	offlineSince time.Time
 	lastError    string
@@ -147,6 +170,7 @@ func New(opts Options) (*Uploader, error) {
 		log:    opts.Logger.With("replica", opts.Client.Type()),
 		notify: make(chan struct{}, 1),
 		tables: map[string]*tableState{},
+		fleet:  map[string]*fleetState{},
 		online: true,
 	}
 	u.client = &instrumented{c: opts.Client, requests: &u.requests, failures: &u.failures, stalls: &u.stalls}
@@ -215,8 +239,10 @@ func (u *Uploader) SyncOnce(ctx context.Context) error {
 	}
 	var errs []error
 	for _, t := range tables {
-		err := u.syncTable(ctx, t)
-		if err == nil {
+		var err error
+		if u.opts.Fleet != nil {
+			err = u.syncFleet(ctx, t)
+		} else if err = u.syncTable(ctx, t); err == nil {
 			_, err = u.deleteRemote(ctx, t)
 		}
 		u.setTableError(t.Name, err)
@@ -315,6 +341,11 @@ func (u *Uploader) loadState(table string) (store.UploadState, error) {
 // it locally. Commit files count as uploaded up to the remote version.
 func (u *Uploader) Uploaded(table, relPath string) (bool, error) {
 	var ok bool
+	if _, isCommit := commitVersion(relPath); !isCommit && u.opts.Fleet != nil {
+		// A fleet holds a translation of the file under another path:
+		// it cannot be restored from there, so it stays local.
+		return false, nil
+	}
 	err := u.opts.DB.View(func(r *store.Reader) error {
 		if v, isCommit := commitVersion(relPath); isCommit {
 			st, err := r.UploadState(u.opts.Target, table)

@@ -30,6 +30,11 @@ func (u *Uploader) VacuumOptions(table string) (keepFrom func(context.Context) (
 		}
 		return st.RemoteVersion + 1, nil
 	}
+	if u.opts.Fleet != nil {
+		// A fleet's copies are the site's own objects under other
+		// names, vacuumed by the fleet's rules, not as the local files.
+		return keepFrom, nil
+	}
 	beforeDelete = func(ctx context.Context, r *delta.VacuumResult) error {
 		return u.planRemoteDeletes(table, r)
 	}

@@ -389,6 +389,9 @@ func (c *Config) validate(p *configParser) error {
 	if c.Delta.LocalRetention > 0 && c.Replica.URL == "" {
 		return p.fieldErrorf(&c.Delta.LocalRetention, "needs a replica (set %s): the local files it deletes are kept only there", p.path(&c.Replica.URL))
 	}
+	if c.Delta.LocalRetention > 0 && c.Replica.Fleet() {
+		return p.fieldErrorf(&c.Delta.LocalRetention, "needs %s: site: a fleet table holds the site's files translated to its own columns, which the agent cannot read back in place of its own", p.path(&c.Replica.Layout))
+	}
 	if err := c.HTTP.validate(p); err != nil {
 		return err
 	}

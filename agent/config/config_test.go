@@ -73,6 +73,8 @@ func badConfigs() []badConfig {
 		{"backfill_chunk_rows_large.bad.yml", []string{`backfill_chunk_rows_large.bad.yml:4: source.backfill_chunk_rows: "2000000" is out of range`, "at most 1000000"}},
 		{"backfill_rate_negative.bad.yml", []string{`backfill_rate_negative.bad.yml:4: source.backfill_rows_per_second: "-5" is not a whole number (0 means no limit)`}},
 		{"replica_stall_timeout_short.bad.yml", []string{`replica_stall_timeout_short.bad.yml:8: replica.stall_timeout: 500ms is under 1s`}},
+		{"local_retention_fleet.bad.yml", []string{`local_retention_fleet.bad.yml:6: delta.local_retention: needs replica.layout: site`}},
+		{"replica_bad_layout.bad.yml", []string{`replica_bad_layout.bad.yml:8: replica.layout: "shared" is not a layout (write site`}},
 		{"replica_bad_scheme.bad.yml", []string{`replica_bad_scheme.bad.yml:6: replica.url: unsupported scheme "ftp"`}},
 		{"replica_url_credentials.bad.yml", []string{`replica_url_credentials.bad.yml:7: replica.url: must not hold credentials`, "replica.access_key_id", "replica.secret_access_key"}},
 		{"replica_url_password.bad.yml", []string{`replica_url_password.bad.yml:6: replica.url: must not hold credentials`}},

@@ -83,7 +83,11 @@ func validateReplica(p *configParser, r *uploader.Config) error {
 		case errors.Is(err, uploader.ErrStallTimeout):
 			return p.fieldErrorf(&r.StallTimeout, "%s is under 1s: a request would be cancelled while it is only slow (the default is 30s)", r.StallTimeout)
 		case errors.Is(err, uploader.ErrSite):
-			return p.fieldErrorf(&r.Site, "%q is not a valid name (use a name without a slash or backslash, other than \".\" and \"..\", e.g. branch-17)", cutValue(r.Site))
+			return p.fieldErrorf(&r.Site, "%q is not a valid name (use a name without a slash, backslash, control character or surrounding space, other than \".\" and \"..\", e.g. branch-17)", cutValue(r.Site))
+		case errors.Is(err, uploader.ErrLayout):
+			return p.fieldErrorf(&r.Layout, "%q is not a layout (write site, each site's own tables under <url>/<site>/, or fleet, every site's rows in shared tables under <url>/)", cutValue(r.Layout))
+		case errors.Is(err, uploader.ErrFleetInterval):
+			return p.fieldErrorf(&r.FleetInterval, "%s is negative (the default is %s)", r.FleetInterval, uploader.DefaultFleetInterval)
 		}
 		return p.fieldErrorf(&r.URL, "%v", err)
 	}

@@ -159,15 +159,32 @@ func compatibleMetadata(prev, next *delta.Metadata) error {
 	if err != nil {
 		return fmt.Errorf("schema: %w", err)
 	}
+	return compatibleFields("", before, after)
+}
+
+// compatibleFields fails unless every field of before is in after under
+// the same id, physical name and type, a struct's fields by the same rule
+// (after's may hold more).
+func compatibleFields(prefix string, before, after *delta.StructType) error {
 	for _, f := range before.Fields {
 		g, _ := after.Field(f.Name)
+		name := prefix + f.Name
 		switch {
 		case g == nil:
-			return fmt.Errorf("column %q was dropped or renamed", f.Name)
+			return fmt.Errorf("column %q was dropped or renamed", name)
 		case g.ColumnID() != f.ColumnID() || g.PhysicalName() != f.PhysicalName():
-			return fmt.Errorf("column %q changed its id or physical name", f.Name)
-		case f.Type.String() != g.Type.String():
-			return fmt.Errorf("column %q changed its type from %s to %s", f.Name, f.Type, g.Type)
+			return fmt.Errorf("column %q changed its id or physical name", name)
+		}
+		fs, fStruct := f.Type.(*delta.StructType)
+		gs, gStruct := g.Type.(*delta.StructType)
+		if fStruct && gStruct {
+			if err := compatibleFields(name+".", fs, gs); err != nil {
+				return err
+			}
+			continue
+		}
+		if f.Type.String() != g.Type.String() {
+			return fmt.Errorf("column %q changed its type from %s to %s", name, f.Type, g.Type)
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 // Package replica opens the uploader backend named by a replica URL:
 // s3://bucket/prefix through package uploader/s3, file:///path through
-// package uploader/file. The returned client is rooted at <url>/<site>/.
+// package uploader/file. The returned client is rooted at <url>/<site>/,
+// or at <url>/ in the fleet layout.
 package replica
 
 import (
@@ -28,9 +29,13 @@ func Open(cfg uploader.Config, transport http.RoundTripper) (uploader.ReplicaCli
 	if err != nil {
 		return nil, fmt.Errorf("replica url: %w", err)
 	}
+	site := cfg.Site
+	if cfg.Fleet() {
+		site = ""
+	}
 	switch u.Scheme {
 	case "file":
-		return file.New(filepath.Join(filepath.FromSlash(u.Path), cfg.Site))
+		return file.New(filepath.Join(filepath.FromSlash(u.Path), site))
 	default: // s3, checked by Validate
 		prefix := strings.Trim(u.Path, "/")
 		if prefix != "" {
@@ -53,7 +58,7 @@ func Open(cfg uploader.Config, transport http.RoundTripper) (uploader.ReplicaCli
 			AccessKeyID:     cfg.AccessKeyID,
 			SecretAccessKey: cfg.SecretAccessKey,
 			Bucket:          u.Host,
-			Prefix:          prefix + cfg.Site,
+			Prefix:          strings.TrimSuffix(prefix+site, "/"),
 			Transport:       transport,
 			Deadlines:       deadlines(cfg.StallTimeout),
 		})

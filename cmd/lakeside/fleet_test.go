@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/internal/s3test"
+)
+
+// TestFleetLayout runs three agents, each on a database of its own, with
+// replica.layout fleet against one S3 server: they commit into one fleet
+// mirror and one fleet changelog per table, at once, under a workload of
+// inserts, updates and deletes; one site adds a column the others never
+// get, and one agent is SIGKILLed and started again mid-run. Afterwards
+// each site's partition of the fleet mirror equals its database row for
+// row, each site's partition of the fleet changelog holds exactly its
+// local changelog's changes, and a site without the column reads null in
+// it.
+func TestFleetLayout(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	bucket := srv.NewBucket()
+	const sites = 3
+	es := make([]*e2e, sites)
+	ds := make([]*daemon, sites)
+	for i := range sites {
+		section := fmt.Sprintf("replica:\n  url: s3://%s/fleet\n  site: site-%d\n  layout: fleet\n  fleet_interval: 300ms\n  poll_interval: 200ms\n"+
+			"  endpoint: %s\n  region: %s\n  access_key_id: %s\n  secret_access_key: %s\n",
+			bucket, i, srv.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey)
+		es[i] = newE2EWith(t, []string{"public.items"}, section)
+		es[i].exec(`CREATE TABLE items (id int8 PRIMARY KEY, v text, n int4)`,
+			fmt.Sprintf(`INSERT INTO items SELECT g, 'site %d row ' || g, g %% 7 FROM generate_series(1, 300) g`, i))
+	}
+	for i, e := range es {
+		ds[i] = e.start()
+	}
+	var wg sync.WaitGroup
+	for i, e := range es {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 11))
+			for round := range 30 {
+				id := 1 + rng.IntN(400)
+				switch {
+				case i == 1 && round == 10:
+					e.exec(`ALTER TABLE items ADD COLUMN extra text`, `UPDATE items SET extra = 'x' || id WHERE id % 3 = 0`)
+				case round%4 == 3:
+					e.exec(fmt.Sprintf(`DELETE FROM items WHERE id = %d`, id))
+				default:
+					e.exec(fmt.Sprintf(`INSERT INTO items (id, v, n) VALUES (%d, 'new', 1) ON CONFLICT (id) DO UPDATE SET n = items.n + 1, v = 'changed'`, id))
+				}
+				time.Sleep(time.Duration(20+rng.IntN(80)) * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	es[2].sigkill(ds[2], 1)
+	ds[2] = es[2].start()
+	wg.Wait()
+	for i, e := range es {
+		e.waitApplied(ds[i])
+		e.waitRemote(ds[i], "the workload")
+	}
+	dir := t.TempDir()
+	if err := srv.Download(context.Background(), bucket, "fleet/", dir); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range es {
+		site := fmt.Sprintf("site-%d", i)
+		cols := []string{"id", "v", "n"}
+		query := `SELECT id, v, n FROM items`
+		if i == 1 {
+			cols, query = append(cols, "extra"), `SELECT id, v, n, extra FROM items`
+		}
+		if err := fleetDiff(e, filepath.Join(dir, "public.items"), site, query, cols, nil); err != nil {
+			t.Errorf("fleet mirror, %s: %v", site, err)
+		}
+		if i != 1 {
+			if err := fleetDiff(e, filepath.Join(dir, "public.items"), site, `SELECT NULL::text FROM items`, []string{"extra"}, nil); err != nil {
+				t.Errorf("fleet mirror, %s, the column it lacks: %v", site, err)
+			}
+		}
+		var local []string
+		if err := e.scanDelta("public.items_changes", func(r map[string]any) { local = append(local, changeKey(r)) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := fleetDiff(e, filepath.Join(dir, "public.items_changes"), site, "", nil, local); err != nil {
+			t.Errorf("fleet changelog, %s: %v", site, err)
+		}
+		var n int
+		if err := e.conn.QueryRow(context.Background(), `SELECT count(*) FROM items`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d rows and %d changes compared", site, n, len(local))
+	}
+}
+
+// changeKey is what identifies a change of the changelog in the fleet
+// test: its position, its kind and its row.
+func changeKey(r map[string]any) string {
+	return fmt.Sprint(r["_lsn"], r["_seq"], r["_op"], r["id"], r["v"], r["n"])
+}
+
+// fleetDiff compares the partition of site in the fleet table at dir with
+// the rows of query on e's database (cols of the fleet's rows, skipping
+// soft-deleted ones), or, when query is empty, with the changes want
+// (changeKey), as multisets.
+func fleetDiff(e *e2e, dir, site, query string, cols []string, want []string) error {
+	ctx := context.Background()
+	count := map[string]int{}
+	if query != "" {
+		rows, err := e.conn.Query(ctx, query)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				return err
+			}
+			count[fmt.Sprint(vals...)]++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	for _, k := range want {
+		count[k]++
+	}
+	tbl, err := delta.Open(ctx, dir)
+	if err != nil {
+		return err
+	}
+	snap, err := tbl.Snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("the fleet table does not read: %w", err)
+	}
+	names := snap.Schema().FieldNames()
+	err = snap.ScanFiles(ctx, func(_ *delta.Add, rows []delta.Row) error {
+		for _, r := range rows {
+			m := make(map[string]any, len(names))
+			for j, n := range names {
+				m[n] = r[j]
+			}
+			if m["_site"] != site || m["_deleted"] == true {
+				continue
+			}
+			if query == "" {
+				count[changeKey(m)]--
+				continue
+			}
+			vals := make([]any, len(cols))
+			for i, c := range cols {
+				vals[i] = m[c]
+			}
+			count[fmt.Sprint(vals...)]--
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var missing, extra []string
+	for k, n := range count {
+		for range n {
+			missing = append(missing, k)
+		}
+		for range -n {
+			extra = append(extra, k)
+		}
+	}
+	if len(missing) > 0 || len(extra) > 0 {
+		slices.Sort(missing)
+		slices.Sort(extra)
+		return fmt.Errorf("%d missing (first %v), %d extra (first %v)", len(missing), missing[:min(5, len(missing))], len(extra), extra[:min(5, len(extra))])
+	}
+	return nil
+}
