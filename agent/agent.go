@@ -148,6 +148,11 @@ func (a *Agent) Open() error {
 			db.Close()
 			return fmt.Errorf("replica: %w", err)
 		}
+		root, err := replica.OpenRoot(a.cfg.Replica, nil)
+		if err != nil {
+			db.Close()
+			return fmt.Errorf("replica: %w", err)
+		}
 		var fleetOpts *uploader.FleetOptions
 		if a.cfg.Replica.Fleet() {
 			if fleetOpts, err = a.fleetOptions(db); err != nil {
@@ -165,6 +170,8 @@ func (a *Agent) Open() error {
 			MaxBackoff:   a.cfg.Replica.MaxBackoff,
 			Concurrency:  a.cfg.Replica.Concurrency,
 			Limiter:      a.limiter,
+			Root:         root,
+			Layout:       a.cfg.Replica.Layout,
 			Fleet:        fleetOpts,
 		})
 		if err != nil {

@@ -159,13 +159,41 @@ func CheckReplica(ctx context.Context, cfg *config.Config) []Check {
 		}
 		read.Fix = "check that the credentials may GetObject under the prefix and that no proxy rewrites objects"
 	}
-	checks = append(checks, read, checkConditionalPut(ctx, client, key, probe))
+	checks = append(checks, read, checkConditionalPut(ctx, client, key, probe), checkLayout(ctx, cfg))
 	deletes := Check{Name: "replica allows deletes (for vacuum)", OK: true}
 	if err := client.DeleteObject(ctx, key); err != nil {
 		deletes = Check{Name: deletes.Name, Problem: err.Error(),
 			Fix: "allow DeleteObject under the prefix, or remove " + key + " by hand"}
 	}
 	return append(checks, deletes)
+}
+
+// checkLayout checks that the replica holds the configured layout, or
+// none yet (uploader.LayoutMarker): an agent refuses to write site tables
+// where fleet tables are, and the reverse.
+func checkLayout(ctx context.Context, cfg *config.Config) Check {
+	layout := cfg.Replica.Layout
+	if layout == "" {
+		layout = uploader.LayoutSite
+	}
+	c := Check{Name: "replica holds the " + layout + " layout", OK: true}
+	root, err := replica.OpenRoot(cfg.Replica, nil)
+	if err != nil {
+		c.OK, c.Problem, c.Fix = false, err.Error(), "correct the replica section"
+		return c
+	}
+	found, err := uploader.ReadLayout(ctx, root)
+	switch {
+	case err != nil:
+		c.OK, c.Problem, c.Fix = false, err.Error(), "check that the credentials may GetObject at the root of replica.url"
+	case found == "":
+		c.Name = "replica holds no layout yet (the agent claims the " + layout + " layout at its first upload)"
+	case found != layout:
+		c.OK = false
+		c.Problem = fmt.Sprintf("the replica holds the %s layout, and replica.layout is %s: the agent would replicate nothing", found, layout)
+		c.Fix = fmt.Sprintf("set replica.layout: %s, or point replica.url at another place", found)
+	}
+	return c
 }
 
 func putProbe(ctx context.Context, client uploader.ReplicaClient, key string, data []byte) error {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/uploader"
+	"github.com/lakeside/lakeside/uploader/replica"
 )
 
 // TestCheckReplicaFindsIgnoredConditionalPuts runs the replica checks
@@ -96,5 +97,40 @@ func (s *memoryS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	default:
 		w.WriteHeader(http.StatusMethodNotAllowed)
+	}
+}
+
+// TestCheckReplicaLayout checks the replica's layout marker: none yet and
+// the configured one pass, another fails with the key to change.
+func TestCheckReplicaLayout(t *testing.T) {
+	srv := httptest.NewServer(newMemoryS3(true))
+	t.Cleanup(srv.Close)
+	cfg := &config.Config{Replica: uploader.Config{URL: "s3://bucket/lake", Site: "branch1", Endpoint: srv.URL,
+		Region: "us-east-1", AccessKeyID: "key", SecretAccessKey: "secret"}}
+	layoutCheck := func() Check {
+		for _, c := range CheckReplica(context.Background(), cfg) {
+			if strings.Contains(c.Name, "layout") {
+				return c
+			}
+		}
+		t.Fatal("no layout check")
+		return Check{}
+	}
+	if c := layoutCheck(); !c.OK || !strings.Contains(c.Name, "no layout yet") {
+		t.Errorf("an empty replica: %+v", c)
+	}
+	root, err := replica.OpenRoot(cfg.Replica, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := uploader.ClaimLayout(context.Background(), root, uploader.LayoutFleet); err != nil {
+		t.Fatal(err)
+	}
+	if c := layoutCheck(); c.OK || !strings.Contains(c.Fix, "replica.layout: fleet") {
+		t.Errorf("a fleet replica, site configured: %+v", c)
+	}
+	cfg.Replica.Layout = uploader.LayoutFleet
+	if c := layoutCheck(); !c.OK {
+		t.Errorf("a fleet replica, fleet configured: %+v", c)
 	}
 }

@@ -64,6 +64,13 @@ type Options struct {
 	MaxBytesPerSecond int64
 	Limiter           Limiter
 
+	// Root, when set, is the replica's client rooted at the URL (not at
+	// the site): before its first pass the uploader claims Layout there
+	// (ClaimLayout), and replicates nothing while the replica holds
+	// another layout.
+	Root   ReplicaClient
+	Layout string
+
 	// Fleet, when set, makes the replica a fleet (Config.Layout "fleet"):
 	// each table is committed into the shared table of its name instead
 	// of being copied (docs/fleet.md).
@@ -104,6 +111,7 @@ type Uploader struct {
 	mu           sync.Mutex
 	tables       map[string]*tableState
 	fleet        map[string]*fleetState // by table, in the fleet layout
+	layoutOK     bool                   // the replica holds Options.Layout
 	online       bool
 	offlineSince time.Time
 	lastError    string
@@ -237,6 +245,13 @@ func (u *Uploader) SyncOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("uploader: %w", err)
 	}
+	if err := u.claimLayout(ctx); err != nil {
+		for _, t := range tables {
+			u.setTableError(t.Name, err)
+		}
+		u.setOnline(err)
+		return err
+	}
 	var errs []error
 	for _, t := range tables {
 		var err error
@@ -256,6 +271,19 @@ func (u *Uploader) SyncOnce(ctx context.Context) error {
 	err = errors.Join(errs...)
 	u.setOnline(err)
 	return err
+}
+
+// claimLayout claims Options.Layout on the replica once (ClaimLayout).
+func (u *Uploader) claimLayout(ctx context.Context) error {
+	if u.opts.Root == nil || u.layoutOK {
+		return nil
+	}
+	root := &instrumented{c: u.opts.Root, requests: &u.requests, failures: &u.failures, stalls: &u.stalls}
+	if err := ClaimLayout(ctx, root, u.opts.Layout); err != nil {
+		return fmt.Errorf("uploader: %w", err)
+	}
+	u.layoutOK = true
+	return nil
 }
 
 // refreshBacklog recomputes the backlog of every table from the local logs,

@@ -65,6 +65,13 @@ func Open(cfg uploader.Config, transport http.RoundTripper) (uploader.ReplicaCli
 	}
 }
 
+// OpenRoot returns the client for cfg rooted at the URL itself, whatever
+// the layout: where the layout marker (uploader.LayoutMarker) lives.
+func OpenRoot(cfg uploader.Config, transport http.RoundTripper) (uploader.ReplicaClient, error) {
+	cfg.Layout = uploader.LayoutFleet
+	return Open(cfg, transport)
+}
+
 // deadlines returns the S3 deadlines of replica.stall_timeout (zero: the
 // default).
 func deadlines(stall time.Duration) s3.Deadlines {
