@@ -54,14 +54,13 @@ func (t *Table) Checkpoint(ctx context.Context, version int64) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint %d: %w", version, err)
 	}
-	rows, numAdds := checkpointRows(snap, t.now().UnixMilli())
-	st := checkpointSchema()
 	id, err := newUUID()
 	if err != nil {
 		return err
 	}
 	tmp := filepath.Join(t.logDir, "."+CheckpointFileName(version)+"."+id+".tmp")
-	if err := parquet.WriteFile(tmp, st, rows); err != nil {
+	lc, err := WriteCheckpoint(ctx, snap, tmp)
+	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("checkpoint %d: %w", version, err)
 	}
@@ -73,15 +72,10 @@ func (t *Table) Checkpoint(ctx context.Context, version int64) error {
 	if err := fsyncDir(t.logDir); err != nil {
 		return fmt.Errorf("checkpoint %d: %w", version, err)
 	}
-	info, err := os.Stat(final)
-	if err != nil {
-		return fmt.Errorf("checkpoint %d: %w", version, err)
-	}
-	if lc, err := readLastCheckpoint(t.logDir); err == nil && lc != nil && lc.Version > version {
+	if cur, err := readLastCheckpoint(t.logDir); err == nil && cur != nil && cur.Version > version {
 		return nil
 	}
-	size, nAdds := info.Size(), int64(numAdds)
-	data, err := json.Marshal(lastCheckpoint{Version: version, Size: int64(len(rows)), SizeInBytes: &size, NumOfAddFiles: &nAdds})
+	data, err := json.Marshal(lc)
 	if err != nil {
 		return err
 	}
@@ -98,6 +92,31 @@ func (t *Table) Checkpoint(ctx context.Context, version int64) error {
 		return fmt.Errorf("checkpoint %d: %w", version, err)
 	}
 	return nil
+}
+
+// WriteCheckpoint writes a classic single-file checkpoint of snap to a new
+// file at path, flushed to stable storage, and returns what
+// _last_checkpoint says of it. The checkpoint holds the protocol, the
+// metaData, every txn, every file and the tombstones not yet expired at
+// the snapshot's time (delta.deletedFileRetentionDuration), as the
+// protocol asks. It is how a writer whose log is not in a local table
+// directory (a fleet table on an object store) checkpoints: it replays
+// the log into a scratch directory, writes the checkpoint there and puts
+// it where the log is. Its memory is the snapshot's.
+func WriteCheckpoint(ctx context.Context, snap *Snapshot, path string) (*LastCheckpoint, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rows, numAdds := checkpointRows(snap, snap.now.UnixMilli())
+	if err := parquet.WriteFile(path, checkpointSchema(), rows); err != nil {
+		return nil, fmt.Errorf("write checkpoint %d: %w", snap.version, err)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("write checkpoint %d: %w", snap.version, err)
+	}
+	size, nAdds := info.Size(), int64(numAdds)
+	return &LastCheckpoint{Version: snap.version, Size: int64(len(rows)), SizeInBytes: &size, NumOfAddFiles: &nAdds}, nil
 }
 
 // checkpointRows returns the rows of a checkpoint of the snapshot: protocol,
@@ -226,22 +245,34 @@ func nonNilMap(m map[string]string) map[string]string {
 // readCheckpoint reads the actions of a checkpoint into a replay state.
 func (t *Table) readCheckpoint(ctx context.Context, ref checkpointRef) (*replayState, error) {
 	st := newReplayState()
-	schema := checkpointSchema()
 	for _, p := range ref.paths {
-		rows, err := parquet.ReadFile(ctx, p, schema)
+		err := ReadCheckpointFile(ctx, p, func(acts []Action) error {
+			st.apply(acts)
+			return nil
+		})
 		if err != nil {
 			return nil, fmt.Errorf("read checkpoint %d: %w", ref.version, err)
 		}
-		acts, err := checkpointActions(rows)
-		if err != nil {
-			return nil, fmt.Errorf("read checkpoint %d: %w", ref.version, err)
-		}
-		st.apply(acts)
 	}
 	if st.protocol == nil || st.metadata == nil {
 		return nil, fmt.Errorf("read checkpoint %d: %w: no protocol or metaData", ref.version, ErrCorruptLog)
 	}
 	return st, nil
+}
+
+// ReadCheckpointFile reads the actions of one checkpoint file at path (a
+// classic checkpoint, or one part of a multi-part one) and hands them to
+// fn in file order, a batch of rows at a time, so that its memory is a
+// batch's whatever the checkpoint's size. fn may keep the actions. A
+// file that is not Parquet fails with an error.
+func ReadCheckpointFile(ctx context.Context, path string, fn func([]Action) error) error {
+	return parquet.ReadBatches(ctx, path, checkpointSchema(), func(rows []Row) error {
+		acts, err := checkpointActions(rows)
+		if err != nil {
+			return err
+		}
+		return fn(acts)
+	})
 }
 
 // checkpointActions converts checkpoint rows (read with checkpointSchema)

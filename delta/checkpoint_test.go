@@ -81,3 +81,77 @@ func TestCheckpointDueBySize(t *testing.T) {
 	}
 	t.Logf("%d checkpoints at %v: %d bytes for %d bytes of commits", len(checkpoints), checkpoints, checkpointBytes, commitBytes)
 }
+
+// TestWriteCheckpointReadsBack writes the checkpoint of a snapshot to a
+// path of its own with WriteCheckpoint and reads it with
+// ReadCheckpointFile: it holds the protocol, the metaData, every txn, every
+// file and the tombstones, and what it returns for _last_checkpoint counts
+// them.
+func TestWriteCheckpointReadsBack(t *testing.T) {
+	ctx := context.Background()
+	schema := NewStructType(NewField("id", TypeLong, true), NewField("s", TypeString, true))
+	tbl, err := Create(ctx, t.TempDir(), schema, nil, nil, nil, WithCheckpointInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeSimpleCommits(t, tbl, 7)
+	snap, err := tbl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "cp.parquet")
+	lc, err := WriteCheckpoint(ctx, snap, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var adds, removes, txns, protos, metas int64
+	var rows int64
+	err = ReadCheckpointFile(ctx, path, func(acts []Action) error {
+		for _, a := range acts {
+			rows++
+			switch a := a.(type) {
+			case *Add:
+				adds++
+			case *Remove:
+				removes++
+			case *Txn:
+				txns++
+				if a.AppID != "app" || a.Version != 6 {
+					t.Errorf("txn %s at %d, want app at 6", a.AppID, a.Version)
+				}
+			case *Protocol:
+				protos++
+			case *Metadata:
+				metas++
+				if a.ID != snap.Metadata().ID || a.SchemaString != snap.Metadata().SchemaString {
+					t.Errorf("metaData %+v, want %+v", a, snap.Metadata())
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if adds != int64(snap.NumFiles()) || removes != int64(len(snap.Tombstones())) || removes == 0 || txns != 1 || protos != 1 || metas != 1 {
+		t.Errorf("read %d adds, %d removes, %d txns, %d protocols, %d metaData; want %d adds, %d removes and one of each other",
+			adds, removes, txns, protos, metas, snap.NumFiles(), len(snap.Tombstones()))
+	}
+	if lc.Version != snap.Version() || lc.Size != rows || *lc.NumOfAddFiles != adds || *lc.SizeInBytes != info.Size() {
+		t.Errorf("_last_checkpoint %+v for %d actions, %d adds, %d bytes at version %d", lc, rows, adds, info.Size(), snap.Version())
+	}
+	if _, err := WriteCheckpoint(ctx, snap, path); err == nil {
+		t.Error("WriteCheckpoint overwrote an existing file")
+	}
+	bad := filepath.Join(t.TempDir(), "bad.parquet")
+	if err := os.WriteFile(bad, []byte("not parquet"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := ReadCheckpointFile(ctx, bad, func([]Action) error { return nil }); err == nil {
+		t.Error("ReadCheckpointFile read a file that is not Parquet")
+	}
+}

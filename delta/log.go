@@ -30,6 +30,13 @@ func CheckpointFileName(version int64) string {
 	return fmt.Sprintf("%020d.checkpoint.parquet", version)
 }
 
+// CheckpointPartFileName returns the name of part part (from 1) of a
+// multi-part checkpoint of parts files, such as
+// "00000000000000000010.checkpoint.0000000001.0000000003.parquet".
+func CheckpointPartFileName(version int64, part, parts int) string {
+	return fmt.Sprintf("%020d.checkpoint.%010d.%010d.parquet", version, part, parts)
+}
+
 // logFile is one file of the log directory.
 type logFile struct {
 	version int64
@@ -154,17 +161,39 @@ func (l *logListing) checkpointVersionsDesc(upTo int64) []int64 {
 	return vs
 }
 
-// lastCheckpoint is the content of _last_checkpoint.
-type lastCheckpoint struct {
-	Version       int64  `json:"version"`
-	Size          int64  `json:"size"`
-	Parts         *int   `json:"parts,omitempty"`
-	SizeInBytes   *int64 `json:"sizeInBytes,omitempty"`
+// LastCheckpoint is the content of _last_checkpoint: the version of the
+// newest checkpoint, so that a reader starts there instead of listing the
+// whole log, and what the checkpoint holds.
+type LastCheckpoint struct {
+	// Version is the version the checkpoint is of.
+	Version int64 `json:"version"`
+	// Size is the number of actions the checkpoint holds.
+	Size int64 `json:"size"`
+	// Parts is the number of files of a multi-part checkpoint; nil for a
+	// single file.
+	Parts *int `json:"parts,omitempty"`
+	// SizeInBytes is the size of the checkpoint's files.
+	SizeInBytes *int64 `json:"sizeInBytes,omitempty"`
+	// NumOfAddFiles is the number of add actions the checkpoint holds.
 	NumOfAddFiles *int64 `json:"numOfAddFiles,omitempty"`
 }
 
+// ParseLastCheckpoint parses the content of _last_checkpoint. Content that
+// is not such an object, or names a negative version, fails with an error
+// wrapping ErrCorruptLog.
+func ParseLastCheckpoint(data []byte) (*LastCheckpoint, error) {
+	var lc LastCheckpoint
+	if err := json.Unmarshal(data, &lc); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorruptLog, err)
+	}
+	if lc.Version < 0 {
+		return nil, fmt.Errorf("%w: negative version", ErrCorruptLog)
+	}
+	return &lc, nil
+}
+
 // readLastCheckpoint reads _last_checkpoint. A missing file returns nil, nil.
-func readLastCheckpoint(logDir string) (*lastCheckpoint, error) {
+func readLastCheckpoint(logDir string) (*LastCheckpoint, error) {
 	data, err := os.ReadFile(filepath.Join(logDir, LastCheckpointName))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -172,14 +201,11 @@ func readLastCheckpoint(logDir string) (*lastCheckpoint, error) {
 		}
 		return nil, fmt.Errorf("read last checkpoint: %w", err)
 	}
-	var lc lastCheckpoint
-	if err := json.Unmarshal(data, &lc); err != nil {
-		return nil, fmt.Errorf("read last checkpoint: %w: %v", ErrCorruptLog, err)
+	lc, err := ParseLastCheckpoint(data)
+	if err != nil {
+		return nil, fmt.Errorf("read last checkpoint: %w", err)
 	}
-	if lc.Version < 0 {
-		return nil, fmt.Errorf("read last checkpoint: %w: negative version", ErrCorruptLog)
-	}
-	return &lc, nil
+	return lc, nil
 }
 
 // readCommitFile reads and parses one commit file.
