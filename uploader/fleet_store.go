@@ -18,14 +18,23 @@ func FleetStore(c ReplicaClient) fleet.Store { return fleetStore{c} }
 type fleetStore struct{ c ReplicaClient }
 
 func (s fleetStore) PutIfAbsent(ctx context.Context, key string, data []byte) error {
-	sum := sha256.Sum256(data)
-	body := Body{R: bytes.NewReader(data), Size: int64(len(data)), SHA256: sum[:],
-		Reopen: func() io.Reader { return bytes.NewReader(data) }}
-	err := s.c.PutObject(ctx, key, body, PutOptions{IfNoneMatch: true})
+	err := s.c.PutObject(ctx, key, bytesBody(data), PutOptions{IfNoneMatch: true})
 	if errors.Is(err, ErrPreconditionFailed) {
 		return fmt.Errorf("%w: %w", fleet.ErrExists, err)
 	}
 	return err
+}
+
+// Put overwrites key: a plain PutObject, with no condition.
+func (s fleetStore) Put(ctx context.Context, key string, data []byte) error {
+	return s.c.PutObject(ctx, key, bytesBody(data), PutOptions{})
+}
+
+// bytesBody returns data as the body of a put, which a retry reads again.
+func bytesBody(data []byte) Body {
+	sum := sha256.Sum256(data)
+	return Body{R: bytes.NewReader(data), Size: int64(len(data)), SHA256: sum[:],
+		Reopen: func() io.Reader { return bytes.NewReader(data) }}
 }
 
 func (s fleetStore) Get(ctx context.Context, key string, limit int64) ([]byte, error) {

@@ -17,6 +17,11 @@ type Store interface {
 	// PutIfAbsent stores data at key unless key exists, when it fails
 	// with an error wrapping ErrExists (If-None-Match: *).
 	PutIfAbsent(ctx context.Context, key string, data []byte) error
+	// Put stores data at key, replacing any object there. Only
+	// _last_checkpoint is ever overwritten, and only after a read showed
+	// it older (see Log.advanceLastCheckpoint): the store needs no
+	// conditional overwrite.
+	Put(ctx context.Context, key string, data []byte) error
 	// Get returns the object at key, or an error wrapping ErrNotExist.
 	// An object larger than limit bytes fails with ErrTooLarge.
 	Get(ctx context.Context, key string, limit int64) ([]byte, error)
