@@ -40,8 +40,12 @@ type FleetTable struct {
 
 // NewFleetTable returns the publisher of the local table at root, of kind
 // "changelog" or "mirror", into the fleet on client. Translated files are
-// staged in tmpDir.
+// staged in tmpDir, and so are the fleet's checkpoints unless
+// opts.ScratchDir says otherwise.
 func NewFleetTable(client ReplicaClient, root, kind, tmpDir string, opts fleet.Options) *FleetTable {
+	if opts.ScratchDir == "" {
+		opts.ScratchDir = tmpDir
+	}
 	return &FleetTable{client: client, store: FleetStore(client), local: delta.New(root, delta.WithCheckpointInterval(0)),
 		name: filepath.Base(root), kind: kind, opts: opts, tmpDir: tmpDir, trs: map[string]*delta.Translation{}}
 }

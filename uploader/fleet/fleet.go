@@ -51,3 +51,12 @@ const SiteColumn = "_site"
 
 // MaxCommitBytes bounds the size of a commit file a site reads.
 const MaxCommitBytes = 256 << 20
+
+// MaxCheckpointBytes bounds the size of a checkpoint file a site reads:
+// 1 GiB, read whole into memory. A checkpoint row of a file takes a few
+// hundred bytes with its stats, so that is some millions of files, far
+// more than a fleet table's sites leave between two compactions.
+const MaxCheckpointBytes = 1 << 30
+
+// maxLastCheckpointBytes bounds _last_checkpoint, a small JSON object.
+const maxLastCheckpointBytes = 1 << 20

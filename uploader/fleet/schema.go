@@ -102,6 +102,7 @@ func (w *Writer) CommitSchema(ctx context.Context, change func(*delta.Metadata, 
 	if err != nil {
 		return -1, fmt.Errorf("change schema: %w", err)
 	}
+	w.afterCommit(ctx, v)
 	return v, nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -38,6 +40,17 @@ type Options struct {
 	EngineInfo string
 	// Now is the clock (time.Now).
 	Now func() time.Time
+	// CheckpointInterval is the number of versions between two
+	// checkpoints when the table does not set delta.checkpointInterval
+	// (DefaultCheckpointInterval); negative: the site writes none.
+	CheckpointInterval int64
+	// ScratchDir is where the site replays the log to write a checkpoint
+	// and stages a checkpoint it reads, in a directory of its own it
+	// removes after (os.TempDir()).
+	ScratchDir string
+	// Logger takes what fails without failing a commit, such as a
+	// checkpoint (nothing is logged by default).
+	Logger *slog.Logger
 }
 
 // progress is how far the fleet holds one appId of the site.
@@ -97,6 +110,12 @@ func newWriter(store Store, table string, opts Options) (*Writer, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.ScratchDir == "" {
+		opts.ScratchDir = os.TempDir()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Writer{log: NewLog(store, table), opts: opts, site: opts.Site,
 		runs: append([]string{opts.RunID}, opts.PastRuns...), head: -1, progress: map[string]progress{}}, nil
@@ -287,6 +306,7 @@ func (w *Writer) Commit(ctx context.Context, r Range) (int64, error) {
 		return -1, fmt.Errorf("commit %s up to %d: %w", r.AppID, r.Version, err)
 	}
 	w.progress[r.AppID] = progress{local: r.Version, fleet: v}
+	w.afterCommit(ctx, v)
 	return v, nil
 }
 

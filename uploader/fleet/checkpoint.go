@@ -1,0 +1,135 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/lakeside/lakeside/delta"
+)
+
+// DefaultCheckpointInterval is the number of versions between two
+// checkpoints of a fleet table that does not set delta.checkpointInterval.
+const DefaultCheckpointInterval = 100
+
+// checkpointInterval returns the number of versions between two
+// checkpoints: the table's delta.checkpointInterval, which every writer
+// follows, else Options.CheckpointInterval, else
+// DefaultCheckpointInterval. Zero or less: this site writes none.
+func (w *Writer) checkpointInterval() int64 {
+	if w.meta != nil {
+		if s, ok := w.meta.Configuration["delta.checkpointInterval"]; ok {
+			if n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	if w.opts.CheckpointInterval != 0 {
+		return w.opts.CheckpointInterval
+	}
+	return DefaultCheckpointInterval
+}
+
+// afterCommit checkpoints version v, which this site just committed, when
+// v is a multiple of the checkpoint interval: whoever commits such a
+// version checkpoints it (docs/fleet.md, "Checkpoints"). A checkpoint that
+// fails is logged, not returned: the commit is in, and the next multiple
+// covers the table.
+func (w *Writer) afterCommit(ctx context.Context, v int64) {
+	n := w.checkpointInterval()
+	if n <= 0 || v <= 0 || v%n != 0 {
+		return
+	}
+	if err := w.checkpoint(ctx, v, v+n); err != nil {
+		w.opts.Logger.Warn("fleet: checkpoint after commit failed", "table", w.log.table(), "version", v, "err", err)
+	}
+}
+
+// checkpoint writes the classic checkpoint of version v, with
+// If-None-Match (a copy another site put first is as valid), then moves
+// _last_checkpoint forward to it; nextDue is the version whose committer
+// checkpoints next. The state at v is the newest checkpoint before v plus
+// the commits after it: they are copied into a scratch directory under
+// Options.ScratchDir and replayed there by package delta, which writes the
+// checkpoint as it does a local table's. So its memory is the table's
+// state at v, not only the commits since the last checkpoint: there is
+// no streaming writer. A checkpoint of v or a newer one already named by
+// _last_checkpoint leaves nothing to do.
+func (w *Writer) checkpoint(ctx context.Context, v, nextDue int64) error {
+	lc, err := w.log.LastCheckpoint(ctx)
+	if errors.Is(err, delta.ErrCorruptLog) {
+		w.opts.Logger.Warn("fleet: replaying the log from version 0", "table", w.log.table(), "err", err)
+		lc, err = nil, nil
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint %d: %w", v, err)
+	}
+	if lc != nil && lc.Version >= v {
+		return nil
+	}
+	dir, err := os.MkdirTemp(w.opts.ScratchDir, "fleet-checkpoint-")
+	if err != nil {
+		return fmt.Errorf("checkpoint %d: %w", v, err)
+	}
+	defer os.RemoveAll(dir)
+	logDir := filepath.Join(dir, delta.LogDirName)
+	if err := os.Mkdir(logDir, 0o755); err != nil {
+		return fmt.Errorf("checkpoint %d: %w", v, err)
+	}
+	from := int64(0)
+	if lc != nil {
+		if _, err := w.log.downloadCheckpoint(ctx, lc, logDir); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("checkpoint %d: %w", v, ctx.Err())
+			}
+			w.opts.Logger.Warn("fleet: replaying the log from version 0", "table", w.log.table(), "err", err)
+		} else {
+			from = lc.Version + 1
+		}
+	}
+	if err := w.log.download(ctx, from, v, logDir); err != nil {
+		return fmt.Errorf("checkpoint %d: %w", v, err)
+	}
+	tbl, err := delta.Open(ctx, dir, delta.WithCheckpointInterval(0), delta.WithClock(w.opts.Now), delta.WithLogger(w.opts.Logger))
+	if err != nil {
+		return fmt.Errorf("checkpoint %d: %w", v, err)
+	}
+	snap, err := tbl.SnapshotAt(ctx, v)
+	if err != nil && from > 0 && ctx.Err() == nil {
+		// The previous checkpoint does not read: replay from version 0,
+		// which delta does once the commits before it are there too.
+		w.opts.Logger.Warn("fleet: replaying the log from version 0", "table", w.log.table(), "err", err)
+		if derr := w.log.download(ctx, 0, from-1, logDir); derr != nil {
+			return fmt.Errorf("checkpoint %d: %v; from version 0: %w", v, err, derr)
+		}
+		snap, err = tbl.SnapshotAt(ctx, v)
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint %d: %w", v, err)
+	}
+	path := filepath.Join(dir, delta.CheckpointFileName(v))
+	next, err := delta.WriteCheckpoint(ctx, snap, path)
+	if err != nil {
+		return fmt.Errorf("checkpoint %d: %w", v, err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("checkpoint %d: %w", v, err)
+	}
+	switch err := w.log.putCheckpoint(ctx, v, data); {
+	case errors.Is(err, ErrExists):
+		// Another site's copy: its size in bytes may differ from this
+		// one's, so _last_checkpoint leaves it out.
+		next.SizeInBytes = nil
+	case err != nil:
+		return err
+	}
+	if err := w.log.advanceLastCheckpoint(ctx, next, nextDue); err != nil {
+		return fmt.Errorf("checkpoint %d: %w", v, err)
+	}
+	return nil
+}
