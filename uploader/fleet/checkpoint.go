@@ -133,3 +133,100 @@ func (w *Writer) checkpoint(ctx context.Context, v, nextDue int64) error {
 	}
 	return nil
 }
+
+// load reads what the site needs of the table's log: the newest schema and
+// protocol and the site's progress, from the checkpoint _last_checkpoint
+// names and the commits after it up to the head, and returns the head (-1:
+// the table has no log). A checkpoint that is missing or does not read is
+// passed over for the log from version 0; when that is gone too, the error
+// says both.
+func (w *Writer) load(ctx context.Context) (int64, error) {
+	lc, err := w.log.LastCheckpoint(ctx)
+	if errors.Is(err, delta.ErrCorruptLog) {
+		w.opts.Logger.Warn("fleet: reading the log from version 0", "table", w.log.table(), "err", err)
+		lc, err = nil, nil
+	}
+	if err != nil {
+		return -1, err
+	}
+	known := int64(-1)
+	var cpErr error
+	if lc != nil {
+		known = lc.Version
+		if cpErr = w.fromCheckpoint(ctx, lc); cpErr != nil {
+			if ctx.Err() != nil || errors.Is(cpErr, ErrConflict) {
+				return -1, cpErr
+			}
+			w.opts.Logger.Warn("fleet: reading the log from version 0", "table", w.log.table(), "err", cpErr)
+		}
+	}
+	head, err := w.log.latestFrom(ctx, known)
+	if err != nil {
+		return -1, err
+	}
+	if err := w.catchUp(ctx, head); err != nil {
+		if cpErr != nil {
+			return -1, fmt.Errorf("%v, the checkpoint _last_checkpoint names; the log from version 0 does not read either: %w", cpErr, err)
+		}
+		return -1, err
+	}
+	return head, nil
+}
+
+// fromCheckpoint takes in the checkpoint lc names: its protocol and
+// metaData, and the versions of the site's appIds in its txn actions, all
+// of which Delta keeps in a checkpoint. A checkpoint carries no
+// commitInfo, so those versions are taken as they are; the check that the
+// site's own runs wrote them applies to the commits read after it. The
+// fleet version of such an appId's progress is the checkpoint's, which is
+// at or after the commit that brought it there. Nothing is taken in
+// unless the whole checkpoint reads.
+func (w *Writer) fromCheckpoint(ctx context.Context, lc *delta.LastCheckpoint) error {
+	dir, err := os.MkdirTemp(w.opts.ScratchDir, "fleet-checkpoint-")
+	if err != nil {
+		return fmt.Errorf("read checkpoint %d: %w", lc.Version, err)
+	}
+	defer os.RemoveAll(dir)
+	paths, err := w.log.downloadCheckpoint(ctx, lc, dir)
+	if err != nil {
+		return err
+	}
+	var md *delta.Metadata
+	var proto *delta.Protocol
+	txns := map[string]int64{}
+	for _, p := range paths {
+		err := delta.ReadCheckpointFile(ctx, p, func(acts []delta.Action) error {
+			for _, a := range acts {
+				switch a := a.(type) {
+				case *delta.Metadata:
+					md = a
+				case *delta.Protocol:
+					proto = a
+				case *delta.Txn:
+					if strings.HasPrefix(a.AppID, w.appIDPrefix()) {
+						txns[a.AppID] = a.Version
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("read checkpoint %d: %w", lc.Version, err)
+		}
+	}
+	if md == nil || proto == nil {
+		return fmt.Errorf("read checkpoint %d: %w: no protocol or metaData", lc.Version, delta.ErrCorruptLog)
+	}
+	if err := checkProtocol(proto); err != nil {
+		return fmt.Errorf("%w: checkpoint %d: %v", ErrConflict, lc.Version, err)
+	}
+	if err := w.setMetadata(md); err != nil {
+		return fmt.Errorf("checkpoint %d: %w", lc.Version, err)
+	}
+	w.proto = proto
+	for appID, local := range txns {
+		w.progress[appID] = progress{local: local, fleet: lc.Version}
+	}
+	w.head = lc.Version
+	return nil
+}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/uploader"
 	"github.com/lakeside/lakeside/uploader/fleet"
 )
 
@@ -104,6 +105,116 @@ func TestCheckpointsOfConcurrentSites(t *testing.T) {
 			t.Errorf("the scratch directory holds %d entries, not removed: %s", len(left), left[0].Name())
 		}
 		t.Logf("%d versions, checkpoints up to %d", head+1, newest)
+	})
+}
+
+// TestOpenFromCheckpoint commits with a checkpoint every 5 versions, then
+// deletes every commit before the newest checkpoint, and the checkpoints
+// before it, as log expiry would. Open then still reads the table, from
+// the checkpoint: the head, the schema, the progress of a site whose last
+// range is only in the checkpoint and of one whose last range came after
+// it; the sites commit on, and Log.Latest finds the head.
+func TestOpenFromCheckpoint(t *testing.T) {
+	eachClient(t, func(t *testing.T, newClient func(t *testing.T) uploader.ReplicaClient) {
+		ctx := context.Background()
+		client := newClient(t)
+		store := uploader.FleetStore(client)
+		scratch := t.TempDir()
+		proto, md := fleetSchema(t)
+		// Site 0's ranges are versions 1 to 5 and 7, its column 6, site
+		// 1's ranges 8 to 13: checkpoints at 5 and 10.
+		if _, err := commitSite(ctx, store, siteOptions(t, 0, 5, scratch), 0, 1, 6, proto, md); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := commitSite(ctx, store, siteOptions(t, 1, 5, scratch), 1, 1, 6, proto, md); err != nil {
+			t.Fatal(err)
+		}
+		const head, cp = 13, 10
+		for v := range int64(cp) {
+			if err := client.DeleteObject(ctx, table+"/_delta_log/"+delta.CommitFileName(v)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := client.DeleteObject(ctx, table+"/_delta_log/"+delta.CheckpointFileName(5)); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := fleet.NewLog(store, table).Latest(ctx, -1); err != nil || v != head {
+			t.Fatalf("Latest: %d, %v; want %d", v, err, head)
+		}
+		for s, want := range []struct{ local, fleet int64 }{{6, cp}, {6, head}} {
+			w, err := fleet.Open(ctx, store, table, siteOptions(t, s, 5, scratch))
+			if err != nil {
+				t.Fatalf("site %d: %v", s, err)
+			}
+			appID := w.AppID("mirror", fmt.Sprintf("local-site-%d", s))
+			if local, at, ok := w.Progress(appID); !ok || local != want.local || at != want.fleet {
+				t.Errorf("site %d: progress %d at %d (%v), want %d at %d", s, local, at, ok, want.local, want.fleet)
+			}
+			if w.Version() != head+int64(s) { // site 0 commits one more below
+				t.Errorf("site %d: version %d, want %d", s, w.Version(), head+int64(s))
+			}
+			if f, _ := must(w.Metadata().Schema()).Field("added"); f == nil {
+				t.Errorf("site %d: the column site 0 added is missing", s)
+			}
+			v, err := w.Commit(ctx, fleet.Range{AppID: appID, Version: 7, Operation: "WRITE", Actions: []delta.Action{
+				&delta.Add{Path: w.SiteDir() + "part-7.parquet", PartitionValues: w.SitePartition(), Size: 100, DataChange: true}}})
+			if err != nil || v != head+1+int64(s) {
+				t.Errorf("site %d: commit after open: version %d, %v", s, v, err)
+			}
+		}
+	})
+}
+
+// TestOpenPassesOverBadCheckpoint corrupts the checkpoint _last_checkpoint
+// names. Open then reads the log from version 0 and knows the site's
+// progress; the next checkpoint is written all the same, replayed from
+// version 0, and reads. Once version 0 is gone too, Open fails and says
+// why.
+func TestOpenPassesOverBadCheckpoint(t *testing.T) {
+	eachClient(t, func(t *testing.T, newClient func(t *testing.T) uploader.ReplicaClient) {
+		ctx := context.Background()
+		client := newClient(t)
+		store := uploader.FleetStore(client)
+		scratch := t.TempDir()
+		proto, md := fleetSchema(t)
+		opts := siteOptions(t, 0, 5, scratch)
+		opts.Logger = slog.New(slog.DiscardHandler) // the bad checkpoint is logged
+		if _, err := commitSite(ctx, store, opts, 0, 1, 6, proto, md); err != nil {
+			t.Fatal(err)
+		}
+		cpKey := table + "/_delta_log/" + delta.CheckpointFileName(5)
+		if err := store.Put(ctx, cpKey, []byte("not a checkpoint")); err != nil {
+			t.Fatal(err)
+		}
+		w, err := fleet.Open(ctx, store, table, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		appID := w.AppID("mirror", "local-site-0")
+		if local, at, ok := w.Progress(appID); !ok || local != 6 || at != 7 {
+			t.Errorf("progress %d at %d (%v), want 6 at 7", local, at, ok)
+		}
+		// Versions 8 to 10: a checkpoint at 10.
+		if _, err := commitSite(ctx, store, opts, 0, 7, 9, proto, md); err != nil {
+			t.Fatal(err)
+		}
+		if v := lastCheckpoint(ctx, t, store); v != 10 {
+			t.Fatalf("_last_checkpoint names %d, want 10", v)
+		}
+		only := copyLog(ctx, t, store, 11, 10, 10)
+		plain := copyLog(ctx, t, store, 0, 10, -1)
+		sameSnapshot(t, "at 10", snapshotAt(t, only, 10), snapshotAt(t, plain, 10))
+
+		if err := store.Put(ctx, table+"/_delta_log/"+delta.CheckpointFileName(10), []byte("not a checkpoint either")); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.DeleteObject(ctx, table+"/_delta_log/"+delta.CommitFileName(0)); err != nil {
+			t.Fatal(err)
+		}
+		_, err = fleet.Open(ctx, store, table, opts)
+		if err == nil || !strings.Contains(err.Error(), "checkpoint 10") || !strings.Contains(err.Error(), "version 0") {
+			t.Errorf("Open without a readable checkpoint nor version 0: %v", err)
+		}
 	})
 }
 

@@ -20,25 +20,34 @@ import (
 
 // eachStore runs fn against a directory and against a real S3 server.
 func eachStore(t *testing.T, fn func(t *testing.T, newStore func(t *testing.T) fleet.Store)) {
+	eachClient(t, func(t *testing.T, newClient func(t *testing.T) uploader.ReplicaClient) {
+		fn(t, func(t *testing.T) fleet.Store { return uploader.FleetStore(newClient(t)) })
+	})
+}
+
+// eachClient runs fn against a directory and against a real S3 server,
+// given as the replica client a fleet.Store adapts, for tests that reach
+// around the store (to delete what log expiry would).
+func eachClient(t *testing.T, fn func(t *testing.T, newClient func(t *testing.T) uploader.ReplicaClient)) {
 	t.Run("file", func(t *testing.T) {
-		fn(t, func(t *testing.T) fleet.Store {
+		fn(t, func(t *testing.T) uploader.ReplicaClient {
 			c, err := file.New(filepath.Join(t.TempDir(), "fleet"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			return uploader.FleetStore(c)
+			return c
 		})
 	})
 	t.Run("s3", func(t *testing.T) {
 		srv := s3test.Start(t)
-		fn(t, func(t *testing.T) fleet.Store {
+		fn(t, func(t *testing.T) uploader.ReplicaClient {
 			c, err := s3.New(s3.Config{Endpoint: srv.Endpoint(), Region: s3test.Region, AccessKeyID: s3test.AccessKey,
 				SecretAccessKey: s3test.SecretKey, Bucket: srv.NewBucket(), Prefix: "fleet",
 				Retry: s3.RetryPolicy{MaxRetries: 2, MinWait: 10e6, MaxWait: 50e6}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return uploader.FleetStore(c)
+			return c
 		})
 	})
 }

@@ -61,10 +61,27 @@ func (l *Log) exists(ctx context.Context, v int64) (bool, error) {
 }
 
 // Latest returns the newest committed version, knowing that version known
-// is committed (-1: nothing known). Versions are contiguous, so it probes
+// is committed (-1: nothing known, when it starts from the checkpoint
+// _last_checkpoint names, if any). Versions are contiguous, so it probes
 // forward in doubling steps and then bisects: a site far behind finds the
-// head in a number of reads logarithmic in how far behind it is.
+// head in a number of reads logarithmic in how far behind it is. Starting
+// from the checkpoint finds the head even when log expiry has deleted the
+// commits before it.
 func (l *Log) Latest(ctx context.Context, known int64) (int64, error) {
+	if known < 0 {
+		lc, err := l.LastCheckpoint(ctx)
+		switch {
+		case err == nil && lc != nil:
+			known = lc.Version
+		case err != nil && !errors.Is(err, delta.ErrCorruptLog):
+			return -1, err
+		}
+	}
+	return l.latestFrom(ctx, known)
+}
+
+// latestFrom is Latest without reading _last_checkpoint.
+func (l *Log) latestFrom(ctx context.Context, known int64) (int64, error) {
 	lo, step := known, int64(1) // lo is committed (or -1)
 	hi := int64(-1)             // hi, once set, is not committed
 	for hi < 0 {

@@ -17,14 +17,11 @@ func Create(ctx context.Context, store Store, table string, proto *delta.Protoco
 	if err != nil {
 		return nil, err
 	}
-	head, err := w.log.Latest(ctx, -1)
+	head, err := w.load(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("create fleet table %s: %w", table, err)
+		return nil, fmt.Errorf("open fleet table %s: %w", table, err)
 	}
 	if head >= 0 {
-		if err := w.catchUp(ctx, head); err != nil {
-			return nil, fmt.Errorf("open fleet table %s: %w", table, err)
-		}
 		return w, nil
 	}
 	if err := checkProtocol(proto); err != nil {

@@ -77,22 +77,20 @@ type Writer struct {
 }
 
 // Open reads the log of the fleet table named table: its newest schema and
-// protocol, and how far it holds each of the site's appIds. A table with no
-// log fails with an error wrapping ErrNotExist (see Create).
+// protocol, and how far it holds each of the site's appIds. It starts from
+// the checkpoint _last_checkpoint names and reads the commits after it. A
+// table with no log fails with an error wrapping ErrNotExist (see Create).
 func Open(ctx context.Context, store Store, table string, opts Options) (*Writer, error) {
 	w, err := newWriter(store, table, opts)
 	if err != nil {
 		return nil, err
 	}
-	head, err := w.log.Latest(ctx, -1)
+	head, err := w.load(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open fleet table %s: %w", table, err)
 	}
 	if head < 0 {
 		return nil, fmt.Errorf("open fleet table %s: %w", table, ErrNotExist)
-	}
-	if err := w.catchUp(ctx, head); err != nil {
-		return nil, fmt.Errorf("open fleet table %s: %w", table, err)
 	}
 	return w, nil
 }
@@ -203,8 +201,9 @@ func (w *Writer) Metadata() *delta.Metadata { return w.meta }
 func (w *Writer) Version() int64 { return w.head }
 
 // Progress returns the local version up to which the fleet holds appID's
-// table, and the fleet version that brought it there; ok is false when the
-// fleet holds nothing of it.
+// table, and the fleet version that brought it there (or, when the site
+// learnt it from a checkpoint, the checkpoint's version, at or after that
+// one); ok is false when the fleet holds nothing of it.
 func (w *Writer) Progress(appID string) (local, fleet int64, ok bool) {
 	p, ok := w.progress[appID]
 	return p.local, p.fleet, ok
