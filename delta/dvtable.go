@@ -52,7 +52,7 @@ func impliedWriterFeatures(version int) []string {
 func isReaderWriterFeature(name string) bool {
 	switch name {
 	case ColumnMappingFeature, DeletionVectorsFeature, "timestampNtz", "v2Checkpoint",
-		"vacuumProtocolCheck", "catalogManaged", "typeWidening", "variantType":
+		"vacuumProtocolCheck", "catalogManaged", TypeWideningFeature, "variantType":
 		return true
 	}
 	return false
@@ -100,6 +100,13 @@ func DeletionVectorsProtocol(p *Protocol) (*Protocol, error) {
 	if SupportsDeletionVectors(p) {
 		return p, nil
 	}
+	return featureProtocol(p, DeletionVectorsFeature)
+}
+
+// featureProtocol returns p raised to reader version 3 and writer version
+// 7 with the reader-writer feature name added to both lists, as
+// DeletionVectorsProtocol describes.
+func featureProtocol(p *Protocol, name string) (*Protocol, error) {
 	if p.MinReaderVersion >= 3 && p.MinWriterVersion < 7 {
 		return nil, fmt.Errorf("%w: protocol %d/%d has reader features without writer features",
 			ErrCorruptLog, p.MinReaderVersion, p.MinWriterVersion)
@@ -122,8 +129,8 @@ func DeletionVectorsProtocol(p *Protocol) (*Protocol, error) {
 			}
 		}
 	}
-	out.ReaderFeatures = addFeature(out.ReaderFeatures, DeletionVectorsFeature)
-	out.WriterFeatures = addFeature(out.WriterFeatures, DeletionVectorsFeature)
+	out.ReaderFeatures = addFeature(out.ReaderFeatures, name)
+	out.WriterFeatures = addFeature(out.WriterFeatures, name)
 	return out, nil
 }
 

@@ -456,7 +456,9 @@ func requireCommits(l *logListing, from, to int64) error {
 // correctly.
 func supportedReaderFeature(name string) bool {
 	switch name {
-	case "timestampNtz", "vacuumProtocolCheck", ColumnMappingFeature, DeletionVectorsFeature:
+	case "timestampNtz", "vacuumProtocolCheck", ColumnMappingFeature, DeletionVectorsFeature, TypeWideningFeature:
+		// A widened column's older files hold the narrower type, which
+		// the reader converts (parquet primitiveConverter).
 		return true
 	}
 	return false

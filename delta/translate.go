@@ -25,7 +25,8 @@ type translated struct {
 
 // NewTranslation returns the translation of files written under from into
 // files of to. Every column of from must be in to under the same name and
-// type, a struct's fields by the same rule (to's may hold more), or it
+// type, or a type to widens it to (CanWiden: readers convert the file's
+// values), a struct's fields by the same rule (to's may hold more), or it
 // fails with ErrInvalidSchema.
 func NewTranslation(from, to *StructType) (*Translation, error) {
 	t := &Translation{byPhysical: map[string]*translated{}}
@@ -43,7 +44,7 @@ func (t *Translation) add(prefix []string, from, to *StructType) error {
 		}
 		fs, fStruct := f.Type.(*StructType)
 		gs, gStruct := g.Type.(*StructType)
-		if !(fStruct && gStruct) && f.Type.String() != g.Type.String() {
+		if !(fStruct && gStruct) && f.Type.String() != g.Type.String() && !CanWiden(f.Type, g.Type) {
 			return fmt.Errorf("%w: column %q is %s in the source and %s in the target", ErrInvalidSchema, f.Name, f.Type, g.Type)
 		}
 		path := append(append([]string(nil), prefix...), f.PhysicalName())

@@ -415,12 +415,21 @@ func (f *FleetTable) ensureColumns(ctx context.Context, st *delta.StructType) er
 		if err != nil {
 			return nil, nil, err
 		}
-		union, changed, err := unionStruct("", cur, st)
+		union, changed, widened, err := unionStruct("", cur, st)
 		if err != nil {
 			return nil, nil, err
 		}
 		if !changed {
 			return nil, nil, nil
+		}
+		if widened {
+			if p, err = delta.TypeWideningProtocol(p); err != nil {
+				return nil, nil, err
+			}
+			c := *md
+			c.Configuration = maps.Clone(md.Configuration)
+			c.Configuration[delta.EnableTypeWideningKey] = "true"
+			md = &c
 		}
 		next, _, err := delta.AssignColumnIDs(union, md.MaxColumnID())
 		if err != nil {
@@ -434,11 +443,13 @@ func (f *FleetTable) ensureColumns(ctx context.Context, st *delta.StructType) er
 
 // unionStruct returns the fleet's struct cur with the fields of the local
 // struct local it lacks added (without column mapping, for the fleet to
-// assign), nested structs by the same rule, and whether it added any. A
-// field both hold with other types fails.
-func unionStruct(prefix string, cur, local *delta.StructType) (*delta.StructType, bool, error) {
+// assign), a field the site holds in a wider type widened (delta.WidenField),
+// nested structs by the same rule; and whether it changed anything and
+// whether it widened a type. A field held in a narrower type at the site
+// stays: its files are read as the wider type. Types that neither widens to
+// the other fail.
+func unionStruct(prefix string, cur, local *delta.StructType) (out *delta.StructType, changed, widened bool, err error) {
 	fields := slices.Clone(cur.Fields)
-	changed := false
 	for _, l := range local.Fields {
 		g, i := cur.Field(l.Name)
 		if g == nil {
@@ -447,23 +458,26 @@ func unionStruct(prefix string, cur, local *delta.StructType) (*delta.StructType
 		}
 		gs, gStruct := g.Type.(*delta.StructType)
 		ls, lStruct := l.Type.(*delta.StructType)
-		if gStruct && lStruct {
-			sub, subChanged, err := unionStruct(prefix+l.Name+".", gs, ls)
+		switch {
+		case gStruct && lStruct:
+			sub, subChanged, subWidened, err := unionStruct(prefix+l.Name+".", gs, ls)
 			if err != nil {
-				return nil, false, err
+				return nil, false, false, err
 			}
 			if subChanged {
 				c := *g
 				c.Type = sub
-				fields[i], changed = &c, true
+				fields[i], changed, widened = &c, true, widened || subWidened
 			}
-			continue
-		}
-		if g.Type.String() != l.Type.String() {
-			return nil, false, fmt.Errorf("%w: column %q is %s at this site and %s in the fleet", fleet.ErrConflict, prefix+l.Name, l.Type, g.Type)
+		case g.Type.String() == l.Type.String(), delta.CanWiden(l.Type, g.Type):
+		case delta.CanWiden(g.Type, l.Type):
+			fields[i], changed, widened = delta.WidenField(g, l.Type), true, true
+		default:
+			return nil, false, false, fmt.Errorf("%w: column %q is %s at this site and %s in the fleet, and neither widens to the other",
+				fleet.ErrConflict, prefix+l.Name, l.Type, g.Type)
 		}
 	}
-	return delta.NewStructType(fields...), changed, nil
+	return delta.NewStructType(fields...), changed, widened, nil
 }
 
 // stripMapping returns dt with the column mapping of its nested fields

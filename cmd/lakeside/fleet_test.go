@@ -18,11 +18,13 @@ import (
 // replica.layout fleet against one S3 server: they commit into one fleet
 // mirror and one fleet changelog per table, at once, under a workload of
 // inserts, updates and deletes; one site adds a column the others never
-// get, and one agent is SIGKILLed and started again mid-run. Afterwards
+// get, another widens a column from integer to bigint (values past 2^32
+// follow) that the others keep narrow, and one agent is SIGKILLed and
+// started again mid-run. Afterwards
 // each site's partition of the fleet mirror equals its database row for
 // row, each site's partition of the fleet changelog holds exactly its
-// local changelog's changes, and a site without the column reads null in
-// it.
+// local changelog's changes, a site without the column reads null in it,
+// and the fleet's column is bigint with the type widening feature.
 func TestFleetLayout(t *testing.T) {
 	t.Parallel()
 	srv := s3test.Start(t)
@@ -52,6 +54,8 @@ func TestFleetLayout(t *testing.T) {
 				switch {
 				case i == 1 && round == 10:
 					e.exec(`ALTER TABLE items ADD COLUMN extra text`, `UPDATE items SET extra = 'x' || id WHERE id % 3 = 0`)
+				case i == 0 && round == 15:
+					e.exec(`ALTER TABLE items ALTER COLUMN n TYPE int8`, `UPDATE items SET n = n + 5000000000 WHERE id % 5 = 0`)
 				case round%4 == 3:
 					e.exec(fmt.Sprintf(`DELETE FROM items WHERE id = %d`, id))
 				default:
@@ -72,6 +76,17 @@ func TestFleetLayout(t *testing.T) {
 	dir := t.TempDir()
 	if err := srv.Download(context.Background(), bucket, "fleet/", dir); err != nil {
 		t.Fatal(err)
+	}
+	mirror, err := delta.Open(context.Background(), filepath.Join(dir, "public.items"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := mirror.Snapshot(context.Background())
+	if err != nil {
+		t.Fatalf("the fleet mirror does not read: %v", err)
+	}
+	if f, _ := snap.Schema().Field("n"); f == nil || f.Type != delta.TypeLong || !delta.SupportsTypeWidening(snap.Protocol()) {
+		t.Errorf("fleet column n after one site widened it: %v, protocol %+v", f, snap.Protocol())
 	}
 	for i, e := range es {
 		site := fmt.Sprintf("site-%d", i)

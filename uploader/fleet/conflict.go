@@ -103,10 +103,10 @@ func (w *Writer) ownPartition(values map[string]*string, path string) bool {
 // refuses a table with invariants, CHECK constraints or generated columns
 // (setMetadata), which it would not check.
 var knownWriterFeatures = []string{"appendOnly", "invariants", "checkConstraints", "generatedColumns",
-	delta.ColumnMappingFeature, delta.ChangeDataFeedFeature, delta.DeletionVectorsFeature, "timestampNtz"}
+	delta.ColumnMappingFeature, delta.ChangeDataFeedFeature, delta.DeletionVectorsFeature, delta.TypeWideningFeature, "timestampNtz"}
 
 // knownReaderFeatures are the reader features a site writes correctly.
-var knownReaderFeatures = []string{delta.ColumnMappingFeature, delta.DeletionVectorsFeature, "timestampNtz"}
+var knownReaderFeatures = []string{delta.ColumnMappingFeature, delta.DeletionVectorsFeature, delta.TypeWideningFeature, "timestampNtz"}
 
 // checkProtocol fails unless a site can read and write a table of protocol
 // p. It never lowers what another site raised, so a protocol it cannot keep
@@ -163,8 +163,8 @@ func compatibleMetadata(prev, next *delta.Metadata) error {
 }
 
 // compatibleFields fails unless every field of before is in after under
-// the same id, physical name and type, a struct's fields by the same rule
-// (after's may hold more).
+// the same id, physical name and type or a wider one (delta.CanWiden), a
+// struct's fields by the same rule (after's may hold more).
 func compatibleFields(prefix string, before, after *delta.StructType) error {
 	for _, f := range before.Fields {
 		g, _ := after.Field(f.Name)
@@ -183,7 +183,7 @@ func compatibleFields(prefix string, before, after *delta.StructType) error {
 			}
 			continue
 		}
-		if f.Type.String() != g.Type.String() {
+		if f.Type.String() != g.Type.String() && !delta.CanWiden(f.Type, g.Type) {
 			return fmt.Errorf("column %q changed its type from %s to %s", name, f.Type, g.Type)
 		}
 	}
