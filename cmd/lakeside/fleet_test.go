@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -12,6 +13,9 @@ import (
 
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/internal/s3test"
+	"github.com/lakeside/lakeside/uploader"
+	"github.com/lakeside/lakeside/uploader/fleet"
+	"github.com/lakeside/lakeside/uploader/s3"
 )
 
 // TestFleetLayout runs three agents, each on a database of its own, with
@@ -198,4 +202,178 @@ func fleetDiff(e *e2e, dir, site, query string, cols []string, want []string) er
 		return fmt.Errorf("%d missing (first %v), %d extra (first %v)", len(missing), missing[:min(5, len(missing))], len(extra), extra[:min(5, len(extra))])
 	}
 	return nil
+}
+
+// TestFleetOfTwentySites runs twenty agents, each on a database of its
+// own in one PostgreSQL, against one S3 server in the fleet layout, with
+// different workloads (inserts, updates, deletes, one large transaction),
+// one site migrating (ADD COLUMN, then integer to bigint) that the others
+// don't, SIGKILLs of random agents, and the S3 server down for a while in
+// the middle. A reader polls the fleet mirror's log throughout and checks
+// that every version it sees reads as a valid table and that versions
+// never go back. Afterwards every site's partition of the fleet mirror
+// equals its database, and of the fleet changelog its local changelog.
+func TestFleetOfTwentySites(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	bucket := srv.NewBucket()
+	const sites = 20
+	es := make([]*e2e, sites)
+	ds := make([]*daemon, sites)
+	for i := range sites {
+		section := fmt.Sprintf("replica:\n  url: s3://%s/fleet\n  site: site-%02d\n  layout: fleet\n  fleet_interval: 500ms\n  poll_interval: 300ms\n  max_backoff: 1s\n"+
+			"  endpoint: %s\n  region: %s\n  access_key_id: %s\n  secret_access_key: %s\n",
+			bucket, i, srv.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey)
+		es[i] = newE2EWith(t, []string{"public.items"}, section)
+		es[i].exec(`CREATE TABLE items (id int8 PRIMARY KEY, v text, n int4)`,
+			fmt.Sprintf(`INSERT INTO items SELECT g, 'site %d row ' || g, g %% 7 FROM generate_series(1, %d) g`, i, 50+10*i))
+	}
+	for i, e := range es {
+		ds[i] = e.start()
+	}
+
+	poll := startFleetPoller(t, srv, bucket, "public.items")
+	var wg sync.WaitGroup
+	for i, e := range es {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 13))
+			for round := range 24 {
+				id := 1 + rng.IntN(300)
+				switch {
+				case i == 7 && round == 6:
+					e.exec(`ALTER TABLE items ADD COLUMN note text DEFAULT 'none'`, `UPDATE items SET note = 'n' || id WHERE id % 4 = 0`)
+				case i == 7 && round == 14:
+					e.exec(`ALTER TABLE items ALTER COLUMN n TYPE int8`, `UPDATE items SET n = n + 9000000000 WHERE id % 6 = 0`)
+				case i == 3 && round == 10:
+					// One large transaction.
+					e.exec(`INSERT INTO items SELECT g, 'bulk', 0 FROM generate_series(100000, 120000) g`)
+				case i%3 == 0:
+					e.exec(fmt.Sprintf(`INSERT INTO items (id, v, n) VALUES (%d, 'new', 1) ON CONFLICT (id) DO UPDATE SET n = items.n + 1`, 1000+round*20+rng.IntN(20)))
+				case i%3 == 1 && round%3 == 0:
+					e.exec(fmt.Sprintf(`DELETE FROM items WHERE id = %d`, id))
+				default:
+					e.exec(fmt.Sprintf(`UPDATE items SET v = 'changed %d', n = n + 1 WHERE id %% 17 = %d`, round, id%17))
+				}
+				time.Sleep(time.Duration(50+rng.IntN(150)) * time.Millisecond)
+			}
+		}()
+	}
+	// Kill random agents while the workload runs, and take S3 away.
+	rng := rand.New(rand.NewPCG(99, 1))
+	for k := range 6 {
+		time.Sleep(400 * time.Millisecond)
+		i := rng.IntN(sites)
+		es[i].sigkill(ds[i], k)
+		ds[i] = es[i].start()
+		if k == 2 {
+			srv.Stop()
+			time.Sleep(2 * time.Second)
+			srv.Restart()
+		}
+	}
+	wg.Wait()
+	for i, e := range es {
+		e.waitApplied(ds[i])
+		e.waitRemote(ds[i], "the workload")
+	}
+	seen := poll()
+	if seen < sites {
+		t.Errorf("the reader saw %d fleet mirror versions, fewer than the sites", seen)
+	}
+
+	dir := t.TempDir()
+	if err := srv.Download(context.Background(), bucket, "fleet/", dir); err != nil {
+		t.Fatal(err)
+	}
+	changes := 0
+	for i, e := range es {
+		site := fmt.Sprintf("site-%02d", i)
+		cols, query := []string{"id", "v", "n"}, `SELECT id, v, n FROM items`
+		if i == 7 {
+			cols, query = append(cols, "note"), `SELECT id, v, n, note FROM items`
+		}
+		if err := fleetDiff(e, filepath.Join(dir, "public.items"), site, query, cols, nil); err != nil {
+			t.Errorf("fleet mirror, %s: %v", site, err)
+		}
+		var local []string
+		if err := e.scanDelta("public.items_changes", func(r map[string]any) { local = append(local, changeKey(r)) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := fleetDiff(e, filepath.Join(dir, "public.items_changes"), site, "", nil, local); err != nil {
+			t.Errorf("fleet changelog, %s: %v", site, err)
+		}
+		changes += len(local)
+	}
+	t.Logf("%d sites, %d changes; the reader saw %d fleet mirror versions, each valid", sites, changes, seen)
+}
+
+// startFleetPoller reads the log of the fleet table until the returned
+// function is called, and fails the test if a version it sees does not
+// read as a valid table or the newest version goes back; that function
+// returns how many versions it saw. While S3 is down it waits.
+func startFleetPoller(t *testing.T, srv *s3test.Server, bucket, table string) func() int {
+	client, err := s3.New(s3.Config{Endpoint: srv.Endpoint(), Region: s3test.Region, AccessKeyID: s3test.AccessKey,
+		SecretAccessKey: s3test.SecretKey, Bucket: bucket, Prefix: "fleet", Retry: s3.RetryPolicy{MaxRetries: 1, MinWait: 10e6, MaxWait: 50e6}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := fleet.NewLog(uploader.FleetStore(client), table)
+	local := filepath.Join(t.TempDir(), table)
+	if err := os.MkdirAll(filepath.Join(local, delta.LogDirName), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	var failure error
+	known := int64(-1)
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(150 * time.Millisecond):
+			}
+			head, err := log.Latest(context.Background(), known)
+			if err != nil {
+				continue // S3 is down
+			}
+			if head < known {
+				failure = fmt.Errorf("the newest version went back from %d to %d", known, head)
+				return
+			}
+			for v := known + 1; v <= head; v++ {
+				acts, err := log.Read(context.Background(), v)
+				if err != nil {
+					break
+				}
+				data, err := delta.EncodeCommit(acts, time.Now())
+				if err == nil {
+					err = os.WriteFile(filepath.Join(local, delta.LogDirName, delta.CommitFileName(v)), data, 0o644)
+				}
+				if err != nil {
+					failure = err
+					return
+				}
+				tbl, err := delta.Open(context.Background(), local)
+				if err == nil {
+					_, err = tbl.SnapshotAt(context.Background(), v)
+				}
+				if err != nil {
+					failure = fmt.Errorf("version %d does not read: %w", v, err)
+					return
+				}
+				known = v
+			}
+		}
+	}()
+	return func() int {
+		close(stop)
+		<-done
+		if failure != nil {
+			t.Fatalf("fleet reader: %v", failure)
+		}
+		return int(known + 1)
+	}
 }
