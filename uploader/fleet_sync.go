@@ -45,6 +45,7 @@ func (u *Uploader) syncFleet(ctx context.Context, t Table) error {
 		fs = &fleetState{table: NewFleetTable(u.client, t.Path, kind, filepath.Join(f.ScratchDir, t.Name),
 			fleet.Options{Site: f.Site, RunID: f.RunID, PastRuns: f.PastRuns, EngineInfo: f.EngineInfo, Now: u.opts.Now})}
 		fs.table.name = t.Name
+		fs.table.Limit, fs.table.Uploaded = u.limit, func(n int64) { u.bytes.Add(n) }
 		u.fleet[t.Name] = fs
 	}
 	if l.latest <= st.RemoteVersion || u.opts.Now().Sub(fs.lastSync) < u.opts.Fleet.Interval {

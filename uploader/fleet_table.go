@@ -36,6 +36,12 @@ type FleetTable struct {
 	tmpDir string
 	w      *fleet.Writer
 	trs    map[string]*delta.Translation // by local schema string
+
+	// Limit, when set, wraps every body the table uploads (the
+	// uploader's bandwidth limit); Uploaded, when set, is told the bytes
+	// of every object put.
+	Limit    func(ctx context.Context, r io.Reader) io.Reader
+	Uploaded func(bytes int64)
 }
 
 // NewFleetTable returns the publisher of the local table at root, of kind
@@ -46,8 +52,39 @@ func NewFleetTable(client ReplicaClient, root, kind, tmpDir string, opts fleet.O
 	if opts.ScratchDir == "" {
 		opts.ScratchDir = tmpDir
 	}
-	return &FleetTable{client: client, store: FleetStore(client), local: delta.New(root, delta.WithCheckpointInterval(0)),
+	f := &FleetTable{client: client, local: delta.New(root, delta.WithCheckpointInterval(0)),
 		name: filepath.Base(root), kind: kind, opts: opts, tmpDir: tmpDir, trs: map[string]*delta.Translation{}}
+	f.store = countingStore{Store: FleetStore(client), f: f}
+	return f
+}
+
+// countingStore tells its FleetTable's Uploaded of the commits and
+// checkpoints it puts.
+type countingStore struct {
+	fleet.Store
+	f *FleetTable
+}
+
+func (s countingStore) PutIfAbsent(ctx context.Context, key string, data []byte) error {
+	err := s.Store.PutIfAbsent(ctx, key, data)
+	if err == nil {
+		s.f.uploaded(int64(len(data)))
+	}
+	return err
+}
+
+func (s countingStore) Put(ctx context.Context, key string, data []byte) error {
+	err := s.Store.Put(ctx, key, data)
+	if err == nil {
+		s.f.uploaded(int64(len(data)))
+	}
+	return err
+}
+
+func (f *FleetTable) uploaded(n int64) {
+	if f.Uploaded != nil {
+		f.Uploaded(n)
+	}
 }
 
 // Writer returns the fleet writer, once a Sync opened the fleet table.
@@ -368,7 +405,14 @@ func (f *FleetTable) putFile(ctx context.Context, key string, r io.ReadSeeker, s
 	if err != nil {
 		return err
 	}
-	reopen := func() io.Reader { r.Seek(0, io.SeekStart); return io.LimitReader(r, size) }
+	reopen := func() io.Reader {
+		r.Seek(0, io.SeekStart)
+		var body io.Reader = io.LimitReader(r, size)
+		if f.Limit != nil {
+			body = f.Limit(ctx, body)
+		}
+		return body
+	}
 	body := Body{R: reopen(), Size: size, SHA256: sum, Reopen: reopen}
 	err = f.client.PutObject(ctx, key, body, PutOptions{IfNoneMatch: true})
 	if errors.Is(err, ErrPreconditionFailed) {
@@ -377,6 +421,7 @@ func (f *FleetTable) putFile(ctx context.Context, key string, r io.ReadSeeker, s
 	if err != nil {
 		return fmt.Errorf("put %s: %w", key, err)
 	}
+	f.uploaded(size)
 	return nil
 }
 
