@@ -329,8 +329,10 @@ func (f *FleetTable) fleetPath(path string) string {
 	return f.w.SiteDir() + path
 }
 
-// upload puts the local data file at path, translated, under its fleet
-// path unless it is there already, and returns its size in the fleet. A
+// upload puts the local data file at path, translated (as it is when the
+// translation changes nothing: the site that created the fleet table),
+// under its fleet path unless it is there already, and returns its size
+// in the fleet. A
 // fleet file's name is its local file's, and the translation of a file is
 // always the same bytes, so a file found there is this one.
 func (f *FleetTable) upload(ctx context.Context, path string, tr *delta.Translation) (int64, error) {
@@ -347,6 +349,16 @@ func (f *FleetTable) upload(ctx context.Context, path string, tr *delta.Translat
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrLocal, err)
 	}
+	rel, err := filepath.Rel(f.local.Path(), local)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return 0, fmt.Errorf("%w: file %s is outside the table", ErrLocal, path)
+	}
+	key := f.name + "/" + f.fleetPath(filepath.ToSlash(rel))
+	if tr.Identity() {
+		// The file names its columns as the fleet does: it goes up as
+		// it is.
+		return info.Size(), f.putFile(ctx, key, src, info.Size())
+	}
 	if err := os.MkdirAll(f.tmpDir, 0o755); err != nil {
 		return 0, err
 	}
@@ -360,11 +372,7 @@ func (f *FleetTable) upload(ctx context.Context, path string, tr *delta.Translat
 	if err != nil {
 		return 0, fmt.Errorf("translate %s: %w", path, err)
 	}
-	rel, err := filepath.Rel(f.local.Path(), local)
-	if err != nil || strings.HasPrefix(rel, "..") {
-		return 0, fmt.Errorf("%w: file %s is outside the table", ErrLocal, path)
-	}
-	if err := f.putFile(ctx, f.name+"/"+f.fleetPath(filepath.ToSlash(rel)), tmp, size); err != nil {
+	if err := f.putFile(ctx, key, tmp, size); err != nil {
 		return 0, err
 	}
 	return size, nil

@@ -1,10 +1,13 @@
 package uploader_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -159,12 +162,17 @@ type siteTable struct {
 func newSiteTable(t *testing.T, s int) *siteTable {
 	ctx := context.Background()
 	root := filepath.Join(t.TempDir(), "public.items")
-	st := delta.NewStructType(delta.NewField("id", delta.TypeLong, true), delta.NewField("v", delta.TypeString, true))
-	md, err := delta.NewMetadata(st, nil, nil, 0)
+	// Physical names of the table's own, as the applier gives them.
+	st, maxID, err := delta.AssignColumnIDs(delta.NewStructType(delta.NewField("id", delta.TypeLong, true), delta.NewField("v", delta.TypeString, true)), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	proto, md, err := delta.EnableColumnMapping(delta.DefaultProtocol(), md)
+	md, err := delta.NewMetadata(st, nil, map[string]string{delta.ColumnMappingModeKey: delta.ColumnMappingName,
+		delta.ColumnMappingMaxIDKey: fmt.Sprint(maxID)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proto, err := delta.ColumnMappingProtocol(delta.DefaultProtocol())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,4 +315,53 @@ func (l *siteTable) rows(t *testing.T) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TestFleetFilesGoUpAsTheyAre publishes two sites' tables into one fleet:
+// the site that created the fleet table names its columns as the fleet
+// does, so its files go up byte for byte; the other site's files differ
+// only in their footers.
+func TestFleetFilesGoUpAsTheyAre(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	client, err := file.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range 2 {
+		l := newSiteTable(t, s)
+		snap, err := l.tbl.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		add, err := snap.WriteFile(ctx, nil, []delta.Row{{int64(s), "x"}}, delta.WriteOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.tbl.Commit(ctx, snap.Version(), []delta.Action{add}); err != nil {
+			t.Fatal(err)
+		}
+		site := fmt.Sprintf("site-%d", s)
+		ft := uploader.NewFleetTable(client, l.root, "mirror", t.TempDir(), fleet.Options{Site: site, RunID: "run"})
+		if _, err := ft.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		local, err := os.ReadFile(filepath.Join(l.root, add.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		remote, err := os.ReadFile(filepath.Join(root, "public.items", "site="+site, add.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		footer := int(binary.LittleEndian.Uint32(local[len(local)-8:])) + 8
+		switch {
+		case s == 0 && !bytes.Equal(local, remote):
+			t.Error("the creating site's file was rewritten")
+		case s == 1 && bytes.Equal(local, remote):
+			t.Error("the second site's file went up untranslated")
+		case s == 1 && !bytes.Equal(local[:len(local)-footer], remote[:len(local)-footer]):
+			t.Error("the second site's data pages were not copied as they are")
+		}
+	}
 }
