@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/internal/deltatest"
 	"github.com/lakeside/lakeside/internal/s3test"
 	"github.com/lakeside/lakeside/uploader"
 	"github.com/lakeside/lakeside/uploader/fleet"
@@ -80,6 +81,11 @@ func TestFleetLayout(t *testing.T) {
 	dir := t.TempDir()
 	if err := srv.Download(context.Background(), bucket, "fleet/", dir); err != nil {
 		t.Fatal(err)
+	}
+	for _, tb := range []string{"public.items", "public.items_changes"} {
+		if err := deltatest.Check(context.Background(), filepath.Join(dir, tb)); err != nil {
+			t.Errorf("fleet table %s: %v", tb, err)
+		}
 	}
 	mirror, err := delta.Open(context.Background(), filepath.Join(dir, "public.items"))
 	if err != nil {
@@ -286,6 +292,11 @@ func TestFleetOfTwentySites(t *testing.T) {
 	dir := t.TempDir()
 	if err := srv.Download(context.Background(), bucket, "fleet/", dir); err != nil {
 		t.Fatal(err)
+	}
+	for _, tb := range []string{"public.items", "public.items_changes"} {
+		if err := deltatest.Check(context.Background(), filepath.Join(dir, tb)); err != nil {
+			t.Errorf("fleet table %s: %v", tb, err)
+		}
 	}
 	changes := 0
 	for i, e := range es {

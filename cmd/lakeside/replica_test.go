@@ -13,6 +13,7 @@ import (
 	"github.com/lakeside/lakeside/agent"
 	"github.com/lakeside/lakeside/agent/config"
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/internal/deltatest"
 	"github.com/lakeside/lakeside/internal/s3test"
 )
 
@@ -94,6 +95,11 @@ func TestReplicaOutageBackpressureAndCatchUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	remote.compareMirror(t, "public.stock", `SELECT id, qty, note FROM stock`, "id", "qty", "note")
+	for _, tb := range []string{"public.stock", "public.stock_changes"} {
+		if err := deltatest.Check(context.Background(), filepath.Join(remote.stateDir, "tables", tb)); err != nil {
+			t.Errorf("replica of %s: %v", tb, err)
+		}
+	}
 	local, _ := delta.Open(context.Background(), filepath.Join(e.stateDir, "tables", "public.stock"))
 	lv, _ := local.LatestVersion(context.Background())
 	rt, err := delta.Open(context.Background(), filepath.Join(remote.stateDir, "tables", "public.stock"))
