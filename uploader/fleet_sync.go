@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/store"
 	"github.com/lakeside/lakeside/uploader/fleet"
 )
@@ -72,6 +73,12 @@ func (u *Uploader) syncFleet(ctx context.Context, t Table) error {
 		u.versions.Add(1)
 	}
 	return nil
+}
+
+// fleetSiteDir returns the directory of the site's files in a fleet table.
+func (u *Uploader) fleetSiteDir() string {
+	site := u.opts.Fleet.Site
+	return delta.PartitionDir([]string{fleet.SiteColumn}, map[string]*string{fleet.SiteColumn: &site}) + "/"
 }
 
 // RecordFleetRun records run as a run of target in db and returns the runs

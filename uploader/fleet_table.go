@@ -320,13 +320,23 @@ func (f *FleetTable) commitRange(ctx context.Context, appID string, end int64, o
 	return err
 }
 
-// fleetPath returns where a local file goes in the fleet table: under the
-// site's directory, and change data files under _change_data/<site dir>.
-func (f *FleetTable) fleetPath(path string) string {
-	if rest, ok := strings.CutPrefix(path, "_change_data/"); ok {
-		return "_change_data/" + f.w.SiteDir() + rest
+// fleetPath returns where a local file goes in the fleet table (see
+// fleetObjectPath).
+func (f *FleetTable) fleetPath(path string) string { return fleetObjectPath(f.w.SiteDir(), path) }
+
+// fleetObjectPath returns where the local file at path, relative to its
+// table, goes in the fleet table of a site whose directory is siteDir: a
+// data file under siteDir, a change data file under
+// _change_data/<siteDir>, a deletion vector file where it is (its name is
+// unique, and its descriptor names it from the table's root).
+func fleetObjectPath(siteDir, path string) string {
+	if strings.HasPrefix(filepath.Base(path), "deletion_vector_") {
+		return path
 	}
-	return f.w.SiteDir() + path
+	if rest, ok := strings.CutPrefix(path, "_change_data/"); ok {
+		return "_change_data/" + siteDir + rest
+	}
+	return siteDir + path
 }
 
 // upload puts the local data file at path, translated (as it is when the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/lakeside/lakeside/delta"
+	"github.com/lakeside/lakeside/internal/deltatest"
 	"github.com/lakeside/lakeside/internal/s3test"
 	"github.com/lakeside/lakeside/uploader"
 	"github.com/lakeside/lakeside/uploader/file"
@@ -363,5 +365,70 @@ func TestFleetFilesGoUpAsTheyAre(t *testing.T) {
 		case s == 1 && !bytes.Equal(local[:len(local)-footer], remote[:len(local)-footer]):
 			t.Error("the second site's data pages were not copied as they are")
 		}
+	}
+}
+
+// TestFleetVacuumDeletesTheSitesOldFiles vacuums a site's local table in
+// the fleet layout: the fleet copy of a file the site removed goes once
+// the fleet holds the removal and the local vacuum deleted the file, the
+// files the fleet table still holds stay, and it still reads.
+func TestFleetVacuumDeletesTheSitesOldFiles(t *testing.T) {
+	ctx := context.Background()
+	url := t.TempDir()
+	root, err := file.New(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := t.TempDir()
+	local := newLocalTable(t, tables, "public.items")
+	for range 3 {
+		local.commit(5, 10)
+	}
+	up := newUploader(t, openDB(t, t.TempDir()), &backend{client: root, target: "fleet:file://" + url + "#b1"}, tables,
+		func(o *uploader.Options) {
+			o.Root, o.Layout = root, uploader.LayoutFleet
+			o.Fleet = &uploader.FleetOptions{Site: "b1", RunID: "run", ScratchDir: t.TempDir()}
+		})
+	if err := up.SyncOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := local.tbl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := snap.Files()[0]
+	v, err := local.tbl.Commit(ctx, snap.Version(), []delta.Action{delta.RemoveOf(gone, time.Now().Add(-time.Hour).UnixMilli(), true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local.version = v
+	fleetCopy := filepath.Join(url, "public.items", "site=b1", gone.Path)
+	if _, err := os.Stat(fleetCopy); err != nil {
+		t.Fatalf("the fleet copy of %s: %v", gone.Path, err)
+	}
+	// The local vacuum, past the retention, deletes the local file; its
+	// fleet copy goes only with the pass that brings the removal there.
+	keepFrom, beforeDelete := up.VacuumOptions("public.items")
+	if _, err := local.tbl.Vacuum(ctx, delta.VacuumOptions{Retention: time.Minute, Now: time.Now().Add(10 * time.Minute),
+		KeepFrom: keepFrom, BeforeDelete: beforeDelete}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(tables, "public.items", gone.Path)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the local vacuum kept %s: %v", gone.Path, err)
+	}
+	if _, err := up.DeleteRemote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fleetCopy); err != nil {
+		t.Fatalf("the fleet copy went before the fleet held the removal: %v", err)
+	}
+	if err := up.SyncOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fleetCopy); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the fleet copy of the vacuumed file is still there: %v", err)
+	}
+	if err := deltatest.Check(ctx, filepath.Join(url, "public.items")); err != nil {
+		t.Errorf("the fleet table after the vacuum: %v", err)
 	}
 }

@@ -257,7 +257,10 @@ func (u *Uploader) SyncOnce(ctx context.Context) error {
 		var err error
 		if u.opts.Fleet != nil {
 			err = u.syncFleet(ctx, t)
-		} else if err = u.syncTable(ctx, t); err == nil {
+		} else {
+			err = u.syncTable(ctx, t)
+		}
+		if err == nil {
 			_, err = u.deleteRemote(ctx, t)
 		}
 		u.setTableError(t.Name, err)

@@ -31,9 +31,10 @@ func (u *Uploader) VacuumOptions(table string) (keepFrom func(context.Context) (
 		return st.RemoteVersion + 1, nil
 	}
 	if u.opts.Fleet != nil {
-		// A fleet's copies are the site's own objects under other
-		// names, vacuumed by the fleet's rules, not as the local files.
-		return keepFrom, nil
+		beforeDelete = func(ctx context.Context, r *delta.VacuumResult) error {
+			return u.planFleetDeletes(table, r)
+		}
+		return keepFrom, beforeDelete
 	}
 	beforeDelete = func(ctx context.Context, r *delta.VacuumResult) error {
 		return u.planRemoteDeletes(table, r)
@@ -113,6 +114,34 @@ func (u *Uploader) planRemoteDeletes(table string, r *delta.VacuumResult) error 
 	return nil
 }
 
+// planFleetDeletes records, in the fleet layout, the fleet copies of the
+// data and deletion vector files a local vacuum is about to delete: the
+// fleet removed each when it took the local version that removed it, and
+// it deletes them once it holds the oldest version the local vacuum kept,
+// as the site layout does. The fleet's log is not the local one: its
+// commits are never deleted so. A file no range ever uploaded (added and
+// removed inside one) is deleted all the same: deleting a missing object
+// succeeds.
+func (u *Uploader) planFleetDeletes(table string, r *delta.VacuumResult) error {
+	now := u.opts.Now().UTC()
+	err := u.opts.DB.Update(func(w *store.Writer) error {
+		for _, f := range r.Files {
+			if strings.HasPrefix(f.Path, delta.LogDirName+"/") {
+				continue
+			}
+			d := store.RemoteDelete{Path: f.Path, Size: f.Size, AfterVersion: r.KeptFrom, PlannedAt: now}
+			if err := w.PutRemoteDelete(u.opts.Target, table, d); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("uploader: record fleet deletes of %s: %w", table, err)
+	}
+	return nil
+}
+
 // DeleteRemote deletes from the remote the files that vacuum deleted locally
 // once they are safe to delete there, for every table, and returns how many
 // it deleted. Every pass of Run and SyncOnce does the same for the tables it
@@ -176,7 +205,11 @@ func (u *Uploader) deleteRemote(ctx context.Context, t Table) (int, error) {
 		if !errors.Is(err, fs.ErrNotExist) {
 			return n, fmt.Errorf("%w: %w", ErrLocal, err)
 		}
-		if err := u.client.DeleteObject(ctx, t.Name+"/"+d.Path); err != nil {
+		key := t.Name + "/" + d.Path
+		if u.opts.Fleet != nil {
+			key = t.Name + "/" + fleetObjectPath(u.fleetSiteDir(), d.Path)
+		}
+		if err := u.client.DeleteObject(ctx, key); err != nil {
 			return n, err
 		}
 		if err := u.opts.DB.Update(func(w *store.Writer) error {
