@@ -2,6 +2,7 @@ package uploader
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -105,6 +106,9 @@ func (f *FleetTable) Sync(ctx context.Context) (int64, error) {
 		if f.w, err = fleet.Create(ctx, f.store, f.name, proto, md, f.opts); err != nil {
 			return -1, fmt.Errorf("fleet %s: %w", f.name, err)
 		}
+	}
+	if err := sharedSettings(snap, f.w.Metadata()); err != nil {
+		return -1, fmt.Errorf("fleet %s: %w", f.name, err)
 	}
 	appID := f.w.AppID(f.kind, snap.Metadata().ID)
 	for {
@@ -541,6 +545,71 @@ func unionStruct(prefix string, cur, local *delta.StructType) (out *delta.Struct
 		}
 	}
 	return delta.NewStructType(fields...), changed, widened, nil
+}
+
+// sharedSettings fails with fleet.ErrConflict unless the local table
+// agrees with the fleet table on what every site must share: the
+// partition columns (the site column, then the local ones), the mirror's
+// key columns by name (lakeside.key) or its having none
+// (lakeside.multiset), and whether it has a change data feed.
+func sharedSettings(local *delta.Snapshot, fleetMD *delta.Metadata) error {
+	lmd := local.Metadata()
+	if want := append([]string{fleet.SiteColumn}, lmd.PartitionColumns...); !slices.Equal(fleetMD.PartitionColumns, want) {
+		return fmt.Errorf("%w: the fleet table is partitioned by %v, this site's by %v", fleet.ErrConflict, fleetMD.PartitionColumns, want)
+	}
+	fleetSchema, err := fleetMD.Schema()
+	if err != nil {
+		return fmt.Errorf("%w: fleet schema: %v", fleet.ErrConflict, err)
+	}
+	localKey, err := keyNames(lmd.Configuration[keyProperty], local.Schema())
+	if err != nil {
+		return err
+	}
+	fleetKey, err := keyNames(fleetMD.Configuration[keyProperty], fleetSchema)
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(localKey, fleetKey) {
+		return fmt.Errorf("%w: the fleet table's key is %v, this site's %v: a site with another primary key cannot share the table", fleet.ErrConflict, fleetKey, localKey)
+	}
+	for _, k := range []string{multisetProperty, delta.EnableChangeDataFeedKey} {
+		if !strings.EqualFold(lmd.Configuration[k], fleetMD.Configuration[k]) {
+			return fmt.Errorf("%w: %s is %q in the fleet table and %q at this site", fleet.ErrConflict, k, fleetMD.Configuration[k], lmd.Configuration[k])
+		}
+	}
+	return nil
+}
+
+// The properties of a mirror's key (agent/internal/applier/mirror.go):
+// the JSON list of its key columns' physical names, or true for a table
+// without a key.
+const (
+	keyProperty      = "lakeside.key"
+	multisetProperty = "lakeside.multiset"
+)
+
+// keyNames returns the names of the key columns listed by physical name in
+// conf (a lakeside.key value) of a table of schema st.
+func keyNames(conf string, st *delta.StructType) ([]string, error) {
+	if conf == "" {
+		return nil, nil
+	}
+	var physical []string
+	if err := json.Unmarshal([]byte(conf), &physical); err != nil {
+		return nil, fmt.Errorf("%w: %s %q: %v", fleet.ErrConflict, keyProperty, conf, err)
+	}
+	names := make([]string, len(physical))
+	for i, p := range physical {
+		for _, f := range st.Fields {
+			if f.PhysicalName() == p {
+				names[i] = f.Name
+			}
+		}
+		if names[i] == "" {
+			return nil, fmt.Errorf("%w: key column %s is not in the schema", fleet.ErrConflict, p)
+		}
+	}
+	return names, nil
 }
 
 // stripMapping returns dt with the column mapping of its nested fields

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -430,5 +431,42 @@ func TestFleetVacuumDeletesTheSitesOldFiles(t *testing.T) {
 	}
 	if err := deltatest.Check(ctx, filepath.Join(url, "public.items")); err != nil {
 		t.Errorf("the fleet table after the vacuum: %v", err)
+	}
+}
+
+// TestFleetRefusesAnotherKey publishes three sites' tables into one fleet
+// mirror: the first sets the key (id), the second has the same key under
+// its own physical name and joins, the third keys on another column and
+// stops with ErrConflict before it commits anything.
+func TestFleetRefusesAnotherKey(t *testing.T) {
+	ctx := context.Background()
+	client, err := file.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, key := range []string{"id", "id", "v"} {
+		l := newSiteTable(t, s)
+		snap, err := l.tbl.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, _ := snap.Schema().Field(key)
+		md := *snap.Metadata()
+		md.Configuration = maps.Clone(md.Configuration)
+		md.Configuration["lakeside.key"] = `["` + f.PhysicalName() + `"]`
+		if _, err := l.tbl.Commit(ctx, snap.Version(), []delta.Action{&md}); err != nil {
+			t.Fatal(err)
+		}
+		ft := uploader.NewFleetTable(client, l.root, "mirror", t.TempDir(), fleet.Options{Site: fmt.Sprintf("site-%d", s), RunID: "run"})
+		_, err = ft.Sync(ctx)
+		switch {
+		case s < 2 && err != nil:
+			t.Fatalf("site %d, key %s: %v", s, key, err)
+		case s == 2 && !errors.Is(err, fleet.ErrConflict):
+			t.Fatalf("site with another key: %v, want ErrConflict", err)
+		}
+		if err != nil {
+			t.Log(err)
+		}
 	}
 }

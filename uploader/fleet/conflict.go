@@ -146,7 +146,8 @@ func compatibleMetadata(prev, next *delta.Metadata) error {
 	if !slices.Equal(prev.PartitionColumns, next.PartitionColumns) {
 		return fmt.Errorf("partition columns changed from %v to %v", prev.PartitionColumns, next.PartitionColumns)
 	}
-	for _, k := range []string{delta.ColumnMappingModeKey, "delta.appendOnly", "delta.setTransactionRetentionDuration"} {
+	for _, k := range []string{delta.ColumnMappingModeKey, "delta.appendOnly", "delta.setTransactionRetentionDuration",
+		delta.EnableChangeDataFeedKey, "lakeside.key", "lakeside.multiset"} {
 		if prev.Configuration[k] != next.Configuration[k] {
 			return fmt.Errorf("table property %s changed from %q to %q", k, prev.Configuration[k], next.Configuration[k])
 		}
