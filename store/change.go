@@ -2,6 +2,8 @@ package store
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -11,6 +13,25 @@ type LSN uint64
 // String formats the LSN the way PostgreSQL does, for example "16/B374D848".
 func (l LSN) String() string {
 	return fmt.Sprintf("%X/%X", uint32(l>>32), uint32(l))
+}
+
+// ParseLSN parses an LSN in PostgreSQL's text form, two hexadecimal
+// numbers of at most 32 bits separated by "/", as String writes it and
+// as the Delta tables' commitInfo records it (lastLSN).
+func ParseLSN(s string) (LSN, error) {
+	hi, lo, ok := strings.Cut(s, "/")
+	if !ok {
+		return 0, fmt.Errorf("LSN %q: want two hexadecimal numbers separated by \"/\"", s)
+	}
+	h, err := strconv.ParseUint(hi, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("LSN %q: %w", s, err)
+	}
+	l, err := strconv.ParseUint(lo, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("LSN %q: %w", s, err)
+	}
+	return LSN(h<<32 | l), nil
 }
 
 // Op is the kind of a captured change.
