@@ -182,37 +182,26 @@ func (w *Writer) load(ctx context.Context) (int64, error) {
 // at or after the commit that brought it there. Nothing is taken in
 // unless the whole checkpoint reads.
 func (w *Writer) fromCheckpoint(ctx context.Context, lc *delta.LastCheckpoint) error {
-	dir, err := os.MkdirTemp(w.opts.ScratchDir, "fleet-checkpoint-")
-	if err != nil {
-		return fmt.Errorf("read checkpoint %d: %w", lc.Version, err)
-	}
-	defer os.RemoveAll(dir)
-	paths, err := w.log.downloadCheckpoint(ctx, lc, dir)
-	if err != nil {
-		return err
-	}
 	var md *delta.Metadata
 	var proto *delta.Protocol
 	txns := map[string]int64{}
-	for _, p := range paths {
-		err := delta.ReadCheckpointFile(ctx, p, func(acts []delta.Action) error {
-			for _, a := range acts {
-				switch a := a.(type) {
-				case *delta.Metadata:
-					md = a
-				case *delta.Protocol:
-					proto = a
-				case *delta.Txn:
-					if strings.HasPrefix(a.AppID, w.appIDPrefix()) {
-						txns[a.AppID] = a.Version
-					}
+	err := w.log.readCheckpoint(ctx, lc, w.opts.ScratchDir, func(acts []delta.Action) error {
+		for _, a := range acts {
+			switch a := a.(type) {
+			case *delta.Metadata:
+				md = a
+			case *delta.Protocol:
+				proto = a
+			case *delta.Txn:
+				if strings.HasPrefix(a.AppID, w.appIDPrefix()) {
+					txns[a.AppID] = a.Version
 				}
 			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("read checkpoint %d: %w", lc.Version, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if md == nil || proto == nil {
 		return fmt.Errorf("read checkpoint %d: %w: no protocol or metaData", lc.Version, delta.ErrCorruptLog)
@@ -228,5 +217,26 @@ func (w *Writer) fromCheckpoint(ctx context.Context, lc *delta.LastCheckpoint) e
 		w.progress[appID] = progress{local: local, fleet: lc.Version}
 	}
 	w.head = lc.Version
+	return nil
+}
+
+// readCheckpoint reads the checkpoint lc names and hands its actions to
+// fn, a batch at a time. Its files are staged in a directory of their own
+// under scratch, removed after: delta reads a checkpoint from a file.
+func (l *Log) readCheckpoint(ctx context.Context, lc *delta.LastCheckpoint, scratch string, fn func([]delta.Action) error) error {
+	dir, err := os.MkdirTemp(scratch, "fleet-checkpoint-")
+	if err != nil {
+		return fmt.Errorf("read checkpoint %d: %w", lc.Version, err)
+	}
+	defer os.RemoveAll(dir)
+	paths, err := l.downloadCheckpoint(ctx, lc, dir)
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		if err := delta.ReadCheckpointFile(ctx, p, fn); err != nil {
+			return fmt.Errorf("read checkpoint %d: %w", lc.Version, err)
+		}
+	}
 	return nil
 }
