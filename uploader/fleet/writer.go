@@ -240,6 +240,11 @@ type Range struct {
 	Operation string
 	// Info goes into commitInfo, beside the site, run and range.
 	Info map[string]any
+	// Position, when not nil, is the site's source position after the
+	// range, committed as a txn action of its own beside AppID's. It
+	// takes no part in exactly once: Progress and the conflict rules
+	// look at AppID alone. Nil leaves the position as it was.
+	Position *Position
 }
 
 // ErrLanded is returned by Commit when an earlier range of the same appId
@@ -276,6 +281,9 @@ func (w *Writer) Commit(ctx context.Context, r Range) (int64, error) {
 			return -1, fmt.Errorf("commit %s up to %d: %s lies outside the partition of site %q", r.AppID, r.Version, path, w.site)
 		}
 	}
+	if p := r.Position; p != nil && !strings.HasPrefix(p.AppID, w.positionPrefix()) {
+		return -1, fmt.Errorf("commit %s up to %d: position %s is not one of site %q", r.AppID, r.Version, p.AppID, w.site)
+	}
 	blind := !slices.ContainsFunc(r.Actions, func(a delta.Action) bool { _, ok := a.(*delta.Add); return !ok })
 	if !blind && w.meta != nil && strings.EqualFold(w.meta.Configuration["delta.appendOnly"], "true") {
 		return -1, fmt.Errorf("commit %s up to %d: %w: the table is append-only (delta.appendOnly)", r.AppID, r.Version, ErrConflict)
@@ -286,8 +294,12 @@ func (w *Writer) Commit(ctx context.Context, r Range) (int64, error) {
 			info[k] = x
 		}
 		readVersion := v - 1
-		acts := append(slices.Clip(r.Actions),
-			&delta.Txn{AppID: r.AppID, Version: r.Version, LastUpdated: ptr(w.opts.Now().UnixMilli())},
+		now := w.opts.Now().UnixMilli()
+		acts := append(slices.Clip(r.Actions), &delta.Txn{AppID: r.AppID, Version: r.Version, LastUpdated: ptr(now)})
+		if p := r.Position; p != nil {
+			acts = append(acts, &delta.Txn{AppID: p.AppID, Version: p.Version, LastUpdated: ptr(now)})
+		}
+		acts = append(acts,
 			&delta.CommitInfo{Operation: r.Operation, EngineInfo: w.opts.EngineInfo, ReadVersion: &readVersion,
 				IsBlindAppend: &blind, Extra: map[string]any{"lakeside": info}})
 		return delta.EncodeCommit(acts, w.opts.Now())
