@@ -140,7 +140,8 @@ func (f *FleetTable) commitNext(ctx context.Context, snap *delta.Snapshot, appID
 			c.DataChange = true // new to the fleet, whatever made it locally
 			acts = append(acts, &c)
 		}
-		return f.commitRange(ctx, appID, snap.Version(), "WRITE", acts, func(string) *delta.Translation { return tr }, snap.Schema())
+		return f.commitRange(ctx, appID, snap.Version(), f.positionAt(ctx, snap.Version()), "WRITE", acts,
+			func(string) *delta.Translation { return tr }, snap.Schema())
 	}
 	base, err := f.local.SnapshotAt(ctx, held)
 	if err != nil {
@@ -149,7 +150,7 @@ func (f *FleetTable) commitNext(ctx context.Context, snap *delta.Snapshot, appID
 	schema := base.Schema()
 	schemas := map[string]*delta.StructType{} // by the path of each file the range adds
 	var acts []delta.Action
-	operation, end := "", held
+	operation, end, lsn := "", held, int64(0)
 	for v := held + 1; v <= snap.Version(); v++ {
 		commit, err := f.local.ReadCommit(ctx, v)
 		if err != nil {
@@ -174,6 +175,9 @@ func (f *FleetTable) commitNext(ctx context.Context, snap *delta.Snapshot, appID
 			}
 		}
 		acts, end = append(acts, files...), v
+		if l, ok := commitLSN(commit); ok {
+			lsn = l
+		}
 		if operation == "" {
 			operation = op
 		} else if op != operation {
@@ -198,7 +202,7 @@ func (f *FleetTable) commitNext(ctx context.Context, snap *delta.Snapshot, appID
 		}
 		return tr
 	}
-	err = f.commitRange(ctx, appID, end, operation, netEffect(acts), byPath, schema)
+	err = f.commitRange(ctx, appID, end, lsn, operation, netEffect(acts), byPath, schema)
 	if trErr != nil {
 		return trErr
 	}
@@ -261,8 +265,9 @@ func netEffect(acts []delta.Action) []delta.Action {
 }
 
 // commitRange uploads the files the actions add, translated, and commits
-// the actions in the fleet's terms as the range up to local version end.
-func (f *FleetTable) commitRange(ctx context.Context, appID string, end int64, operation string, acts []delta.Action,
+// the actions in the fleet's terms as the range up to local version end,
+// with the source position lsn (0: none, the position stays as it was).
+func (f *FleetTable) commitRange(ctx context.Context, appID string, end, lsn int64, operation string, acts []delta.Action,
 	translationOf func(path string) *delta.Translation, schema *delta.StructType) error {
 	if err := f.ensureColumns(ctx, schema); err != nil {
 		return err
@@ -320,7 +325,11 @@ func (f *FleetTable) commitRange(ctx context.Context, appID string, end int64, o
 			out = append(out, &c)
 		}
 	}
-	_, err := f.w.Commit(ctx, fleet.Range{AppID: appID, Version: end, Actions: out, Operation: operation})
+	r := fleet.Range{AppID: appID, Version: end, Actions: out, Operation: operation}
+	if lsn > 0 {
+		r.Position = &fleet.Position{AppID: f.w.PositionAppID(f.kind), Version: lsn}
+	}
+	_, err := f.w.Commit(ctx, r)
 	return err
 }
 
