@@ -1,19 +1,26 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/lakeside/lakeside/agent"
 	"github.com/lakeside/lakeside/delta"
 	"github.com/lakeside/lakeside/internal/deltatest"
 	"github.com/lakeside/lakeside/internal/s3test"
+	"github.com/lakeside/lakeside/store"
 	"github.com/lakeside/lakeside/uploader"
 	"github.com/lakeside/lakeside/uploader/fleet"
 	"github.com/lakeside/lakeside/uploader/s3"
@@ -387,4 +394,145 @@ func startFleetPoller(t *testing.T, srv *s3test.Server, bucket, table string) fu
 		}
 		return int(known + 1)
 	}
+}
+
+// TestFleetStatus runs two agents with replica.layout fleet against one S3
+// server, stops the first once both are replicated, and lets the second
+// go on. lakeside fleet status, given the second site's configuration,
+// then lists both sites for the mirror and the changelog, the stopped one
+// first and behind the other, each with the source position and local
+// version its agent reported for that table; with --replica and the
+// endpoint and credentials in the environment it shows the same, and a
+// table no site created as such, not as an error.
+func TestFleetStatus(t *testing.T) {
+	t.Parallel()
+	srv := s3test.Start(t)
+	bucket := srv.NewBucket()
+	es := make([]*e2e, 2)
+	ds := make([]*daemon, 2)
+	for i := range es {
+		section := fmt.Sprintf("replica:\n  url: s3://%s/fleet\n  site: site-%d\n  layout: fleet\n  fleet_interval: 200ms\n  poll_interval: 200ms\n"+
+			"  endpoint: %s\n  region: %s\n  access_key_id: %s\n  secret_access_key: %s\n",
+			bucket, i, srv.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey)
+		es[i] = newE2EWith(t, []string{"public.items"}, section)
+		es[i].exec(`CREATE TABLE items (id int8 PRIMARY KEY, v text)`,
+			fmt.Sprintf(`INSERT INTO items SELECT g, 'site %d row ' || g FROM generate_series(1, 50) g`, i))
+		ds[i] = es[i].start()
+	}
+	// applied returns what site i's agent reports per table: its version
+	// and the LSN it applied.
+	applied := func(i int) map[string]agent.TableStatus {
+		es[i].waitApplied(ds[i])
+		es[i].waitRemote(ds[i], "the workload")
+		out := map[string]agent.TableStatus{}
+		for _, tb := range es[i].status().Tables {
+			out[tb.Name] = tb
+		}
+		return out
+	}
+	for i, e := range es {
+		e.exec(fmt.Sprintf(`UPDATE items SET v = 'changed at site %d' WHERE id <= 10`, i))
+	}
+	want := []map[string]agent.TableStatus{applied(0), nil}
+	es[0].stop(ds[0])
+	before := applied(1)
+	time.Sleep(1100 * time.Millisecond) // site 1's next commit is a second later than site 0's last
+	es[1].exec(`INSERT INTO items SELECT g, 'later' FROM generate_series(51, 80) g`, `DELETE FROM items WHERE id = 3`)
+	want[1] = applied(1)
+	for name, tb := range want[1] {
+		if mustLSN(t, tb.AppliedLSN) <= mustLSN(t, before[name].AppliedLSN) {
+			t.Fatalf("site 1, %s: applied %s after the last changes, %s before", name, tb.AppliedLSN, before[name].AppliedLSN)
+		}
+	}
+
+	check := func(how string, rep fleetReport, tables ...string) {
+		t.Helper()
+		if len(rep.Tables) != len(tables) {
+			t.Fatalf("%s: %d tables, want %v", how, len(rep.Tables), tables)
+		}
+		for k, tr := range rep.Tables {
+			if tr.Table != tables[k] || !tr.Exists || tr.Error != "" || len(tr.Sites) != 2 {
+				t.Fatalf("%s: table %d is %+v, want %s with two sites", how, k, tr, tables[k])
+			}
+			for j, s := range tr.Sites { // the stopped site first
+				tb := want[j][tr.Table]
+				kind := "mirror"
+				if strings.HasSuffix(tr.Table, "_changes") {
+					kind = "changelog"
+				}
+				switch {
+				case s.Site != fmt.Sprintf("site-%d", j) || s.Kind != kind:
+					t.Errorf("%s: %s row %d is %s %s, want site-%d %s", how, tr.Table, j, s.Site, s.Kind, j, kind)
+				case s.LSN == nil || *s.LSN != tb.AppliedLSN || s.LocalVersion != tb.Version:
+					t.Errorf("%s: %s, %s: LSN %v at local version %d, its agent applied %s at %d", how, tr.Table, s.Site, s.LSN, s.LocalVersion, tb.AppliedLSN, tb.Version)
+				case s.LastCommit == nil || (j == 0) != (s.BehindSeconds >= 1):
+					t.Errorf("%s: %s, %s: last commit %v, %.3f s behind", how, tr.Table, s.Site, s.LastCommit, s.BehindSeconds)
+				}
+			}
+		}
+	}
+	stdout, stderr, code := es[1].lakeside("fleet", "status", "--config", es[1].configPath, "--json")
+	if code != 0 {
+		t.Fatalf("fleet status --config: exit %d: %s", code, stderr)
+	}
+	var rep fleetReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("fleet status --json: %v:\n%s", err, stdout)
+	}
+	check("--config", rep, "public.items", "public.items_changes")
+	if rep.Replica != fmt.Sprintf("s3://%s/fleet", bucket) {
+		t.Errorf("--config: replica %q", rep.Replica)
+	}
+
+	env := []string{"AWS_ENDPOINT_URL_S3=" + srv.Endpoint(), "AWS_REGION=" + s3test.Region,
+		"AWS_ACCESS_KEY_ID=" + s3test.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3test.SecretKey}
+	run := func(args ...string) (string, string, int) {
+		cmd := exec.Command(os.Args[0], append([]string{"fleet", "status", "--replica", fmt.Sprintf("s3://%s/fleet", bucket)}, args...)...)
+		cmd.Env = append(append(os.Environ(), "LAKESIDE_TEST_MAIN=1"), env...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return out.String(), errb.String(), ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errb.String(), 0
+	}
+	stdout, stderr, code = run("--table", "public.items", "--json")
+	if code != 0 {
+		t.Fatalf("fleet status --replica: exit %d: %s", code, stderr)
+	}
+	rep = fleetReport{}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("fleet status --replica --json: %v:\n%s", err, stdout)
+	}
+	check("--replica", rep, "public.items", "public.items_changes")
+
+	stdout, stderr, code = run("--table", "public.items", "--table", "public.none")
+	if code != 0 {
+		t.Fatalf("fleet status --replica, a table no site created: exit %d: %s", code, stderr)
+	}
+	mirror := stdout[strings.Index(stdout, "\npublic.items:"):strings.Index(stdout, "\npublic.items_changes:")]
+	at0, at1 := strings.Index(mirror, "\nsite-0 "), strings.Index(mirror, "\nsite-1 ")
+	if at0 < 0 || at1 < at0 || !strings.Contains(mirror, want[0]["public.items"].AppliedLSN) || !strings.Contains(mirror, want[1]["public.items"].AppliedLSN) ||
+		!strings.Contains(stdout, "public.none: no fleet table") || !strings.Contains(stdout, "public.none_changes: no fleet table") {
+		t.Errorf("fleet status --replica, for people:\n%s", stdout)
+	}
+	t.Logf("fleet status:\n%s", stdout)
+
+	if _, stderr, code := run(); code != 2 || !strings.Contains(stderr, "--table") {
+		t.Errorf("fleet status --replica without --table: exit %d: %s", code, stderr)
+	}
+}
+
+// mustLSN parses an LSN the agent reported.
+func mustLSN(t *testing.T, s string) store.LSN {
+	t.Helper()
+	l, err := store.ParseLSN(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

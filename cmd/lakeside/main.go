@@ -61,6 +61,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		cmd = &compactCommand{stdout: stdout, stderr: stderr}
 	case "resync":
 		cmd = &resyncCommand{stdout: stdout}
+	case "fleet":
+		cmd = &fleetCommand{stdout: stdout}
 	case "demo":
 		cmd = &demoCommand{stdout: stdout, stderr: stderr}
 	case "version":
@@ -100,6 +102,9 @@ Usage:
   lakeside resync  --config FILE TABLE
                                    copy a table again (truncate, then its rows) while
                                    changes stream; prints the progress until done
+  lakeside fleet status [--config FILE | --replica URL --table T ...]
+                                   every site's last commit and source position in the
+                                   fleet tables (replica.layout: fleet), laggards first (--json)
   lakeside demo                    run on a throwaway PostgreSQL with a sample workload
   lakeside version                 print the version
 `)
