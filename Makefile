@@ -117,9 +117,9 @@ test-short:
 
 # RACE_PACKAGES run a second time under the race detector: the packages whose
 # goroutines share state (capture reads and writes on goroutines of its own,
-# a flush writes its tables side by side, and the agent's stages share the
-# state file).
-RACE_PACKAGES := ./agent ./agent/internal/applier ./agent/internal/source ./store ./uploader
+# a flush writes its tables side by side, the agent's stages share the
+# state file, and the sites of a fleet commit into one table at once).
+RACE_PACKAGES := ./agent ./agent/internal/applier ./agent/internal/source ./store ./uploader ./uploader/fleet
 
 # FUZZTIME is how long `make fuzz` fuzzes each target: 10s in `make test`,
 # longer by hand (make fuzz FUZZTIME=5m). A new interesting input is
