@@ -54,6 +54,9 @@ type TableVacuum struct {
 	LogFiles int      `json:"log_files"`
 	Bytes    int64    `json:"bytes"`
 	Paths    []string `json:"paths,omitempty"`
+	// FleetLogFiles counts the commits and checkpoints of the fleet
+	// table's log that expired (the fleet layout).
+	FleetLogFiles int `json:"fleet_log_files,omitempty"`
 	// RemoteOnly counts the files pruned before (gone locally) that the
 	// replica deletes now that no version inside the retention needs them.
 	RemoteOnly int `json:"remote_only,omitempty"`
@@ -137,6 +140,11 @@ func vacuumTables(ctx context.Context, tablesDir string, up *uploader.Uploader, 
 		}
 		if err == nil && up != nil && set.localRetention > 0 {
 			err = pruneTable(ctx, tbl, t.Name, up, set, &tv)
+		}
+		if err == nil && up != nil && !dryRun {
+			// In the fleet layout, the fleet table's own log too: any
+			// site may, by the same retention.
+			tv.FleetLogFiles, err = up.ExpireFleetLog(ctx, t.Name, max(delta.DefaultLogRetention, retention))
 		}
 		if err != nil {
 			tv.Error = err.Error()

@@ -37,6 +37,10 @@ func bytesBody(data []byte) Body {
 		Reopen: func() io.Reader { return bytes.NewReader(data) }}
 }
 
+func (s fleetStore) Delete(ctx context.Context, key string) error {
+	return s.c.DeleteObject(ctx, key)
+}
+
 func (s fleetStore) Get(ctx context.Context, key string, limit int64) ([]byte, error) {
 	rc, err := s.c.GetObject(ctx, key)
 	if errors.Is(err, ErrNotFound) {

@@ -75,6 +75,26 @@ func (u *Uploader) syncFleet(ctx context.Context, t Table) error {
 	return nil
 }
 
+// ExpireFleetLog expires the log of table's fleet table past retention
+// (fleet.Log.ExpireLog) and returns how many objects it deleted; it does
+// nothing in the site layout, whose replica's log follows the local one.
+// An unreachable replica is not an error here: the next vacuum tries
+// again.
+func (u *Uploader) ExpireFleetLog(ctx context.Context, table string, retention time.Duration) (int, error) {
+	if u.opts.Fleet == nil {
+		return 0, nil
+	}
+	n, err := fleet.NewLog(FleetStore(u.client), table).ExpireLog(ctx, u.opts.Now(), retention, fleet.DefaultCheckpointInterval)
+	if err != nil && isRemote(err) {
+		u.log.Warn("fleet log expiry failed; the next vacuum tries again", "table", table, "err", err)
+		return n, nil
+	}
+	if n > 0 {
+		u.log.Info("expired the fleet table's log", "table", table, "objects", n)
+	}
+	return n, err
+}
+
 // fleetSiteDir returns the directory of the site's files in a fleet table.
 func (u *Uploader) fleetSiteDir() string {
 	site := u.opts.Fleet.Site

@@ -22,6 +22,9 @@ type Store interface {
 	// it older (see Log.advanceLastCheckpoint): the store needs no
 	// conditional overwrite.
 	Put(ctx context.Context, key string, data []byte) error
+	// Delete removes the object at key; deleting a missing key succeeds,
+	// so that a delete may be repeated.
+	Delete(ctx context.Context, key string) error
 	// Get returns the object at key, or an error wrapping ErrNotExist.
 	// An object larger than limit bytes fails with ErrTooLarge.
 	Get(ctx context.Context, key string, limit int64) ([]byte, error)
