@@ -30,8 +30,9 @@ import (
 // name (appends, deletion vectors, whole files removed, compactions, and at
 // one site a column added) and publish them into one fleet table at once,
 // now and then, on a directory and on S3. The fleet table then reads, per
-// site partition, exactly the rows of that site's local table, and the
-// column only one site has reads as null at the others.
+// site partition, exactly the rows of that site's local table, the column
+// only one site has reads as null at the others, and the table,
+// checkpointed every 5 versions, passes deltatest.Check.
 func TestFleetTablesFromSites(t *testing.T) {
 	for _, backend := range []string{"file", "s3"} {
 		t.Run(backend, func(t *testing.T) {
@@ -125,6 +126,12 @@ func TestFleetTablesFromSites(t *testing.T) {
 				}
 			}
 			t.Logf("fleet version %d, %d files, %d rows", snap.Version(), snap.NumFiles(), len(rows))
+			if err := deltatest.Check(ctx, download(t)); err != nil {
+				t.Errorf("the fleet table: %v", err)
+			}
+			if lc, err := fleet.NewLog(uploader.FleetStore(client), "public.items").LastCheckpoint(ctx); err != nil || lc == nil || lc.Version < 5 {
+				t.Errorf("no checkpoint of the fleet table: %v, %v", lc, err)
+			}
 			if backend == "file" {
 				// Every object under the fleet was counted as put (some
 				// twice: _last_checkpoint is overwritten).
@@ -194,7 +201,7 @@ func newSiteTable(t *testing.T, s int) *siteTable {
 func (l *siteTable) run(ctx context.Context, client uploader.ReplicaClient, rounds int) error {
 	site := fmt.Sprintf("site-%d", l.site)
 	ft := uploader.NewFleetTable(client, l.root, "mirror", filepath.Join(filepath.Dir(l.root), ".fleet"),
-		fleet.Options{Site: site, RunID: "run-" + site, MaxAttempts: 50})
+		fleet.Options{Site: site, RunID: "run-" + site, MaxAttempts: 50, CheckpointInterval: 5})
 	ft.Uploaded = func(n int64) { l.uploaded += n }
 	for r := range rounds {
 		if err := l.change(ctx, r); err != nil {

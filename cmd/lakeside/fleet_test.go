@@ -222,7 +222,7 @@ func fleetDiff(e *e2e, dir, site, query string, cols []string, want []string) er
 // different workloads (inserts, updates, deletes, one large transaction),
 // one site migrating (ADD COLUMN, then integer to bigint) that the others
 // don't, SIGKILLs of random agents, and the S3 server down for a while in
-// the middle. A reader polls the fleet mirror's log throughout and checks
+// the middle. A reader polls each fleet table's log throughout and checks
 // that every version it sees reads as a valid table and that versions
 // never go back. Afterwards every site's partition of the fleet mirror
 // equals its database, and of the fleet changelog its local changelog.
@@ -246,6 +246,7 @@ func TestFleetOfTwentySites(t *testing.T) {
 	}
 
 	poll := startFleetPoller(t, srv, bucket, "public.items")
+	pollChanges := startFleetPoller(t, srv, bucket, "public.items_changes")
 	var wg sync.WaitGroup
 	for i, e := range es {
 		wg.Add(1)
@@ -291,9 +292,9 @@ func TestFleetOfTwentySites(t *testing.T) {
 		e.waitApplied(ds[i])
 		e.waitRemote(ds[i], "the workload")
 	}
-	seen := poll()
-	if seen < sites {
-		t.Errorf("the reader saw %d fleet mirror versions, fewer than the sites", seen)
+	seen, seenChanges := poll(), pollChanges()
+	if seen < sites || seenChanges < sites {
+		t.Errorf("the readers saw %d fleet mirror and %d fleet changelog versions, fewer than the sites", seen, seenChanges)
 	}
 
 	dir := t.TempDir()
@@ -324,7 +325,7 @@ func TestFleetOfTwentySites(t *testing.T) {
 		}
 		changes += len(local)
 	}
-	t.Logf("%d sites, %d changes; the reader saw %d fleet mirror versions, each valid", sites, changes, seen)
+	t.Logf("%d sites, %d changes; the readers saw %d fleet mirror and %d fleet changelog versions, each valid", sites, changes, seen, seenChanges)
 }
 
 // startFleetPoller reads the log of the fleet table until the returned
