@@ -42,7 +42,7 @@ PACKAGE_ARCHS ?= amd64 arm64
 # needs them skips itself.
 TEST_TAGS := -tags failpoints
 
-.PHONY: all build test test-short fuzz demo bench deps vet fmt clean package version
+.PHONY: all build test test-short fuzz chaos demo bench deps vet fmt clean package version
 
 all: build
 
@@ -179,6 +179,15 @@ test: deps vet
 	echo "race pass ($(RACE_PACKAGES)):"; cat dist/test-artifacts/race.log; \
 	echo "fuzz pass (every fuzz target for $(FUZZTIME)):"; cat dist/test-artifacts/fuzz.log; \
 	test $$main -eq 0 && test $$raced -eq 0 && test $$fuzzed -eq 0
+
+# chaos runs the fault-injection harness at length (cmd/lakeside
+# chaos_long_test.go): the real agent, PostgreSQL and S3 behind proxies of
+# its own, SIGKILLs, crashes, outages, cuts, stalls and slow links at moments
+# from a printed seed (LAKESIDE_CHAOS_SEED=n replays it), then the
+# invariant checks; a table of what it injected and checked is printed.
+# make test runs its CI-sized form, TestChaos.
+chaos: deps build
+	$(GO) test -tags chaos -count=1 -run '^TestChaos' -timeout 60m -v ./cmd/lakeside
 
 demo: deps build
 	$(BIN)/lakeside demo

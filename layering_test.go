@@ -40,6 +40,7 @@ var layers = map[string][]string{
 	"internal/pgcluster":      {},
 	"internal/pgtest":         {"internal/pgcluster"},
 	"internal/s3test":         {},
+	"internal/faultnet":       {},
 	"internal/deltatest":      {"delta"},
 	"uploader":                {"uploader/", "store", "delta", "internal/backoff"},
 	"uploader/fleet":          {"delta", "internal/backoff"},
@@ -54,7 +55,7 @@ var layers = map[string][]string{
 }
 
 // testHelpers are packages for tests only: no other code imports them.
-var testHelpers = []string{"internal/pgtest", "internal/s3test", "internal/deltatest", "delta/internal/rowstest"}
+var testHelpers = []string{"internal/pgtest", "internal/s3test", "internal/deltatest", "internal/faultnet", "delta/internal/rowstest"}
 
 // TestImportLayering checks every package's imports (test files aside)
 // against layers.

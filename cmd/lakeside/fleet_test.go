@@ -120,10 +120,7 @@ func TestFleetLayout(t *testing.T) {
 				t.Errorf("fleet mirror, %s, the column it lacks: %v", site, err)
 			}
 		}
-		var local []string
-		if err := e.scanDelta("public.items_changes", func(r map[string]any) { local = append(local, changeKey(r)) }); err != nil {
-			t.Fatal(err)
-		}
+		local := localChangesHeld(t, e, filepath.Join(dir, "public.items_changes"), site, "public.items_changes")
 		if err := fleetDiff(e, filepath.Join(dir, "public.items_changes"), site, "", nil, local); err != nil {
 			t.Errorf("fleet changelog, %s: %v", site, err)
 		}
@@ -133,6 +130,57 @@ func TestFleetLayout(t *testing.T) {
 		}
 		t.Logf("%s: %d rows and %d changes compared", site, n, len(local))
 	}
+}
+
+// localChangesHeld returns the changes (changeKey) of e's local changelog
+// table at the version of it the fleet table at dir holds for site: the
+// agent may have gone on after the fleet's last commit (a copy of a table
+// a migration rewrote, say), and the fleet must equal the local table at
+// the version it names.
+func localChangesHeld(t *testing.T, e *e2e, dir, site, table string) []string {
+	t.Helper()
+	ctx := context.Background()
+	fleetTbl, err := delta.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := fleetTbl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := int64(-1)
+	for _, x := range snap.Transactions() {
+		if strings.HasPrefix(x.AppID, "lakeside-fleet/"+site+"/"+table+"/") {
+			held = x.Version
+		}
+	}
+	if held < 0 {
+		t.Fatalf("the fleet holds nothing of %s at %s", table, site)
+	}
+	local, err := delta.Open(ctx, filepath.Join(e.stateDir, "tables", table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := local.SnapshotAt(ctx, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	names := at.Schema().FieldNames()
+	err = at.ScanFiles(ctx, func(_ *delta.Add, rows []delta.Row) error {
+		for _, r := range rows {
+			m := make(map[string]any, len(names))
+			for j, n := range names {
+				m[n] = r[j]
+			}
+			out = append(out, changeKey(m))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // changeKey is what identifies a change of the changelog in the fleet
@@ -227,7 +275,7 @@ func fleetDiff(e *e2e, dir, site, query string, cols []string, want []string) er
 // never go back. Afterwards every site's partition of the fleet mirror
 // equals its database, and of the fleet changelog its local changelog.
 func TestFleetOfTwentySites(t *testing.T) {
-	t.Parallel()
+	// Twenty agents take the machine: not beside the parallel tests.
 	srv := s3test.Start(t)
 	bucket := srv.NewBucket()
 	const sites = 20
@@ -316,10 +364,7 @@ func TestFleetOfTwentySites(t *testing.T) {
 		if err := fleetDiff(e, filepath.Join(dir, "public.items"), site, query, cols, nil); err != nil {
 			t.Errorf("fleet mirror, %s: %v", site, err)
 		}
-		var local []string
-		if err := e.scanDelta("public.items_changes", func(r map[string]any) { local = append(local, changeKey(r)) }); err != nil {
-			t.Fatal(err)
-		}
+		local := localChangesHeld(t, e, filepath.Join(dir, "public.items_changes"), site, "public.items_changes")
 		if err := fleetDiff(e, filepath.Join(dir, "public.items_changes"), site, "", nil, local); err != nil {
 			t.Errorf("fleet changelog, %s: %v", site, err)
 		}

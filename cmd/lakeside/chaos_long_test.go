@@ -1,0 +1,40 @@
+//go:build chaos
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestChaosLong is make chaos: the harness of TestChaos at length, in two
+// scenarios from one printed seed (LAKESIDE_CHAOS_SEED replays one): mostly
+// SIGKILLs, at least 50, among every other fault, under the workload at
+// full speed; then every kind of fault in turn, spaced out. It prints the
+// harness's table, a row per scenario.
+func TestChaosLong(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("LAKESIDE_CHAOS_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("LAKESIDE_CHAOS_SEED: %v", err)
+		}
+		seed = n
+	}
+	kills := []string{"sigkill", "sigkill", "sigkill", "sigkill-at-log", "sigkill-at-log"}
+	plans := []chaosPlan{
+		{name: "kills", seed: seed, faults: 80, every: 1500 * time.Millisecond, kinds: append(kills, chaosKinds...)},
+		{name: "every", seed: seed + 1, faults: 36, every: 3 * time.Second, pause: 10 * time.Millisecond, kinds: chaosKinds},
+	}
+	var rows []chaosResult
+	for _, p := range plans {
+		rows = append(rows, runChaos(t, p))
+	}
+	fmt.Println()
+	for _, r := range rows {
+		fmt.Println(r)
+	}
+}
