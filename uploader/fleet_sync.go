@@ -23,19 +23,10 @@ type fleetState struct {
 // most once per FleetOptions.Interval, and records the local version the
 // fleet holds as the table's remote version (for status and the backlog).
 func (u *Uploader) syncFleet(ctx context.Context, t Table) error {
-	st, err := u.loadState(t.Name)
+	st, l, err := u.startPass(ctx, t)
 	if err != nil {
 		return err
 	}
-	if st.Stopped != "" {
-		u.setRemote(t.Name, st)
-		return fmt.Errorf("%w: %s", ErrTableStopped, st.Stopped)
-	}
-	l, err := readLocalLog(t.Path)
-	if err != nil {
-		return err
-	}
-	u.updateBacklog(ctx, t, l, st)
 	fs := u.fleet[t.Name]
 	if fs == nil {
 		kind := "mirror"

@@ -282,12 +282,12 @@ func (f *FleetTable) commitRange(ctx context.Context, appID string, end, lsn int
 	}
 	var out []delta.Action
 	for _, a := range acts {
+		tr := translationOf(actionPath(a))
+		if tr == nil {
+			return fmt.Errorf("translate %s: no translation", actionPath(a))
+		}
 		switch a := a.(type) {
 		case *delta.Add:
-			tr := translationOf(a.Path)
-			if tr == nil {
-				return fmt.Errorf("translate %s: no translation", a.Path)
-			}
 			size, err := f.upload(ctx, a.Path, tr)
 			if err != nil {
 				return err
@@ -303,19 +303,11 @@ func (f *FleetTable) commitRange(ctx context.Context, appID string, end, lsn int
 			c.Path, c.Size, c.Stats, c.PartitionValues = f.fleetPath(a.Path), size, stats, partition(tr, a.PartitionValues)
 			out = append(out, &c)
 		case *delta.Remove:
-			tr := translationOf(a.Path)
-			if tr == nil {
-				return fmt.Errorf("translate %s: no translation", a.Path)
-			}
 			c := *a
 			c.Path, c.PartitionValues = f.fleetPath(a.Path), partition(tr, a.PartitionValues)
 			c.Size = nil // the fleet's copy has its own size
 			out = append(out, &c)
 		case *delta.AddCDC:
-			tr := translationOf(a.Path)
-			if tr == nil {
-				return fmt.Errorf("translate %s: no translation", a.Path)
-			}
 			size, err := f.upload(ctx, a.Path, tr)
 			if err != nil {
 				return err
@@ -331,6 +323,19 @@ func (f *FleetTable) commitRange(ctx context.Context, appID string, end, lsn int
 	}
 	_, err := f.w.Commit(ctx, r)
 	return err
+}
+
+// actionPath returns the path of a file action, or "".
+func actionPath(a delta.Action) string {
+	switch a := a.(type) {
+	case *delta.Add:
+		return a.Path
+	case *delta.Remove:
+		return a.Path
+	case *delta.AddCDC:
+		return a.Path
+	}
+	return ""
 }
 
 // fleetPath returns where a local file goes in the fleet table (see

@@ -19,19 +19,10 @@ import (
 // and the commit files in order, each only when all files of its version are
 // confirmed (see uploadVersions).
 func (u *Uploader) syncTable(ctx context.Context, t Table) error {
-	st, err := u.loadState(t.Name)
+	st, l, err := u.startPass(ctx, t)
 	if err != nil {
 		return err
 	}
-	if st.Stopped != "" {
-		u.setRemote(t.Name, st)
-		return fmt.Errorf("%w: %s", ErrTableStopped, st.Stopped)
-	}
-	l, err := readLocalLog(t.Path)
-	if err != nil {
-		return err
-	}
-	u.updateBacklog(ctx, t, l, st)
 	tbl := delta.New(t.Path)
 
 	// Checkpoints written locally after their commit went up. One that
@@ -54,6 +45,26 @@ func (u *Uploader) syncTable(ctx context.Context, t Table) error {
 		return err
 	}
 	return u.putLastCheckpoint(ctx, t, &st)
+}
+
+// startPass begins a table's pass, in either layout: its upload state
+// (ErrTableStopped for a table an operator must look at), its local log,
+// and its backlog brought up to date.
+func (u *Uploader) startPass(ctx context.Context, t Table) (store.UploadState, *localLog, error) {
+	st, err := u.loadState(t.Name)
+	if err != nil {
+		return st, nil, err
+	}
+	if st.Stopped != "" {
+		u.setRemote(t.Name, st)
+		return st, nil, fmt.Errorf("%w: %s", ErrTableStopped, st.Stopped)
+	}
+	l, err := readLocalLog(t.Path)
+	if err != nil {
+		return st, nil, err
+	}
+	u.updateBacklog(ctx, t, l, st)
+	return st, l, nil
 }
 
 // startFromCheckpoint starts the remote copy of a table at a local
