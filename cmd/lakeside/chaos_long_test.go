@@ -11,9 +11,9 @@ import (
 )
 
 // TestChaosLong is make chaos: the harness of TestChaos at length, in two
-// scenarios from one printed seed (LAKESIDE_CHAOS_SEED replays one): mostly
-// SIGKILLs, at least 50, among every other fault; then every kind of fault
-// in turn, spaced out. The workload's writers pause between transactions:
+// scenarios from one printed seed (LAKESIDE_CHAOS_SEED replays one):
+// 100 faults, some 60 of them SIGKILLs, among every other kind; then every
+// kind in turn, spaced out. The workload's writers pause between transactions:
 // at full speed two of them write the WAL of 20,000-row transactions
 // faster than any drain bound (some 18 GB in a run of 80 faults). It
 // prints the harness's table, a row per scenario.
@@ -26,9 +26,10 @@ func TestChaosLong(t *testing.T) {
 		}
 		seed = n
 	}
-	kills := []string{"sigkill", "sigkill", "sigkill", "sigkill-at-log", "sigkill-at-log"}
+	// Kills weigh ten in seventeen: some sixty in a hundred faults.
+	kills := []string{"sigkill", "sigkill", "sigkill", "sigkill", "sigkill-at-log", "sigkill-at-log", "sigkill-at-log", "sigkill-at-log"}
 	plans := []chaosPlan{
-		{name: "kills", seed: seed, faults: 80, every: 1500 * time.Millisecond, pause: 20 * time.Millisecond, kinds: append(kills, chaosKinds...)},
+		{name: "kills", seed: seed, faults: 100, every: 1500 * time.Millisecond, pause: 20 * time.Millisecond, kinds: append(kills, chaosKinds...)},
 		{name: "every", seed: seed + 1, faults: 36, every: 3 * time.Second, pause: 10 * time.Millisecond, kinds: chaosKinds},
 	}
 	var rows []chaosResult
