@@ -141,7 +141,7 @@ func (f *FleetTable) commitNext(ctx context.Context, snap *delta.Snapshot, appID
 			acts = append(acts, &c)
 		}
 		return f.commitRange(ctx, appID, snap.Version(), f.positionAt(ctx, snap.Version()), "WRITE", acts,
-			func(string) *delta.Translation { return tr }, snap.Schema())
+			func(string) (*delta.Translation, error) { return tr, nil }, snap.Schema())
 	}
 	base, err := f.local.SnapshotAt(ctx, held)
 	if err != nil {
@@ -190,23 +190,13 @@ func (f *FleetTable) commitNext(ctx context.Context, snap *delta.Snapshot, appID
 	if end == held {
 		return fmt.Errorf("%w: version %d holds more than %d file actions", ErrLocal, held+1, MaxFleetActions)
 	}
-	var trErr error
-	byPath := func(path string) *delta.Translation {
-		st := schemas[path]
-		if st == nil {
-			st = schema
+	byPath := func(path string) (*delta.Translation, error) {
+		if st := schemas[path]; st != nil {
+			return f.translation(ctx, st)
 		}
-		tr, err := f.translation(ctx, st)
-		if err != nil && trErr == nil {
-			trErr = err
-		}
-		return tr
+		return f.translation(ctx, schema)
 	}
-	err = f.commitRange(ctx, appID, end, lsn, operation, netEffect(acts), byPath, schema)
-	if trErr != nil {
-		return trErr
-	}
-	return err
+	return f.commitRange(ctx, appID, end, lsn, operation, netEffect(acts), byPath, schema)
 }
 
 // splitCommit returns a local commit's file actions, its operation,
@@ -268,7 +258,7 @@ func netEffect(acts []delta.Action) []delta.Action {
 // the actions in the fleet's terms as the range up to local version end,
 // with the source position lsn (0: none, the position stays as it was).
 func (f *FleetTable) commitRange(ctx context.Context, appID string, end, lsn int64, operation string, acts []delta.Action,
-	translationOf func(path string) *delta.Translation, schema *delta.StructType) error {
+	translationOf func(path string) (*delta.Translation, error), schema *delta.StructType) error {
 	if err := f.ensureColumns(ctx, schema); err != nil {
 		return err
 	}
@@ -282,9 +272,9 @@ func (f *FleetTable) commitRange(ctx context.Context, appID string, end, lsn int
 	}
 	var out []delta.Action
 	for _, a := range acts {
-		tr := translationOf(actionPath(a))
-		if tr == nil {
-			return fmt.Errorf("translate %s: no translation", actionPath(a))
+		tr, err := translationOf(actionPath(a))
+		if err != nil {
+			return err
 		}
 		switch a := a.(type) {
 		case *delta.Add:

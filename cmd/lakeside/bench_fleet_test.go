@@ -34,9 +34,8 @@ func TestBenchFleetLayout(t *testing.T) {
 		es := make([]*e2e, sites)
 		ds := make([]*daemon, sites)
 		for i := range sites {
-			section := fmt.Sprintf("replica:\n  url: s3://%s/lake\n  site: site-%d\n  layout: %s\n  fleet_interval: %s\n  poll_interval: 200ms\n"+
-				"  endpoint: %s\n  region: %s\n  access_key_id: %s\n  secret_access_key: %s\n",
-				bucket, i, layout, interval, srv.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey)
+			section := replicaSectionAt(srv, "s3://"+bucket+"/lake", fmt.Sprintf("site-%d", i),
+				fmt.Sprintf("  layout: %s\n  fleet_interval: %s\n  poll_interval: 200ms\n", layout, interval))
 			es[i] = newE2EWith(t, []string{"public.items"}, "delta:\n  flush_interval: 200ms\n  compaction: false\n"+section)
 			es[i].exec(`CREATE TABLE items (id int8 PRIMARY KEY, n int4, pad text)`,
 				`INSERT INTO items SELECT g, 0, md5(g::text) || md5((g+1)::text) || md5((g+2)::text) FROM generate_series(1, 10000) g`)

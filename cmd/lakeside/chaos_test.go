@@ -239,25 +239,9 @@ func slicesContainsAny(s string, subs []string) bool {
 // changelog should hold (PostgreSQL's events per transaction), and how
 // many it lacks and holds more than once.
 func (e *e2e) countChanges(t *testing.T) (changes, lost, dup int64) {
-	ctx := context.Background()
-	want := map[int64]int64{}
-	rows, err := e.conn.Query(ctx, `SELECT n, count(*) FROM events GROUP BY n`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var n, c int64
-		if err := rows.Scan(&n, &c); err != nil {
-			t.Fatal(err)
-		}
-		want[n] = c
-		changes += c
-	}
-	got := map[int64]int64{}
-	if err := e.scanDelta("public.events_changes", func(r map[string]any) { got[r["n"].(int64)]++ }); err != nil {
-		t.Fatal(err)
-	}
+	want, got, _ := e.eventsPerTxn(t)
 	for n, w := range want {
+		changes += w
 		if g := got[n]; g < w {
 			lost += w - g
 		} else {

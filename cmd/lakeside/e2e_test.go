@@ -228,31 +228,7 @@ func (e *e2e) checkCrashTables(t *testing.T, kills int) {
 	}
 
 	// Events: each committed transaction's events exactly once.
-	eventsPerN := map[int64]int64{}
-	rows, err := e.conn.Query(ctx, `SELECT n, count(*) FROM events GROUP BY n`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var n, c int64
-		if err := rows.Scan(&n, &c); err != nil {
-			t.Fatal(err)
-		}
-		eventsPerN[n] = c
-	}
-	// The changelog is counted a file at a time: it holds millions of
-	// rows.
-	logged := map[int64]int64{}
-	var badOp any
-	err = e.scanDelta("public.events_changes", func(r map[string]any) {
-		if r["_op"] != "insert" && r["_op"] != "snapshot" {
-			badOp = r["_op"]
-		}
-		logged[r["n"].(int64)]++
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eventsPerN, logged, badOp := e.eventsPerTxn(t)
 	if badOp != nil {
 		t.Fatalf("events changelog holds a %v", badOp)
 	}
@@ -266,6 +242,40 @@ func (e *e2e) checkCrashTables(t *testing.T, kills int) {
 	e.compareMirror(t, "public.counter", `SELECT id, n FROM counter`, "id", "n")
 	t.Logf("%d kills; %d transactions after a snapshot at counter %d; changelog exactly once and in order, mirrors equal PostgreSQL",
 		kills, len(counter)-1, snapshotCounter)
+}
+
+// eventsPerTxn counts the crash workload's events per transaction (its
+// counter value n) in PostgreSQL and in the events changelog, and returns
+// an operation of the changelog other than an insert or the snapshot's, if
+// one is there. The changelog is counted a file at a time: it holds
+// millions of rows.
+func (e *e2e) eventsPerTxn(t *testing.T) (pg, logged map[int64]int64, badOp any) {
+	t.Helper()
+	pg, logged = map[int64]int64{}, map[int64]int64{}
+	rows, err := e.conn.Query(context.Background(), `SELECT n, count(*) FROM events GROUP BY n`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n, c int64
+		if err := rows.Scan(&n, &c); err != nil {
+			t.Fatal(err)
+		}
+		pg[n] = c
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = e.scanDelta("public.events_changes", func(r map[string]any) {
+		if r["_op"] != "insert" && r["_op"] != "snapshot" {
+			badOp = r["_op"]
+		}
+		logged[r["n"].(int64)]++
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pg, logged, badOp
 }
 
 // compareMirror compares a mirror with a query's rows, column by column

@@ -45,9 +45,7 @@ func TestFleetLayout(t *testing.T) {
 	es := make([]*e2e, sites)
 	ds := make([]*daemon, sites)
 	for i := range sites {
-		section := fmt.Sprintf("replica:\n  url: s3://%s/fleet\n  site: site-%d\n  layout: fleet\n  fleet_interval: 300ms\n  poll_interval: 200ms\n"+
-			"  endpoint: %s\n  region: %s\n  access_key_id: %s\n  secret_access_key: %s\n",
-			bucket, i, srv.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey)
+		section := replicaSectionAt(srv, "s3://"+bucket+"/fleet", fmt.Sprintf("site-%d", i), "  layout: fleet\n  fleet_interval: 300ms\n  poll_interval: 200ms\n")
 		es[i] = newE2EWith(t, []string{"public.items"}, section)
 		es[i].exec(`CREATE TABLE items (id int8 PRIMARY KEY, v text, n int4)`,
 			fmt.Sprintf(`INSERT INTO items SELECT g, 'site %d row ' || g, g %% 7 FROM generate_series(1, 300) g`, i))
@@ -282,9 +280,7 @@ func TestFleetOfTwentySites(t *testing.T) {
 	es := make([]*e2e, sites)
 	ds := make([]*daemon, sites)
 	for i := range sites {
-		section := fmt.Sprintf("replica:\n  url: s3://%s/fleet\n  site: site-%02d\n  layout: fleet\n  fleet_interval: 500ms\n  poll_interval: 300ms\n  max_backoff: 1s\n"+
-			"  endpoint: %s\n  region: %s\n  access_key_id: %s\n  secret_access_key: %s\n",
-			bucket, i, srv.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey)
+		section := replicaSectionAt(srv, "s3://"+bucket+"/fleet", fmt.Sprintf("site-%02d", i), "  layout: fleet\n  fleet_interval: 500ms\n  poll_interval: 300ms\n  max_backoff: 1s\n")
 		es[i] = newE2EWith(t, []string{"public.items"}, section)
 		es[i].exec(`CREATE TABLE items (id int8 PRIMARY KEY, v text, n int4)`,
 			fmt.Sprintf(`INSERT INTO items SELECT g, 'site %d row ' || g, g %% 7 FROM generate_series(1, %d) g`, i, 50+10*i))
@@ -457,9 +453,7 @@ func TestFleetStatus(t *testing.T) {
 	es := make([]*e2e, 2)
 	ds := make([]*daemon, 2)
 	for i := range es {
-		section := fmt.Sprintf("replica:\n  url: s3://%s/fleet\n  site: site-%d\n  layout: fleet\n  fleet_interval: 200ms\n  poll_interval: 200ms\n"+
-			"  endpoint: %s\n  region: %s\n  access_key_id: %s\n  secret_access_key: %s\n",
-			bucket, i, srv.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey)
+		section := replicaSectionAt(srv, "s3://"+bucket+"/fleet", fmt.Sprintf("site-%d", i), "  layout: fleet\n  fleet_interval: 200ms\n  poll_interval: 200ms\n")
 		es[i] = newE2EWith(t, []string{"public.items"}, section)
 		es[i].exec(`CREATE TABLE items (id int8 PRIMARY KEY, v text)`,
 			fmt.Sprintf(`INSERT INTO items SELECT g, 'site %d row ' || g FROM generate_series(1, 50) g`, i))

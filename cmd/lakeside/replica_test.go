@@ -20,8 +20,14 @@ import (
 // replicaSection returns the agent's replica section for bucket on the S3
 // server s3 (site branch1), followed by extra, its further keys.
 func replicaSection(s3 *s3test.Server, bucket, extra string) string {
-	return fmt.Sprintf("replica:\n  url: s3://%s/lake\n  site: branch1\n  endpoint: %s\n  region: %s\n  access_key_id: %s\n  secret_access_key: %s\n%s",
-		bucket, s3.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey, extra)
+	return replicaSectionAt(s3, "s3://"+bucket+"/lake", "branch1", extra)
+}
+
+// replicaSectionAt returns the agent's replica section for the URL url on
+// the S3 server s3 and the site, followed by extra, its further keys.
+func replicaSectionAt(s3 *s3test.Server, url, site, extra string) string {
+	return fmt.Sprintf("replica:\n  url: %s\n  site: %s\n  endpoint: %s\n  region: %s\n  access_key_id: %s\n  secret_access_key: %s\n%s",
+		url, site, s3.Endpoint(), s3test.Region, s3test.AccessKey, s3test.SecretKey, extra)
 }
 
 // TestReplicaOutageBackpressureAndCatchUp runs the real agent against a

@@ -39,13 +39,13 @@ func (l *Log) ExpireLog(ctx context.Context, now time.Time, retention time.Durat
 		if commitMillis(acts) > cutoff {
 			continue
 		}
-		_, err = l.store.Get(ctx, l.dir+delta.CheckpointFileName(cp), 0)
-		if errors.Is(err, ErrTooLarge) { // it is there
+		ok, err := l.present(ctx, delta.CheckpointFileName(cp))
+		if err != nil {
+			return 0, fmt.Errorf("expire log: %w", err)
+		}
+		if ok {
 			keep = cp
 			break
-		}
-		if err != nil && !errors.Is(err, ErrNotExist) {
-			return 0, fmt.Errorf("expire log: %w", err)
 		}
 	}
 	if keep <= 0 {

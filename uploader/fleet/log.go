@@ -50,14 +50,25 @@ func (l *Log) put(ctx context.Context, v int64, data []byte) error {
 
 // exists reports whether version v is committed.
 func (l *Log) exists(ctx context.Context, v int64) (bool, error) {
-	_, err := l.store.Get(ctx, l.dir+delta.CommitFileName(v), MaxCommitBytes)
+	ok, err := l.present(ctx, delta.CommitFileName(v))
+	if err != nil {
+		return false, fmt.Errorf("read version %d: %w", v, err)
+	}
+	return ok, nil
+}
+
+// present reports whether the log file name is there, reading at most a
+// byte of it: every file of a log holds at least one, so a read past a
+// limit of zero says it exists without fetching it.
+func (l *Log) present(ctx context.Context, name string) (bool, error) {
+	_, err := l.store.Get(ctx, l.dir+name, 0)
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, ErrTooLarge):
 		return true, nil
 	case errors.Is(err, ErrNotExist):
 		return false, nil
 	}
-	return false, fmt.Errorf("read version %d: %w", v, err)
+	return false, err
 }
 
 // Latest returns the newest committed version, knowing that version known

@@ -156,7 +156,7 @@ func (w *Writer) learn(v int64, acts []delta.Action) error {
 			}
 			w.proto = a
 		case *delta.Txn:
-			if len(a.AppID) > len(w.appIDPrefix()) && a.AppID[:len(w.appIDPrefix())] == w.appIDPrefix() {
+			if strings.HasPrefix(a.AppID, w.appIDPrefix()) {
 				if !slices.Contains(w.runs, run) {
 					return fmt.Errorf("%w: version %d: appId %s committed by run %q, not one of this site's: another agent holds this site's state",
 						ErrConflict, v, a.AppID, run)
