@@ -253,13 +253,21 @@ func inConfigOrder(configured []Table, tables map[uint32]*capturedTable) []*capt
 	return out
 }
 
-// runBackfills runs the session's backfiller (backfill.Backfiller.Run)
-// until ctx is cancelled.
-func (s *Source) runBackfills(ctx context.Context, tables map[uint32]*capturedTable) error {
+// backfillOrder returns the captured tables in the order the backfiller
+// takes them (source.tables). The stream changes tables as it runs (a
+// table created again), so the session takes this copy before it starts
+// the backfiller beside the stream.
+func (s *Source) backfillOrder(tables map[uint32]*capturedTable) []backfill.Table {
 	var order []backfill.Table
 	for _, c := range inConfigOrder(s.cfg.Tables, tables) {
 		order = append(order, backfill.Table{OID: c.oid, Name: c.identity, Configured: c.configured.String(), Current: c.current.String()})
 	}
+	return order
+}
+
+// runBackfills runs the session's backfiller (backfill.Backfiller.Run) on
+// the tables of order until ctx is cancelled.
+func (s *Source) runBackfills(ctx context.Context, order []backfill.Table) error {
 	b := backfill.New(backfill.Config{
 		Tables:        order,
 		Snapshot:      s.cfg.Snapshot,

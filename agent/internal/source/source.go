@@ -511,7 +511,8 @@ func (s *Source) session(ctx context.Context, onStreaming func()) error {
 	// (a timeout, which leaves the connection usable).
 	s.handoff.setWake(func() { repl.Conn().SetReadDeadline(time.Now()) })
 	defer s.handoff.setWake(nil)
-	go func() { backfilled <- s.runBackfills(wctx, tables) }()
+	order := s.backfillOrder(tables)
+	go func() { backfilled <- s.runBackfills(wctx, order) }()
 	err = st.run(ctx)
 	stopWatch()
 	<-watched
